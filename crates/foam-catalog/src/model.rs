@@ -1,0 +1,363 @@
+//! The catalog's data and the only way to change it: [`Catalog::apply`] takes a
+//! [`CatalogCommand`] and returns the next version, or an error that leaves the
+//! catalog as it was. Placement of partitions on nodes is decided here, once, at
+//! CREATE TABLE, so every node reads the same partition map.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::datatypes::{Field, Schema, SchemaRef};
+use foam_common::limits::{IDENTIFIER_BYTES_MAX, PARTITIONS_PER_NODE_DEFAULT, PARTITIONS_PER_TABLE_MAX};
+use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TableId};
+use serde::{Deserialize, Serialize};
+
+use crate::types::SqlType;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    pub id: NodeId,
+    /// Address of the node's internal gRPC endpoint (RPC and query workers).
+    pub node_addr: String,
+    /// Address of the node's PostgreSQL endpoint.
+    pub sql_addr: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ColumnDef {
+    pub name: String,
+    pub sql_type: SqlType,
+    pub nullable: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Distribution {
+    /// Rows are split by the partition hash of these columns (indices into the
+    /// table's columns) into `owners.len()` partitions; `owners[p]` is the node
+    /// that stores partition `p`.
+    Hash { key_columns: Vec<usize>, owners: Vec<NodeId> },
+    /// Every node stores every row, as partition 0.
+    Replicated,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TableDef {
+    pub id: TableId,
+    pub name: String,
+    pub columns: Vec<ColumnDef>,
+    pub distribution: Distribution,
+}
+
+impl TableDef {
+    pub fn arrow_schema(&self) -> SchemaRef {
+        Arc::new(Schema::new(
+            self.columns
+                .iter()
+                .map(|c| Field::new(&c.name, c.sql_type.arrow_type(), c.nullable))
+                .collect::<Vec<_>>(),
+        ))
+    }
+
+    pub fn partition_count(&self) -> u32 {
+        match &self.distribution {
+            Distribution::Hash { owners, .. } => owners.len() as u32,
+            Distribution::Replicated => 1,
+        }
+    }
+
+    /// The partitions stored on `node` (every node stores a replicated table).
+    pub fn partitions_on(&self, node: NodeId) -> Vec<PartitionId> {
+        match &self.distribution {
+            Distribution::Hash { owners, .. } => owners
+                .iter()
+                .enumerate()
+                .filter(|(_, owner)| **owner == node)
+                .map(|(p, _)| p as PartitionId)
+                .collect(),
+            Distribution::Replicated => vec![0],
+        }
+    }
+
+    pub fn is_replicated(&self) -> bool {
+        matches!(self.distribution, Distribution::Replicated)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ViewDef {
+    pub name: String,
+    /// The view's query as the user wrote it; planned anew on every use.
+    pub query_sql: String,
+}
+
+/// The whole catalog. `version` increases with every applied command, so a
+/// node can tell with one number whether its copy is current.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Catalog {
+    pub version: u64,
+    pub next_table_id: TableId,
+    pub next_node_id: NodeId,
+    pub nodes: BTreeMap<NodeId, NodeInfo>,
+    pub tables: BTreeMap<String, TableDef>,
+    pub views: BTreeMap<String, ViewDef>,
+}
+
+/// How a new table is to be spread; resolved into a [`Distribution`] with a
+/// concrete partition map when the command is applied.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum DistributionSpec {
+    Hash { key_columns: Vec<String>, partitions: Option<u32> },
+    Replicated,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "snake_case")]
+pub enum CatalogCommand {
+    CreateTable { name: String, columns: Vec<ColumnDef>, distribution: DistributionSpec, if_not_exists: bool },
+    DropTable { name: String, if_exists: bool },
+    CreateView { name: String, query_sql: String, or_replace: bool },
+    DropView { name: String, if_exists: bool },
+    /// A node joins (no `id`) or comes back after a restart (its `id`), possibly
+    /// at new addresses.
+    RegisterNode { id: Option<NodeId>, node_addr: String, sql_addr: String },
+}
+
+/// What an applied command did, for the caller to report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum CommandOutcome {
+    Applied,
+    /// `IF NOT EXISTS` / `IF EXISTS` made the command a no-op.
+    Skipped,
+    TableDropped { table: TableDef },
+    NodeRegistered { id: NodeId },
+}
+
+impl Catalog {
+    pub fn table(&self, name: &str) -> FoamResult<&TableDef> {
+        self.tables.get(name).ok_or_else(|| FoamError::UndefinedTable { name: name.to_string() })
+    }
+
+    pub fn table_by_id(&self, id: TableId) -> Option<&TableDef> {
+        self.tables.values().find(|t| t.id == id)
+    }
+
+    pub fn node(&self, id: NodeId) -> FoamResult<&NodeInfo> {
+        self.nodes
+            .get(&id)
+            .ok_or_else(|| FoamError::internal(format!("node {id} is not in the catalog")))
+    }
+
+    /// Applies `command` to a copy of the catalog. On error the catalog is unchanged.
+    pub fn apply(&self, command: &CatalogCommand) -> FoamResult<(Catalog, CommandOutcome)> {
+        let mut next = self.clone();
+        let outcome = next.apply_in_place(command)?;
+        if outcome != CommandOutcome::Skipped {
+            next.version += 1;
+        }
+        Ok((next, outcome))
+    }
+
+    fn apply_in_place(&mut self, command: &CatalogCommand) -> FoamResult<CommandOutcome> {
+        match command {
+            CatalogCommand::CreateTable { name, columns, distribution, if_not_exists } => {
+                check_identifier(name)?;
+                if self.tables.contains_key(name) || self.views.contains_key(name) {
+                    if *if_not_exists {
+                        return Ok(CommandOutcome::Skipped);
+                    }
+                    return Err(FoamError::DuplicateTable { name: name.clone() });
+                }
+                let distribution = self.place(name, columns, distribution)?;
+                let id = self.next_table_id.max(1);
+                self.next_table_id = id + 1;
+                self.tables.insert(
+                    name.clone(),
+                    TableDef { id, name: name.clone(), columns: columns.clone(), distribution },
+                );
+                Ok(CommandOutcome::Applied)
+            }
+            CatalogCommand::DropTable { name, if_exists } => match self.tables.remove(name) {
+                Some(table) => Ok(CommandOutcome::TableDropped { table }),
+                None if *if_exists => Ok(CommandOutcome::Skipped),
+                None => Err(FoamError::UndefinedTable { name: name.clone() }),
+            },
+            CatalogCommand::CreateView { name, query_sql, or_replace } => {
+                check_identifier(name)?;
+                if self.tables.contains_key(name) || (self.views.contains_key(name) && !or_replace) {
+                    return Err(FoamError::DuplicateTable { name: name.clone() });
+                }
+                self.views.insert(name.clone(), ViewDef { name: name.clone(), query_sql: query_sql.clone() });
+                Ok(CommandOutcome::Applied)
+            }
+            CatalogCommand::DropView { name, if_exists } => match self.views.remove(name) {
+                Some(_) => Ok(CommandOutcome::Applied),
+                None if *if_exists => Ok(CommandOutcome::Skipped),
+                None => Err(FoamError::UndefinedTable { name: name.clone() }),
+            },
+            CatalogCommand::RegisterNode { id, node_addr, sql_addr } => {
+                let id = match id {
+                    Some(id) => *id,
+                    None => {
+                        if let Some(existing) = self.nodes.values().find(|n| &n.node_addr == node_addr) {
+                            return Err(FoamError::InvalidParameter {
+                                message: format!(
+                                    "node address {node_addr} is already used by node {}; \
+                                     start that node with its own data directory",
+                                    existing.id
+                                ),
+                            });
+                        }
+                        let id = self.next_node_id.max(1);
+                        self.next_node_id = id + 1;
+                        id
+                    }
+                };
+                let info = NodeInfo { id, node_addr: node_addr.clone(), sql_addr: sql_addr.clone() };
+                if self.nodes.get(&id) == Some(&info) {
+                    return Ok(CommandOutcome::NodeRegistered { id });
+                }
+                self.next_node_id = self.next_node_id.max(id + 1);
+                self.nodes.insert(id, info);
+                Ok(CommandOutcome::NodeRegistered { id })
+            }
+        }
+    }
+
+    /// Resolves a distribution spec into a partition map over the current nodes.
+    /// Partition `p` goes to the `p mod n`-th node in id order, so every node
+    /// owns the same number of partitions when the count is a multiple of n.
+    fn place(&self, table: &str, columns: &[ColumnDef], spec: &DistributionSpec) -> FoamResult<Distribution> {
+        if columns.is_empty() {
+            return Err(FoamError::InvalidTableDefinition {
+                message: format!("table \"{table}\" must have at least one column"),
+            });
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for column in columns {
+            check_identifier(&column.name)?;
+            if !seen.insert(column.name.as_str()) {
+                return Err(FoamError::InvalidTableDefinition {
+                    message: format!("column \"{}\" specified more than once", column.name),
+                });
+            }
+        }
+        match spec {
+            DistributionSpec::Replicated => Ok(Distribution::Replicated),
+            DistributionSpec::Hash { key_columns, partitions } => {
+                let mut key_indices = Vec::with_capacity(key_columns.len());
+                for key in key_columns {
+                    let index = columns.iter().position(|c| &c.name == key).ok_or_else(|| {
+                        FoamError::InvalidTableDefinition {
+                            message: format!("distribution column \"{key}\" is not a column of \"{table}\""),
+                        }
+                    })?;
+                    if !foam_common::hash::is_hashable(&columns[index].sql_type.arrow_type()) {
+                        return Err(FoamError::InvalidTableDefinition {
+                            message: format!("column \"{key}\" cannot be a distribution key"),
+                        });
+                    }
+                    key_indices.push(index);
+                }
+                if key_indices.is_empty() {
+                    key_indices.push(0);
+                }
+                let node_ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+                if node_ids.is_empty() {
+                    return Err(FoamError::CatalogUnavailable { message: "the cluster has no nodes".into() });
+                }
+                let count = partitions.unwrap_or(node_ids.len() as u32 * PARTITIONS_PER_NODE_DEFAULT);
+                if count == 0 || count > PARTITIONS_PER_TABLE_MAX {
+                    return Err(FoamError::InvalidTableDefinition {
+                        message: format!("PARTITIONS must be between 1 and {PARTITIONS_PER_TABLE_MAX}, got {count}"),
+                    });
+                }
+                let owners = (0..count as usize).map(|p| node_ids[p % node_ids.len()]).collect();
+                Ok(Distribution::Hash { key_columns: key_indices, owners })
+            }
+        }
+    }
+}
+
+fn check_identifier(name: &str) -> FoamResult<()> {
+    if name.is_empty() || name.len() > IDENTIFIER_BYTES_MAX {
+        return Err(FoamError::InvalidParameter {
+            message: format!("identifier \"{name}\" must be 1 to {IDENTIFIER_BYTES_MAX} bytes long"),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(nodes: u32) -> Catalog {
+        let mut catalog = Catalog::default();
+        for i in 0..nodes {
+            let command = CatalogCommand::RegisterNode {
+                id: None,
+                node_addr: format!("127.0.0.1:{}", 7000 + i),
+                sql_addr: format!("127.0.0.1:{}", 5000 + i),
+            };
+            catalog = catalog.apply(&command).unwrap().0;
+        }
+        catalog
+    }
+
+    fn column(name: &str) -> ColumnDef {
+        ColumnDef { name: name.into(), sql_type: SqlType::BigInt, nullable: true }
+    }
+
+    fn create(name: &str, spec: DistributionSpec) -> CatalogCommand {
+        CatalogCommand::CreateTable { name: name.into(), columns: vec![column("a"), column("b")], distribution: spec, if_not_exists: false }
+    }
+
+    #[test]
+    fn default_partitions_spread_evenly_over_nodes() {
+        let catalog = cluster(3);
+        let (catalog, _) = catalog.apply(&create("t", DistributionSpec::Hash { key_columns: vec![], partitions: None })).unwrap();
+        let table = catalog.table("t").unwrap();
+        assert_eq!(table.partition_count(), 3 * PARTITIONS_PER_NODE_DEFAULT);
+        for node in catalog.nodes.keys() {
+            assert_eq!(table.partitions_on(*node).len() as u32, PARTITIONS_PER_NODE_DEFAULT);
+        }
+        let Distribution::Hash { key_columns, .. } = &table.distribution else { panic!("hash expected") };
+        assert_eq!(key_columns, &vec![0], "no DISTRIBUTED BY means the first column");
+    }
+
+    #[test]
+    fn failed_command_leaves_catalog_unchanged() {
+        let catalog = cluster(2);
+        let (catalog, _) = catalog.apply(&create("t", DistributionSpec::Replicated)).unwrap();
+        let before = catalog.clone();
+        let error = catalog.apply(&create("t", DistributionSpec::Replicated)).unwrap_err();
+        assert_eq!(error.sqlstate(), "42P07");
+        let error = catalog
+            .apply(&create("u", DistributionSpec::Hash { key_columns: vec!["zz".into()], partitions: None }))
+            .unwrap_err();
+        assert_eq!(error.sqlstate(), "42P16");
+        assert_eq!(catalog, before);
+    }
+
+    #[test]
+    fn table_ids_are_never_reused() {
+        let catalog = cluster(1);
+        let (catalog, _) = catalog.apply(&create("t", DistributionSpec::Replicated)).unwrap();
+        let first = catalog.table("t").unwrap().id;
+        let (catalog, _) = catalog.apply(&CatalogCommand::DropTable { name: "t".into(), if_exists: false }).unwrap();
+        let (catalog, _) = catalog.apply(&create("t", DistributionSpec::Replicated)).unwrap();
+        assert_ne!(catalog.table("t").unwrap().id, first);
+    }
+
+    #[test]
+    fn restarted_node_keeps_its_id_and_new_address() {
+        let catalog = cluster(2);
+        let command = CatalogCommand::RegisterNode { id: Some(2), node_addr: "127.0.0.1:9999".into(), sql_addr: "x".into() };
+        let (catalog, outcome) = catalog.apply(&command).unwrap();
+        assert_eq!(outcome, CommandOutcome::NodeRegistered { id: 2 });
+        assert_eq!(catalog.nodes.len(), 2);
+        assert_eq!(catalog.node(2).unwrap().node_addr, "127.0.0.1:9999");
+    }
+}

@@ -1,0 +1,60 @@
+//! The SQL column types FoamDB stores, and the Arrow type each is held as.
+
+use arrow::datatypes::{DataType, TimeUnit};
+use serde::{Deserialize, Serialize};
+
+/// Largest DECIMAL precision; Arrow's Decimal128 holds 38 digits.
+pub const DECIMAL_PRECISION_MAX: u8 = 38;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum SqlType {
+    Boolean,
+    SmallInt,
+    Int,
+    BigInt,
+    Real,
+    Double,
+    Decimal { precision: u8, scale: i8 },
+    Varchar { length_max: Option<u32> },
+    Text,
+    Char { length: u32 },
+    Date,
+    Timestamp,
+}
+
+impl SqlType {
+    pub fn arrow_type(&self) -> DataType {
+        match self {
+            SqlType::Boolean => DataType::Boolean,
+            SqlType::SmallInt => DataType::Int16,
+            SqlType::Int => DataType::Int32,
+            SqlType::BigInt => DataType::Int64,
+            SqlType::Real => DataType::Float32,
+            SqlType::Double => DataType::Float64,
+            SqlType::Decimal { precision, scale } => DataType::Decimal128(*precision, *scale),
+            SqlType::Varchar { .. } | SqlType::Text | SqlType::Char { .. } => DataType::Utf8,
+            SqlType::Date => DataType::Date32,
+            SqlType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
+        }
+    }
+
+    /// The type as PostgreSQL spells it in `information_schema.columns`.
+    pub fn sql_name(&self) -> String {
+        match self {
+            SqlType::Boolean => "boolean".into(),
+            SqlType::SmallInt => "smallint".into(),
+            SqlType::Int => "integer".into(),
+            SqlType::BigInt => "bigint".into(),
+            SqlType::Real => "real".into(),
+            SqlType::Double => "double precision".into(),
+            SqlType::Decimal { precision, scale } => format!("numeric({precision},{scale})"),
+            SqlType::Varchar { length_max: Some(n) } => format!("character varying({n})"),
+            SqlType::Varchar { length_max: None } => "character varying".into(),
+            SqlType::Text => "text".into(),
+            SqlType::Char { length } => format!("character({length})"),
+            SqlType::Date => "date".into(),
+            SqlType::Timestamp => "timestamp without time zone".into(),
+        }
+    }
+}

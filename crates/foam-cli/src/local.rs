@@ -1,0 +1,184 @@
+//! `foam local`: a whole cluster on this machine, one `foam start` process per
+//! node on 127.0.0.1, for development and for trying FoamDB. The first node
+//! bootstraps; the others join it. Data stays in the data directory, so running
+//! the same command again brings the cluster back.
+
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Offset between a node's SQL port and its cluster port.
+const NODE_PORT_OFFSET: u16 = 1000;
+/// How long `foam local` waits for every node to accept SQL connections.
+const STARTUP_TIMEOUT_SECONDS: u64 = 120;
+/// How long stopping nodes may take before they are killed.
+const STOP_GRACE_SECONDS: u64 = 10;
+/// Share of the machine's memory all local nodes together may use for queries.
+const MEMORY_SHARE_PERCENT: u64 = 60;
+
+#[derive(clap::Args)]
+pub struct LocalArgs {
+    /// Number of node processes.
+    #[arg(long, default_value_t = 3)]
+    nodes: u16,
+    /// Data directory; node i keeps its data in DIR/node-i.
+    #[arg(long, default_value = "foam-data")]
+    data_dir: PathBuf,
+    /// SQL port of the first node; node i listens on sql-port + i and on
+    /// sql-port + 1000 + i for cluster traffic.
+    #[arg(long, default_value_t = 5433)]
+    sql_port: u16,
+}
+
+struct NodeProcess {
+    index: u16,
+    args: Vec<String>,
+    child: Option<Child>,
+}
+
+pub fn run(args: LocalArgs) -> Result<(), String> {
+    if args.nodes == 0 {
+        return Err("--nodes must be at least 1".into());
+    }
+    let last_port = args.sql_port as u32 + NODE_PORT_OFFSET as u32 + args.nodes as u32;
+    if last_port > u16::MAX as u32 {
+        return Err(format!("--sql-port {} leaves no room for {} nodes' ports", args.sql_port, args.nodes));
+    }
+    std::fs::create_dir_all(&args.data_dir).map_err(|e| format!("cannot create {}: {e}", args.data_dir.display()))?;
+    let data_dir = args.data_dir.canonicalize().map_err(|e| e.to_string())?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let memory_mb = memory_per_node_mb(args.nodes);
+    let first_node_addr = format!("127.0.0.1:{}", args.sql_port + NODE_PORT_OFFSET);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop_flag = stop.clone();
+    ctrlc::set_handler(move || stop_flag.store(true, Ordering::SeqCst))
+        .map_err(|e| format!("cannot handle Ctrl-C: {e}"))?;
+
+    let mut nodes = Vec::new();
+    for index in 0..args.nodes {
+        let dir = data_dir.join(format!("node-{index}"));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let mut node_args = vec![
+            "start".to_string(),
+            "--data-dir".into(),
+            dir.display().to_string(),
+            "--sql-addr".into(),
+            format!("127.0.0.1:{}", args.sql_port + index),
+            "--node-addr".into(),
+            format!("127.0.0.1:{}", args.sql_port + NODE_PORT_OFFSET + index),
+            "--memory-limit-mb".into(),
+            memory_mb.to_string(),
+        ];
+        if index > 0 {
+            node_args.extend(["--join".to_string(), first_node_addr.clone()]);
+        }
+        let mut node = NodeProcess { index, args: node_args, child: None };
+        spawn(&exe, &data_dir, &mut node)?;
+        nodes.push(node);
+    }
+
+    let deadline = Instant::now() + Duration::from_secs(STARTUP_TIMEOUT_SECONDS);
+    for index in 0..nodes.len() {
+        let port = args.sql_port + index as u16;
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if stop.load(Ordering::SeqCst) || Instant::now() > deadline || exited(&mut nodes[index]) {
+                stop_all(&mut nodes);
+                return Err(format!("node {index} did not start; see {}", log_path(&data_dir, index as u16).display()));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    println!("FoamDB is running: {} nodes, data in {}", args.nodes, data_dir.display());
+    println!();
+    println!("  Connect:  psql -h 127.0.0.1 -p {} -U foam foam", args.sql_port);
+    if args.nodes > 1 {
+        println!("  (every node accepts SQL: ports {}..={})", args.sql_port, args.sql_port + args.nodes - 1);
+    }
+    println!("  Logs:     {}/node-*/node.log", data_dir.display());
+    println!("  Stop:     Ctrl-C (data stays; run the same command to start again)");
+    println!();
+
+    let mut reported = vec![false; nodes.len()];
+    while !stop.load(Ordering::SeqCst) {
+        for (node, reported) in nodes.iter_mut().zip(reported.iter_mut()) {
+            if !*reported && exited(node) {
+                *reported = true;
+                eprintln!(
+                    "foam local: node {} stopped; restart it with:\n  {} {}",
+                    node.index,
+                    exe.display(),
+                    node.args.join(" ")
+                );
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    println!("Stopping FoamDB...");
+    stop_all(&mut nodes);
+    Ok(())
+}
+
+fn log_path(data_dir: &std::path::Path, index: u16) -> PathBuf {
+    data_dir.join(format!("node-{index}")).join("node.log")
+}
+
+fn spawn(exe: &std::path::Path, data_dir: &std::path::Path, node: &mut NodeProcess) -> Result<(), String> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log_path(data_dir, node.index))
+        .map_err(|e| format!("cannot open the log of node {}: {e}", node.index))?;
+    let log_err = log.try_clone().map_err(|e| e.to_string())?;
+    let child = Command::new(exe)
+        .args(&node.args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log))
+        .stderr(Stdio::from(log_err))
+        .spawn()
+        .map_err(|e| format!("cannot start node {}: {e}", node.index))?;
+    node.child = Some(child);
+    Ok(())
+}
+
+fn exited(node: &mut NodeProcess) -> bool {
+    match node.child.as_mut().map(|c| c.try_wait()) {
+        Some(Ok(Some(_))) | None => true,
+        _ => false,
+    }
+}
+
+fn stop_all(nodes: &mut [NodeProcess]) {
+    for node in nodes.iter_mut() {
+        if let Some(child) = &node.child {
+            // SIGTERM lets the node finish in-flight acknowledgements.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(STOP_GRACE_SECONDS);
+    for node in nodes.iter_mut() {
+        if let Some(child) = node.child.as_mut() {
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Splits a share of physical memory evenly over the local nodes.
+fn memory_per_node_mb(nodes: u16) -> usize {
+    let total_kb = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()))
+        })
+        .unwrap_or(8 * 1024 * 1024);
+    (total_kb * MEMORY_SHARE_PERCENT / 100 / 1024 / nodes.max(1) as u64) as usize
+}

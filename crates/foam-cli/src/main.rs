@@ -1,0 +1,84 @@
+//! The `foam` command: `foam start` runs one node; `foam local` runs a whole
+//! cluster of node processes on this machine.
+
+mod local;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use foam_node::{NodeConfig, run_node};
+
+#[derive(Parser)]
+#[command(name = "foam", version, about = "FoamDB: a scale-out, shared-nothing SQL database")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Default query memory per node before operators spill to disk.
+const NODE_MEMORY_LIMIT_MB_DEFAULT: usize = 4096;
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one node. Without --join it bootstraps a new cluster.
+    Start {
+        /// Where this node keeps its data (created if missing).
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// PostgreSQL protocol address, HOST:PORT.
+        #[arg(long)]
+        sql_addr: String,
+        /// Cluster-internal gRPC address, HOST:PORT.
+        #[arg(long)]
+        node_addr: String,
+        /// Node address of any cluster member, to join that cluster.
+        #[arg(long)]
+        join: Option<String>,
+        /// Query memory in MiB before operators spill to disk.
+        #[arg(long, default_value_t = NODE_MEMORY_LIMIT_MB_DEFAULT)]
+        memory_limit_mb: usize,
+    },
+    /// Run an N-node cluster on 127.0.0.1 as N processes; Ctrl-C stops it.
+    Local(local::LocalArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,datafusion=warn,h2=warn,tonic=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::Start { data_dir, sql_addr, node_addr, join, memory_limit_mb } => {
+            let config = NodeConfig { data_dir, sql_addr, node_addr, join, memory_limit_bytes: memory_limit_mb * 1024 * 1024 };
+            start(config)
+        }
+        Command::Local(args) => local::run(args),
+    };
+    if let Err(message) = result {
+        eprintln!("foam: {message}");
+        std::process::exit(1);
+    }
+}
+
+fn start(config: NodeConfig) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    runtime.block_on(async move {
+        let shutdown = async {
+            let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(signal) => signal,
+                Err(_) => return std::future::pending().await,
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = terminate.recv() => {}
+            }
+        };
+        run_node(config, shutdown).await.map_err(|e| format!("[{}] {e}", e.sqlstate()))
+    })?;
+    // Storage is consistent at every moment (WAL), so stopping is just exiting.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    Ok(())
+}

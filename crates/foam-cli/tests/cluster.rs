@@ -1,0 +1,379 @@
+//! Multi-node behaviour with real node processes on 127.0.0.1: data spread,
+//! durability across SIGKILL, all-or-nothing statements, DROP TABLE, restart of
+//! a whole `foam local` cluster, partition pruning to one node, and bad input.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::{Cluster, error_of, query_text, scalar, write_csv};
+
+const LOAD_ROWS: u64 = 1_000_000;
+
+async fn create_items(client: &tokio_postgres::Client) {
+    client
+        .batch_execute(
+            "CREATE TABLE items (id BIGINT NOT NULL, grp INT, name TEXT, amount DECIMAL(12,2)) DISTRIBUTED BY (id);
+             CREATE TABLE groups (g INT, label TEXT) DISTRIBUTED REPLICATED;
+             INSERT INTO groups VALUES (0, 'g0'), (1, 'g1'), (2, 'g2'), (3, 'g3'), (4, 'g4'), (5, 'g5'), (6, 'g6');",
+        )
+        .await
+        .expect("create tables");
+}
+
+/// Per group label: (rows, sum of amount in cents) of the rows `write_csv` writes.
+fn expected_groups(rows: u64) -> BTreeMap<String, (u64, u64)> {
+    let mut groups = BTreeMap::new();
+    for id in 1..=rows {
+        let entry = groups.entry(format!("g{}", id % 7)).or_insert((0, 0));
+        entry.0 += 1;
+        entry.1 += (id % 1000) * 100 + 25;
+    }
+    groups
+}
+
+async fn actual_groups(client: &tokio_postgres::Client) -> BTreeMap<String, (u64, u64)> {
+    let rows = query_text(
+        client,
+        "SELECT label, count(*), sum(amount) FROM items JOIN groups ON grp = g GROUP BY label ORDER BY label",
+    )
+    .await;
+    rows.into_iter()
+        .map(|row| {
+            let amount = row[2].clone().unwrap_or_default();
+            let (whole, cents) = amount.split_once('.').unwrap_or((&amount, "00"));
+            let cents = whole.parse::<u64>().unwrap() * 100 + cents.parse::<u64>().unwrap();
+            (row[0].clone().unwrap(), (row[1].clone().unwrap().parse().unwrap(), cents))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn million_rows_spread_evenly_join_correctly_and_survive_sigkill() {
+    let mut cluster = Cluster::start(3);
+    let client = cluster.client(0).await;
+    create_items(&client).await;
+    let csv = cluster.dir.path().join("items.csv");
+    write_csv(&csv, LOAD_ROWS, None);
+    let started = Instant::now();
+    let copied = client
+        .execute(&format!("COPY items FROM '{}' (FORMAT csv, HEADER true, DELIMITER '|')", csv.display()), &[])
+        .await
+        .expect("COPY");
+    println!("COPY of {LOAD_ROWS} rows took {:?}", started.elapsed());
+    assert_eq!(copied, LOAD_ROWS);
+    assert_eq!(scalar(&client, "SELECT count(*) FROM items").await, LOAD_ROWS.to_string());
+
+    // Spread: the largest node holds within 5% of the average.
+    let per_node = query_text(
+        &client,
+        "SELECT node_id, sum(row_count) FROM foam_partitions WHERE table_name = 'items' GROUP BY node_id",
+    )
+    .await;
+    assert_eq!(per_node.len(), 3, "every node owns partitions: {per_node:?}");
+    let counts: Vec<u64> = per_node.iter().map(|r| r[1].clone().unwrap().parse().unwrap()).collect();
+    assert_eq!(counts.iter().sum::<u64>(), LOAD_ROWS);
+    let average = LOAD_ROWS / 3;
+    let largest = *counts.iter().max().unwrap();
+    assert!(largest <= average * 105 / 100, "uneven spread: {counts:?}");
+
+    let expected = expected_groups(LOAD_ROWS);
+    assert_eq!(actual_groups(&client).await, expected);
+    // Any node answers the same.
+    let other = cluster.client(2).await;
+    assert_eq!(actual_groups(&other).await, expected);
+
+    cluster.kill(1);
+    cluster.restart(1);
+    let client = cluster.client(1).await;
+    assert_eq!(scalar(&client, "SELECT count(*) FROM items").await, LOAD_ROWS.to_string());
+    assert_eq!(actual_groups(&client).await, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_copy_names_line_and_column_and_changes_nothing() {
+    let cluster = Cluster::start(3);
+    let client = cluster.client(0).await;
+    create_items(&client).await;
+    let good = cluster.dir.path().join("good.csv");
+    write_csv(&good, 10_000, None);
+    client
+        .execute(&format!("COPY items FROM '{}' (FORMAT csv, HEADER true, DELIMITER '|')", good.display()), &[])
+        .await
+        .expect("good COPY");
+    let bad = cluster.dir.path().join("bad.csv");
+    write_csv(&bad, 10_000, Some(7_001));
+    let (code, message) =
+        error_of(&client, &format!("COPY items FROM '{}' (FORMAT csv, HEADER true, DELIMITER '|')", bad.display())).await;
+    assert_eq!(code, "22P04", "{message}");
+    assert!(message.contains("line 7001"), "{message}");
+    assert!(message.contains("column grp"), "{message}");
+    assert!(message.contains("not-a-number"), "{message}");
+    assert_eq!(scalar(&client, "SELECT count(*) FROM items").await, "10000");
+    assert_eq!(actual_groups(&client).await, expected_groups(10_000));
+}
+
+/// Kills a participant (and, in the second round, the coordinator) while a
+/// COPY is running: afterwards the table holds all of the file or none of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_copy_is_all_or_nothing() {
+    const ROWS: u64 = 600_000;
+    let mut cluster = Cluster::start(3);
+    let setup = cluster.client(0).await;
+    create_items(&setup).await;
+    let csv = cluster.dir.path().join("big.csv");
+    write_csv(&csv, ROWS, None);
+    let copy_sql = format!("COPY items FROM '{}' (FORMAT csv, HEADER true, DELIMITER '|')", csv.display());
+
+    let mut expected_total = 0u64;
+    for (round, victim, delay_ms) in [(0, 2usize, 700u64), (1, 0usize, 700u64)] {
+        println!("round {round}: SIGKILL node {victim} {delay_ms} ms into the COPY");
+        let client = cluster.client(0).await;
+        let sql = copy_sql.clone();
+        let copy = tokio::spawn(async move { client.execute(&sql, &[]).await });
+        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        cluster.kill(victim);
+        let outcome = copy.await.expect("copy task");
+        println!("round {round}: COPY returned {outcome:?}");
+        cluster.restart(victim);
+        if outcome.is_ok() {
+            expected_total += ROWS;
+        }
+        // In-doubt transactions settle within a few resolver rounds.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let client = cluster.client(1).await;
+        loop {
+            let count: u64 = scalar(&client, "SELECT count(*) FROM items").await.parse().unwrap();
+            if count == expected_total || count == expected_total + ROWS {
+                expected_total = count;
+                break;
+            }
+            assert!(Instant::now() < deadline, "round {round}: {count} rows is neither none nor all of the COPY");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        for node in 0..3 {
+            let client = cluster.client(node).await;
+            assert_eq!(scalar(&client, "SELECT count(*) FROM items").await, expected_total.to_string());
+        }
+    }
+    // The cluster still takes writes afterwards.
+    let client = cluster.client(2).await;
+    client.batch_execute("INSERT INTO items VALUES (0, 0, 'zero', 0)").await.expect("insert after recovery");
+    assert_eq!(scalar(&client, "SELECT count(*) FROM items").await, (expected_total + 1).to_string());
+}
+
+fn table_dirs(cluster: &Cluster, node: usize) -> Vec<String> {
+    std::fs::read_dir(cluster.nodes[node].data_dir.join("tables"))
+        .map(|entries| entries.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_table_is_gone_on_every_node_even_one_that_was_down() {
+    let mut cluster = Cluster::start(3);
+    let client = cluster.client(0).await;
+    client
+        .batch_execute(
+            "CREATE TABLE d1 (k INT, v TEXT) DISTRIBUTED BY (k);
+             INSERT INTO d1 SELECT CAST(value AS INT), 'v' FROM generate_series(1, 3000);
+             CREATE TABLE d2 (k INT) DISTRIBUTED BY (k);
+             INSERT INTO d2 SELECT CAST(value AS INT) FROM generate_series(1, 300);",
+        )
+        .await
+        .expect("setup");
+    for node in 0..3 {
+        assert_eq!(table_dirs(&cluster, node).len(), 2, "node {node} stores both tables");
+    }
+    client.batch_execute("DROP TABLE d1").await.expect("drop d1");
+    for node in 0..3 {
+        assert_eq!(table_dirs(&cluster, node).len(), 1, "node {node} deleted d1's files");
+    }
+    let (code, _) = error_of(&client, "SELECT * FROM d1").await;
+    assert_eq!(code, "42P01");
+
+    cluster.kill(2);
+    client.batch_execute("DROP TABLE d2").await.expect("drop d2 while node 2 is down");
+    cluster.restart(2);
+    assert!(table_dirs(&cluster, 2).is_empty(), "node 2 removed the table dropped while it was down");
+
+    client.batch_execute("CREATE TABLE d1 (k INT)").await.expect("recreate");
+    assert_eq!(scalar(&client, "SELECT count(*) FROM d1").await, "0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_filter_touches_only_the_owning_node() {
+    let cluster = Cluster::start(3);
+    let client = cluster.client(0).await;
+    client
+        .batch_execute(
+            "CREATE TABLE keyed (k BIGINT, v TEXT) DISTRIBUTED BY (k) PARTITIONS 12;
+             INSERT INTO keyed SELECT value, 'value ' || CAST(value AS TEXT) FROM generate_series(1, 2000);",
+        )
+        .await
+        .expect("setup");
+    async fn scans(client: &tokio_postgres::Client) -> Vec<u64> {
+        query_text(client, "SELECT partition_scans FROM foam_nodes ORDER BY node_id")
+            .await
+            .into_iter()
+            .map(|r| r[0].clone().unwrap().parse().unwrap())
+            .collect()
+    }
+    let before = scans(&client).await;
+    assert_eq!(scalar(&client, "SELECT v FROM keyed WHERE k = 42").await, "value 42");
+    let after = scans(&client).await;
+    let touched: Vec<usize> = (0..3).filter(|i| after[*i] != before[*i]).collect();
+    assert_eq!(touched.len(), 1, "a key lookup must touch one node: before {before:?} after {after:?}");
+    assert_eq!(after[touched[0]] - before[touched[0]], 1, "and one partition on it");
+
+    let plan = scalar(&client, "EXPLAIN SELECT v FROM keyed WHERE k = 42").await;
+    assert!(plan.matches("FoamScanExec").count() >= 1, "{plan}");
+
+    let before = scans(&client).await;
+    assert_eq!(scalar(&client, "SELECT count(*) FROM keyed").await, "2000");
+    let after = scans(&client).await;
+    let deltas: Vec<u64> = (0..3).map(|i| after[i] - before[i]).collect();
+    assert_eq!(deltas, vec![4, 4, 4], "a full scan reads each node's own 4 partitions");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extended_protocol_binds_parameters() {
+    let cluster = Cluster::start(2);
+    let client = cluster.client(1).await;
+    client.batch_execute("CREATE TABLE p (k INT, name TEXT, price DOUBLE PRECISION) DISTRIBUTED BY (k)").await.unwrap();
+    let insert = client.prepare("INSERT INTO p VALUES ($1, $2, $3)").await.expect("prepare insert");
+    for k in 0..20i32 {
+        let inserted = client.execute(&insert, &[&k, &format!("item {k}"), &(k as f64 * 1.5)]).await.expect("insert");
+        assert_eq!(inserted, 1);
+    }
+    let rows = client.query("SELECT name, price FROM p WHERE k = $1", &[&7i32]).await.expect("select");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].get::<_, String>(0), "item 7");
+    assert_eq!(rows[0].get::<_, f64>(1), 10.5);
+    let total: i64 = client.query_one("SELECT count(*) FROM p WHERE price > $1", &[&10.0f64]).await.unwrap().get(0);
+    assert_eq!(total, 13);
+    let error = client.query("SELECT * FROM nowhere WHERE k = $1", &[&1i32]).await.unwrap_err();
+    assert_eq!(error.as_db_error().unwrap().code().code(), "42P01");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_input_gets_errors_and_the_node_keeps_serving() {
+    use std::io::{Read, Write};
+    let cluster = Cluster::start(2);
+    let client = cluster.client(0).await;
+    client.batch_execute("CREATE TABLE g (k INT); INSERT INTO g VALUES (1), (2)").await.unwrap();
+    let seed = std::process::id() as u64;
+    println!("garbage seed {seed}");
+    let mut state = seed;
+    let mut garbage = vec![0u8; 4096];
+    for byte in garbage.iter_mut() {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        *byte = (state >> 33) as u8;
+    }
+    for port in [cluster.nodes[0].sql_port, cluster.nodes[0].node_port] {
+        let mut socket = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        socket.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let _ = socket.write_all(&garbage);
+        let mut reply = Vec::new();
+        let _ = socket.read_to_end(&mut reply);
+    }
+    // A well-formed Flight call with a garbage body gets a typed error back.
+    let rpc = foam_rpc::NodeClient::new(1, &format!("127.0.0.1:{}", cluster.nodes[0].node_port)).unwrap();
+    let reply = rpc_garbage(&rpc).await;
+    assert_eq!(reply.sqlstate(), "22023", "{reply}");
+    // The node still answers SQL.
+    let client = cluster.client(0).await;
+    assert_eq!(scalar(&client, "SELECT count(*) FROM g").await, "2");
+}
+
+async fn rpc_garbage(client: &foam_rpc::NodeClient) -> foam_common::FoamError {
+    client.call_raw(bytes::Bytes::from_static(b"\x05\x00\x00\x00{bad}")).await.expect_err("garbage must be refused")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statement_touching_a_dead_node_fails_cleanly() {
+    let mut cluster = Cluster::start(3);
+    let client = cluster.client(0).await;
+    client
+        .batch_execute(
+            "CREATE TABLE w (k INT, v INT) DISTRIBUTED BY (k);
+             INSERT INTO w SELECT CAST(value AS INT), 1 FROM generate_series(1, 300);",
+        )
+        .await
+        .unwrap();
+    cluster.kill(2);
+    let (code, message) = error_of(&client, "INSERT INTO w SELECT CAST(value AS INT), 2 FROM generate_series(1, 300)").await;
+    assert_eq!(code, "08006", "{message}");
+    assert!(message.contains("node 3"), "the error names the node: {message}");
+    let (code, message) = error_of(&client, "SELECT count(*) FROM w").await;
+    assert!(code == "08006" || code == "XX000", "{code} {message}");
+    cluster.restart(2);
+    let client = cluster.client(0).await;
+    assert_eq!(scalar(&client, "SELECT count(*), sum(v) FROM w").await, "300");
+    assert_eq!(query_text(&client, "SELECT sum(v) FROM w").await[0][0].as_deref(), Some("300"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whole_local_cluster_restarts_with_its_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let sql_port = loop {
+        // foam local uses sql_port..+nodes and +1000..: find a free block.
+        let port = common::free_port();
+        if port < 60_000 && (0..3).all(|i| port_free(port + i) && port_free(port + 1000 + i)) {
+            break port;
+        }
+    };
+    let start = || {
+        std::process::Command::new(common::foam_binary())
+            .args(["local", "--nodes", "3", "--sql-port", &sql_port.to_string(), "--data-dir"])
+            .arg(dir.path())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("foam local")
+    };
+    let mut local = start();
+    wait_for_port(sql_port + 2);
+    let url = format!("host=127.0.0.1 port={sql_port} user=foam dbname=foam");
+    let client = common::connect(&url).await;
+    client
+        .batch_execute("CREATE TABLE kept (k INT, v TEXT); INSERT INTO kept VALUES (1, 'one'), (2, 'two'), (3, 'three')")
+        .await
+        .unwrap();
+    drop(client);
+    unsafe { libc_kill(local.id() as i32, 15) };
+    let status = local.wait().unwrap();
+    assert!(status.success(), "foam local exits cleanly on SIGTERM: {status}");
+    for i in 0..3 {
+        assert!(port_free(sql_port + i), "node {i} stopped with foam local");
+    }
+    let mut local = start();
+    wait_for_port(sql_port + 2);
+    let client = common::connect(&format!("host=127.0.0.1 port={} user=foam dbname=foam", sql_port + 1)).await;
+    assert_eq!(
+        query_text(&client, "SELECT k, v FROM kept ORDER BY k").await,
+        vec![
+            vec![Some("1".into()), Some("one".into())],
+            vec![Some("2".into()), Some("two".into())],
+            vec![Some("3".into()), Some("three".into())]
+        ]
+    );
+    unsafe { libc_kill(local.id() as i32, 15) };
+    local.wait().unwrap();
+}
+
+unsafe extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, signal: i32) -> i32;
+}
+
+fn port_free(port: u16) -> bool {
+    std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+}
+
+fn wait_for_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "port {port} never opened");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

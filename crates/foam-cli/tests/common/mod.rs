@@ -1,0 +1,190 @@
+//! Test harness: a FoamDB cluster of real `foam start` processes on 127.0.0.1
+//! ports, with helpers to kill, restart and query its nodes.
+
+#![allow(dead_code)]
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a node may take to accept SQL connections after it is started.
+const NODE_START_TIMEOUT: Duration = Duration::from_secs(60);
+/// Query memory per test node; tests use little data.
+const TEST_NODE_MEMORY_MB: &str = "1024";
+
+pub struct Node {
+    pub sql_port: u16,
+    pub node_port: u16,
+    pub data_dir: PathBuf,
+    join: Option<String>,
+    child: Option<Child>,
+}
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub nodes: Vec<Node>,
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free local port")
+}
+
+pub fn foam_binary() -> &'static str {
+    env!("CARGO_BIN_EXE_foam")
+}
+
+impl Cluster {
+    /// Starts `count` nodes; node 0 bootstraps and the others join it.
+    pub fn start(count: usize) -> Cluster {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut cluster = Cluster { dir, nodes: Vec::new() };
+        let mut join = None;
+        for index in 0..count {
+            let node = Node {
+                sql_port: free_port(),
+                node_port: free_port(),
+                data_dir: cluster.dir.path().join(format!("node-{index}")),
+                join: join.clone(),
+                child: None,
+            };
+            if index == 0 {
+                join = Some(format!("127.0.0.1:{}", node.node_port));
+            }
+            cluster.nodes.push(node);
+            cluster.spawn(index);
+        }
+        for index in 0..count {
+            cluster.wait_ready(index);
+        }
+        cluster
+    }
+
+    fn spawn(&mut self, index: usize) {
+        let node = &mut self.nodes[index];
+        std::fs::create_dir_all(&node.data_dir).expect("node dir");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(node.data_dir.join("node.log")).expect("log");
+        let mut command = Command::new(foam_binary());
+        command
+            .args(["start", "--data-dir"])
+            .arg(&node.data_dir)
+            .args(["--sql-addr", &format!("127.0.0.1:{}", node.sql_port)])
+            .args(["--node-addr", &format!("127.0.0.1:{}", node.node_port)])
+            .args(["--memory-limit-mb", TEST_NODE_MEMORY_MB])
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone().expect("log")))
+            .stderr(Stdio::from(log));
+        if let Some(join) = &node.join {
+            command.args(["--join", join]);
+        }
+        node.child = Some(command.spawn().expect("start foam"));
+    }
+
+    pub fn wait_ready(&mut self, index: usize) {
+        let deadline = Instant::now() + NODE_START_TIMEOUT;
+        let port = self.nodes[index].sql_port;
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Some(child) = self.nodes[index].child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                panic!("node {index} exited with {status}; log:\n{}", self.log(index));
+            }
+            assert!(Instant::now() < deadline, "node {index} did not start; log:\n{}", self.log(index));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn log(&self, index: usize) -> String {
+        std::fs::read_to_string(self.nodes[index].data_dir.join("node.log")).unwrap_or_default()
+    }
+
+    /// SIGKILL: the node gets no chance to flush or say goodbye.
+    pub fn kill(&mut self, index: usize) {
+        if let Some(mut child) = self.nodes[index].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn restart(&mut self, index: usize) {
+        self.kill(index);
+        self.spawn(index);
+        self.wait_ready(index);
+    }
+
+    pub fn url(&self, index: usize) -> String {
+        format!("host=127.0.0.1 port={} user=foam dbname=foam", self.nodes[index].sql_port)
+    }
+
+    pub async fn client(&self, index: usize) -> tokio_postgres::Client {
+        connect(&self.url(index)).await
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for index in 0..self.nodes.len() {
+            self.kill(index);
+        }
+    }
+}
+
+pub async fn connect(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect to FoamDB");
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+}
+
+/// Runs a query over the simple protocol and returns its rows as text.
+pub async fn query_text(client: &tokio_postgres::Client, sql: &str) -> Vec<Vec<Option<String>>> {
+    try_query_text(client, sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+pub async fn try_query_text(client: &tokio_postgres::Client, sql: &str) -> Result<Vec<Vec<Option<String>>>, tokio_postgres::Error> {
+    let messages = client.simple_query(sql).await?;
+    Ok(messages
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => {
+                Some((0..row.len()).map(|i| row.get(i).map(|s| s.to_string())).collect())
+            }
+            _ => None,
+        })
+        .collect())
+}
+
+/// The single value of a one-row, one-column query.
+pub async fn scalar(client: &tokio_postgres::Client, sql: &str) -> String {
+    let rows = query_text(client, sql).await;
+    assert_eq!(rows.len(), 1, "{sql} returned {rows:?}");
+    rows[0][0].clone().unwrap_or_else(|| "NULL".into())
+}
+
+/// SQLSTATE and message of a failing statement.
+pub async fn error_of(client: &tokio_postgres::Client, sql: &str) -> (String, String) {
+    match client.simple_query(sql).await {
+        Ok(_) => panic!("{sql} should have failed"),
+        Err(error) => {
+            let db = error.as_db_error().unwrap_or_else(|| panic!("{sql}: not a database error: {error}"));
+            (db.code().code().to_string(), db.message().to_string())
+        }
+    }
+}
+
+/// Writes a CSV file of `rows` rows `id|group|name|amount` with a header line.
+pub fn write_csv(path: &Path, rows: u64, bad_line: Option<u64>) {
+    use std::io::Write;
+    let mut file = std::io::BufWriter::new(std::fs::File::create(path).expect("csv file"));
+    writeln!(file, "id|grp|name|amount").unwrap();
+    for id in 1..=rows {
+        // Line numbers count the header as line 1, so row `id` is on line id + 1.
+        if bad_line == Some(id + 1) {
+            writeln!(file, "{id}|not-a-number|name-{id}|{}.25", id % 1000).unwrap();
+        } else {
+            writeln!(file, "{id}|{}|name-{id}|{}.25", id % 7, id % 1000).unwrap();
+        }
+    }
+}

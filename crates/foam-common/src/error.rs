@@ -1,0 +1,302 @@
+//! The one error type of FoamDB's service boundaries. Every variant names the
+//! problem in its message and maps to a PostgreSQL SQLSTATE, so a client sees
+//! `42P01 relation "x" does not exist` rather than a Rust debug string. Errors
+//! from a remote node travel as `(sqlstate, message)` and are rebuilt as
+//! [`FoamError::Remote`], keeping their code and text across the network.
+
+use datafusion::error::DataFusionError;
+
+pub type FoamResult<T> = Result<T, FoamError>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FoamError {
+    #[error("syntax error: {message}")]
+    Syntax { message: String },
+
+    #[error("relation \"{name}\" does not exist")]
+    UndefinedTable { name: String },
+
+    #[error("relation \"{name}\" already exists")]
+    DuplicateTable { name: String },
+
+    #[error("column \"{column}\" does not exist in \"{table}\"")]
+    UndefinedColumn { table: String, column: String },
+
+    #[error("invalid table definition: {message}")]
+    InvalidTableDefinition { message: String },
+
+    #[error("{feature} is not supported")]
+    FeatureNotSupported { feature: String },
+
+    #[error("invalid parameter: {message}")]
+    InvalidParameter { message: String },
+
+    /// A data file given to COPY could not be parsed. `line` is 1-based and
+    /// counts the header line, like an editor's line numbers.
+    #[error("COPY {table}{}{}: {message}", line_part(*line), column.as_ref().map(|c| format!(", column {c}")).unwrap_or_default())]
+    CopyData { table: String, line: u64, column: Option<String>, message: String },
+
+    #[error("could not read file \"{path}\": {message}")]
+    FileAccess { path: String, message: String },
+
+    #[error("invalid input value: {message}")]
+    DataException { message: String },
+
+    #[error("node {node_id} at {addr} is unreachable: {message}")]
+    NodeUnavailable { node_id: u32, addr: String, message: String },
+
+    #[error("the cluster catalog is not available: {message}")]
+    CatalogUnavailable { message: String },
+
+    #[error("transaction aborted: {message}")]
+    TransactionAborted { message: String },
+
+    #[error("I/O error on {path}: {source}")]
+    Io { path: String, #[source] source: std::io::Error },
+
+    #[error("data corrupted in {path}: {message}")]
+    Corrupted { path: String, message: String },
+
+    #[error("{message}")]
+    Query { message: String, sqlstate: &'static str },
+
+    /// An error raised on another node, carried with its original code and text.
+    #[error("{message}")]
+    Remote { sqlstate: String, message: String },
+
+    /// A bug in FoamDB: an invariant of our own code did not hold.
+    #[error("internal error: {message}")]
+    Internal { message: String },
+}
+
+fn line_part(line: u64) -> String {
+    if line == 0 { String::new() } else { format!(", line {line}") }
+}
+
+impl FoamError {
+    /// The PostgreSQL SQLSTATE a client sees for this error.
+    pub fn sqlstate(&self) -> &str {
+        match self {
+            FoamError::Syntax { .. } => "42601",
+            FoamError::UndefinedTable { .. } => "42P01",
+            FoamError::DuplicateTable { .. } => "42P07",
+            FoamError::UndefinedColumn { .. } => "42703",
+            FoamError::InvalidTableDefinition { .. } => "42P16",
+            FoamError::FeatureNotSupported { .. } => "0A000",
+            FoamError::InvalidParameter { .. } => "22023",
+            FoamError::CopyData { .. } => "22P04",
+            FoamError::FileAccess { .. } => "58P01",
+            FoamError::DataException { .. } => "22000",
+            FoamError::NodeUnavailable { .. } => "08006",
+            FoamError::CatalogUnavailable { .. } => "57P03",
+            FoamError::TransactionAborted { .. } => "40000",
+            FoamError::Io { .. } => "58030",
+            FoamError::Corrupted { .. } => "XX001",
+            FoamError::Query { sqlstate, .. } => sqlstate,
+            FoamError::Remote { sqlstate, .. } => sqlstate,
+            FoamError::Internal { .. } => "XX000",
+        }
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        FoamError::Internal { message: message.into() }
+    }
+
+    pub fn io(path: impl AsRef<std::path::Path>, source: std::io::Error) -> Self {
+        FoamError::Io { path: path.as_ref().display().to_string(), source }
+    }
+
+    /// Packs this error for the wire as `SQLSTATE|message`.
+    pub fn to_wire(&self) -> String {
+        format!("{}|{}", self.sqlstate(), self)
+    }
+
+    /// Rebuilds an error packed by [`FoamError::to_wire`]; text from a peer that
+    /// does not follow the format is kept whole as an internal error.
+    pub fn from_wire(text: &str) -> Self {
+        match text.split_once('|') {
+            Some((code, message)) if code.len() == 5 && code.chars().all(|c| c.is_ascii_alphanumeric()) => {
+                FoamError::Remote { sqlstate: code.to_string(), message: message.to_string() }
+            }
+            _ => FoamError::internal(text.to_string()),
+        }
+    }
+}
+
+/// Marker prefix that carries a [`FoamError`] through DataFusion's error type
+/// (for example out of a `DataSink` or a remote scan) without losing its code.
+const WRAPPED_PREFIX: &str = "foam-error:";
+
+impl From<FoamError> for DataFusionError {
+    fn from(error: FoamError) -> Self {
+        DataFusionError::External(Box::new(WrappedFoamError(error.to_wire())))
+    }
+}
+
+#[derive(Debug)]
+struct WrappedFoamError(String);
+
+impl std::fmt::Display for WrappedFoamError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{WRAPPED_PREFIX}{}", self.0)
+    }
+}
+
+impl std::error::Error for WrappedFoamError {}
+
+impl From<DataFusionError> for FoamError {
+    fn from(error: DataFusionError) -> Self {
+        classify_datafusion_error(error)
+    }
+}
+
+impl From<std::io::Error> for FoamError {
+    fn from(source: std::io::Error) -> Self {
+        FoamError::Io { path: String::from("(unnamed)"), source }
+    }
+}
+
+/// Maps a DataFusion error (possibly wrapping a FoamError, possibly relayed from
+/// a remote worker as text) to the SQLSTATE a PostgreSQL user would expect.
+pub fn classify_datafusion_error(error: DataFusionError) -> FoamError {
+    let error = error.find_root().clone_or_string();
+    let text = error.to_string();
+    if let Some(index) = text.find(WRAPPED_PREFIX) {
+        return FoamError::from_wire(&text[index + WRAPPED_PREFIX.len()..]);
+    }
+    let message = strip_datafusion_prefixes(&text);
+    let sqlstate = match &error {
+        DataFusionError::SQL(..) => "42601",
+        DataFusionError::SchemaError(..) => {
+            if message.contains("No field named") { "42703" } else { "42P10" }
+        }
+        DataFusionError::NotImplemented(_) => "0A000",
+        DataFusionError::ResourcesExhausted(_) => "53200",
+        DataFusionError::ArrowError(..) => arrow_sqlstate(&message),
+        DataFusionError::Plan(_) => plan_sqlstate(&message),
+        DataFusionError::Execution(_) => execution_sqlstate(&message),
+        DataFusionError::Internal(_) => "XX000",
+        _ => execution_sqlstate(&message),
+    };
+    FoamError::Query { message, sqlstate }
+}
+
+fn plan_sqlstate(message: &str) -> &'static str {
+    if message.contains("table") && message.contains("not found") {
+        "42P01"
+    } else if message.contains("No field named") {
+        "42703"
+    } else if message.contains("No function matches") || message.contains("Invalid function") {
+        "42883"
+    } else if message.contains("Cannot") && message.contains("cast") {
+        "42846"
+    } else {
+        "42000"
+    }
+}
+
+fn execution_sqlstate(message: &str) -> &'static str {
+    if message.contains("Divide by zero") || message.contains("divide by zero") {
+        "22012"
+    } else if message.contains("Cast error") || message.contains("Cannot cast") || message.contains("parse") {
+        "22P02"
+    } else if message.contains("overflow") {
+        "22003"
+    } else {
+        "XX000"
+    }
+}
+
+fn arrow_sqlstate(message: &str) -> &'static str {
+    if message.contains("Divide by zero") {
+        "22012"
+    } else if message.contains("overflow") {
+        "22003"
+    } else {
+        "22P02"
+    }
+}
+
+/// DataFusion prefixes messages with layers such as "Error during planning: ";
+/// a SQL user needs only the innermost sentence.
+fn strip_datafusion_prefixes(text: &str) -> String {
+    const PREFIXES: &[&str] = &[
+        "External error: ",
+        "Error during planning: ",
+        "Execution error: ",
+        "Arrow error: ",
+        "Schema error: ",
+        "SQL error: ",
+        "This feature is not implemented: ",
+        "Invalid argument error: ",
+        "Parser error: ",
+        "Cast error: ",
+        "Optimizer rule '",
+    ];
+    let mut rest = text.trim();
+    loop {
+        let before = rest;
+        for prefix in PREFIXES {
+            if let Some(stripped) = rest.strip_prefix(prefix) {
+                rest = stripped;
+            }
+        }
+        if rest == before {
+            break;
+        }
+    }
+    rest.to_string()
+}
+
+trait CloneOrString {
+    fn clone_or_string(&self) -> DataFusionError;
+}
+
+impl CloneOrString for DataFusionError {
+    /// `find_root` borrows; rebuild an owned error that keeps the variant that
+    /// matters for classification and the full message.
+    fn clone_or_string(&self) -> DataFusionError {
+        let message = self.to_string();
+        match self {
+            DataFusionError::Plan(_) => DataFusionError::Plan(message),
+            DataFusionError::NotImplemented(_) => DataFusionError::NotImplemented(message),
+            DataFusionError::ResourcesExhausted(_) => DataFusionError::ResourcesExhausted(message),
+            DataFusionError::Internal(_) => DataFusionError::Internal(message),
+            DataFusionError::SQL(..) => DataFusionError::Plan(format!("SQL error: {message}")),
+            _ => DataFusionError::Execution(message),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_round_trip_keeps_code_and_text() {
+        let original = FoamError::CopyData {
+            table: "t".into(),
+            line: 7001,
+            column: Some("b".into()),
+            message: "cannot parse \"x\" as INT".into(),
+        };
+        let rebuilt = FoamError::from_wire(&original.to_wire());
+        assert_eq!(rebuilt.sqlstate(), "22P04");
+        assert_eq!(rebuilt.to_string(), original.to_string());
+        assert!(rebuilt.to_string().contains("line 7001, column b"));
+    }
+
+    #[test]
+    fn foam_error_survives_a_trip_through_datafusion() {
+        let original = FoamError::UndefinedTable { name: "missing".into() };
+        let through: DataFusionError = original.into();
+        let back = FoamError::from(DataFusionError::Context("scan".into(), Box::new(through)));
+        assert_eq!(back.sqlstate(), "42P01");
+        assert_eq!(back.to_string(), "relation \"missing\" does not exist");
+    }
+
+    #[test]
+    fn malformed_wire_text_is_internal() {
+        assert_eq!(FoamError::from_wire("no code here").sqlstate(), "XX000");
+    }
+}

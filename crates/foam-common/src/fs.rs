@@ -1,0 +1,58 @@
+//! Durable file primitives shared by the catalog store and the storage engine.
+//! A file replaced with [`write_atomic`] is either entirely old or entirely new
+//! after a crash, never torn.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+
+use crate::error::{FoamError, FoamResult};
+
+/// Writes `bytes` to `path` via a temporary file, fsync and rename, then fsyncs
+/// the directory so the rename itself survives a power loss.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> FoamResult<()> {
+    let temporary = path.with_extension("tmp");
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&temporary)
+        .map_err(|e| FoamError::io(&temporary, e))?;
+    file.write_all(bytes).map_err(|e| FoamError::io(&temporary, e))?;
+    file.sync_all().map_err(|e| FoamError::io(&temporary, e))?;
+    std::fs::rename(&temporary, path).map_err(|e| FoamError::io(path, e))?;
+    sync_parent_dir(path)
+}
+
+/// Fsyncs the directory holding `path`, making a create, rename or delete in it durable.
+pub fn sync_parent_dir(path: &Path) -> FoamResult<()> {
+    if let Some(parent) = path.parent() {
+        sync_dir(parent)?;
+    }
+    Ok(())
+}
+
+pub fn sync_dir(dir: &Path) -> FoamResult<()> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| FoamError::io(dir, e))
+}
+
+pub fn create_dir_all(dir: &Path) -> FoamResult<()> {
+    std::fs::create_dir_all(dir).map_err(|e| FoamError::io(dir, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replaces_whole_file() {
+        let dir = std::env::temp_dir().join(format!("foam-fs-test-{}", std::process::id()));
+        create_dir_all(&dir).unwrap();
+        let path = dir.join("x.json");
+        write_atomic(&path, b"first version").unwrap();
+        write_atomic(&path, b"second").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"second");
+        assert!(!path.with_extension("tmp").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

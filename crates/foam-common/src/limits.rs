@@ -1,0 +1,62 @@
+//! Every limit FoamDB enforces, in one place, with the reason for its value.
+//! Relationships between limits are checked at compile time.
+
+/// Hash partitions per node when `CREATE TABLE` gives no `PARTITIONS n`. A multiple
+/// of the node count keeps every node's share equal, and more than one partition
+/// per node lets a node scan its share on several cores.
+pub const PARTITIONS_PER_NODE_DEFAULT: u32 = 4;
+
+/// The most partitions one table may have; each partition is a directory, a
+/// manifest and at least one scan task, so the cost of a scan grows with it.
+pub const PARTITIONS_PER_TABLE_MAX: u32 = 4096;
+
+/// Rows per Arrow batch read from CSV during COPY and produced by scans.
+pub const BATCH_ROWS: usize = 8192;
+
+/// Rows a coordinator buffers for one partition before it ships them to the
+/// owner node; large messages amortize per-message network and fsync cost.
+pub const WRITE_SHIP_ROWS: usize = 65_536;
+
+/// Bytes of one partition's rows in one transaction kept in memory (and written
+/// inline into the WAL at prepare). Beyond this the participant streams them into
+/// a staged Parquet segment instead, so a large COPY is written once, not twice.
+pub const STAGE_INLINE_BYTES_MAX: usize = 4 * 1024 * 1024;
+
+/// Rows a partition's memtable (committed WAL rows not yet in a segment) may hold
+/// before it is flushed to a Parquet segment.
+pub const MEMTABLE_FLUSH_ROWS: usize = 131_072;
+
+/// WAL bytes after which the node checkpoints: flushes every memtable and starts
+/// a fresh WAL file, so restart replay time stays bounded.
+pub const WAL_CHECKPOINT_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Largest single gRPC message between nodes (Flight frames carry one batch each).
+pub const RPC_MESSAGE_BYTES_MAX: usize = 256 * 1024 * 1024;
+
+/// Batches in flight on one coordinator→participant write stream. Bounded so a
+/// slow node applies back-pressure instead of growing the coordinator's memory.
+pub const WRITE_STREAM_BATCHES_IN_FLIGHT: usize = 8;
+
+/// How long a participant keeps an unprepared transaction with no activity
+/// before it assumes the coordinator is gone and discards it.
+pub const TXN_IDLE_TIMEOUT_MS: u64 = 120_000;
+
+/// How often a participant asks coordinators about prepared transactions whose
+/// outcome it does not know (after its own restart or a coordinator crash).
+pub const IN_DOUBT_RESOLVE_INTERVAL_MS: u64 = 1_000;
+
+/// How long a node keeps retrying to reach the bootstrap node when it starts,
+/// so a whole cluster can be started in any order.
+pub const JOIN_RETRY_FOR_MS: u64 = 60_000;
+
+/// Timeout for connecting to a peer; an unreachable node fails fast with a clear
+/// error instead of hanging the statement.
+pub const PEER_CONNECT_TIMEOUT_MS: u64 = 3_000;
+
+/// Longest accepted identifier (table, column, view names), as in PostgreSQL.
+pub const IDENTIFIER_BYTES_MAX: usize = 63;
+
+const _: () = assert!(BATCH_ROWS <= WRITE_SHIP_ROWS);
+const _: () = assert!(WRITE_SHIP_ROWS <= MEMTABLE_FLUSH_ROWS);
+const _: () = assert!(STAGE_INLINE_BYTES_MAX < RPC_MESSAGE_BYTES_MAX);
+const _: () = assert!(PARTITIONS_PER_NODE_DEFAULT >= 1);

@@ -1,0 +1,72 @@
+//! Answers other nodes' RPC requests with this node's storage, catalog and
+//! transaction decisions.
+
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use bytes::Bytes;
+use foam_common::{FoamError, FoamResult};
+use foam_query::NodeContext;
+use foam_rpc::server::BatchStream;
+use foam_rpc::{NodeHandler, NodeRequest, NodeResponse, ScanRequest};
+
+pub struct FoamNodeHandler {
+    pub node: Arc<NodeContext>,
+}
+
+#[async_trait]
+impl NodeHandler for FoamNodeHandler {
+    async fn handle(&self, request: NodeRequest, payload: Bytes) -> FoamResult<(NodeResponse, Bytes)> {
+        let node = &self.node;
+        let response = match request {
+            NodeRequest::Ping => NodeResponse::Pong {
+                node_id: node.node_id,
+                partition_scans: node.partition_scans.load(std::sync::atomic::Ordering::Relaxed),
+            },
+            NodeRequest::CatalogGet { known_version } => {
+                let catalog = node.catalog.refresh().await?;
+                let changed = known_version != Some(catalog.version);
+                NodeResponse::Catalog { catalog: changed.then(|| catalog.as_ref().clone()) }
+            }
+            NodeRequest::CatalogApply { command } => {
+                let (catalog, outcome) = node.catalog.apply(command).await?;
+                NodeResponse::Applied { catalog: catalog.as_ref().clone(), outcome }
+            }
+            request @ (NodeRequest::Stage { .. } | NodeRequest::Prepare { .. } | NodeRequest::Commit { .. } | NodeRequest::Abort { .. }) => {
+                foam_query::write::handle_participant_request(node, request, payload).await?
+            }
+            NodeRequest::TxnOutcome { txn } => NodeResponse::Outcome { outcome: node.decisions.outcome(txn) },
+            NodeRequest::PartitionStats { table_id, partitions } => NodeResponse::Stats {
+                stats: partitions.into_iter().map(|p| (p, node.storage.stats(table_id, p))).collect(),
+            },
+            NodeRequest::DropTableData { table_id } => {
+                let storage = node.storage.clone();
+                tokio::task::spawn_blocking(move || storage.drop_table(table_id))
+                    .await
+                    .map_err(|e| FoamError::internal(e.to_string()))??;
+                NodeResponse::Ok
+            }
+        };
+        Ok((response, Bytes::new()))
+    }
+
+    async fn scan(&self, request: ScanRequest) -> FoamResult<(SchemaRef, BatchStream)> {
+        let mut catalog = self.node.catalog.current();
+        if catalog.table_by_id(request.table_id).is_none() {
+            catalog = self.node.catalog.refresh().await?;
+        }
+        let table = catalog.table_by_id(request.table_id).ok_or_else(|| FoamError::UndefinedTable {
+            name: format!("with id {}", request.table_id),
+        })?;
+        let schema = table.arrow_schema();
+        let schema = match &request.projection {
+            Some(indices) => Arc::new(schema.project(indices).map_err(|e| FoamError::InvalidParameter {
+                message: format!("bad scan projection: {e}"),
+            })?),
+            None => schema,
+        };
+        let stream = foam_query::scan_exec::read_local_partition(&self.node, request.table_id, request.partition, request.projection);
+        Ok((schema, stream))
+    }
+}

@@ -1,0 +1,17 @@
+//! One FoamDB node process: opens its storage, finds its place in the cluster
+//! (bootstrapping a new one or joining through another node), and serves
+//!
+//! ```text
+//!   sql-addr  ── PostgreSQL protocol ─▶ foam-pgwire ─▶ foam-query sessions
+//!   node-addr ── gRPC ─┬─ Arrow Flight: FoamDB RPC (catalog, 2PC, remote scans)
+//!                      └─ datafusion-distributed worker (query stage fragments)
+//! ```
+//! Every node can coordinate queries; the bootstrap node also holds the
+//! authoritative catalog (until the catalog is replicated).
+
+mod catalog;
+mod handler;
+mod identity;
+mod runtime;
+
+pub use runtime::{NodeConfig, run_node};

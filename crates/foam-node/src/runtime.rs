@@ -1,0 +1,202 @@
+//! Starting and running a node: the order of start-up matters — storage is
+//! replayed before the node answers anyone, and the node knows its id and the
+//! catalog before it serves SQL.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use datafusion::execution::memory_pool::FairSpillPool;
+use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
+use foam_catalog::model::CommandOutcome;
+use foam_catalog::{Catalog, CatalogCommand, CatalogStore};
+use foam_common::limits::{IN_DOUBT_RESOLVE_INTERVAL_MS, JOIN_RETRY_FOR_MS};
+use foam_common::{FoamError, FoamResult, NodeId};
+use foam_query::{CatalogService, NodeContext};
+use foam_rpc::{NodeClient, NodeClients, NodeRequest, NodeResponse};
+use foam_storage::{DecisionLog, StorageEngine, TxnOutcome};
+use tokio::net::TcpListener;
+
+use crate::catalog::{CatalogAuthority, CatalogCache};
+use crate::handler::FoamNodeHandler;
+use crate::identity::{self, Identity};
+
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub data_dir: PathBuf,
+    pub sql_addr: String,
+    pub node_addr: String,
+    /// Node address of a cluster member to join through; `None` bootstraps.
+    pub join: Option<String>,
+    /// Memory the query engine may use before it spills to disk.
+    pub memory_limit_bytes: usize,
+}
+
+/// Runs a node until `shutdown` resolves or serving fails.
+pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> FoamResult<()> {
+    foam_common::fs::create_dir_all(&config.data_dir)?;
+    // Bind both ports first: a port in use is the most common start-up error.
+    let sql_listener = bind(&config.sql_addr, "sql-addr").await?;
+    let node_listener = bind(&config.node_addr, "node-addr").await?;
+
+    let storage_dir = config.data_dir.clone();
+    let storage = tokio::task::spawn_blocking(move || StorageEngine::open(&storage_dir))
+        .await
+        .map_err(|e| FoamError::internal(e.to_string()))??;
+    let storage = Arc::new(storage);
+    let decisions = Arc::new(DecisionLog::open(&config.data_dir)?);
+    let clients = Arc::new(NodeClients::default());
+
+    let previous = identity::load(&config.data_dir)?;
+    let join_addr = config.join.clone().or_else(|| previous.as_ref().and_then(|p| p.join_addr.clone()));
+    let register = CatalogCommand::RegisterNode {
+        id: previous.as_ref().map(|p| p.node_id),
+        node_addr: config.node_addr.clone(),
+        sql_addr: config.sql_addr.clone(),
+    };
+    let (node_id, catalog): (NodeId, Arc<dyn CatalogService>) = match &join_addr {
+        None => {
+            let store = CatalogStore::new(&config.data_dir);
+            let stored = store.load()?.unwrap_or_default();
+            let authority = CatalogAuthority::new(store, stored);
+            let (_, outcome) = authority.apply(register).await?;
+            (registered_id(outcome)?, Arc::new(authority))
+        }
+        Some(addr) => {
+            let client = NodeClient::new(0, addr)?;
+            let (catalog, outcome) = join(&client, register).await?;
+            (registered_id(outcome)?, Arc::new(CatalogCache::new(client, catalog)))
+        }
+    };
+    identity::save(&config.data_dir, &Identity { node_id, join_addr: join_addr.clone() })?;
+    remove_dropped_tables(&storage, &catalog.current())?;
+
+    let node = Arc::new(NodeContext { node_id, storage, decisions, clients, catalog, partition_scans: Default::default() });
+    let runtime = query_runtime(&config)?;
+
+    let handler = Arc::new(FoamNodeHandler { node: node.clone() });
+    let worker = foam_query::distributed::worker(node.clone(), runtime.clone());
+    let grpc = tonic::transport::Server::builder()
+        .add_service(foam_rpc::node_flight_server(handler))
+        .add_service(worker.into_worker_server())
+        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(node_listener));
+    let grpc = tokio::spawn(grpc);
+    let sql = tokio::spawn(foam_pgwire::serve(sql_listener, node.clone(), runtime));
+    let resolver = tokio::spawn(resolve_in_doubt(node.clone()));
+
+    tracing::info!(node_id, sql_addr = %config.sql_addr, node_addr = %config.node_addr, "node ready");
+    println!("FoamDB node {node_id} ready: SQL on {}, cluster traffic on {}", config.sql_addr, config.node_addr);
+
+    let outcome = tokio::select! {
+        _ = shutdown => Ok(()),
+        result = grpc => match result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(FoamError::internal(format!("cluster endpoint failed: {error}"))),
+            Err(error) => Err(FoamError::internal(error.to_string())),
+        },
+        result = sql => Err(FoamError::internal(format!("SQL endpoint stopped: {result:?}"))),
+    };
+    resolver.abort();
+    tracing::info!(node_id, "node stopping");
+    outcome
+}
+
+async fn bind(addr: &str, what: &str) -> FoamResult<TcpListener> {
+    let socket: SocketAddr = addr
+        .parse()
+        .map_err(|e| FoamError::InvalidParameter { message: format!("--{what} {addr} is not HOST:PORT: {e}") })?;
+    TcpListener::bind(socket)
+        .await
+        .map_err(|e| FoamError::InvalidParameter { message: format!("cannot listen on --{what} {addr}: {e}") })
+}
+
+fn registered_id(outcome: CommandOutcome) -> FoamResult<NodeId> {
+    match outcome {
+        CommandOutcome::NodeRegistered { id } => Ok(id),
+        other => Err(FoamError::internal(format!("node registration answered {other:?}"))),
+    }
+}
+
+/// Registers with the cluster through `client`, retrying while it is not up yet.
+async fn join(client: &NodeClient, register: CatalogCommand) -> FoamResult<(Catalog, CommandOutcome)> {
+    let deadline = Instant::now() + Duration::from_millis(JOIN_RETRY_FOR_MS);
+    loop {
+        match client.call(&NodeRequest::CatalogApply { command: register.clone() }, &[]).await {
+            Ok((NodeResponse::Applied { catalog, outcome }, _)) => return Ok((catalog, outcome)),
+            Ok((other, _)) => return Err(FoamError::internal(format!("unexpected join reply {other:?}"))),
+            Err(FoamError::NodeUnavailable { message, .. }) if Instant::now() < deadline => {
+                tracing::info!(addr = client.addr(), %message, "waiting for the cluster to answer");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(error) => {
+                return Err(FoamError::CatalogUnavailable {
+                    message: format!("could not join the cluster through {}: {error}", client.addr()),
+                });
+            }
+        }
+    }
+}
+
+/// Deletes data of tables dropped while this node was down.
+fn remove_dropped_tables(storage: &StorageEngine, catalog: &Catalog) -> FoamResult<()> {
+    for table_id in storage.table_ids() {
+        if table_id < catalog.next_table_id && catalog.table_by_id(table_id).is_none() {
+            tracing::info!(table_id, "removing data of a dropped table");
+            storage.drop_table(table_id)?;
+        }
+    }
+    Ok(())
+}
+
+fn query_runtime(config: &NodeConfig) -> FoamResult<Arc<RuntimeEnv>> {
+    let spill_dir = config.data_dir.join("spill");
+    let _ = std::fs::remove_dir_all(&spill_dir);
+    foam_common::fs::create_dir_all(&spill_dir)?;
+    RuntimeEnvBuilder::new()
+        .with_memory_pool(Arc::new(FairSpillPool::new(config.memory_limit_bytes)))
+        .with_temp_file_path(spill_dir)
+        .build_arc()
+        .map_err(FoamError::from)
+}
+
+/// Settles prepared transactions whose outcome this node missed (it crashed,
+/// or the coordinator did), and drops staged rows of coordinators gone silent.
+async fn resolve_in_doubt(node: Arc<NodeContext>) {
+    let mut interval = tokio::time::interval(Duration::from_millis(IN_DOUBT_RESOLVE_INTERVAL_MS));
+    loop {
+        interval.tick().await;
+        for (txn, coordinator) in node.storage.in_doubt() {
+            let outcome = if coordinator == node.node_id {
+                Ok(node.decisions.outcome(txn))
+            } else {
+                match node.client_for(coordinator) {
+                    Ok(client) => match client.call(&NodeRequest::TxnOutcome { txn }, &[]).await {
+                        Ok((NodeResponse::Outcome { outcome }, _)) => Ok(outcome),
+                        Ok((other, _)) => Err(FoamError::internal(format!("unexpected reply {other:?}"))),
+                        Err(error) => Err(error),
+                    },
+                    Err(error) => Err(error),
+                }
+            };
+            let storage = node.storage.clone();
+            let result = match outcome {
+                Ok(TxnOutcome::Committed) => tokio::task::spawn_blocking(move || storage.commit(txn)).await,
+                Ok(TxnOutcome::Aborted) => tokio::task::spawn_blocking(move || storage.abort(txn)).await,
+                Ok(TxnOutcome::Pending) | Err(_) => continue,
+            };
+            match result {
+                Ok(Ok(())) => tracing::info!(txn = %format!("{txn:032x}"), ?outcome, "resolved an in-doubt transaction"),
+                Ok(Err(error)) => tracing::warn!(%error, "resolving an in-doubt transaction failed"),
+                Err(error) => tracing::warn!(%error, "resolver task failed"),
+            }
+        }
+        let storage = node.storage.clone();
+        if let Ok(Ok(expired)) = tokio::task::spawn_blocking(move || storage.expire_idle_staging()).await
+            && expired > 0
+        {
+            tracing::info!(expired, "discarded staged rows of transactions whose coordinator went silent");
+        }
+    }
+}

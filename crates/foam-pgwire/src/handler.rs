@@ -1,0 +1,310 @@
+//! pgwire handlers over a `FoamSession`.
+
+use std::fmt::Debug;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch, into_pg_type};
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::DataType;
+use datafusion::execution::runtime_env::RuntimeEnv;
+use foam_common::FoamError;
+use foam_query::session::{CopyInTarget, PreparedStatement};
+use foam_query::{FoamSession, NodeContext, StatementOutput};
+use futures::{Sink, SinkExt, StreamExt};
+use pgwire::api::auth::noop::NoopStartupHandler;
+use pgwire::api::copy::CopyHandler;
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::results::{CopyResponse, FieldInfo, QueryResponse, Response, Tag};
+use pgwire::api::stmt::QueryParser;
+use pgwire::api::store::PortalStore;
+use pgwire::api::{ClientInfo, ClientPortalStore, PgWireServerHandlers, Type};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::PgWireBackendMessage;
+use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
+use pgwire::types::format::FormatOptions;
+use tokio::net::TcpListener;
+
+/// Accepts PostgreSQL connections on `listener` until the process ends.
+pub async fn serve(listener: TcpListener, node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>) {
+    let factory = Arc::new(HandlerFactory { handler: Arc::new(FoamPgHandler { node, runtime }) });
+    loop {
+        match listener.accept().await {
+            Ok((socket, peer)) => {
+                let _ = socket.set_nodelay(true);
+                let factory = factory.clone();
+                tokio::spawn(async move {
+                    if let Err(error) = pgwire::tokio::process_socket(socket, None, factory).await {
+                        tracing::debug!(%peer, %error, "client connection ended with an error");
+                    }
+                });
+            }
+            Err(error) => {
+                tracing::warn!(%error, "accepting a SQL connection failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+struct HandlerFactory {
+    handler: Arc<FoamPgHandler>,
+}
+
+impl PgWireServerHandlers for HandlerFactory {
+    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
+        self.handler.clone()
+    }
+
+    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
+        self.handler.clone()
+    }
+
+    fn startup_handler(&self) -> Arc<impl pgwire::api::auth::StartupHandler> {
+        Arc::new(AcceptAll)
+    }
+
+    fn copy_handler(&self) -> Arc<impl CopyHandler> {
+        self.handler.clone()
+    }
+}
+
+/// Any user and database may connect until authentication is configured.
+struct AcceptAll;
+
+#[async_trait]
+impl NoopStartupHandler for AcceptAll {}
+
+pub struct FoamPgHandler {
+    node: Arc<NodeContext>,
+    runtime: Arc<RuntimeEnv>,
+}
+
+/// Rows of a `COPY ... FROM STDIN` being received, spooled to a file.
+struct PendingCopy {
+    target: CopyInTarget,
+    path: std::path::PathBuf,
+    file: Option<std::fs::File>,
+    error: Option<String>,
+}
+
+/// A connection's pending COPY, if any.
+#[derive(Default)]
+struct CopyState(Mutex<Option<PendingCopy>>);
+
+impl FoamPgHandler {
+    fn session<C: ClientInfo>(&self, client: &C) -> Arc<FoamSession> {
+        client.session_extensions().get_or_insert_with(|| FoamSession::new(self.node.clone(), self.runtime.clone()))
+    }
+
+    /// Turns a statement's output into a pgwire response.
+    fn respond<C: ClientInfo>(&self, client: &C, output: StatementOutput, format: &Format) -> PgWireResult<Response> {
+        match output {
+            StatementOutput::Command { tag, rows } => {
+                Ok(match (tag.as_str(), rows) {
+                    ("", _) => Response::EmptyQuery,
+                    ("BEGIN", _) => Response::TransactionStart(Tag::new("BEGIN")),
+                    ("COMMIT" | "ROLLBACK", _) => Response::TransactionEnd(Tag::new(&tag)),
+                    ("INSERT", Some(rows)) => Response::Execution(Tag::new("INSERT").with_oid(0).with_rows(rows as usize)),
+                    (name, Some(rows)) => Response::Execution(Tag::new(name).with_rows(rows as usize)),
+                    (name, None) => Response::Execution(Tag::new(name)),
+                })
+            }
+            StatementOutput::Rows { schema, stream } => {
+                let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
+                let fields = Arc::new(arrow_schema_to_pg_fields(schema.as_ref(), format, Some(options))?);
+                let row_fields = fields.clone();
+                let rows = stream
+                    .map(move |batch| {
+                        let rows: Box<dyn Iterator<Item = PgWireResult<pgwire::messages::data::DataRow>> + Send + Sync> = match batch {
+                            Ok(batch) => encode_recordbatch(row_fields.clone(), batch),
+                            Err(error) => Box::new(std::iter::once(Err(user_error(&FoamError::from(error))))),
+                        };
+                        futures::stream::iter(rows)
+                    })
+                    .flatten();
+                Ok(Response::Query(QueryResponse::new(fields, rows)))
+            }
+            StatementOutput::CopyIn(target) => {
+                let columns = target.table.columns.len();
+                let path = std::env::temp_dir().join(format!("foam-copy-{}.data", uuid::Uuid::new_v4().simple()));
+                let file = std::fs::File::create(&path).map_err(|e| user_error(&FoamError::io(&path, e)))?;
+                let state = client.session_extensions().get_or_insert_with(CopyState::default);
+                *state.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(PendingCopy { target, path, file: Some(file), error: None });
+                Ok(Response::CopyIn(CopyResponse::new(0, columns, futures::stream::empty())))
+            }
+        }
+    }
+}
+
+/// A FoamDB error as the client sees it: SQLSTATE plus message.
+fn user_error(error: &FoamError) -> PgWireError {
+    PgWireError::UserError(Box::new(ErrorInfo::new("ERROR".into(), error.sqlstate().into(), error.to_string())))
+}
+
+#[async_trait]
+impl SimpleQueryHandler for FoamPgHandler {
+    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = self.session(client);
+        let mut responses = Vec::new();
+        for result in session.execute_all(query).await {
+            let response = result.map_err(|e| user_error(&e)).and_then(|o| self.respond(client, o, &Format::UnifiedText));
+            match response {
+                Ok(response) => responses.push(response),
+                Err(PgWireError::UserError(info)) => {
+                    responses.push(Response::Error(info));
+                    break;
+                }
+                Err(other) => return Err(other),
+            }
+        }
+        Ok(responses)
+    }
+}
+
+/// A prepared statement as pgwire stores it.
+#[derive(Clone)]
+pub struct FoamStatement(Arc<PreparedStatement>);
+
+pub struct FoamQueryParser {
+    handler: Arc<FoamPgHandlerRef>,
+}
+
+/// The parser needs the handler to find the session; a thin shared reference.
+struct FoamPgHandlerRef {
+    node: Arc<NodeContext>,
+    runtime: Arc<RuntimeEnv>,
+}
+
+#[async_trait]
+impl QueryParser for FoamQueryParser {
+    type Statement = FoamStatement;
+
+    async fn parse_sql<C>(&self, client: &C, sql: &str, _types: &[Option<Type>]) -> PgWireResult<Option<Self::Statement>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        let session = client
+            .session_extensions()
+            .get_or_insert_with(|| FoamSession::new(self.handler.node.clone(), self.handler.runtime.clone()));
+        let prepared = session.prepare(sql).await.map_err(|e| user_error(&e))?;
+        Ok(Some(FoamStatement(Arc::new(prepared))))
+    }
+
+    fn get_parameter_types(&self, statement: &Self::Statement) -> PgWireResult<Vec<Type>> {
+        let types = statement.0.parameter_types().map_err(|e| user_error(&e))?;
+        types.iter().map(|t| t.as_ref().map(into_pg_type).unwrap_or(Ok(Type::UNKNOWN))).collect()
+    }
+
+    fn get_result_schema(&self, statement: &Self::Statement, column_format: Option<&Format>) -> PgWireResult<Vec<FieldInfo>> {
+        match statement.0.result_schema() {
+            Some(schema) => arrow_schema_to_pg_fields(schema.as_ref(), column_format.unwrap_or(&Format::UnifiedText), None),
+            None => Ok(Vec::new()),
+        }
+    }
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for FoamPgHandler {
+    type Statement = FoamStatement;
+    type QueryParser = FoamQueryParser;
+
+    fn query_parser(&self) -> Arc<Self::QueryParser> {
+        Arc::new(FoamQueryParser {
+            handler: Arc::new(FoamPgHandlerRef { node: self.node.clone(), runtime: self.runtime.clone() }),
+        })
+    }
+
+    async fn do_query<C>(&self, client: &mut C, portal: &Portal<Self::Statement>, _max_rows: usize) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = self.session(client);
+        let prepared = portal.statement.statement.0.clone();
+        let types = prepared.parameter_types().map_err(|e| user_error(&e))?;
+        let params = if types.is_empty() && portal.parameter_len() == 0 {
+            None
+        } else {
+            if types.iter().any(|t| t.is_none()) {
+                return Err(user_error(&FoamError::InvalidParameter {
+                    message: "could not determine the type of every parameter; add casts such as $1::int".into(),
+                }));
+            }
+            let inferred: Vec<Option<&DataType>> = types.iter().map(|t| t.as_ref()).collect();
+            Some(arrow_pg::datatypes::df::deserialize_parameters(portal, &inferred)?)
+        };
+        let output = session.execute(&prepared, params).await.map_err(|e| user_error(&e))?;
+        self.respond(client, output, &portal.result_column_format)
+    }
+}
+
+#[async_trait]
+impl CopyHandler for FoamPgHandler {
+    async fn on_copy_data<C>(&self, client: &mut C, copy_data: CopyData) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        // Never fail here: pgwire would drop the rest of the stream silently.
+        // Remember the first error and report it at CopyDone.
+        let state = client.session_extensions().get_or_insert_with(CopyState::default);
+        let mut pending = state.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(copy) = pending.as_mut()
+            && copy.error.is_none()
+            && let Some(file) = copy.file.as_mut()
+            && let Err(error) = file.write_all(&copy_data.data)
+        {
+            copy.error = Some(error.to_string());
+        }
+        Ok(())
+    }
+
+    async fn on_copy_done<C>(&self, client: &mut C, _done: CopyDone) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let state = client.session_extensions().get_or_insert_with(CopyState::default);
+        let pending = state.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(mut copy) = pending else {
+            return Err(user_error(&FoamError::internal("COPY data ended without a COPY statement")));
+        };
+        drop(copy.file.take());
+        let result = match copy.error.take() {
+            Some(message) => Err(FoamError::FileAccess { path: copy.path.display().to_string(), message }),
+            None => {
+                let path = copy.path.display().to_string();
+                foam_query::copy::copy_from_file(self.node.clone(), copy.target.table, path, copy.target.options).await
+            }
+        };
+        let _ = std::fs::remove_file(&copy.path);
+        let rows = result.map_err(|e| user_error(&e))?;
+        client.send(PgWireBackendMessage::CommandComplete(Tag::new("COPY").with_rows(rows as usize).into())).await?;
+        Ok(())
+    }
+
+    async fn on_copy_fail<C>(&self, client: &mut C, fail: CopyFail) -> PgWireError
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let state = client.session_extensions().get_or_insert_with(CopyState::default);
+        if let Some(copy) = state.0.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = std::fs::remove_file(&copy.path);
+        }
+        user_error(&FoamError::Query { message: format!("COPY from stdin failed: {}", fail.message), sqlstate: "57014" })
+    }
+}

@@ -1,0 +1,13 @@
+//! The PostgreSQL wire protocol front end of a node: every connection gets its
+//! own `FoamSession`; statements arrive over the simple protocol (psql) or the
+//! extended protocol (drivers: Parse/Bind/Describe/Execute) and results go back
+//! as PostgreSQL rows, with errors carrying FoamDB's SQLSTATEs.
+//!
+//! ```text
+//!  client ─TCP─▶ pgwire process_socket ─▶ FoamPgHandler ─▶ FoamSession (foam-query)
+//!                                   rows ◀─ arrow-pg encoding ◀─ Arrow batches
+//! ```
+
+mod handler;
+
+pub use handler::serve;

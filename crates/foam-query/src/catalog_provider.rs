@@ -1,0 +1,83 @@
+//! Presents the cluster catalog to DataFusion as catalog `foam`, schema `public`:
+//! tables become `FoamTable`s, views are planned from their stored SQL on every
+//! use, and the system tables are built on demand.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::catalog::{CatalogProvider, MemoryCatalogProviderList, SchemaProvider, TableProvider};
+use datafusion::catalog::CatalogProviderList;
+use datafusion::datasource::ViewTable;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::prelude::SessionContext;
+
+use crate::context::NodeContext;
+use crate::system_tables;
+use crate::table::FoamTable;
+
+pub const CATALOG_NAME: &str = "foam";
+pub const SCHEMA_NAME: &str = "public";
+
+/// A catalog list holding FoamDB's catalog, for one session.
+pub fn catalog_list(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>) -> Arc<dyn CatalogProviderList> {
+    let list = MemoryCatalogProviderList::new();
+    list.register_catalog(CATALOG_NAME.into(), Arc::new(FoamCatalogProvider { node, runtime }));
+    Arc::new(list)
+}
+
+#[derive(Debug)]
+struct FoamCatalogProvider {
+    node: Arc<NodeContext>,
+    runtime: Arc<RuntimeEnv>,
+}
+
+impl CatalogProvider for FoamCatalogProvider {
+    fn schema_names(&self) -> Vec<String> {
+        vec![SCHEMA_NAME.into()]
+    }
+
+    fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        (name == SCHEMA_NAME).then(|| {
+            Arc::new(FoamSchemaProvider { node: self.node.clone(), runtime: self.runtime.clone() }) as Arc<dyn SchemaProvider>
+        })
+    }
+}
+
+#[derive(Debug)]
+struct FoamSchemaProvider {
+    node: Arc<NodeContext>,
+    runtime: Arc<RuntimeEnv>,
+}
+
+#[async_trait]
+impl SchemaProvider for FoamSchemaProvider {
+    fn table_names(&self) -> Vec<String> {
+        let catalog = self.node.catalog.current();
+        let mut names: Vec<String> = catalog.tables.keys().chain(catalog.views.keys()).cloned().collect();
+        names.extend(system_tables::NAMES.iter().map(|n| n.to_string()));
+        names
+    }
+
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        let catalog = self.node.catalog.current();
+        if let Some(table) = catalog.tables.get(name) {
+            return Ok(Some(Arc::new(FoamTable::new(table.clone(), self.node.clone()))));
+        }
+        if let Some(view) = catalog.views.get(name) {
+            let ctx = SessionContext::new_with_state(
+                crate::distributed::coordinator_state_builder(self.node.clone(), self.runtime.clone())
+                    .with_catalog_list(catalog_list(self.node.clone(), self.runtime.clone()))
+                    .build(),
+            );
+            let plan = ctx.state().create_logical_plan(&view.query_sql).await?;
+            return Ok(Some(Arc::new(ViewTable::new(plan, Some(view.query_sql.clone())))));
+        }
+        system_tables::build(name, &self.node).await.map_err(DataFusionError::from)
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        let catalog = self.node.catalog.current();
+        catalog.tables.contains_key(name) || catalog.views.contains_key(name) || system_tables::NAMES.contains(&name)
+    }
+}

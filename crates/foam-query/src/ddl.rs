@@ -1,0 +1,307 @@
+//! FoamDB's DDL dialect on top of PostgreSQL's: the `DISTRIBUTED BY (cols)
+//! [PARTITIONS n]` / `DISTRIBUTED REPLICATED` clause of CREATE TABLE, which the
+//! SQL parser does not know, is cut from the statement text here; the rest is
+//! parsed as PostgreSQL and turned into a catalog command.
+
+use datafusion::sql::sqlparser::ast::{ObjectName, Statement};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer, Whitespace};
+use foam_catalog::model::DistributionSpec;
+use foam_catalog::types::DECIMAL_PRECISION_MAX;
+use foam_catalog::{CatalogCommand, ColumnDef, SqlType};
+use foam_common::{FoamError, FoamResult};
+
+/// One statement of a query string, with its distribution clause taken out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawStatement {
+    pub sql: String,
+    pub distribution: Option<DistributionSpec>,
+}
+
+/// Splits `sql` into statements at top-level semicolons and removes any
+/// distribution clause from CREATE TABLE statements.
+pub fn split_statements(sql: &str) -> FoamResult<Vec<RawStatement>> {
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
+        .tokenize()
+        .map_err(|e| FoamError::Syntax { message: e.to_string() })?;
+    let mut statements = Vec::new();
+    let mut current: Vec<Token> = Vec::new();
+    for token in tokens {
+        if token == Token::SemiColon {
+            push_statement(&mut statements, std::mem::take(&mut current))?;
+        } else {
+            current.push(token);
+        }
+    }
+    push_statement(&mut statements, current)?;
+    Ok(statements)
+}
+
+fn is_blank(token: &Token) -> bool {
+    matches!(token, Token::Whitespace(_))
+}
+
+fn keyword_is(token: &Token, word: &str) -> bool {
+    matches!(token, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(word))
+}
+
+fn push_statement(statements: &mut Vec<RawStatement>, tokens: Vec<Token>) -> FoamResult<()> {
+    if tokens.iter().all(|t| is_blank(t) || matches!(t, Token::Whitespace(Whitespace::SingleLineComment { .. }))) {
+        return Ok(());
+    }
+    let significant: Vec<&Token> = tokens.iter().filter(|t| !is_blank(t)).collect();
+    let is_create_table = significant.first().is_some_and(|t| keyword_is(t, "create"))
+        && significant.iter().take(6).any(|t| keyword_is(t, "table"));
+    let (tokens, distribution) = if is_create_table { cut_distribution(tokens)? } else { (tokens, None) };
+    let sql: String = tokens.iter().map(|t| t.to_string()).collect();
+    statements.push(RawStatement { sql: sql.trim().to_string(), distribution });
+    Ok(())
+}
+
+/// Removes a top-level `DISTRIBUTED ...` / `PARTITIONS n` tail from CREATE TABLE tokens.
+fn cut_distribution(tokens: Vec<Token>) -> FoamResult<(Vec<Token>, Option<DistributionSpec>)> {
+    let mut depth = 0i32;
+    let mut start = None;
+    for (index, token) in tokens.iter().enumerate() {
+        match token {
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            _ if depth == 0 && (keyword_is(token, "distributed") || keyword_is(token, "partitions")) => {
+                start = Some(index);
+                break;
+            }
+            _ => {}
+        }
+    }
+    let Some(start) = start else {
+        return Ok((tokens, None));
+    };
+    let clause: Vec<Token> = tokens[start..].iter().filter(|t| !is_blank(t)).cloned().collect();
+    let spec = parse_distribution(&clause)?;
+    Ok((tokens[..start].to_vec(), Some(spec)))
+}
+
+fn parse_distribution(clause: &[Token]) -> FoamResult<DistributionSpec> {
+    let syntax = |what: &str| FoamError::Syntax {
+        message: format!(
+            "{what} in distribution clause; expected DISTRIBUTED BY (column, ...) [PARTITIONS n] or DISTRIBUTED REPLICATED"
+        ),
+    };
+    let mut position = 0;
+    let mut key_columns = Vec::new();
+    let mut replicated = false;
+    if clause.first().is_some_and(|t| keyword_is(t, "distributed")) {
+        match clause.get(1) {
+            Some(t) if keyword_is(t, "replicated") => {
+                replicated = true;
+                position = 2;
+            }
+            Some(t) if keyword_is(t, "by") => {
+                if clause.get(2) != Some(&Token::LParen) {
+                    return Err(syntax("missing ( after DISTRIBUTED BY"));
+                }
+                position = 3;
+                loop {
+                    match clause.get(position) {
+                        Some(Token::Word(word)) => key_columns.push(normalize_ident(&word.value, word.quote_style)),
+                        _ => return Err(syntax("expected a column name")),
+                    }
+                    position += 1;
+                    match clause.get(position) {
+                        Some(Token::Comma) => position += 1,
+                        Some(Token::RParen) => {
+                            position += 1;
+                            break;
+                        }
+                        _ => return Err(syntax("expected , or )")),
+                    }
+                }
+            }
+            _ => return Err(syntax("expected BY or REPLICATED after DISTRIBUTED")),
+        }
+    }
+    let mut partitions = None;
+    if clause.get(position).is_some_and(|t| keyword_is(t, "partitions")) {
+        if replicated {
+            return Err(syntax("PARTITIONS does not apply to a replicated table"));
+        }
+        match clause.get(position + 1) {
+            Some(Token::Number(n, _)) => {
+                partitions = Some(n.parse::<u32>().map_err(|_| syntax("PARTITIONS needs a whole number"))?);
+            }
+            _ => return Err(syntax("PARTITIONS needs a whole number")),
+        }
+        position += 2;
+    }
+    if let Some(extra) = clause.get(position) {
+        return Err(syntax(&format!("unexpected \"{extra}\"")));
+    }
+    Ok(if replicated { DistributionSpec::Replicated } else { DistributionSpec::Hash { key_columns, partitions } })
+}
+
+/// PostgreSQL folds unquoted identifiers to lower case.
+pub fn normalize_ident(value: &str, quote_style: Option<char>) -> String {
+    if quote_style.is_some() { value.to_string() } else { value.to_lowercase() }
+}
+
+/// The table name of a (possibly schema-qualified) object name.
+pub fn table_name(name: &ObjectName) -> FoamResult<String> {
+    let parts: Vec<String> = name
+        .0
+        .iter()
+        .map(|part| match part.as_ident() {
+            Some(ident) => Ok(normalize_ident(&ident.value, ident.quote_style)),
+            None => Err(FoamError::Syntax { message: format!("unsupported name {part}") }),
+        })
+        .collect::<FoamResult<_>>()?;
+    match parts.as_slice() {
+        [table] => Ok(table.clone()),
+        [schema, table] if schema == "public" => Ok(table.clone()),
+        [catalog, schema, table] if schema == "public" && (catalog == "foam" || catalog == "datafusion") => Ok(table.clone()),
+        _ => Err(FoamError::FeatureNotSupported {
+            feature: format!("schema-qualified name {name} (FoamDB tables live in schema \"public\")"),
+        }),
+    }
+}
+
+/// Turns a parsed CREATE TABLE into a catalog command.
+pub fn create_table_command(statement: &Statement, distribution: Option<DistributionSpec>) -> FoamResult<CatalogCommand> {
+    let Statement::CreateTable(create) = statement else {
+        return Err(FoamError::internal("create_table_command needs CREATE TABLE"));
+    };
+    if create.query.is_some() {
+        return Err(FoamError::FeatureNotSupported { feature: "CREATE TABLE ... AS SELECT".into() });
+    }
+    let name = table_name(&create.name)?;
+    let mut columns = Vec::with_capacity(create.columns.len());
+    for column in &create.columns {
+        let column_name = normalize_ident(&column.name.value, column.name.quote_style);
+        let sql_type = parse_sql_type(&column.data_type.to_string()).map_err(|message| {
+            FoamError::FeatureNotSupported { feature: format!("type {} of column \"{column_name}\" ({message})", column.data_type) }
+        })?;
+        let mut nullable = true;
+        for option in &column.options {
+            let text = option.option.to_string().to_uppercase();
+            if text == "NOT NULL" || text.starts_with("PRIMARY KEY") {
+                nullable = false;
+            } else if text == "NULL" || text.starts_with("UNIQUE") || text.starts_with("REFERENCES") {
+                // Declarations FoamDB accepts but does not enforce (see docs/ARCHITECTURE.md).
+            } else {
+                return Err(FoamError::FeatureNotSupported { feature: format!("column option {text}") });
+            }
+        }
+        columns.push(ColumnDef { name: column_name, sql_type, nullable });
+    }
+    for constraint in &create.constraints {
+        let text = constraint.to_string();
+        let upper = text.to_uppercase();
+        if let Some(list) = upper.strip_prefix("PRIMARY KEY") {
+            let list = list.trim().trim_start_matches('(').trim_end_matches(')');
+            for key in list.split(',') {
+                let key = key.trim().trim_matches('"').to_lowercase();
+                if let Some(column) = columns.iter_mut().find(|c| c.name.to_lowercase() == key) {
+                    column.nullable = false;
+                }
+            }
+        } else if !(upper.starts_with("FOREIGN KEY") || upper.starts_with("UNIQUE") || upper.starts_with("CONSTRAINT")) {
+            return Err(FoamError::FeatureNotSupported { feature: format!("table constraint {text}") });
+        }
+    }
+    let distribution = distribution.unwrap_or(DistributionSpec::Hash { key_columns: vec![], partitions: None });
+    Ok(CatalogCommand::CreateTable { name, columns, distribution, if_not_exists: create.if_not_exists })
+}
+
+/// Parses a SQL type as the SQL parser prints it, e.g. `DECIMAL(15,2)`.
+pub fn parse_sql_type(text: &str) -> Result<SqlType, String> {
+    let lower = text.trim().to_lowercase();
+    let (base, args) = match lower.find('(') {
+        Some(open) => {
+            let close = lower.rfind(')').ok_or("unbalanced parentheses")?;
+            let args: Vec<i64> = lower[open + 1..close]
+                .split(',')
+                .map(|a| a.trim().parse::<i64>().map_err(|_| format!("bad type argument \"{}\"", a.trim())))
+                .collect::<Result<_, _>>()?;
+            (lower[..open].trim().to_string(), args)
+        }
+        None => (lower.clone(), Vec::new()),
+    };
+    let length = |args: &[i64], default: Option<u32>| -> Result<Option<u32>, String> {
+        match args {
+            [] => Ok(default),
+            [n] if *n >= 1 && *n <= 10_485_760 => Ok(Some(*n as u32)),
+            _ => Err("length must be between 1 and 10485760".into()),
+        }
+    };
+    Ok(match base.as_str() {
+        "boolean" | "bool" => SqlType::Boolean,
+        "smallint" | "int2" => SqlType::SmallInt,
+        "int" | "integer" | "int4" => SqlType::Int,
+        "bigint" | "int8" => SqlType::BigInt,
+        "real" | "float4" => SqlType::Real,
+        "double" | "double precision" | "float8" | "float" => SqlType::Double,
+        "decimal" | "numeric" | "dec" => {
+            let (precision, scale) = match args.as_slice() {
+                [] => (DECIMAL_PRECISION_MAX as i64, 10),
+                [p] => (*p, 0),
+                [p, s] => (*p, *s),
+                _ => return Err("DECIMAL takes at most two arguments".into()),
+            };
+            if precision < 1 || precision > DECIMAL_PRECISION_MAX as i64 || scale < 0 || scale > precision {
+                return Err(format!("DECIMAL precision must be 1 to {DECIMAL_PRECISION_MAX} and scale 0 to precision"));
+            }
+            SqlType::Decimal { precision: precision as u8, scale: scale as i8 }
+        }
+        "varchar" | "character varying" | "char varying" => SqlType::Varchar { length_max: length(&args, None)? },
+        "text" | "string" => SqlType::Text,
+        "char" | "character" | "bpchar" => SqlType::Char { length: length(&args, Some(1))?.unwrap_or(1) },
+        "date" => SqlType::Date,
+        "timestamp" | "timestamp without time zone" | "datetime" => SqlType::Timestamp,
+        _ => return Err("supported types: BOOLEAN, SMALLINT, INT, BIGINT, REAL, DOUBLE PRECISION, DECIMAL(p,s), VARCHAR(n), TEXT, CHAR(n), DATE, TIMESTAMP".into()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn distribution_clause_is_cut_and_parsed() {
+        let statements = split_statements(
+            "CREATE TABLE t (a INT, \"B\" TEXT) DISTRIBUTED BY (a, \"B\") PARTITIONS 6; select 1; \
+             create table r (x int) distributed replicated",
+        )
+        .unwrap();
+        assert_eq!(statements.len(), 3);
+        assert_eq!(statements[0].sql, "CREATE TABLE t (a INT, \"B\" TEXT)");
+        assert_eq!(
+            statements[0].distribution,
+            Some(DistributionSpec::Hash { key_columns: vec!["a".into(), "B".into()], partitions: Some(6) })
+        );
+        assert_eq!(statements[1].distribution, None);
+        assert_eq!(statements[2].distribution, Some(DistributionSpec::Replicated));
+    }
+
+    #[test]
+    fn bad_distribution_clause_is_a_syntax_error() {
+        for sql in [
+            "CREATE TABLE t (a INT) DISTRIBUTED (a)",
+            "CREATE TABLE t (a INT) DISTRIBUTED BY a",
+            "CREATE TABLE t (a INT) DISTRIBUTED BY (a) PARTITIONS x",
+            "CREATE TABLE t (a INT) DISTRIBUTED REPLICATED PARTITIONS 4",
+            "CREATE TABLE t (a INT) DISTRIBUTED BY (a) extra",
+        ] {
+            let error = split_statements(sql).unwrap_err();
+            assert_eq!(error.sqlstate(), "42601", "{sql}");
+        }
+    }
+
+    #[test]
+    fn sql_types_map() {
+        assert_eq!(parse_sql_type("DECIMAL(15,2)"), Ok(SqlType::Decimal { precision: 15, scale: 2 }));
+        assert_eq!(parse_sql_type("CHARACTER VARYING(25)"), Ok(SqlType::Varchar { length_max: Some(25) }));
+        assert_eq!(parse_sql_type("char(10)"), Ok(SqlType::Char { length: 10 }));
+        assert_eq!(parse_sql_type("DOUBLE PRECISION"), Ok(SqlType::Double));
+        assert!(parse_sql_type("DECIMAL(50,2)").is_err());
+        assert!(parse_sql_type("INTERVAL").is_err());
+    }
+}

@@ -1,0 +1,206 @@
+//! Partition-aware distributed planning on top of datafusion-distributed.
+//!
+//! datafusion-distributed cuts a plan into stages and spreads each stage's tasks
+//! over workers round-robin. FoamDB's handlers make a stage that scans FoamDB
+//! partitions run one task per owner node, each task reading exactly the
+//! partitions its node stores, and route every task to that node:
+//!
+//! ```text
+//!   FoamScanExec [p0..p11]                    (planned on the coordinator)
+//!        │ desired tasks = owner nodes (3)
+//!        ▼ scale up
+//!   DistributedLeafExec ┬ variant 0: p0,p3,p6,p9   home node 1 ─▶ routed to node 1
+//!                       ├ variant 1: p1,p4,p7,p10  home node 2 ─▶ routed to node 2
+//!                       └ variant 2: p2,p5,p8,p11  home node 3 ─▶ routed to node 3
+//! ```
+//! A scan of a replicated table runs as a single task (the copy on whichever
+//! node runs it), which keeps every join with it correct whatever its type.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::SessionConfig;
+use datafusion_distributed::{
+    DesiredTaskCountEvent, DesiredTaskCountEventResponse, DesiredTaskCountHandler, DistributedExt, DistributedLeafExec,
+    RouteTasksEvent, RouteTasksEventResponse, ScaleUpLeafNodeEvent, ScaleUpLeafNodeEventResponse,
+    SessionStateBuilderExt, Worker, WorkerQueryContext, WorkerResolver,
+};
+use foam_common::NodeId;
+use url::Url;
+
+use crate::codec::FoamCodec;
+use crate::context::NodeContext;
+use crate::scan_exec::{FoamScanExec, PartitionRead};
+
+/// The worker URL of a node: its node address, where the worker service is mounted.
+pub fn worker_url(node_addr: &str) -> Result<Url> {
+    Url::parse(&format!("http://{node_addr}"))
+        .map_err(|e| DataFusionError::Internal(format!("bad node address {node_addr}: {e}")))
+}
+
+/// Every node of the cluster is a worker.
+struct FoamWorkerResolver {
+    node: Arc<NodeContext>,
+}
+
+impl WorkerResolver for FoamWorkerResolver {
+    fn get_urls(&self) -> Result<Vec<Url>> {
+        let catalog = self.node.catalog.current();
+        catalog.nodes.values().map(|n| worker_url(&n.node_addr)).collect()
+    }
+}
+
+/// Distinct owner nodes of the partitions a scan reads.
+fn owners_of(scan: &FoamScanExec) -> Vec<NodeId> {
+    let mut owners: Vec<NodeId> = scan.reads().filter_map(|r| r.owner).collect();
+    owners.sort_unstable();
+    owners.dedup();
+    owners
+}
+
+struct DesiredTasks;
+
+#[async_trait]
+impl DesiredTaskCountHandler for DesiredTasks {
+    async fn handle(&self, event: DesiredTaskCountEvent<'_>) -> Option<Result<DesiredTaskCountEventResponse>> {
+        let scan = event.plan.downcast_ref::<FoamScanExec>()?;
+        let owners = owners_of(scan);
+        Some(Ok(if owners.is_empty() {
+            DesiredTaskCountEventResponse::maximum(1)
+        } else {
+            DesiredTaskCountEventResponse::desired(owners.len())
+        }))
+    }
+}
+
+/// Splits a scan into one variant per task: task `i` reads the partitions of
+/// the `i`-th owner node. With fewer tasks than owners a task reads several
+/// owners' partitions (some remotely); surplus tasks read nothing.
+fn scale_up(event: ScaleUpLeafNodeEvent) -> Option<Result<ScaleUpLeafNodeEventResponse>> {
+    let scan = event.plan.downcast_ref::<FoamScanExec>()?;
+    Some(scale_up_scan(scan, event.plan, event.task_count))
+}
+
+fn scale_up_scan(scan: &FoamScanExec, original: &Arc<dyn ExecutionPlan>, task_count: usize) -> Result<ScaleUpLeafNodeEventResponse> {
+    let task_count = task_count.max(1);
+    let mut tasks: Vec<(Option<NodeId>, Vec<PartitionRead>)> = vec![(None, Vec::new()); task_count];
+    let owners = owners_of(scan);
+    if owners.is_empty() {
+        // Replicated table: every task would read the whole table, so only the
+        // first task reads it.
+        tasks[0].1 = scan.reads().cloned().collect();
+    } else {
+        let mut by_owner: BTreeMap<NodeId, Vec<PartitionRead>> = BTreeMap::new();
+        for read in scan.reads() {
+            by_owner.entry(read.owner.unwrap_or_default()).or_default().push(read.clone());
+        }
+        for (index, (owner, reads)) in by_owner.into_iter().enumerate() {
+            let task = &mut tasks[index % task_count];
+            task.0.get_or_insert(owner);
+            task.1.extend(reads);
+        }
+    }
+    let width = tasks.iter().map(|(_, reads)| reads.len()).max().unwrap_or(1).max(1);
+    let mut variants: Vec<Arc<dyn ExecutionPlan>> = Vec::with_capacity(task_count);
+    for (home, reads) in tasks {
+        let mut groups: Vec<Vec<PartitionRead>> = reads.into_iter().map(|r| vec![r]).collect();
+        groups.resize(width, Vec::new());
+        variants.push(Arc::new(scan.with_groups(groups, home)?));
+    }
+    let leaf = DistributedLeafExec::try_new(original.clone(), variants)?;
+    Ok(ScaleUpLeafNodeEventResponse::new(Arc::new(leaf)))
+}
+
+/// Sends each task of a stage that scans FoamDB partitions to the node that
+/// stores them; tasks without a home are spread over the remaining nodes.
+fn route_tasks(event: RouteTasksEvent) -> Option<Result<RouteTasksEventResponse>> {
+    let mut homes: Option<Vec<Option<NodeId>>> = None;
+    let search = event.plan.apply(|node| {
+        if let Some(leaf) = node.downcast_ref::<DistributedLeafExec>()
+            && leaf.original().downcast_ref::<FoamScanExec>().is_some()
+        {
+            let found: Vec<Option<NodeId>> = leaf
+                .variants()
+                .iter()
+                .map(|v| v.downcast_ref::<FoamScanExec>().and_then(|s| s.spec().home))
+                .collect();
+            if found.iter().any(|h| h.is_some()) {
+                homes = Some(found);
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    if let Err(error) = search {
+        return Some(Err(error));
+    }
+    let homes = homes?;
+    Some((|| {
+        let node = NodeContext::from_config(event.task_ctx.session_config())?;
+        let catalog = node.catalog.current();
+        let all: Vec<Url> = catalog.nodes.values().map(|n| worker_url(&n.node_addr)).collect::<Result<_>>()?;
+        if all.is_empty() {
+            return Err(DataFusionError::Internal("the cluster has no nodes".into()));
+        }
+        let mut spare = 0usize;
+        let mut urls = Vec::with_capacity(event.task_count);
+        for task in 0..event.task_count {
+            let home = homes.get(task).copied().flatten().and_then(|id| catalog.nodes.get(&id));
+            match home {
+                Some(info) => urls.push(worker_url(&info.node_addr)?),
+                None => {
+                    urls.push(all[spare % all.len()].clone());
+                    spare += 1;
+                }
+            }
+        }
+        Ok(RouteTasksEventResponse::new(urls))
+    })())
+}
+
+/// The session configuration every FoamDB session starts from.
+pub fn base_config(node: Arc<NodeContext>) -> SessionConfig {
+    SessionConfig::new()
+        .with_default_catalog_and_schema(crate::catalog_provider::CATALOG_NAME, crate::catalog_provider::SCHEMA_NAME)
+        .with_create_default_catalog_and_schema(false)
+        .with_information_schema(true)
+        .with_extension(node)
+        .set_str("datafusion.sql_parser.dialect", "PostgreSQL")
+}
+
+/// A coordinating session state: plans with the distributed planner and the
+/// FoamDB handlers above.
+pub fn coordinator_state_builder(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>) -> SessionStateBuilder {
+    SessionStateBuilder::new()
+        .with_config(base_config(node.clone()))
+        .with_default_features()
+        .with_runtime_env(runtime)
+        .with_distributed_planner()
+        .with_distributed_worker_resolver(FoamWorkerResolver { node })
+        .with_distributed_user_codec(FoamCodec)
+        .with_distributed_desired_task_count_handler(DesiredTasks)
+        .with_distributed_scale_up_leaf_node_handler(scale_up)
+        .with_distributed_route_tasks_handler(route_tasks)
+}
+
+/// The datafusion-distributed worker of this node: executes stage fragments
+/// that other nodes (or this one) send it, reading this node's storage.
+pub fn worker(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>) -> Worker {
+    Worker::from_session_builder(move |ctx: WorkerQueryContext| {
+        let node = node.clone();
+        async move {
+            let mut builder = ctx.builder.with_distributed_user_codec(FoamCodec);
+            if let Some(config) = builder.config().as_mut() {
+                config.set_extension(node);
+            }
+            Ok(builder.build())
+        }
+    })
+    .with_runtime_env(runtime)
+}

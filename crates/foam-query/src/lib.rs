@@ -1,0 +1,29 @@
+//! FoamDB's query tier: DataFusion and datafusion-distributed, taught where data lives.
+//!
+//! ```text
+//!  SQL ─▶ session (statement dispatch) ─▶ DDL ─▶ catalog authority
+//!                 │                     ─▶ COPY / INSERT ─▶ write (2PC coordinator) ─▶ owner nodes
+//!                 ▼
+//!        DataFusion plan over FoamTable ─▶ FoamScanExec leaves
+//!                 │ datafusion-distributed cuts stages; our handlers give one task per
+//!                 ▼ owner node and route it there
+//!        worker on each owner: scan local partitions, filter, project, partial aggregate
+//!                 │ Arrow Flight
+//!                 ▼
+//!        coordinator: final stage, rows to the client
+//! ```
+
+pub mod catalog_provider;
+pub mod codec;
+pub mod context;
+pub mod copy;
+pub mod ddl;
+pub mod distributed;
+pub mod scan_exec;
+pub mod session;
+pub mod system_tables;
+pub mod table;
+pub mod write;
+
+pub use context::{CatalogService, NodeContext};
+pub use session::{FoamSession, StatementOutput};

@@ -1,0 +1,243 @@
+//! `FoamScanExec`: the leaf that reads a FoamDB table's hash partitions.
+//!
+//! ```text
+//!             FoamScanExec (one DataFusion partition per FoamDB partition read)
+//!   ┌───────────────┬───────────────┬───────────────┐
+//!   │ p0 (node 1)   │ p3 (node 1)   │ p6 (node 1)   │  ... variant routed to node 1
+//!   └──────┬────────┴──────┬────────┴──────┬────────┘
+//!          ▼               ▼               ▼
+//!   local StorageEngine when this node owns the partition,
+//!   otherwise a Flight DoGet stream from the owner (a fallback that keeps
+//!   any plan shape correct; routing makes it rare).
+//! ```
+//! Distributed planning splits the scan into one variant per owner node (see
+//! `distributed.rs`) so each partition is read where it is stored and only the
+//! results of the operators above cross the network.
+
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use foam_catalog::ColumnDef;
+use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TableId};
+use foam_rpc::ScanRequest;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+
+use crate::context::NodeContext;
+
+/// Batches a local partition reader may produce ahead of its consumer.
+const LOCAL_READ_BATCHES_AHEAD: usize = 4;
+
+/// One partition to read and where it lives.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PartitionRead {
+    pub partition: PartitionId,
+    /// The owning node; `None` for a replicated table, read on whichever node runs the scan.
+    pub owner: Option<NodeId>,
+}
+
+/// Everything that defines a scan; serialized as-is by the codec.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScanSpec {
+    pub table_id: TableId,
+    pub table_name: String,
+    pub columns: Vec<ColumnDef>,
+    pub projection: Option<Vec<usize>>,
+    /// `groups[i]` are the FoamDB partitions read by DataFusion partition `i`.
+    pub groups: Vec<Vec<PartitionRead>>,
+    /// The node this variant is meant to run on, when distributed.
+    pub home: Option<NodeId>,
+}
+
+#[derive(Debug)]
+pub struct FoamScanExec {
+    spec: ScanSpec,
+    schema: SchemaRef,
+    properties: Arc<PlanProperties>,
+}
+
+impl FoamScanExec {
+    pub fn try_new(spec: ScanSpec) -> Result<Self> {
+        let full = foam_catalog::TableDef {
+            id: spec.table_id,
+            name: spec.table_name.clone(),
+            columns: spec.columns.clone(),
+            distribution: foam_catalog::Distribution::Replicated,
+        }
+        .arrow_schema();
+        let schema = match &spec.projection {
+            Some(indices) => Arc::new(full.project(indices)?),
+            None => full,
+        };
+        let partitions = spec.groups.len().max(1);
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(schema.clone()),
+            Partitioning::UnknownPartitioning(partitions),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        Ok(FoamScanExec { spec, schema, properties })
+    }
+
+    pub fn spec(&self) -> &ScanSpec {
+        &self.spec
+    }
+
+    /// All partitions this scan reads, in order.
+    pub fn reads(&self) -> impl Iterator<Item = &PartitionRead> {
+        self.spec.groups.iter().flatten()
+    }
+
+    /// A copy of this scan reading `groups`, meant for `home`.
+    pub fn with_groups(&self, groups: Vec<Vec<PartitionRead>>, home: Option<NodeId>) -> Result<Self> {
+        FoamScanExec::try_new(ScanSpec { groups, home, ..self.spec.clone() })
+    }
+}
+
+impl DisplayAs for FoamScanExec {
+    fn fmt_as(&self, _format: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "FoamScanExec: table={}", self.spec.table_name)?;
+        if let Some(home) = self.spec.home {
+            write!(f, ", node={home}")?;
+        }
+        let parts: Vec<String> = self.reads().map(|r| r.partition.to_string()).collect();
+        write!(f, ", partitions=[{}]", parts.join(","))?;
+        if let Some(projection) = &self.spec.projection {
+            let names: Vec<&str> = projection.iter().map(|i| self.spec.columns[*i].name.as_str()).collect();
+            write!(f, ", projection=[{}]", names.join(","))?;
+        }
+        Ok(())
+    }
+}
+
+impl ExecutionPlan for FoamScanExec {
+    fn name(&self) -> &str {
+        "FoamScanExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+        if !children.is_empty() {
+            return Err(DataFusionError::Internal("FoamScanExec is a leaf".into()));
+        }
+        Ok(self)
+    }
+
+    fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        let node = NodeContext::from_config(context.session_config())?;
+        let reads = self.spec.groups.get(partition).cloned().unwrap_or_default();
+        let spec = self.spec.clone();
+        let schema = self.schema.clone();
+        let stream = futures::stream::iter(reads)
+            .then(move |read| open_partition(node.clone(), spec.clone(), schema.clone(), read))
+            .flat_map(|opened| match opened {
+                Ok(stream) => stream,
+                Err(error) => futures::stream::once(async move { Err(error) }).boxed(),
+            })
+            .map(|item| item.map_err(DataFusionError::from));
+        Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream)))
+    }
+}
+
+type BatchStream = futures::stream::BoxStream<'static, FoamResult<RecordBatch>>;
+
+async fn open_partition(node: Arc<NodeContext>, spec: ScanSpec, schema: SchemaRef, read: PartitionRead) -> FoamResult<BatchStream> {
+    match read.owner {
+        Some(owner) if owner != node.node_id => {
+            let client = node.client_for(owner)?;
+            let request = ScanRequest { table_id: spec.table_id, partition: read.partition, projection: spec.projection.clone() };
+            let stream = client.scan(&request).await?;
+            // Rows from a peer must match the schema this plan promised.
+            Ok(stream
+                .map(move |batch| {
+                    let batch = batch?;
+                    RecordBatch::try_new_with_options(
+                        schema.clone(),
+                        batch.columns().to_vec(),
+                        &arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+                    )
+                    .map_err(|e| FoamError::internal(format!("remote scan returned mismatched rows: {e}")))
+                })
+                .boxed())
+        }
+        _ => Ok(read_local_partition(&node, spec.table_id, read.partition, spec.projection.clone())),
+    }
+}
+
+/// Streams the committed rows of a partition stored on this node.
+pub fn read_local_partition(node: &NodeContext, table_id: TableId, partition: PartitionId, projection: Option<Vec<usize>>) -> BatchStream {
+    node.partition_scans.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let snapshot = node.storage.snapshot(table_id, partition);
+    let (sender, receiver) = tokio::sync::mpsc::channel::<FoamResult<RecordBatch>>(LOCAL_READ_BATCHES_AHEAD);
+    tokio::task::spawn_blocking(move || {
+        for batch in &snapshot.memtable {
+            let projected = match &projection {
+                Some(indices) => batch.project(indices).map_err(|e| FoamError::internal(e.to_string())),
+                None => Ok(batch.clone()),
+            };
+            if sender.blocking_send(projected).is_err() {
+                return;
+            }
+        }
+        for path in &snapshot.segments {
+            if let Err(error) = send_segment(path, projection.as_deref(), &sender) {
+                let _ = sender.blocking_send(Err(error));
+                return;
+            }
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(receiver).boxed()
+}
+
+/// Parquet returns projected columns in file order; restore the requested order.
+fn send_segment(
+    path: &std::path::Path,
+    projection: Option<&[usize]>,
+    sender: &tokio::sync::mpsc::Sender<FoamResult<RecordBatch>>,
+) -> FoamResult<()> {
+    let (sorted, reorder) = match projection {
+        Some(indices) => {
+            let mut sorted = indices.to_vec();
+            sorted.sort_unstable();
+            sorted.dedup();
+            let reorder: Vec<usize> = indices.iter().map(|i| sorted.binary_search(i).unwrap_or(0)).collect();
+            (Some(sorted), Some(reorder))
+        }
+        None => (None, None),
+    };
+    let reader = foam_storage::segment::read_segment(path, sorted.as_deref())?;
+    for batch in reader {
+        let batch = batch.map_err(|e| FoamError::Corrupted { path: path.display().to_string(), message: e.to_string() })?;
+        let batch = match &reorder {
+            Some(order) => batch.project(order).map_err(|e| FoamError::internal(e.to_string()))?,
+            None => batch,
+        };
+        if sender.blocking_send(Ok(batch)).is_err() {
+            break;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,440 @@
+//! One client connection's SQL session: splits a query string into statements,
+//! sends FoamDB's own statements (DDL, COPY, transaction control, EXPLAIN) to
+//! their handlers and everything else through DataFusion's planner with the
+//! distributed planner attached.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use arrow::array::{ArrayRef, StringArray, UInt64Array};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use datafusion::common::ParamValues;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::prelude::SessionContext;
+use datafusion::sql::sqlparser::ast::{
+    CopyLegacyOption, CopyOption, CopySource, CopyTarget, ObjectType, Statement,
+};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+use foam_catalog::CatalogCommand;
+use foam_catalog::model::CommandOutcome;
+use foam_common::{FoamError, FoamResult};
+use foam_rpc::NodeRequest;
+use futures::StreamExt;
+
+use crate::context::NodeContext;
+use crate::copy::{CopyFormat, CopyOptions};
+use crate::ddl::{self, RawStatement};
+
+/// What a statement gives back to the client.
+pub enum StatementOutput {
+    Rows { schema: SchemaRef, stream: SendableRecordBatchStream },
+    /// A command tag such as `CREATE TABLE`, with a row count for `INSERT 0 n`,
+    /// `COPY n`.
+    Command { tag: String, rows: Option<u64> },
+    /// `COPY ... FROM STDIN`: the client is to send the rows for this table.
+    CopyIn(CopyInTarget),
+}
+
+pub struct CopyInTarget {
+    pub table: foam_catalog::TableDef,
+    pub options: CopyOptions,
+}
+
+/// A statement parsed and, for queries, planned; ready to execute (again) with
+/// parameter values.
+#[derive(Clone)]
+pub struct PreparedStatement {
+    pub raw: RawStatement,
+    kind: Kind,
+}
+
+#[derive(Clone)]
+enum Kind {
+    /// Planned by DataFusion; may have `$n` parameters.
+    Plan { plan: LogicalPlan, is_insert: bool },
+    /// FoamDB's own statement, run by this module.
+    Own(Box<Statement>),
+    /// Nothing to do (an empty statement).
+    Empty,
+}
+
+impl PreparedStatement {
+    /// Parameter types, in `$1, $2, ...` order; `None` where DataFusion could not infer one.
+    pub fn parameter_types(&self) -> FoamResult<Vec<Option<DataType>>> {
+        let Kind::Plan { plan, .. } = &self.kind else { return Ok(Vec::new()) };
+        let types = plan.get_parameter_types().map_err(FoamError::from)?;
+        let mut ordered: Vec<(usize, Option<DataType>)> = types
+            .into_iter()
+            .filter_map(|(name, t)| name.trim_start_matches('$').parse::<usize>().ok().map(|i| (i, t)))
+            .collect();
+        ordered.sort_by_key(|(i, _)| *i);
+        let count = ordered.last().map(|(i, _)| *i).unwrap_or(0);
+        let mut result = vec![None; count];
+        for (index, data_type) in ordered {
+            result[index - 1] = data_type;
+        }
+        Ok(result)
+    }
+
+    /// Schema of the rows the statement returns, if it returns rows.
+    pub fn result_schema(&self) -> Option<SchemaRef> {
+        match &self.kind {
+            Kind::Plan { plan, is_insert: false } if returns_rows(plan) => Some(Arc::new(plan.schema().as_arrow().clone())),
+            Kind::Own(statement) if matches!(**statement, Statement::Explain { .. }) => Some(explain_schema()),
+            _ => None,
+        }
+    }
+}
+
+fn returns_rows(plan: &LogicalPlan) -> bool {
+    !matches!(plan, LogicalPlan::Statement(_) | LogicalPlan::Ddl(_) | LogicalPlan::Dml(_) | LogicalPlan::Copy(_))
+}
+
+pub struct FoamSession {
+    node: Arc<NodeContext>,
+    ctx: SessionContext,
+    /// Client settings FoamDB accepts but that do not change its behaviour
+    /// (client_encoding, DateStyle, ...), so `SHOW` can answer them.
+    settings: Mutex<BTreeMap<String, String>>,
+}
+
+impl FoamSession {
+    pub fn new(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>) -> Self {
+        let state = crate::distributed::coordinator_state_builder(node.clone(), runtime.clone())
+            .with_catalog_list(crate::catalog_provider::catalog_list(node.clone(), runtime))
+            .build();
+        let ctx = SessionContext::new_with_state(state);
+        let settings = BTreeMap::from([
+            ("server_version".to_string(), "16.0 (FoamDB)".to_string()),
+            ("client_encoding".to_string(), "UTF8".to_string()),
+            ("datestyle".to_string(), "ISO, MDY".to_string()),
+        ]);
+        FoamSession { node, ctx, settings: Mutex::new(settings) }
+    }
+
+    pub fn node(&self) -> &Arc<NodeContext> {
+        &self.node
+    }
+
+    /// Runs every statement of a query string; stops at the first error, as
+    /// PostgreSQL's simple query protocol does.
+    pub async fn execute_all(&self, sql: &str) -> Vec<FoamResult<StatementOutput>> {
+        let statements = match ddl::split_statements(sql) {
+            Ok(statements) => statements,
+            Err(error) => return vec![Err(error)],
+        };
+        let mut outputs = Vec::with_capacity(statements.len());
+        for raw in statements {
+            let result = match self.prepare_raw(raw).await {
+                Ok(prepared) => self.execute(&prepared, None).await,
+                Err(error) => Err(error),
+            };
+            let failed = result.is_err();
+            outputs.push(result);
+            if failed {
+                break;
+            }
+        }
+        outputs
+    }
+
+    /// Parses and plans a single statement (extended protocol's Parse).
+    pub async fn prepare(&self, sql: &str) -> FoamResult<PreparedStatement> {
+        let mut statements = ddl::split_statements(sql)?;
+        match statements.len() {
+            0 => Ok(PreparedStatement { raw: RawStatement { sql: String::new(), distribution: None }, kind: Kind::Empty }),
+            1 => self.prepare_raw(statements.remove(0)).await,
+            _ => Err(FoamError::Syntax { message: "cannot insert multiple commands into a prepared statement".into() }),
+        }
+    }
+
+    async fn prepare_raw(&self, raw: RawStatement) -> FoamResult<PreparedStatement> {
+        self.node.catalog.refresh().await?;
+        let mut parsed = Parser::parse_sql(&PostgreSqlDialect {}, &raw.sql)
+            .map_err(|e| FoamError::Syntax { message: e.to_string().trim_start_matches("sql parser error: ").to_string() })?;
+        let Some(statement) = parsed.pop() else {
+            return Ok(PreparedStatement { raw, kind: Kind::Empty });
+        };
+        if raw.distribution.is_some() && !matches!(statement, Statement::CreateTable(_)) {
+            return Err(FoamError::Syntax { message: "DISTRIBUTED applies only to CREATE TABLE".into() });
+        }
+        let own = matches!(
+            statement,
+            Statement::CreateTable(_)
+                | Statement::CreateView(_)
+                | Statement::Drop { .. }
+                | Statement::Copy { .. }
+                | Statement::StartTransaction { .. }
+                | Statement::Commit { .. }
+                | Statement::Rollback { .. }
+                | Statement::Explain { analyze: false, .. }
+        ) || self.is_client_setting(&statement);
+        if own {
+            return Ok(PreparedStatement { raw, kind: Kind::Own(Box::new(statement)) });
+        }
+        if let Statement::CreateIndex(_) | Statement::AlterTable(_) | Statement::Delete(_) | Statement::Update(_) = statement {
+            let feature = raw.sql.split_whitespace().take(2).collect::<Vec<_>>().join(" ").to_uppercase();
+            return Err(FoamError::FeatureNotSupported { feature });
+        }
+        let plan = self.ctx.state().create_logical_plan(&raw.sql).await.map_err(FoamError::from)?;
+        if let LogicalPlan::Ddl(_) = plan {
+            return Err(FoamError::FeatureNotSupported { feature: format!("\"{}\"", raw.sql) });
+        }
+        let is_insert = matches!(plan, LogicalPlan::Dml(_));
+        Ok(PreparedStatement { raw, kind: Kind::Plan { plan, is_insert } })
+    }
+
+    /// `SET`/`SHOW` of a setting DataFusion does not know: a client setting.
+    fn is_client_setting(&self, statement: &Statement) -> bool {
+        let name = match statement {
+            Statement::Set(set) => set.to_string(),
+            Statement::ShowVariable { variable } => variable.iter().map(|i| i.value.clone()).collect::<Vec<_>>().join("."),
+            _ => return false,
+        };
+        let name = name.to_lowercase();
+        !(name.contains("datafusion.") || name.starts_with("set time zone") || name.contains("timezone"))
+    }
+
+    pub async fn execute(&self, prepared: &PreparedStatement, params: Option<ParamValues>) -> FoamResult<StatementOutput> {
+        match &prepared.kind {
+            Kind::Empty => Ok(StatementOutput::Command { tag: String::new(), rows: None }),
+            Kind::Plan { plan, is_insert } => {
+                let plan = match params {
+                    Some(params) => plan.clone().with_param_values(params).map_err(FoamError::from)?,
+                    None => plan.clone(),
+                };
+                let frame = self.ctx.execute_logical_plan(plan).await.map_err(FoamError::from)?;
+                if *is_insert {
+                    let batches = frame.collect().await.map_err(FoamError::from)?;
+                    let rows = batches
+                        .first()
+                        .and_then(|b| b.column(0).as_any().downcast_ref::<UInt64Array>().map(|a| a.value(0)))
+                        .unwrap_or(0);
+                    return Ok(StatementOutput::Command { tag: "INSERT".into(), rows: Some(rows) });
+                }
+                let schema = Arc::new(frame.schema().as_arrow().clone());
+                let stream = frame.execute_stream().await.map_err(FoamError::from)?;
+                Ok(StatementOutput::Rows { schema, stream })
+            }
+            Kind::Own(statement) => self.execute_own(prepared, statement).await,
+        }
+    }
+
+    async fn execute_own(&self, prepared: &PreparedStatement, statement: &Statement) -> FoamResult<StatementOutput> {
+        let command = |tag: &str| Ok(StatementOutput::Command { tag: tag.into(), rows: None });
+        match statement {
+            Statement::CreateTable(_) => {
+                let create = ddl::create_table_command(statement, prepared.raw.distribution.clone())?;
+                self.node.catalog.apply(create).await?;
+                command("CREATE TABLE")
+            }
+            Statement::CreateView(view) => {
+                let name = ddl::table_name(&view.name)?;
+                if !view.columns.is_empty() {
+                    return Err(FoamError::FeatureNotSupported { feature: "CREATE VIEW with a column list".into() });
+                }
+                let query_sql = view.query.to_string();
+                // Plan the query now so a broken view is refused at creation.
+                self.ctx.state().create_logical_plan(&query_sql).await.map_err(FoamError::from)?;
+                self.node.catalog.apply(CatalogCommand::CreateView { name, query_sql, or_replace: view.or_replace }).await?;
+                command("CREATE VIEW")
+            }
+            Statement::Drop { object_type, names, if_exists, .. } => {
+                let (tag, is_table) = match object_type {
+                    ObjectType::Table => ("DROP TABLE", true),
+                    ObjectType::View => ("DROP VIEW", false),
+                    other => return Err(FoamError::FeatureNotSupported { feature: format!("DROP {other}") }),
+                };
+                for name in names {
+                    let name = ddl::table_name(name)?;
+                    if is_table {
+                        let (_, outcome) = self.node.catalog.apply(CatalogCommand::DropTable { name, if_exists: *if_exists }).await?;
+                        if let CommandOutcome::TableDropped { table } = outcome {
+                            self.drop_table_data(table.id).await;
+                        }
+                    } else {
+                        self.node.catalog.apply(CatalogCommand::DropView { name, if_exists: *if_exists }).await?;
+                    }
+                }
+                command(tag)
+            }
+            Statement::Copy { source, to, target, options, legacy_options, .. } => {
+                self.copy(source, *to, target, options, legacy_options).await
+            }
+            Statement::StartTransaction { .. } => command("BEGIN"),
+            Statement::Commit { .. } => command("COMMIT"),
+            Statement::Rollback { .. } => command("ROLLBACK"),
+            Statement::Explain { statement, .. } => self.explain(statement).await,
+            Statement::Set(set) => {
+                let text = set.to_string();
+                let body = text.trim_start_matches(|c: char| !c.is_whitespace()).trim();
+                let body = body.strip_prefix("SESSION ").or_else(|| body.strip_prefix("LOCAL ")).unwrap_or(body);
+                if let Some((name, value)) = body.split_once(" = ").or_else(|| body.split_once(" TO ")) {
+                    let value = value.trim().trim_matches('\'').to_string();
+                    self.settings.lock().unwrap_or_else(|p| p.into_inner()).insert(name.trim().to_lowercase(), value);
+                }
+                command("SET")
+            }
+            Statement::ShowVariable { variable } => {
+                let name = variable.iter().map(|i| i.value.to_lowercase()).collect::<Vec<_>>().join(".");
+                let value = self.settings.lock().unwrap_or_else(|p| p.into_inner()).get(&name).cloned().ok_or_else(|| {
+                    FoamError::Query { message: format!("unrecognized configuration parameter \"{name}\""), sqlstate: "42704" }
+                })?;
+                let schema = Arc::new(Schema::new(vec![Field::new(name, DataType::Utf8, false)]));
+                let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(vec![value])) as ArrayRef])
+                    .map_err(|e| FoamError::internal(e.to_string()))?;
+                Ok(rows_output(schema, vec![batch]))
+            }
+            other => Err(FoamError::internal(format!("statement not handled: {other}"))),
+        }
+    }
+
+    /// Deletes a dropped table's data on every node; a node that is down
+    /// deletes it when it next starts (tables missing from the catalog).
+    async fn drop_table_data(&self, table_id: foam_common::TableId) {
+        let catalog = self.node.catalog.current();
+        for node_id in catalog.nodes.keys() {
+            let result = if *node_id == self.node.node_id {
+                self.node.storage.drop_table(table_id)
+            } else {
+                match self.node.client_for(*node_id) {
+                    Ok(client) => client.call(&NodeRequest::DropTableData { table_id }, &[]).await.map(|_| ()),
+                    Err(error) => Err(error),
+                }
+            };
+            if let Err(error) = result {
+                tracing::warn!(node_id, table_id, %error, "dropped table's data stays until the node restarts");
+            }
+        }
+    }
+
+    async fn copy(
+        &self,
+        source: &CopySource,
+        to: bool,
+        target: &CopyTarget,
+        options: &[CopyOption],
+        legacy_options: &[CopyLegacyOption],
+    ) -> FoamResult<StatementOutput> {
+        if to {
+            return Err(FoamError::FeatureNotSupported { feature: "COPY ... TO".into() });
+        }
+        let CopySource::Table { table_name, columns } = source else {
+            return Err(FoamError::FeatureNotSupported { feature: "COPY from a query".into() });
+        };
+        let name = ddl::table_name(table_name)?;
+        let table = self.node.catalog.current().table(&name)?.clone();
+        if !columns.is_empty() {
+            let listed: Vec<String> = columns.iter().map(|c| ddl::normalize_ident(&c.value, c.quote_style)).collect();
+            let all: Vec<String> = table.columns.iter().map(|c| c.name.clone()).collect();
+            if listed != all {
+                return Err(FoamError::FeatureNotSupported { feature: "COPY with a column list other than all columns in order".into() });
+            }
+        }
+        let options = copy_options(options, legacy_options)?;
+        let path = match target {
+            CopyTarget::File { filename } => filename.clone(),
+            CopyTarget::Stdin => return Ok(StatementOutput::CopyIn(CopyInTarget { table, options })),
+            other => return Err(FoamError::FeatureNotSupported { feature: format!("COPY FROM {other}") }),
+        };
+        let rows = crate::copy::copy_from_file(self.node.clone(), table, path, options).await?;
+        Ok(StatementOutput::Command { tag: "COPY".into(), rows: Some(rows) })
+    }
+
+    /// EXPLAIN shows the distributed plan: stages, tasks, and the nodes that run them.
+    async fn explain(&self, statement: &Statement) -> FoamResult<StatementOutput> {
+        let sql = statement.to_string();
+        let frame = self.ctx.sql(&sql).await.map_err(FoamError::from)?;
+        let plan = frame.create_physical_plan().await.map_err(FoamError::from)?;
+        let text = datafusion_distributed::display_plan_ascii(plan.as_ref(), false);
+        let schema = explain_schema();
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(vec!["physical_plan"])) as ArrayRef,
+                Arc::new(StringArray::from(vec![text])) as ArrayRef,
+            ],
+        )
+        .map_err(|e| FoamError::internal(e.to_string()))?;
+        Ok(rows_output(schema, vec![batch]))
+    }
+}
+
+fn explain_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new("plan_type", DataType::Utf8, false), Field::new("plan", DataType::Utf8, false)]))
+}
+
+fn rows_output(schema: SchemaRef, batches: Vec<RecordBatch>) -> StatementOutput {
+    let stream = futures::stream::iter(batches.into_iter().map(Ok)).boxed();
+    StatementOutput::Rows { schema: schema.clone(), stream: Box::pin(RecordBatchStreamAdapter::new(schema, stream)) }
+}
+
+fn single_char(value: char, option: &str) -> FoamResult<u8> {
+    if value.is_ascii() {
+        Ok(value as u8)
+    } else {
+        Err(FoamError::InvalidParameter { message: format!("COPY {option} must be a single one-byte character") })
+    }
+}
+
+fn copy_options(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> FoamResult<CopyOptions> {
+    let mut result = CopyOptions::default();
+    let mut format = CopyFormat::Text;
+    for option in options {
+        if let CopyOption::Format(ident) = option {
+            format = match ident.value.to_lowercase().as_str() {
+                "csv" => CopyFormat::Csv,
+                "text" => CopyFormat::Text,
+                "parquet" => CopyFormat::Parquet,
+                other => return Err(FoamError::InvalidParameter { message: format!("COPY format \"{other}\" not recognized") }),
+            };
+        }
+    }
+    for option in legacy {
+        match option {
+            CopyLegacyOption::Csv(_) => format = CopyFormat::Csv,
+            CopyLegacyOption::Parquet => format = CopyFormat::Parquet,
+            _ => {}
+        }
+    }
+    if format == CopyFormat::Csv {
+        result = CopyOptions { format, header: false, delimiter: b',', quote: b'"', escape: None, null: None };
+    }
+    result.format = format;
+    for option in options {
+        match option {
+            CopyOption::Format(_) => {}
+            CopyOption::Header(header) => result.header = *header,
+            CopyOption::Delimiter(c) => result.delimiter = single_char(*c, "delimiter")?,
+            CopyOption::Quote(c) => result.quote = single_char(*c, "quote")?,
+            CopyOption::Escape(c) => result.escape = Some(single_char(*c, "escape")?),
+            CopyOption::Null(text) => result.null = Some(text.clone()),
+            other => return Err(FoamError::FeatureNotSupported { feature: format!("COPY option {other}") }),
+        }
+    }
+    for option in legacy {
+        match option {
+            CopyLegacyOption::Csv(csv_options) => {
+                for csv_option in csv_options {
+                    let text = csv_option.to_string();
+                    if text.eq_ignore_ascii_case("HEADER") {
+                        result.header = true;
+                    } else {
+                        return Err(FoamError::FeatureNotSupported { feature: format!("COPY option {text}") });
+                    }
+                }
+            }
+            CopyLegacyOption::Parquet => {}
+            CopyLegacyOption::Delimiter(c) => result.delimiter = single_char(*c, "delimiter")?,
+            CopyLegacyOption::Header => result.header = true,
+            CopyLegacyOption::Null(text) => result.null = Some(text.clone()),
+            other => return Err(FoamError::FeatureNotSupported { feature: format!("COPY option {other}") }),
+        }
+    }
+    Ok(result)
+}

@@ -1,0 +1,354 @@
+//! The write path: one SQL statement's rows, hashed to partitions, shipped to the
+//! nodes that own them, and committed everywhere or nowhere (two-phase commit).
+//!
+//! ```text
+//!  rows ─▶ TableWriter::write ─▶ hash(distribution key) ─▶ per-partition buffer
+//!                                         │ WRITE_SHIP_ROWS reached
+//!                                         ▼
+//!            Stage{txn, partition} (RPC, or a direct call for this node) ─▶ owner
+//!  commit:  Prepare on every participant ─▶ decision fsynced here ─▶ Commit on every participant
+//!  any failure before the decision: Abort everywhere, the table is as before.
+//! ```
+//! A replicated table's rows go to every node.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, UInt32Array};
+use arrow::compute::take_record_batch;
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use async_trait::async_trait;
+use datafusion::datasource::sink::DataSink;
+use datafusion::error::Result as DfResult;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType};
+use foam_catalog::{Distribution, SqlType, TableDef};
+use foam_common::limits::{WRITE_SHIP_ROWS, WRITE_STREAM_BATCHES_IN_FLIGHT};
+use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TxnId};
+use foam_rpc::{NodeRequest, NodeResponse};
+use futures::StreamExt;
+use tokio::task::JoinSet;
+
+use crate::context::NodeContext;
+
+/// Rows of one statement on their way to the owner nodes.
+pub struct TableWriter {
+    node: Arc<NodeContext>,
+    table: TableDef,
+    schema: SchemaRef,
+    txn: TxnId,
+    buffers: HashMap<PartitionId, (Vec<RecordBatch>, usize)>,
+    participants: BTreeSet<NodeId>,
+    in_flight: JoinSet<FoamResult<()>>,
+    rows: u64,
+}
+
+impl TableWriter {
+    pub fn begin(node: Arc<NodeContext>, table: TableDef) -> Self {
+        let txn: TxnId = uuid::Uuid::new_v4().as_u128();
+        node.decisions.begin(txn);
+        let schema = table.arrow_schema();
+        TableWriter {
+            node,
+            table,
+            schema,
+            txn,
+            buffers: HashMap::new(),
+            participants: BTreeSet::new(),
+            in_flight: JoinSet::new(),
+            rows: 0,
+        }
+    }
+
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Adds rows (already in the table's column types) to the statement.
+    pub async fn write(&mut self, batch: RecordBatch) -> FoamResult<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let batch = self.conform(batch)?;
+        self.rows += batch.num_rows() as u64;
+        match &self.table.distribution {
+            Distribution::Replicated => self.buffer(0, batch).await?,
+            Distribution::Hash { key_columns, owners } => {
+                let keys: Vec<ArrayRef> = key_columns.iter().map(|i| batch.column(*i).clone()).collect();
+                let hashes = foam_common::hash::hash_rows(&keys)?;
+                let partition_count = owners.len() as u32;
+                let mut rows_of: HashMap<PartitionId, Vec<u32>> = HashMap::new();
+                for (row, hash) in hashes.iter().enumerate() {
+                    rows_of.entry(foam_common::hash::partition_of_hash(*hash, partition_count)).or_default().push(row as u32);
+                }
+                for (partition, rows) in rows_of {
+                    let part = take_record_batch(&batch, &UInt32Array::from(rows))
+                        .map_err(|e| FoamError::internal(e.to_string()))?;
+                    self.buffer(partition, part).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the rows against the table: column count, NOT NULL, string lengths.
+    fn conform(&self, batch: RecordBatch) -> FoamResult<RecordBatch> {
+        if batch.num_columns() != self.table.columns.len() {
+            return Err(FoamError::internal(format!(
+                "{} columns written to \"{}\", which has {}",
+                batch.num_columns(),
+                self.table.name,
+                self.table.columns.len()
+            )));
+        }
+        for (column, array) in self.table.columns.iter().zip(batch.columns()) {
+            if !column.nullable && array.null_count() > 0 {
+                return Err(FoamError::Query {
+                    message: format!("null value in column \"{}\" of relation \"{}\" violates not-null constraint", column.name, self.table.name),
+                    sqlstate: "23502",
+                });
+            }
+            let length_max = match column.sql_type {
+                SqlType::Varchar { length_max: Some(n) } => n,
+                SqlType::Char { length } => length,
+                _ => continue,
+            };
+            if let Some(strings) = array.as_string_opt::<i32>() {
+                if let Some(long) = strings.iter().flatten().find(|s| s.chars().count() > length_max as usize) {
+                    return Err(FoamError::Query {
+                        message: format!(
+                            "value too long for type {} in column \"{}\": \"{}\"",
+                            column.sql_type.sql_name(),
+                            column.name,
+                            long.chars().take(40).collect::<String>()
+                        ),
+                        sqlstate: "22001",
+                    });
+                }
+            }
+        }
+        RecordBatch::try_new(self.schema.clone(), batch.columns().to_vec())
+            .map_err(|e| FoamError::DataException { message: e.to_string() })
+    }
+
+    async fn buffer(&mut self, partition: PartitionId, batch: RecordBatch) -> FoamResult<()> {
+        let entry = self.buffers.entry(partition).or_default();
+        entry.1 += batch.num_rows();
+        entry.0.push(batch);
+        if entry.1 >= WRITE_SHIP_ROWS {
+            let (batches, _) = self.buffers.remove(&partition).unwrap_or_default();
+            self.ship(partition, batches).await?;
+        }
+        Ok(())
+    }
+
+    /// Sends one partition's rows to its owner(s), keeping a bounded number of
+    /// shipments in flight.
+    async fn ship(&mut self, partition: PartitionId, batches: Vec<RecordBatch>) -> FoamResult<()> {
+        let targets: Vec<NodeId> = match &self.table.distribution {
+            Distribution::Hash { owners, .. } => vec![owners[partition as usize]],
+            Distribution::Replicated => self.node.catalog.current().nodes.keys().copied().collect(),
+        };
+        let batches = Arc::new(batches);
+        for target in targets {
+            while self.in_flight.len() >= WRITE_STREAM_BATCHES_IN_FLIGHT {
+                self.join_one().await?;
+            }
+            self.participants.insert(target);
+            let node = self.node.clone();
+            let (txn, table_id, batches) = (self.txn, self.table.id, batches.clone());
+            self.in_flight.spawn(async move {
+                if target == node.node_id {
+                    let storage = node.storage.clone();
+                    let coordinator = node.node_id;
+                    let batches = batches.as_ref().clone();
+                    tokio::task::spawn_blocking(move || storage.stage(txn, coordinator, table_id, partition, batches))
+                        .await
+                        .map_err(|e| FoamError::internal(e.to_string()))?
+                } else {
+                    let payload = foam_storage::ipc::encode_batches(&batches)?;
+                    let request = NodeRequest::Stage { txn, coordinator: node.node_id, table_id, partition };
+                    node.client_for(target)?.call(&request, &payload).await.map(|_| ())
+                }
+            });
+        }
+        Ok(())
+    }
+
+    async fn join_one(&mut self) -> FoamResult<()> {
+        match self.in_flight.join_next().await {
+            Some(Ok(result)) => result,
+            Some(Err(join_error)) => Err(FoamError::internal(join_error.to_string())),
+            None => Ok(()),
+        }
+    }
+
+    /// Ships what is left and commits on every participant. On error nothing is
+    /// committed anywhere.
+    pub async fn commit(mut self) -> FoamResult<u64> {
+        match self.prepare_all().await {
+            Ok(()) => {}
+            Err(error) => {
+                self.abort_all().await;
+                return Err(error);
+            }
+        }
+        if let Err(error) = self.node.decisions.decide_commit(self.txn) {
+            self.abort_all().await;
+            return Err(error);
+        }
+        // The statement is committed now. A participant that misses this message
+        // (it crashed) learns the outcome from us when it comes back.
+        let results = self.on_participants(|txn| NodeRequest::Commit { txn }).await;
+        for (node_id, result) in results {
+            if let Err(error) = result {
+                tracing::warn!(txn = %format!("{:032x}", self.txn), node_id, %error, "commit not delivered; the node will resolve it");
+            }
+        }
+        self.node.decisions.finish(self.txn);
+        Ok(self.rows)
+    }
+
+    async fn prepare_all(&mut self) -> FoamResult<()> {
+        let partitions: Vec<PartitionId> = self.buffers.keys().copied().collect();
+        for partition in partitions {
+            let (batches, _) = self.buffers.remove(&partition).unwrap_or_default();
+            self.ship(partition, batches).await?;
+        }
+        while !self.in_flight.is_empty() {
+            self.join_one().await?;
+        }
+        for (_, result) in self.on_participants(|txn| NodeRequest::Prepare { txn }).await {
+            result?;
+        }
+        Ok(())
+    }
+
+    /// Abandons the statement on every participant (best effort: a participant
+    /// that cannot be told discards unprepared rows on its own and resolves
+    /// prepared ones by asking this node, which answers "aborted").
+    pub async fn abort(mut self) {
+        self.abort_all().await;
+    }
+
+    async fn abort_all(&mut self) {
+        self.in_flight.abort_all();
+        while self.in_flight.join_next().await.is_some() {}
+        for (node_id, result) in self.on_participants(|txn| NodeRequest::Abort { txn }).await {
+            if let Err(error) = result {
+                tracing::warn!(node_id, %error, "abort not delivered");
+            }
+        }
+        self.node.decisions.finish(self.txn);
+    }
+
+    /// Sends one request to every participant at once.
+    async fn on_participants(&self, request: impl Fn(TxnId) -> NodeRequest) -> Vec<(NodeId, FoamResult<()>)> {
+        let mut calls = JoinSet::new();
+        for participant in &self.participants {
+            let node = self.node.clone();
+            let request = request(self.txn);
+            let participant = *participant;
+            calls.spawn(async move {
+                let result = if participant == node.node_id {
+                    local_request(&node, request).await
+                } else {
+                    match node.client_for(participant) {
+                        Ok(client) => client.call(&request, &[]).await.map(|_| ()),
+                        Err(error) => Err(error),
+                    }
+                };
+                (participant, result)
+            });
+        }
+        let mut results = Vec::new();
+        while let Some(joined) = calls.join_next().await {
+            match joined {
+                Ok(result) => results.push(result),
+                Err(error) => results.push((0, Err(FoamError::internal(error.to_string())))),
+            }
+        }
+        results
+    }
+}
+
+/// Runs a transaction request against this node's own storage.
+async fn local_request(node: &Arc<NodeContext>, request: NodeRequest) -> FoamResult<()> {
+    let storage = node.storage.clone();
+    tokio::task::spawn_blocking(move || match request {
+        NodeRequest::Prepare { txn } => storage.prepare(txn),
+        NodeRequest::Commit { txn } => storage.commit(txn),
+        NodeRequest::Abort { txn } => storage.abort(txn),
+        other => Err(FoamError::internal(format!("not a transaction request: {other:?}"))),
+    })
+    .await
+    .map_err(|e| FoamError::internal(e.to_string()))?
+}
+
+/// Applies a transaction request from a coordinator to this node's storage; the
+/// node's RPC handler calls this for Stage/Prepare/Commit/Abort.
+pub async fn handle_participant_request(node: &Arc<NodeContext>, request: NodeRequest, payload: bytes::Bytes) -> FoamResult<NodeResponse> {
+    match request {
+        NodeRequest::Stage { txn, coordinator, table_id, partition } => {
+            let storage = node.storage.clone();
+            tokio::task::spawn_blocking(move || {
+                let batches = foam_storage::ipc::decode_batches(&payload)?;
+                storage.stage(txn, coordinator, table_id, partition, batches)
+            })
+            .await
+            .map_err(|e| FoamError::internal(e.to_string()))??;
+        }
+        other => local_request(node, other).await?,
+    }
+    Ok(NodeResponse::Ok)
+}
+
+/// INSERT's sink: DataFusion hands it the statement's rows.
+pub struct FoamSink {
+    table: TableDef,
+    schema: SchemaRef,
+    node: Arc<NodeContext>,
+}
+
+impl FoamSink {
+    pub fn new(table: TableDef, node: Arc<NodeContext>) -> Self {
+        let schema = table.arrow_schema();
+        FoamSink { table, schema, node }
+    }
+}
+
+impl fmt::Debug for FoamSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FoamSink({})", self.table.name)
+    }
+}
+
+impl DisplayAs for FoamSink {
+    fn fmt_as(&self, _format: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "FoamSink: table={}", self.table.name)
+    }
+}
+
+#[async_trait]
+impl DataSink for FoamSink {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    async fn write_all(&self, mut data: SendableRecordBatchStream, _context: &Arc<TaskContext>) -> DfResult<u64> {
+        let mut writer = TableWriter::begin(self.node.clone(), self.table.clone());
+        while let Some(batch) = data.next().await {
+            let written = match batch {
+                Ok(batch) => writer.write(batch).await,
+                Err(error) => Err(FoamError::from(error)),
+            };
+            if let Err(error) = written {
+                writer.abort().await;
+                return Err(error.into());
+            }
+        }
+        Ok(writer.commit().await?)
+    }
+}

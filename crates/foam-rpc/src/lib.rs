@@ -1,0 +1,23 @@
+//! FoamDB's node-to-node RPC: catalog reads and DDL, the two phases of commit,
+//! and shipping rows to the node that owns their partition.
+//!
+//! It rides on Arrow Flight, which tonic already serves for the distributed query
+//! workers, so one port per node carries both and no code generation is needed:
+//! requests are `DoAction` calls whose body is a JSON header followed by an
+//! optional binary payload (Arrow IPC rows), and remote partition scans are
+//! `DoGet` streams of Arrow batches.
+//!
+//! ```text
+//!   coordinator node                          owner node
+//!   NodeClient::call(Stage{..}, ipc rows) ──▶ NodeHandler::handle ──▶ StorageEngine::stage
+//!   NodeClient::scan(ScanRequest)        ◀── NodeHandler::scan (Flight DoGet stream)
+//! ```
+
+pub mod client;
+pub mod frame;
+pub mod messages;
+pub mod server;
+
+pub use client::{NodeClient, NodeClients};
+pub use messages::{NodeRequest, NodeResponse, ScanRequest};
+pub use server::{NodeHandler, node_flight_server};

@@ -1,0 +1,24 @@
+//! A node's storage engine: the partitions this node owns, kept durable.
+//!
+//! ```text
+//!  coordinator ──stage(batches)──▶ staging (memory, or a staged Parquet file when large)
+//!              ──prepare────────▶ WAL: Prepare{inline rows | staged file}  (fsync)
+//!              ──commit─────────▶ WAL: Commit (fsync) ──▶ memtable / segment joins the manifest
+//!                                                         │ memtable past MEMTABLE_FLUSH_ROWS
+//!                                                         ▼
+//!                                  tables/<table>/<partition>/seg-*.parquet + manifest.json
+//! ```
+//! A scan reads a partition's committed Parquet segments plus its memtable. On
+//! restart the WAL is replayed on top of the manifests; a prepared transaction
+//! with no outcome in the WAL is in doubt until its coordinator answers.
+
+pub mod decisions;
+pub mod engine;
+pub mod ipc;
+pub mod partition;
+pub mod segment;
+pub mod wal;
+
+pub use decisions::{DecisionLog, TxnOutcome};
+pub use engine::{PartitionStats, StorageEngine};
+pub use partition::PartitionSnapshot;

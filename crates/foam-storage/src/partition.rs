@@ -1,0 +1,147 @@
+//! One partition of one table on this node: its committed Parquet segments
+//! (listed in `manifest.json`) and its memtable of committed rows that so far
+//! live only in the WAL.
+//!
+//! Invariant: every committed inline write with commit LSN ≤ `applied_lsn` is in
+//! a segment; replay skips those, which makes replay idempotent.
+
+use std::path::{Path, PathBuf};
+
+use arrow::record_batch::RecordBatch;
+use foam_common::{FoamError, FoamResult};
+use serde::{Deserialize, Serialize};
+
+use crate::segment;
+
+const MANIFEST_FILE_NAME: &str = "manifest.json";
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Manifest {
+    pub segments: Vec<SegmentInfo>,
+    pub applied_lsn: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SegmentInfo {
+    pub file_name: String,
+    pub rows: u64,
+    pub bytes: u64,
+}
+
+/// What a scan reads: immutable segment files and the memtable as of one moment.
+#[derive(Debug, Clone, Default)]
+pub struct PartitionSnapshot {
+    pub segments: Vec<PathBuf>,
+    pub memtable: Vec<RecordBatch>,
+}
+
+pub struct Partition {
+    dir: PathBuf,
+    manifest: Manifest,
+    memtable: Vec<RecordBatch>,
+    memtable_lsn_max: u64,
+    memtable_rows: usize,
+    memtable_bytes: usize,
+}
+
+impl Partition {
+    pub fn open(dir: PathBuf) -> FoamResult<Self> {
+        let path = dir.join(MANIFEST_FILE_NAME);
+        let manifest = match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| FoamError::Corrupted {
+                path: path.display().to_string(),
+                message: e.to_string(),
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Manifest::default(),
+            Err(e) => return Err(FoamError::io(&path, e)),
+        };
+        Ok(Partition { dir, manifest, memtable: Vec::new(), memtable_lsn_max: 0, memtable_rows: 0, memtable_bytes: 0 })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Adds committed rows with commit LSN `lsn` to the memtable, unless a
+    /// segment already holds them (replay after a flush).
+    pub fn apply_inline(&mut self, lsn: u64, batches: Vec<RecordBatch>) {
+        if lsn <= self.manifest.applied_lsn {
+            return;
+        }
+        for batch in batches {
+            self.memtable_rows += batch.num_rows();
+            self.memtable_bytes += batch.get_array_memory_size();
+            self.memtable.push(batch);
+        }
+        self.memtable_lsn_max = self.memtable_lsn_max.max(lsn);
+    }
+
+    /// Makes a staged segment file part of this partition. Idempotent, so a
+    /// replayed commit of an already-moved segment does nothing.
+    pub fn add_segment(&mut self, staged_path: &Path, file_name: &str, rows: u64, bytes: u64) -> FoamResult<()> {
+        if self.manifest.segments.iter().any(|s| s.file_name == file_name) {
+            return Ok(());
+        }
+        foam_common::fs::create_dir_all(&self.dir)?;
+        let target = self.dir.join(file_name);
+        if staged_path.exists() {
+            std::fs::rename(staged_path, &target).map_err(|e| FoamError::io(staged_path, e))?;
+            foam_common::fs::sync_dir(&self.dir)?;
+        } else if !target.exists() {
+            return Err(FoamError::Corrupted {
+                path: staged_path.display().to_string(),
+                message: "a committed segment file is missing".into(),
+            });
+        }
+        let mut next = self.manifest.clone();
+        next.segments.push(SegmentInfo { file_name: file_name.to_string(), rows, bytes });
+        self.save_manifest(next)
+    }
+
+    pub fn memtable_rows(&self) -> usize {
+        self.memtable_rows
+    }
+
+    /// Writes the memtable as a segment and records that the WAL up to its
+    /// newest commit no longer needs replaying for this partition.
+    pub fn flush(&mut self) -> FoamResult<()> {
+        let Some(first) = self.memtable.first() else {
+            return Ok(());
+        };
+        foam_common::fs::create_dir_all(&self.dir)?;
+        let schema = first.schema();
+        let file_name = format!("seg-{}.parquet", uuid::Uuid::new_v4().simple());
+        let path = self.dir.join(&file_name);
+        let bytes = segment::write_segment(&path, &schema, &self.memtable)?;
+        foam_common::fs::sync_dir(&self.dir)?;
+        let mut next = self.manifest.clone();
+        next.segments.push(SegmentInfo { file_name, rows: self.memtable_rows as u64, bytes });
+        next.applied_lsn = next.applied_lsn.max(self.memtable_lsn_max);
+        self.save_manifest(next)?;
+        self.memtable.clear();
+        self.memtable_rows = 0;
+        self.memtable_bytes = 0;
+        Ok(())
+    }
+
+    pub fn snapshot(&self) -> PartitionSnapshot {
+        PartitionSnapshot {
+            segments: self.manifest.segments.iter().map(|s| self.dir.join(&s.file_name)).collect(),
+            memtable: self.memtable.clone(),
+        }
+    }
+
+    /// Committed rows and bytes (segment bytes on disk plus memtable bytes in memory).
+    pub fn stats(&self) -> (u64, u64) {
+        let rows = self.manifest.segments.iter().map(|s| s.rows).sum::<u64>() + self.memtable_rows as u64;
+        let bytes = self.manifest.segments.iter().map(|s| s.bytes).sum::<u64>() + self.memtable_bytes as u64;
+        (rows, bytes)
+    }
+
+    fn save_manifest(&mut self, next: Manifest) -> FoamResult<()> {
+        let bytes = serde_json::to_vec_pretty(&next).map_err(|e| FoamError::internal(e.to_string()))?;
+        foam_common::fs::write_atomic(&self.dir.join(MANIFEST_FILE_NAME), &bytes)?;
+        self.manifest = next;
+        Ok(())
+    }
+}
