@@ -158,63 +158,61 @@ impl From<std::io::Error> for FoamError {
 
 /// Maps a DataFusion error (possibly wrapping a FoamError, possibly relayed from
 /// a remote worker as text) to the SQLSTATE a PostgreSQL user would expect.
+/// The message decides first, because the same problem reaches us in different
+/// DataFusion variants depending on where it was found (planner, optimizer,
+/// remote worker).
 pub fn classify_datafusion_error(error: DataFusionError) -> FoamError {
-    let error = error.find_root().clone_or_string();
-    let text = error.to_string();
+    let root = error.find_root();
+    let text = root.to_string();
     if let Some(index) = text.find(WRAPPED_PREFIX) {
         return FoamError::from_wire(&text[index + WRAPPED_PREFIX.len()..]);
     }
     let message = strip_datafusion_prefixes(&text);
-    let sqlstate = match &error {
+    if let Some(name) = missing_table_name(&message) {
+        return FoamError::UndefinedTable { name };
+    }
+    let by_variant = match root {
         DataFusionError::SQL(..) => "42601",
-        DataFusionError::SchemaError(..) => {
-            if message.contains("No field named") { "42703" } else { "42P10" }
-        }
         DataFusionError::NotImplemented(_) => "0A000",
         DataFusionError::ResourcesExhausted(_) => "53200",
-        DataFusionError::ArrowError(..) => arrow_sqlstate(&message),
-        DataFusionError::Plan(_) => plan_sqlstate(&message),
-        DataFusionError::Execution(_) => execution_sqlstate(&message),
-        DataFusionError::Internal(_) => "XX000",
-        _ => execution_sqlstate(&message),
+        DataFusionError::ArrowError(..) => "22P02",
+        DataFusionError::Plan(_) | DataFusionError::SchemaError(..) => "42000",
+        _ => "XX000",
     };
+    let sqlstate = sqlstate_from_message(&message).unwrap_or(by_variant);
     FoamError::Query { message, sqlstate }
 }
 
-fn plan_sqlstate(message: &str) -> &'static str {
-    if message.contains("table") && message.contains("not found") {
-        "42P01"
-    } else if message.contains("No field named") {
-        "42703"
-    } else if message.contains("No function matches") || message.contains("Invalid function") {
-        "42883"
-    } else if message.contains("Cannot") && message.contains("cast") {
-        "42846"
-    } else {
-        "42000"
+/// The table name in DataFusion's "table 'catalog.schema.name' not found".
+fn missing_table_name(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("table '")?;
+    let (qualified, tail) = rest.split_once('\'')?;
+    if !tail.trim_start().starts_with("not found") {
+        return None;
     }
+    Some(qualified.rsplit('.').next().unwrap_or(qualified).to_string())
 }
 
-fn execution_sqlstate(message: &str) -> &'static str {
-    if message.contains("Divide by zero") || message.contains("divide by zero") {
-        "22012"
-    } else if message.contains("Cast error") || message.contains("Cannot cast") || message.contains("parse") {
-        "22P02"
-    } else if message.contains("overflow") {
-        "22003"
-    } else {
-        "XX000"
-    }
-}
-
-fn arrow_sqlstate(message: &str) -> &'static str {
-    if message.contains("Divide by zero") {
-        "22012"
-    } else if message.contains("overflow") {
-        "22003"
-    } else {
-        "22P02"
-    }
+fn sqlstate_from_message(message: &str) -> Option<&'static str> {
+    const PATTERNS: &[(&str, &str)] = &[
+        ("No field named", "42703"),
+        ("declared as non-nullable but contains null values", "23502"),
+        ("not found", "42P01"),
+        ("Divide by zero", "22012"),
+        ("divide by zero", "22012"),
+        ("No function matches", "42883"),
+        ("Invalid function", "42883"),
+        ("Cannot cast", "22P02"),
+        ("Cast error", "22P02"),
+        ("Error parsing", "22P02"),
+        ("Error while parsing", "22P02"),
+        ("overflow", "22003"),
+        ("Ambiguous reference", "42702"),
+        ("is not implemented", "0A000"),
+        ("Unsupported", "0A000"),
+        ("sql parser error", "42601"),
+    ];
+    PATTERNS.iter().find(|(pattern, _)| message.contains(pattern)).map(|(_, code)| *code)
 }
 
 /// DataFusion prefixes messages with layers such as "Error during planning: ";
@@ -248,26 +246,6 @@ fn strip_datafusion_prefixes(text: &str) -> String {
     rest.to_string()
 }
 
-trait CloneOrString {
-    fn clone_or_string(&self) -> DataFusionError;
-}
-
-impl CloneOrString for DataFusionError {
-    /// `find_root` borrows; rebuild an owned error that keeps the variant that
-    /// matters for classification and the full message.
-    fn clone_or_string(&self) -> DataFusionError {
-        let message = self.to_string();
-        match self {
-            DataFusionError::Plan(_) => DataFusionError::Plan(message),
-            DataFusionError::NotImplemented(_) => DataFusionError::NotImplemented(message),
-            DataFusionError::ResourcesExhausted(_) => DataFusionError::ResourcesExhausted(message),
-            DataFusionError::Internal(_) => DataFusionError::Internal(message),
-            DataFusionError::SQL(..) => DataFusionError::Plan(format!("SQL error: {message}")),
-            _ => DataFusionError::Execution(message),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,6 +271,21 @@ mod tests {
         let back = FoamError::from(DataFusionError::Context("scan".into(), Box::new(through)));
         assert_eq!(back.sqlstate(), "42P01");
         assert_eq!(back.to_string(), "relation \"missing\" does not exist");
+    }
+
+    #[test]
+    fn missing_table_reads_like_postgres() {
+        let error = FoamError::from(DataFusionError::Plan("table 'foam.public.nope' not found".into()));
+        assert_eq!(error.sqlstate(), "42P01");
+        assert_eq!(error.to_string(), "relation \"nope\" does not exist");
+        let error = FoamError::from(DataFusionError::SchemaError(
+            Box::new(datafusion::common::SchemaError::FieldNotFound {
+                field: Box::new(datafusion::common::Column::from_name("zz")),
+                valid_fields: vec![],
+            }),
+            Box::new(None),
+        ));
+        assert_eq!(error.sqlstate(), "42703", "{error}");
     }
 
     #[test]

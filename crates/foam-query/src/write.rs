@@ -314,7 +314,10 @@ pub struct FoamSink {
 
 impl FoamSink {
     pub fn new(table: TableDef, node: Arc<NodeContext>) -> Self {
-        let schema = table.arrow_schema();
+        // All-nullable on purpose: DataFusion's own NOT NULL check names the
+        // input's columns (`column1`), TableWriter names the table's.
+        let fields: Vec<_> = table.arrow_schema().fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
+        let schema = Arc::new(arrow::datatypes::Schema::new(fields));
         FoamSink { table, schema, node }
     }
 }
