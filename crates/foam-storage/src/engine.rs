@@ -82,6 +82,13 @@ impl StorageEngine {
             dropped_tables: Mutex::new(HashSet::new()),
         };
         engine.load_partitions()?;
+        // A table dropped later in the log must not have earlier commits
+        // re-applied (its files are gone); table ids are never reused.
+        for record in &records {
+            if let WalHeader::DropTable { table_id } = record.header {
+                lock(&engine.dropped_tables).insert(table_id);
+            }
+        }
         let replayed = records.len();
         for record in records {
             match record.header {
@@ -559,6 +566,13 @@ mod tests {
             engine.stage(3, 1, 13, 0, vec![batch(15, 3)]).unwrap();
             engine.prepare(3).unwrap();
             engine.commit(3).unwrap();
+            // A large commit (a staged segment) of another table, dropped later.
+            for chunk in 0..40 {
+                engine.stage(4, 1, 14, 0, vec![batch(chunk * 5000, 5000)]).unwrap();
+            }
+            engine.prepare(4).unwrap();
+            engine.commit(4).unwrap();
+            engine.drop_table(14).unwrap();
         }
         let engine = StorageEngine::open(&dir).unwrap();
         assert_eq!(rows_in(&engine, 13, 0), 13, "no row applied twice or lost");

@@ -14,6 +14,8 @@ const NODE_START_TIMEOUT: Duration = Duration::from_secs(60);
 const TEST_NODE_MEMORY_MB: &str = "1024";
 
 pub struct Node {
+    /// "ready" lines in the node's log before its latest start.
+    ready_lines_before: usize,
     pub sql_port: u16,
     pub node_port: u16,
     pub data_dir: PathBuf,
@@ -43,6 +45,7 @@ impl Cluster {
         let mut join = None;
         for index in 0..count {
             let node = Node {
+                ready_lines_before: 0,
                 sql_port: free_port(),
                 node_port: free_port(),
                 data_dir: cluster.dir.path().join(format!("node-{index}")),
@@ -62,6 +65,7 @@ impl Cluster {
     }
 
     fn spawn(&mut self, index: usize) {
+        self.nodes[index].ready_lines_before = self.ready_lines(index);
         let node = &mut self.nodes[index];
         std::fs::create_dir_all(&node.data_dir).expect("node dir");
         let log = std::fs::OpenOptions::new().create(true).append(true).open(node.data_dir.join("node.log")).expect("log");
@@ -81,10 +85,16 @@ impl Cluster {
         node.child = Some(command.spawn().expect("start foam"));
     }
 
+    fn ready_lines(&self, index: usize) -> usize {
+        self.log(index).matches(" ready: SQL on ").count()
+    }
+
+    /// Waits for the node's "ready" line: its ports are bound before storage
+    /// replay, so an open port alone does not mean the node is serving.
     pub fn wait_ready(&mut self, index: usize) {
         let deadline = Instant::now() + NODE_START_TIMEOUT;
         let port = self.nodes[index].sql_port;
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while self.ready_lines(index) <= self.nodes[index].ready_lines_before || TcpStream::connect(("127.0.0.1", port)).is_err() {
             if let Some(child) = self.nodes[index].child.as_mut()
                 && let Ok(Some(status)) = child.try_wait()
             {
