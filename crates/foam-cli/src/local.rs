@@ -31,6 +31,9 @@ pub struct LocalArgs {
     /// sql-port + 1000 + i for cluster traffic.
     #[arg(long, default_value_t = 5433)]
     sql_port: u16,
+    /// Load TPC-H at this scale factor once (skipped when the data dir has it).
+    #[arg(long)]
+    tpch: Option<f64>,
 }
 
 struct NodeProcess {
@@ -92,6 +95,13 @@ pub fn run(args: LocalArgs) -> Result<(), String> {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+    if let Some(scale_factor) = args.tpch {
+        let url = format!("postgres://foam@127.0.0.1:{}/foam", args.sql_port);
+        if let Err(message) = load_tpch_once(&url, scale_factor) {
+            stop_all(&mut nodes);
+            return Err(message);
+        }
+    }
     println!("FoamDB is running: {} nodes, data in {}", args.nodes, data_dir.display());
     println!();
     println!("  Connect:  psql -h 127.0.0.1 -p {} -U foam foam", args.sql_port);
@@ -120,6 +130,23 @@ pub fn run(args: LocalArgs) -> Result<(), String> {
     println!("Stopping FoamDB...");
     stop_all(&mut nodes);
     Ok(())
+}
+
+/// Loads TPC-H unless an earlier run of this data directory did.
+fn load_tpch_once(url: &str, scale_factor: f64) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let loaded = runtime.block_on(async {
+        let client = foam_tpch::load::connect(url).await?;
+        foam_tpch::load::is_loaded(&client).await
+    });
+    match loaded {
+        Ok(true) => {
+            println!("TPC-H data is already loaded.");
+            Ok(())
+        }
+        Ok(false) => crate::tpch_load(url, scale_factor),
+        Err(error) => Err(format!("[{}] {error}", error.sqlstate())),
+    }
 }
 
 fn log_path(data_dir: &std::path::Path, index: u16) -> PathBuf {

@@ -407,3 +407,34 @@ fn wait_for_port(port: u16) {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// psql's `\copy` sends rows over the connection (COPY FROM STDIN); a bad row
+/// there is reported like a bad line in a file and nothing is loaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_from_stdin_loads_rows_sent_by_the_client() {
+    use futures::SinkExt;
+    let cluster = Cluster::start(2);
+    let client = cluster.client(0).await;
+    client.batch_execute("CREATE TABLE s (id INT, name TEXT) DISTRIBUTED BY (id)").await.unwrap();
+    let sink = client.copy_in("COPY s FROM STDIN (FORMAT csv, HEADER true)").await.expect("copy in");
+    let mut sink = Box::pin(sink);
+    let mut data = String::from("id,name\n");
+    for id in 0..5000 {
+        data.push_str(&format!("{id},name {id}\n"));
+    }
+    // Chunks deliberately split rows: the server must not assume whole lines.
+    for chunk in data.as_bytes().chunks(777) {
+        sink.send(bytes::Bytes::copy_from_slice(chunk)).await.unwrap();
+    }
+    assert_eq!(sink.as_mut().finish().await.expect("finish copy"), 5000);
+    assert_eq!(scalar(&client, "SELECT count(DISTINCT id) FROM s").await, "5000");
+
+    let sink = client.copy_in("COPY s FROM STDIN (FORMAT csv)").await.expect("copy in");
+    let mut sink = Box::pin(sink);
+    sink.send(bytes::Bytes::from_static(b"1,ok\n2,ok\nthree,bad\n")).await.unwrap();
+    let error = sink.as_mut().finish().await.expect_err("bad row");
+    let db = error.as_db_error().expect("database error");
+    assert_eq!(db.code().code(), "22P04");
+    assert!(db.message().contains("line 3, column id"), "{}", db.message());
+    assert_eq!(scalar(&client, "SELECT count(*) FROM s").await, "5000");
+}

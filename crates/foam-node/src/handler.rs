@@ -36,6 +36,14 @@ impl NodeHandler for FoamNodeHandler {
             request @ (NodeRequest::Stage { .. } | NodeRequest::Prepare { .. } | NodeRequest::Commit { .. } | NodeRequest::Abort { .. }) => {
                 foam_query::write::handle_participant_request(node, request, payload).await?
             }
+            NodeRequest::CommitTransaction { txn, participants } => {
+                foam_query::write::commit_transaction(node, txn, &participants).await?;
+                NodeResponse::Ok
+            }
+            NodeRequest::AbortTransaction { txn, participants } => {
+                foam_query::write::abort_transaction(node, txn, &participants).await;
+                NodeResponse::Ok
+            }
             NodeRequest::TxnOutcome { txn } => NodeResponse::Outcome { outcome: node.decisions.outcome(txn) },
             NodeRequest::PartitionStats { table_id, partitions } => NodeResponse::Stats {
                 stats: partitions.into_iter().map(|p| (p, node.storage.stats(table_id, p))).collect(),

@@ -9,7 +9,9 @@
 //!  commit:  Prepare on every participant ─▶ decision fsynced here ─▶ Commit on every participant
 //!  any failure before the decision: Abort everywhere, the table is as before.
 //! ```
-//! A replicated table's rows go to every node.
+//! A replicated table's rows go to every node. `RowRouter` (routing) and
+//! `commit_transaction` (the protocol) are separate so a bulk loader outside
+//! the cluster can ship rows straight to their owners and let a node commit.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
@@ -33,9 +35,46 @@ use tokio::task::JoinSet;
 
 use crate::context::NodeContext;
 
-/// Rows of one statement on their way to the owner nodes.
-pub struct TableWriter {
-    node: Arc<NodeContext>,
+/// Delivers one partition's rows of a transaction to a node. Inside a node
+/// this is a direct call for itself and an RPC for peers; the TPC-H loader,
+/// which is not a node, ships everything by RPC.
+#[async_trait]
+pub trait StageTarget: Send + Sync + 'static {
+    async fn stage(&self, target: NodeId, txn: TxnId, table_id: foam_common::TableId, partition: PartitionId, batches: Arc<Vec<RecordBatch>>) -> FoamResult<()>;
+    /// Every node of the cluster (where a replicated table's rows go).
+    fn all_nodes(&self) -> Vec<NodeId>;
+}
+
+/// Ships from a node: locally to itself, over RPC to its peers.
+pub struct NodeStageTarget(pub Arc<NodeContext>);
+
+#[async_trait]
+impl StageTarget for NodeStageTarget {
+    async fn stage(&self, target: NodeId, txn: TxnId, table_id: foam_common::TableId, partition: PartitionId, batches: Arc<Vec<RecordBatch>>) -> FoamResult<()> {
+        let node = &self.0;
+        if target == node.node_id {
+            let storage = node.storage.clone();
+            let coordinator = node.node_id;
+            let batches = batches.as_ref().clone();
+            tokio::task::spawn_blocking(move || storage.stage(txn, coordinator, table_id, partition, batches))
+                .await
+                .map_err(|e| FoamError::internal(e.to_string()))?
+        } else {
+            let payload = foam_storage::ipc::encode_batches(&batches)?;
+            let request = NodeRequest::Stage { txn, coordinator: node.node_id, table_id, partition };
+            node.client_for(target)?.call(&request, &payload).await.map(|_| ())
+        }
+    }
+
+    fn all_nodes(&self) -> Vec<NodeId> {
+        self.0.catalog.current().nodes.keys().copied().collect()
+    }
+}
+
+/// Hashes rows to partitions and ships them to their owners in large batches,
+/// remembering which nodes took part.
+pub struct RowRouter {
+    target: Arc<dyn StageTarget>,
     table: TableDef,
     schema: SchemaRef,
     txn: TxnId,
@@ -45,13 +84,11 @@ pub struct TableWriter {
     rows: u64,
 }
 
-impl TableWriter {
-    pub fn begin(node: Arc<NodeContext>, table: TableDef) -> Self {
-        let txn: TxnId = uuid::Uuid::new_v4().as_u128();
-        node.decisions.begin(txn);
+impl RowRouter {
+    pub fn new(target: Arc<dyn StageTarget>, table: TableDef, txn: TxnId) -> Self {
         let schema = table.arrow_schema();
-        TableWriter {
-            node,
+        RowRouter {
+            target,
             table,
             schema,
             txn,
@@ -60,6 +97,10 @@ impl TableWriter {
             in_flight: JoinSet::new(),
             rows: 0,
         }
+    }
+
+    pub fn txn(&self) -> TxnId {
+        self.txn
     }
 
     pub fn rows(&self) -> u64 {
@@ -149,30 +190,17 @@ impl TableWriter {
     async fn ship(&mut self, partition: PartitionId, batches: Vec<RecordBatch>) -> FoamResult<()> {
         let targets: Vec<NodeId> = match &self.table.distribution {
             Distribution::Hash { owners, .. } => vec![owners[partition as usize]],
-            Distribution::Replicated => self.node.catalog.current().nodes.keys().copied().collect(),
+            Distribution::Replicated => self.target.all_nodes(),
         };
         let batches = Arc::new(batches);
-        for target in targets {
+        for node in targets {
             while self.in_flight.len() >= WRITE_STREAM_BATCHES_IN_FLIGHT {
                 self.join_one().await?;
             }
-            self.participants.insert(target);
-            let node = self.node.clone();
+            self.participants.insert(node);
+            let target = self.target.clone();
             let (txn, table_id, batches) = (self.txn, self.table.id, batches.clone());
-            self.in_flight.spawn(async move {
-                if target == node.node_id {
-                    let storage = node.storage.clone();
-                    let coordinator = node.node_id;
-                    let batches = batches.as_ref().clone();
-                    tokio::task::spawn_blocking(move || storage.stage(txn, coordinator, table_id, partition, batches))
-                        .await
-                        .map_err(|e| FoamError::internal(e.to_string()))?
-                } else {
-                    let payload = foam_storage::ipc::encode_batches(&batches)?;
-                    let request = NodeRequest::Stage { txn, coordinator: node.node_id, table_id, partition };
-                    node.client_for(target)?.call(&request, &payload).await.map(|_| ())
-                }
-            });
+            self.in_flight.spawn(async move { target.stage(node, txn, table_id, partition, batches).await });
         }
         Ok(())
     }
@@ -185,33 +213,9 @@ impl TableWriter {
         }
     }
 
-    /// Ships what is left and commits on every participant. On error nothing is
-    /// committed anywhere.
-    pub async fn commit(mut self) -> FoamResult<u64> {
-        match self.prepare_all().await {
-            Ok(()) => {}
-            Err(error) => {
-                self.abort_all().await;
-                return Err(error);
-            }
-        }
-        if let Err(error) = self.node.decisions.decide_commit(self.txn) {
-            self.abort_all().await;
-            return Err(error);
-        }
-        // The statement is committed now. A participant that misses this message
-        // (it crashed) learns the outcome from us when it comes back.
-        let results = self.on_participants(|txn| NodeRequest::Commit { txn }).await;
-        for (node_id, result) in results {
-            if let Err(error) = result {
-                tracing::warn!(txn = %format!("{:032x}", self.txn), node_id, %error, "commit not delivered; the node will resolve it");
-            }
-        }
-        self.node.decisions.finish(self.txn);
-        Ok(self.rows)
-    }
-
-    async fn prepare_all(&mut self) -> FoamResult<()> {
+    /// Ships every buffered row and waits until all participants staged them;
+    /// returns the participants.
+    pub async fn finish(&mut self) -> FoamResult<Vec<NodeId>> {
         let partitions: Vec<PartitionId> = self.buffers.keys().copied().collect();
         for partition in partitions {
             let (batches, _) = self.buffers.remove(&partition).unwrap_or_default();
@@ -220,58 +224,133 @@ impl TableWriter {
         while !self.in_flight.is_empty() {
             self.join_one().await?;
         }
-        for (_, result) in self.on_participants(|txn| NodeRequest::Prepare { txn }).await {
-            result?;
-        }
-        Ok(())
+        Ok(self.participants.iter().copied().collect())
     }
 
-    /// Abandons the statement on every participant (best effort: a participant
-    /// that cannot be told discards unprepared rows on its own and resolves
-    /// prepared ones by asking this node, which answers "aborted").
-    pub async fn abort(mut self) {
-        self.abort_all().await;
-    }
-
-    async fn abort_all(&mut self) {
+    /// Stops shipping; returns the nodes that may hold staged rows.
+    pub async fn cancel(&mut self) -> Vec<NodeId> {
         self.in_flight.abort_all();
         while self.in_flight.join_next().await.is_some() {}
-        for (node_id, result) in self.on_participants(|txn| NodeRequest::Abort { txn }).await {
-            if let Err(error) = result {
-                tracing::warn!(node_id, %error, "abort not delivered");
-            }
-        }
-        self.node.decisions.finish(self.txn);
+        self.participants.iter().copied().collect()
+    }
+}
+
+/// One statement's rows on a node that coordinates it: routes them and
+/// commits on every participant, or on none.
+pub struct TableWriter {
+    node: Arc<NodeContext>,
+    router: RowRouter,
+}
+
+impl TableWriter {
+    pub fn begin(node: Arc<NodeContext>, table: TableDef) -> Self {
+        let txn: TxnId = uuid::Uuid::new_v4().as_u128();
+        node.decisions.begin(txn);
+        let router = RowRouter::new(Arc::new(NodeStageTarget(node.clone())), table, txn);
+        TableWriter { node, router }
     }
 
-    /// Sends one request to every participant at once.
-    async fn on_participants(&self, request: impl Fn(TxnId) -> NodeRequest) -> Vec<(NodeId, FoamResult<()>)> {
-        let mut calls = JoinSet::new();
-        for participant in &self.participants {
-            let node = self.node.clone();
-            let request = request(self.txn);
-            let participant = *participant;
-            calls.spawn(async move {
-                let result = if participant == node.node_id {
-                    local_request(&node, request).await
-                } else {
-                    match node.client_for(participant) {
-                        Ok(client) => client.call(&request, &[]).await.map(|_| ()),
-                        Err(error) => Err(error),
-                    }
-                };
-                (participant, result)
-            });
-        }
-        let mut results = Vec::new();
-        while let Some(joined) = calls.join_next().await {
-            match joined {
-                Ok(result) => results.push(result),
-                Err(error) => results.push((0, Err(FoamError::internal(error.to_string())))),
-            }
-        }
-        results
+    pub fn rows(&self) -> u64 {
+        self.router.rows()
     }
+
+    pub async fn write(&mut self, batch: RecordBatch) -> FoamResult<()> {
+        self.router.write(batch).await
+    }
+
+    /// Ships what is left and commits on every participant. On error nothing is
+    /// committed anywhere.
+    pub async fn commit(mut self) -> FoamResult<u64> {
+        let txn = self.router.txn();
+        let participants = match self.router.finish().await {
+            Ok(participants) => participants,
+            Err(error) => {
+                let participants = self.router.cancel().await;
+                abort_transaction(&self.node, txn, &participants).await;
+                return Err(error);
+            }
+        };
+        commit_transaction(&self.node, txn, &participants).await?;
+        Ok(self.router.rows())
+    }
+
+    /// Abandons the statement on every participant.
+    pub async fn abort(mut self) {
+        let participants = self.router.cancel().await;
+        abort_transaction(&self.node, self.router.txn(), &participants).await;
+    }
+}
+
+/// Runs the commit protocol for `txn`, whose rows `participants` have staged,
+/// with this node as coordinator: Prepare everywhere, fsync the decision,
+/// Commit everywhere. On error before the decision, aborts everywhere.
+pub async fn commit_transaction(node: &Arc<NodeContext>, txn: TxnId, participants: &[NodeId]) -> FoamResult<()> {
+    node.decisions.begin(txn);
+    for (_, result) in on_participants(node, txn, participants, |txn| NodeRequest::Prepare { txn }).await {
+        if let Err(error) = result {
+            abort_transaction(node, txn, participants).await;
+            return Err(error);
+        }
+    }
+    if let Err(error) = node.decisions.decide_commit(txn) {
+        abort_transaction(node, txn, participants).await;
+        return Err(error);
+    }
+    // The statement is committed now. A participant that misses this message
+    // (it crashed) learns the outcome from us when it comes back.
+    for (node_id, result) in on_participants(node, txn, participants, |txn| NodeRequest::Commit { txn }).await {
+        if let Err(error) = result {
+            tracing::warn!(txn = %format!("{txn:032x}"), node_id, %error, "commit not delivered; the node will resolve it");
+        }
+    }
+    node.decisions.finish(txn);
+    Ok(())
+}
+
+/// Abandons `txn` on every participant (best effort: a participant that cannot
+/// be told discards unprepared rows on its own and resolves prepared ones by
+/// asking this node, which answers "aborted").
+pub async fn abort_transaction(node: &Arc<NodeContext>, txn: TxnId, participants: &[NodeId]) {
+    for (node_id, result) in on_participants(node, txn, participants, |txn| NodeRequest::Abort { txn }).await {
+        if let Err(error) = result {
+            tracing::warn!(node_id, %error, "abort not delivered");
+        }
+    }
+    node.decisions.finish(txn);
+}
+
+/// Sends one request to every participant at once.
+async fn on_participants(
+    node: &Arc<NodeContext>,
+    txn: TxnId,
+    participants: &[NodeId],
+    request: impl Fn(TxnId) -> NodeRequest,
+) -> Vec<(NodeId, FoamResult<()>)> {
+    let mut calls = JoinSet::new();
+    for participant in participants {
+        let node = node.clone();
+        let request = request(txn);
+        let participant = *participant;
+        calls.spawn(async move {
+            let result = if participant == node.node_id {
+                local_request(&node, request).await
+            } else {
+                match node.client_for(participant) {
+                    Ok(client) => client.call(&request, &[]).await.map(|_| ()),
+                    Err(error) => Err(error),
+                }
+            };
+            (participant, result)
+        });
+    }
+    let mut results = Vec::new();
+    while let Some(joined) = calls.join_next().await {
+        match joined {
+            Ok(result) => results.push(result),
+            Err(error) => results.push((0, Err(FoamError::internal(error.to_string())))),
+        }
+    }
+    results
 }
 
 /// Runs a transaction request against this node's own storage.

@@ -22,6 +22,12 @@ pub enum NodeRequest {
     Prepare { txn: TxnId },
     Commit { txn: TxnId },
     Abort { txn: TxnId },
+    /// Asks this node to coordinate the commit of `txn`, whose rows a client
+    /// outside the cluster (the bulk loader) staged on `participants` naming
+    /// this node as coordinator.
+    CommitTransaction { txn: TxnId, participants: Vec<NodeId> },
+    /// The same client gives up on `txn`.
+    AbortTransaction { txn: TxnId, participants: Vec<NodeId> },
     /// Asks a coordinator how a transaction ended.
     TxnOutcome { txn: TxnId },
     PartitionStats { table_id: TableId, partitions: Vec<PartitionId> },

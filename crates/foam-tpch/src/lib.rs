@@ -1,0 +1,14 @@
+//! TPC-H for FoamDB: the eight tables laid out for a shared-nothing cluster,
+//! a parallel loader that generates them with `tpchgen-arrow` and ships every
+//! batch straight to the node that owns its rows, the 22 queries, and an
+//! independent single-process DataFusion computation to check answers against.
+//!
+//! ```text
+//!  tpchgen part 0..k (threads) ─▶ RowRouter (hash to partitions) ─Stage RPC─▶ owner nodes
+//!                                         └─ CommitTransaction RPC ─▶ one node runs 2PC
+//! ```
+
+pub mod load;
+pub mod queries;
+pub mod reference;
+pub mod schema;

@@ -1,0 +1,26 @@
+//! The 22 TPC-H queries with the specification's validation parameters.
+
+pub const QUERIES: [&str; 22] = [
+    include_str!("../queries/q01.sql"),
+    include_str!("../queries/q02.sql"),
+    include_str!("../queries/q03.sql"),
+    include_str!("../queries/q04.sql"),
+    include_str!("../queries/q05.sql"),
+    include_str!("../queries/q06.sql"),
+    include_str!("../queries/q07.sql"),
+    include_str!("../queries/q08.sql"),
+    include_str!("../queries/q09.sql"),
+    include_str!("../queries/q10.sql"),
+    include_str!("../queries/q11.sql"),
+    include_str!("../queries/q12.sql"),
+    include_str!("../queries/q13.sql"),
+    include_str!("../queries/q14.sql"),
+    include_str!("../queries/q15.sql"),
+    include_str!("../queries/q16.sql"),
+    include_str!("../queries/q17.sql"),
+    include_str!("../queries/q18.sql"),
+    include_str!("../queries/q19.sql"),
+    include_str!("../queries/q20.sql"),
+    include_str!("../queries/q21.sql"),
+    include_str!("../queries/q22.sql"),
+];
