@@ -37,6 +37,8 @@ pub struct LocalArgs {
 }
 
 struct NodeProcess {
+    /// "ready" lines in the node's log before this start (logs are appended).
+    ready_lines_before: usize,
     index: u16,
     args: Vec<String>,
     child: Option<Child>,
@@ -79,15 +81,20 @@ pub fn run(args: LocalArgs) -> Result<(), String> {
         if index > 0 {
             node_args.extend(["--join".to_string(), first_node_addr.clone()]);
         }
-        let mut node = NodeProcess { index, args: node_args, child: None };
+        let ready_lines_before = ready_lines(&data_dir, index);
+        let mut node = NodeProcess { ready_lines_before, index, args: node_args, child: None };
         spawn(&exe, &data_dir, &mut node)?;
         nodes.push(node);
     }
 
     let deadline = Instant::now() + Duration::from_secs(STARTUP_TIMEOUT_SECONDS);
+    // A node binds its ports before it has replayed storage and registered, so
+    // an open port is not enough: wait for its "ready" line.
     for index in 0..nodes.len() {
         let port = args.sql_port + index as u16;
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while ready_lines(&data_dir, index as u16) <= nodes[index].ready_lines_before
+            || TcpStream::connect(("127.0.0.1", port)).is_err()
+        {
             if stop.load(Ordering::SeqCst) || Instant::now() > deadline || exited(&mut nodes[index]) {
                 stop_all(&mut nodes);
                 return Err(format!("node {index} did not start; see {}", log_path(&data_dir, index as u16).display()));
@@ -147,6 +154,13 @@ fn load_tpch_once(url: &str, scale_factor: f64) -> Result<(), String> {
         Ok(false) => crate::tpch_load(url, scale_factor),
         Err(error) => Err(format!("[{}] {error}", error.sqlstate())),
     }
+}
+
+/// The line a node prints once it serves (see foam-node's runtime).
+const NODE_READY_MARKER: &str = " ready: SQL on ";
+
+fn ready_lines(data_dir: &std::path::Path, index: u16) -> usize {
+    std::fs::read_to_string(log_path(data_dir, index)).map(|log| log.matches(NODE_READY_MARKER).count()).unwrap_or(0)
 }
 
 fn log_path(data_dir: &std::path::Path, index: u16) -> PathBuf {
