@@ -55,7 +55,7 @@ struct RemoteStageTarget {
 impl StageTarget for RemoteStageTarget {
     async fn stage(&self, target: NodeId, txn: TxnId, table_id: TableId, partition: PartitionId, batches: Arc<Vec<RecordBatch>>) -> FoamResult<()> {
         let node = self.catalog.node(target)?;
-        let payload = foam_storage_ipc(&batches)?;
+        let payload = foam_storage::ipc::encode_batches(&batches)?;
         let request = NodeRequest::Stage { txn, coordinator: self.coordinator, table_id, partition };
         self.clients.get(node.id, &node.node_addr)?.call(&request, &payload).await.map(|_| ())
     }
@@ -63,19 +63,6 @@ impl StageTarget for RemoteStageTarget {
     fn all_nodes(&self) -> Vec<NodeId> {
         self.catalog.nodes.keys().copied().collect()
     }
-}
-
-fn foam_storage_ipc(batches: &[RecordBatch]) -> FoamResult<Vec<u8>> {
-    let Some(first) = batches.first() else { return Ok(Vec::new()) };
-    let mut bytes = Vec::new();
-    let mut writer = arrow::ipc::writer::StreamWriter::try_new(&mut bytes, &first.schema())
-        .map_err(|e| FoamError::internal(e.to_string()))?;
-    for batch in batches {
-        writer.write(batch).map_err(|e| FoamError::internal(e.to_string()))?;
-    }
-    writer.finish().map_err(|e| FoamError::internal(e.to_string()))?;
-    drop(writer);
-    Ok(bytes)
 }
 
 /// Connects to FoamDB's SQL endpoint at `url` (a libpq connection string or
