@@ -17,6 +17,11 @@ pub const BATCH_ROWS: usize = 8192;
 /// owner node; large messages amortize per-message network and fsync cost.
 pub const WRITE_SHIP_ROWS: usize = 65_536;
 
+/// Bytes a coordinator buffers over all partitions of one statement; past it
+/// the largest partition buffer is shipped early, so memory stays bounded
+/// however many partitions a table has.
+pub const WRITE_BUFFER_BYTES_MAX: usize = 64 * 1024 * 1024;
+
 /// Bytes of one partition's rows in one transaction kept in memory (and written
 /// inline into the WAL at prepare). Beyond this the participant streams them into
 /// a staged Parquet segment instead, so a large COPY is written once, not twice.

@@ -2,7 +2,8 @@
 //! tables become `FoamTable`s, views are planned from their stored SQL on every
 //! use, and the system tables are built on demand.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 
 use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, MemoryCatalogProviderList, SchemaProvider, TableProvider};
@@ -22,7 +23,8 @@ pub const SCHEMA_NAME: &str = "public";
 /// A catalog list holding FoamDB's catalog, for one session.
 pub fn catalog_list(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>) -> Arc<dyn CatalogProviderList> {
     let list = MemoryCatalogProviderList::new();
-    list.register_catalog(CATALOG_NAME.into(), Arc::new(FoamCatalogProvider { node, runtime }));
+    let catalog = FoamCatalogProvider { node, runtime, extra_schemas: RwLock::default() };
+    list.register_catalog(CATALOG_NAME.into(), Arc::new(catalog));
     Arc::new(list)
 }
 
@@ -30,17 +32,30 @@ pub fn catalog_list(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>) -> Arc<dyn
 struct FoamCatalogProvider {
     node: Arc<NodeContext>,
     runtime: Arc<RuntimeEnv>,
+    /// Read-only schemas a session adds, such as the `pg_catalog` emulation
+    /// that psql's `\d` commands query.
+    extra_schemas: RwLock<HashMap<String, Arc<dyn SchemaProvider>>>,
 }
 
 impl CatalogProvider for FoamCatalogProvider {
     fn schema_names(&self) -> Vec<String> {
-        vec![SCHEMA_NAME.into()]
+        let mut names = vec![SCHEMA_NAME.to_string()];
+        names.extend(self.extra_schemas.read().unwrap_or_else(|p| p.into_inner()).keys().cloned());
+        names
     }
 
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
-        (name == SCHEMA_NAME).then(|| {
-            Arc::new(FoamSchemaProvider { node: self.node.clone(), runtime: self.runtime.clone() }) as Arc<dyn SchemaProvider>
-        })
+        if name == SCHEMA_NAME {
+            return Some(Arc::new(FoamSchemaProvider { node: self.node.clone(), runtime: self.runtime.clone() }));
+        }
+        self.extra_schemas.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
+    }
+
+    fn register_schema(&self, name: &str, schema: Arc<dyn SchemaProvider>) -> Result<Option<Arc<dyn SchemaProvider>>> {
+        if name == SCHEMA_NAME {
+            return Err(DataFusionError::Plan(format!("schema \"{name}\" already exists")));
+        }
+        Ok(self.extra_schemas.write().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), schema))
     }
 }
 

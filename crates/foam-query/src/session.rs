@@ -109,6 +109,15 @@ impl FoamSession {
             .with_catalog_list(crate::catalog_provider::catalog_list(node.clone(), runtime))
             .build();
         let ctx = SessionContext::new_with_state(state);
+        // psql's backslash commands query pg_catalog; datafusion-pg-catalog
+        // emulates it over our catalog.
+        if let Err(error) = datafusion_pg_catalog::setup_pg_catalog(
+            &ctx,
+            crate::catalog_provider::CATALOG_NAME,
+            datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider,
+        ) {
+            tracing::warn!(%error, "pg_catalog emulation unavailable");
+        }
         let settings = BTreeMap::from([
             ("server_version".to_string(), "16.0 (FoamDB)".to_string()),
             ("client_encoding".to_string(), "UTF8".to_string()),
@@ -160,6 +169,18 @@ impl FoamSession {
         let Some(statement) = parsed.pop() else {
             return Ok(PreparedStatement { raw, kind: Kind::Empty });
         };
+        // Catalog queries from psql and drivers use PostgreSQL-only forms
+        // (`'t'::regclass`, `OPERATOR(pg_catalog.~)`); rewrite those, and only
+        // those, into forms DataFusion plans.
+        let mut raw = raw;
+        if raw.sql.contains("pg_") {
+            let compatible = datafusion_pg_catalog::sql::PostgresCompatibilityParser::new();
+            if let Ok(mut rewritten) = compatible.parse(&raw.sql)
+                && let Some(statement) = rewritten.pop()
+            {
+                raw.sql = statement.to_string();
+            }
+        }
         if raw.distribution.is_some() && !matches!(statement, Statement::CreateTable(_)) {
             return Err(FoamError::Syntax { message: "DISTRIBUTED applies only to CREATE TABLE".into() });
         }

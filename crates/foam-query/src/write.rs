@@ -27,7 +27,7 @@ use datafusion::error::Result as DfResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType};
 use foam_catalog::{Distribution, SqlType, TableDef};
-use foam_common::limits::{WRITE_SHIP_ROWS, WRITE_STREAM_BATCHES_IN_FLIGHT};
+use foam_common::limits::{WRITE_BUFFER_BYTES_MAX, WRITE_SHIP_ROWS, WRITE_STREAM_BATCHES_IN_FLIGHT};
 use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TxnId};
 use foam_rpc::{NodeRequest, NodeResponse};
 use futures::StreamExt;
@@ -78,7 +78,9 @@ pub struct RowRouter {
     table: TableDef,
     schema: SchemaRef,
     txn: TxnId,
+    /// Per partition: buffered batches and their row count.
     buffers: HashMap<PartitionId, (Vec<RecordBatch>, usize)>,
+    buffered_bytes: usize,
     participants: BTreeSet<NodeId>,
     in_flight: JoinSet<FoamResult<()>>,
     rows: u64,
@@ -93,6 +95,7 @@ impl RowRouter {
             schema,
             txn,
             buffers: HashMap::new(),
+            buffered_bytes: 0,
             participants: BTreeSet::new(),
             in_flight: JoinSet::new(),
             rows: 0,
@@ -175,14 +178,27 @@ impl RowRouter {
     }
 
     async fn buffer(&mut self, partition: PartitionId, batch: RecordBatch) -> FoamResult<()> {
+        self.buffered_bytes += batch.get_array_memory_size();
         let entry = self.buffers.entry(partition).or_default();
         entry.1 += batch.num_rows();
         entry.0.push(batch);
         if entry.1 >= WRITE_SHIP_ROWS {
-            let (batches, _) = self.buffers.remove(&partition).unwrap_or_default();
-            self.ship(partition, batches).await?;
+            self.ship_buffer(partition).await?;
+        }
+        while self.buffered_bytes > WRITE_BUFFER_BYTES_MAX {
+            let Some(largest) = self.buffers.iter().max_by_key(|(_, (_, rows))| *rows).map(|(p, _)| *p) else {
+                break;
+            };
+            self.ship_buffer(largest).await?;
         }
         Ok(())
+    }
+
+    async fn ship_buffer(&mut self, partition: PartitionId) -> FoamResult<()> {
+        let (batches, _) = self.buffers.remove(&partition).unwrap_or_default();
+        let bytes: usize = batches.iter().map(|b| b.get_array_memory_size()).sum();
+        self.buffered_bytes = self.buffered_bytes.saturating_sub(bytes);
+        self.ship(partition, batches).await
     }
 
     /// Sends one partition's rows to its owner(s), keeping a bounded number of
@@ -218,8 +234,7 @@ impl RowRouter {
     pub async fn finish(&mut self) -> FoamResult<Vec<NodeId>> {
         let partitions: Vec<PartitionId> = self.buffers.keys().copied().collect();
         for partition in partitions {
-            let (batches, _) = self.buffers.remove(&partition).unwrap_or_default();
-            self.ship(partition, batches).await?;
+            self.ship_buffer(partition).await?;
         }
         while !self.in_flight.is_empty() {
             self.join_one().await?;
