@@ -246,9 +246,22 @@ async fn key_filter_touches_only_the_owning_node() {
             .map(|r| r[0].clone().unwrap().parse().unwrap())
             .collect()
     }
+    async fn rows_sent(client: &tokio_postgres::Client) -> u64 {
+        scalar(client, "SELECT sum(rows_sent_to_peers) FROM foam_nodes").await.parse().unwrap()
+    }
     let before = scans(&client).await;
+    let sent_before = rows_sent(&client).await;
     assert_eq!(scalar(&client, "SELECT v FROM keyed WHERE k = 42").await, "value 42");
     let after = scans(&client).await;
+    // The owner filters before sending: from each of the two nodes that do not
+    // own the key, exactly the matching row crosses the network, not the
+    // ~170 rows of its partition; from the owner, nothing does.
+    for node in 1..3 {
+        let other = cluster.client(node).await;
+        assert_eq!(scalar(&other, "SELECT v FROM keyed WHERE k = 42").await, "value 42");
+    }
+    let sent = rows_sent(&client).await - sent_before;
+    assert_eq!(sent, 2, "key lookups from 3 nodes sent {sent} rows between nodes");
     let touched: Vec<usize> = (0..3).filter(|i| after[*i] != before[*i]).collect();
     assert_eq!(touched.len(), 1, "a key lookup must touch one node: before {before:?} after {after:?}");
     assert_eq!(after[touched[0]] - before[touched[0]], 1, "and one partition on it");

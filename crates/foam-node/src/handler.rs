@@ -10,6 +10,7 @@ use foam_common::{FoamError, FoamResult};
 use foam_query::NodeContext;
 use foam_rpc::server::BatchStream;
 use foam_rpc::{NodeHandler, NodeRequest, NodeResponse, ScanRequest};
+use futures::StreamExt;
 
 pub struct FoamNodeHandler {
     pub node: Arc<NodeContext>,
@@ -23,6 +24,7 @@ impl NodeHandler for FoamNodeHandler {
             NodeRequest::Ping => NodeResponse::Pong {
                 node_id: node.node_id,
                 partition_scans: node.partition_scans.load(std::sync::atomic::Ordering::Relaxed),
+                rows_sent_to_peers: node.rows_sent_to_peers.load(std::sync::atomic::Ordering::Relaxed),
             },
             NodeRequest::CatalogGet { known_version } => {
                 let catalog = node.catalog.refresh().await?;
@@ -74,7 +76,20 @@ impl NodeHandler for FoamNodeHandler {
             })?),
             None => schema,
         };
-        let stream = foam_query::scan_exec::read_local_partition(&self.node, request.table_id, request.partition, request.projection);
+        let node = self.node.clone();
+        let stream = foam_query::scan_exec::read_local_partition_filtered(
+            &self.node,
+            table,
+            request.partition,
+            request.projection,
+            &request.filters,
+        )
+        .inspect(move |batch| {
+            if let Ok(batch) = batch {
+                node.rows_sent_to_peers.fetch_add(batch.num_rows() as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+        })
+        .boxed();
         Ok((schema, stream))
     }
 }

@@ -73,7 +73,7 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
     identity::save(&config.data_dir, &Identity { node_id, join_addr: join_addr.clone() })?;
     remove_dropped_tables(&storage, &catalog.current())?;
 
-    let node = Arc::new(NodeContext { node_id, storage, decisions, clients, catalog, partition_scans: Default::default() });
+    let node = Arc::new(NodeContext { node_id, storage, decisions, clients, catalog, partition_scans: Default::default(), rows_sent_to_peers: Default::default() });
     let runtime = query_runtime(&config)?;
 
     let handler = Arc::new(FoamNodeHandler { node: node.clone() });

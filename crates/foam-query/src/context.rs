@@ -32,6 +32,8 @@ pub struct NodeContext {
     pub catalog: Arc<dyn CatalogService>,
     /// Partitions this node has read for queries (its own or for a peer), since start.
     pub partition_scans: std::sync::atomic::AtomicU64,
+    /// Rows this node streamed to peers from its partitions, since start.
+    pub rows_sent_to_peers: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for NodeContext {

@@ -56,6 +56,10 @@ pub struct ScanSpec {
     pub groups: Vec<Vec<PartitionRead>>,
     /// The node this variant is meant to run on, when distributed.
     pub home: Option<NodeId>,
+    /// The query's filters on this table (see `ScanRequest::filters`), for
+    /// owners to apply before sending rows to another node.
+    #[serde(default)]
+    pub filters: Vec<Vec<u8>>,
 }
 
 #[derive(Debug)]
@@ -168,7 +172,12 @@ async fn open_partition(node: Arc<NodeContext>, spec: ScanSpec, schema: SchemaRe
     match read.owner {
         Some(owner) if owner != node.node_id => {
             let client = node.client_for(owner)?;
-            let request = ScanRequest { table_id: spec.table_id, partition: read.partition, projection: spec.projection.clone() };
+            let request = ScanRequest {
+                table_id: spec.table_id,
+                partition: read.partition,
+                projection: spec.projection.clone(),
+                filters: spec.filters.clone(),
+            };
             let stream = client.scan(&request).await?;
             // Rows from a peer must match the schema this plan promised.
             Ok(stream
@@ -240,4 +249,82 @@ fn send_segment(
         }
     }
     Ok(())
+}
+
+/// Serializes the filters a scan may push to owners: column references lose
+/// their table qualifier (the owner resolves them against the bare table
+/// schema); filters that cannot be serialized are not pushed.
+pub fn encode_filters(filters: &[datafusion::logical_expr::Expr]) -> Vec<Vec<u8>> {
+    use datafusion::common::tree_node::{Transformed, TreeNode};
+    use datafusion_proto::bytes::Serializeable;
+    filters
+        .iter()
+        .filter_map(|filter| {
+            let bare = filter
+                .clone()
+                .transform(|e| match e {
+                    datafusion::logical_expr::Expr::Column(c) => {
+                        Ok(Transformed::yes(datafusion::logical_expr::Expr::Column(datafusion::common::Column::new_unqualified(c.name))))
+                    }
+                    other => Ok(Transformed::no(other)),
+                })
+                .ok()?
+                .data;
+            bare.to_bytes().ok().map(|b| b.to_vec())
+        })
+        .collect()
+}
+
+/// Streams the rows of a local partition that pass `filters`, then projects
+/// them; used when a peer asks for a partition.
+pub fn read_local_partition_filtered(
+    node: &NodeContext,
+    table: &foam_catalog::TableDef,
+    partition: PartitionId,
+    projection: Option<Vec<usize>>,
+    filters: &[Vec<u8>],
+) -> BatchStream {
+    use datafusion::logical_expr::Expr;
+    use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
+    use datafusion_proto::bytes::Serializeable;
+    let schema = table.arrow_schema();
+    let predicates: Vec<Arc<dyn PhysicalExpr>> = datafusion::common::DFSchema::try_from(schema.as_ref().clone())
+        .map(|df_schema| {
+            filters
+                .iter()
+                .filter_map(|bytes| Expr::from_bytes(bytes).ok())
+                .filter_map(|expr| {
+                    let props = datafusion::execution::context::ExecutionProps::new();
+                    datafusion::physical_expr::create_physical_expr(&expr, &df_schema, &props, &PhysicalPlanningContext::default()).ok()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if predicates.is_empty() {
+        return read_local_partition(node, table.id, partition, projection);
+    }
+    read_local_partition(node, table.id, partition, None)
+        .map(move |batch| {
+            let batch = batch?;
+            let mut keep: Option<arrow::array::BooleanArray> = None;
+            for predicate in &predicates {
+                let value = predicate.evaluate(&batch).and_then(|v| v.into_array(batch.num_rows())).map_err(FoamError::from)?;
+                let Some(mask) = value.as_any().downcast_ref::<arrow::array::BooleanArray>() else {
+                    continue; // not a predicate after all; the receiver filters anyway
+                };
+                keep = Some(match keep {
+                    Some(so_far) => arrow::compute::and(&so_far, mask).map_err(|e| FoamError::internal(e.to_string()))?,
+                    None => mask.clone(),
+                });
+            }
+            let filtered = match keep {
+                Some(mask) => arrow::compute::filter_record_batch(&batch, &mask).map_err(|e| FoamError::internal(e.to_string()))?,
+                None => batch,
+            };
+            match &projection {
+                Some(indices) => filtered.project(indices).map_err(|e| FoamError::internal(e.to_string())),
+                None => Ok(filtered),
+            }
+        })
+        .boxed()
 }

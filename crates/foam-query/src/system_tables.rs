@@ -29,15 +29,17 @@ pub async fn build(name: &str, node: &Arc<NodeContext>) -> FoamResult<Option<Arc
     Ok(Some(Arc::new(table)))
 }
 
-/// The node's partition scan count if it answers within the connect timeout.
-async fn ping(node: &Arc<NodeContext>, id: NodeId) -> Option<u64> {
+/// The node's (partition scans, rows sent to peers) if it answers within the
+/// connect timeout.
+async fn ping(node: &Arc<NodeContext>, id: NodeId) -> Option<(u64, u64)> {
     if id == node.node_id {
-        return Some(node.partition_scans.load(std::sync::atomic::Ordering::Relaxed));
+        let ordering = std::sync::atomic::Ordering::Relaxed;
+        return Some((node.partition_scans.load(ordering), node.rows_sent_to_peers.load(ordering)));
     }
     let client = node.client_for(id).ok()?;
     let ping = client.call(&NodeRequest::Ping, &[]);
     match tokio::time::timeout(Duration::from_millis(PEER_CONNECT_TIMEOUT_MS), ping).await {
-        Ok(Ok((NodeResponse::Pong { partition_scans, .. }, _))) => Some(partition_scans),
+        Ok(Ok((NodeResponse::Pong { partition_scans, rows_sent_to_peers, .. }, _))) => Some((partition_scans, rows_sent_to_peers)),
         _ => None,
     }
 }
@@ -47,11 +49,13 @@ async fn nodes(node: &Arc<NodeContext>) -> FoamResult<RecordBatch> {
     let mut ids = Vec::new();
     let mut statuses = Vec::new();
     let mut scans = Vec::new();
+    let mut rows_sent = Vec::new();
     for id in catalog.nodes.keys() {
         ids.push(*id);
         let answer = ping(node, *id).await;
         statuses.push(if answer.is_some() { "up" } else { "down" });
-        scans.push(answer);
+        scans.push(answer.map(|a| a.0));
+        rows_sent.push(answer.map(|a| a.1));
     }
     let schema = Arc::new(Schema::new(vec![
         Field::new("node_id", DataType::UInt32, false),
@@ -59,6 +63,7 @@ async fn nodes(node: &Arc<NodeContext>) -> FoamResult<RecordBatch> {
         Field::new("sql_addr", DataType::Utf8, false),
         Field::new("status", DataType::Utf8, false),
         Field::new("partition_scans", DataType::UInt64, true),
+        Field::new("rows_sent_to_peers", DataType::UInt64, true),
     ]));
     let columns: Vec<ArrayRef> = vec![
         Arc::new(UInt32Array::from(ids)),
@@ -66,6 +71,7 @@ async fn nodes(node: &Arc<NodeContext>) -> FoamResult<RecordBatch> {
         Arc::new(StringArray::from_iter_values(catalog.nodes.values().map(|n| n.sql_addr.as_str()))),
         Arc::new(StringArray::from(statuses)),
         Arc::new(UInt64Array::from(scans)),
+        Arc::new(UInt64Array::from(rows_sent)),
     ];
     RecordBatch::try_new(schema, columns).map_err(|e| FoamError::internal(e.to_string()))
 }

@@ -161,6 +161,7 @@ impl TableProvider for FoamTable {
             projection: projection.cloned(),
             groups,
             home: None,
+            filters: crate::scan_exec::encode_filters(filters),
         };
         Ok(Arc::new(FoamScanExec::try_new(spec)?))
     }

@@ -39,7 +39,7 @@ pub enum NodeRequest {
 #[serde(rename_all = "snake_case")]
 pub enum NodeResponse {
     Ok,
-    Pong { node_id: NodeId, partition_scans: u64 },
+    Pong { node_id: NodeId, partition_scans: u64, rows_sent_to_peers: u64 },
     Catalog { catalog: Option<Catalog> },
     Applied { catalog: Catalog, outcome: CommandOutcome },
     Outcome { outcome: TxnOutcome },
@@ -53,4 +53,9 @@ pub struct ScanRequest {
     pub partition: PartitionId,
     /// Column indices to return; `None` for all columns.
     pub projection: Option<Vec<usize>>,
+    /// Filters (DataFusion logical expressions in datafusion-proto bytes) the
+    /// owner applies before sending, so only matching rows cross the network.
+    /// The receiver filters again; a filter the owner cannot decode is skipped.
+    #[serde(default)]
+    pub filters: Vec<Vec<u8>>,
 }
