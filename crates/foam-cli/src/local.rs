@@ -44,103 +44,123 @@ struct NodeProcess {
     child: Option<Child>,
 }
 
-pub fn run(args: LocalArgs) -> Result<(), String> {
-    if args.nodes == 0 {
-        return Err("--nodes must be at least 1".into());
-    }
-    let last_port = args.sql_port as u32 + NODE_PORT_OFFSET as u32 + args.nodes as u32;
-    if last_port > u16::MAX as u32 {
-        return Err(format!("--sql-port {} leaves no room for {} nodes' ports", args.sql_port, args.nodes));
-    }
-    std::fs::create_dir_all(&args.data_dir).map_err(|e| format!("cannot create {}: {e}", args.data_dir.display()))?;
-    let data_dir = args.data_dir.canonicalize().map_err(|e| e.to_string())?;
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let memory_mb = memory_per_node_mb(args.nodes);
-    let first_node_addr = format!("127.0.0.1:{}", args.sql_port + NODE_PORT_OFFSET);
+/// A running local cluster: node processes on 127.0.0.1, stopped on drop.
+pub struct LocalCluster {
+    pub data_dir: PathBuf,
+    pub sql_port: u16,
+    exe: PathBuf,
+    nodes: Vec<NodeProcess>,
+}
 
+impl LocalCluster {
+    /// Starts `nodes` node processes and waits until each serves SQL; gives up
+    /// early when `stop` is set.
+    pub fn start(nodes: u16, data_dir: &std::path::Path, sql_port: u16, stop: &AtomicBool) -> Result<LocalCluster, String> {
+        if nodes == 0 {
+            return Err("--nodes must be at least 1".into());
+        }
+        let last_port = sql_port as u32 + NODE_PORT_OFFSET as u32 + nodes as u32;
+        if last_port > u16::MAX as u32 {
+            return Err(format!("--sql-port {sql_port} leaves no room for {nodes} nodes' ports"));
+        }
+        std::fs::create_dir_all(data_dir).map_err(|e| format!("cannot create {}: {e}", data_dir.display()))?;
+        let data_dir = data_dir.canonicalize().map_err(|e| e.to_string())?;
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let memory_mb = memory_per_node_mb(nodes);
+        let first_node_addr = format!("127.0.0.1:{}", sql_port + NODE_PORT_OFFSET);
+        let mut cluster = LocalCluster { data_dir, sql_port, exe, nodes: Vec::new() };
+        for index in 0..nodes {
+            let dir = cluster.data_dir.join(format!("node-{index}"));
+            std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            let mut node_args = vec![
+                "start".to_string(),
+                "--data-dir".into(),
+                dir.display().to_string(),
+                "--sql-addr".into(),
+                format!("127.0.0.1:{}", sql_port + index),
+                "--node-addr".into(),
+                format!("127.0.0.1:{}", sql_port + NODE_PORT_OFFSET + index),
+                "--memory-limit-mb".into(),
+                memory_mb.to_string(),
+            ];
+            if index > 0 {
+                node_args.extend(["--join".to_string(), first_node_addr.clone()]);
+            }
+            let ready_lines_before = ready_lines(&cluster.data_dir, index);
+            let mut node = NodeProcess { ready_lines_before, index, args: node_args, child: None };
+            spawn(&cluster.exe, &cluster.data_dir, &mut node)?;
+            cluster.nodes.push(node);
+        }
+        let deadline = Instant::now() + Duration::from_secs(STARTUP_TIMEOUT_SECONDS);
+        // A node binds its ports before it has replayed storage and registered,
+        // so an open port is not enough: wait for its "ready" line.
+        for index in 0..cluster.nodes.len() {
+            let port = sql_port + index as u16;
+            while ready_lines(&cluster.data_dir, index as u16) <= cluster.nodes[index].ready_lines_before
+                || TcpStream::connect(("127.0.0.1", port)).is_err()
+            {
+                if stop.load(Ordering::SeqCst) || Instant::now() > deadline || exited(&mut cluster.nodes[index]) {
+                    return Err(format!(
+                        "node {index} did not start; see {}",
+                        log_path(&cluster.data_dir, index as u16).display()
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        Ok(cluster)
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://foam@127.0.0.1:{}/foam", self.sql_port)
+    }
+
+    /// Reports nodes that exited since the last call, with how to restart them.
+    fn report_exited(&mut self, reported: &mut [bool]) {
+        for (node, reported) in self.nodes.iter_mut().zip(reported.iter_mut()) {
+            if !*reported && exited(node) {
+                *reported = true;
+                eprintln!("foam local: node {} stopped; restart it with:\n  {} {}", node.index, self.exe.display(), node.args.join(" "));
+            }
+        }
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        stop_all(&mut self.nodes);
+    }
+}
+
+pub fn run(args: LocalArgs) -> Result<(), String> {
     let stop = Arc::new(AtomicBool::new(false));
     let stop_flag = stop.clone();
-    ctrlc::set_handler(move || stop_flag.store(true, Ordering::SeqCst))
-        .map_err(|e| format!("cannot handle Ctrl-C: {e}"))?;
-
-    let mut nodes = Vec::new();
-    for index in 0..args.nodes {
-        let dir = data_dir.join(format!("node-{index}"));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let mut node_args = vec![
-            "start".to_string(),
-            "--data-dir".into(),
-            dir.display().to_string(),
-            "--sql-addr".into(),
-            format!("127.0.0.1:{}", args.sql_port + index),
-            "--node-addr".into(),
-            format!("127.0.0.1:{}", args.sql_port + NODE_PORT_OFFSET + index),
-            "--memory-limit-mb".into(),
-            memory_mb.to_string(),
-        ];
-        if index > 0 {
-            node_args.extend(["--join".to_string(), first_node_addr.clone()]);
-        }
-        let ready_lines_before = ready_lines(&data_dir, index);
-        let mut node = NodeProcess { ready_lines_before, index, args: node_args, child: None };
-        spawn(&exe, &data_dir, &mut node)?;
-        nodes.push(node);
-    }
-
-    let deadline = Instant::now() + Duration::from_secs(STARTUP_TIMEOUT_SECONDS);
-    // A node binds its ports before it has replayed storage and registered, so
-    // an open port is not enough: wait for its "ready" line.
-    for index in 0..nodes.len() {
-        let port = args.sql_port + index as u16;
-        while ready_lines(&data_dir, index as u16) <= nodes[index].ready_lines_before
-            || TcpStream::connect(("127.0.0.1", port)).is_err()
-        {
-            if stop.load(Ordering::SeqCst) || Instant::now() > deadline || exited(&mut nodes[index]) {
-                stop_all(&mut nodes);
-                return Err(format!("node {index} did not start; see {}", log_path(&data_dir, index as u16).display()));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
+    ctrlc::set_handler(move || stop_flag.store(true, Ordering::SeqCst)).map_err(|e| format!("cannot handle Ctrl-C: {e}"))?;
+    let mut cluster = LocalCluster::start(args.nodes, &args.data_dir, args.sql_port, &stop)?;
     if let Some(scale_factor) = args.tpch {
-        let url = format!("postgres://foam@127.0.0.1:{}/foam", args.sql_port);
-        if let Err(message) = load_tpch_once(&url, scale_factor) {
-            stop_all(&mut nodes);
-            return Err(message);
-        }
+        load_tpch_once(&cluster.url(), scale_factor)?;
     }
-    println!("FoamDB is running: {} nodes, data in {}", args.nodes, data_dir.display());
+    println!("FoamDB is running: {} nodes, data in {}", args.nodes, cluster.data_dir.display());
     println!();
     println!("  Connect:  psql -h 127.0.0.1 -p {} -U foam foam", args.sql_port);
     if args.nodes > 1 {
         println!("  (every node accepts SQL: ports {}..={})", args.sql_port, args.sql_port + args.nodes - 1);
     }
-    println!("  Logs:     {}/node-*/node.log", data_dir.display());
+    println!("  Logs:     {}/node-*/node.log", cluster.data_dir.display());
     println!("  Stop:     Ctrl-C (data stays; run the same command to start again)");
     println!();
-
-    let mut reported = vec![false; nodes.len()];
+    let mut reported = vec![false; args.nodes as usize];
     while !stop.load(Ordering::SeqCst) {
-        for (node, reported) in nodes.iter_mut().zip(reported.iter_mut()) {
-            if !*reported && exited(node) {
-                *reported = true;
-                eprintln!(
-                    "foam local: node {} stopped; restart it with:\n  {} {}",
-                    node.index,
-                    exe.display(),
-                    node.args.join(" ")
-                );
-            }
-        }
+        cluster.report_exited(&mut reported);
         std::thread::sleep(Duration::from_millis(200));
     }
     println!("Stopping FoamDB...");
-    stop_all(&mut nodes);
+    drop(cluster);
     Ok(())
 }
 
 /// Loads TPC-H unless an earlier run of this data directory did.
-fn load_tpch_once(url: &str, scale_factor: f64) -> Result<(), String> {
+pub fn load_tpch_once(url: &str, scale_factor: f64) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
     let loaded = runtime.block_on(async {
         let client = foam_tpch::load::connect(url).await?;

@@ -1,6 +1,7 @@
 //! The `foam` command: `foam start` runs one node; `foam local` runs a whole
 //! cluster of node processes on this machine.
 
+mod bench;
 mod local;
 
 use std::path::PathBuf;
@@ -45,6 +46,17 @@ enum Command {
         #[command(subcommand)]
         command: TpchCommand,
     },
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        command: BenchCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// The 22 TPC-H queries, answers checked, per-query times.
+    Tpch(bench::BenchTpchArgs),
 }
 
 #[derive(Subcommand)]
@@ -78,6 +90,7 @@ fn main() {
         }
         Command::Local(args) => local::run(args),
         Command::Tpch { command: TpchCommand::Load { sf, url } } => tpch_load(&url, sf),
+        Command::Bench { command: BenchCommand::Tpch(args) } => bench::run(args),
     };
     if let Err(message) = result {
         eprintln!("foam: {message}");

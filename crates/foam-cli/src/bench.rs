@@ -1,0 +1,164 @@
+//! `foam bench tpch`: FoamDB's benchmark job. Starts a local cluster (or uses
+//! `--url`), loads TPC-H once, runs the 22 queries in S concurrent streams,
+//! checks every answer against single-process DataFusion over the same
+//! generated data, and prints a per-query table with both engines' times.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use foam_tpch::queries::QUERIES;
+use foam_tpch::reference::{compare, reference_context, rows_as_text};
+
+use crate::local::{LocalCluster, load_tpch_once};
+
+/// Each stream starts this many queries further into the list (TPC-H
+/// throughput runs also vary the order between streams).
+const STREAM_QUERY_OFFSET: usize = 5;
+
+#[derive(clap::Args)]
+pub struct BenchTpchArgs {
+    /// Scale factor.
+    #[arg(long)]
+    sf: f64,
+    /// Nodes of the local cluster to start (ignored with --url).
+    #[arg(long, default_value_t = 4)]
+    nodes: u16,
+    /// Concurrent query streams, each running all 22 queries.
+    #[arg(long, default_value_t = 1)]
+    streams: usize,
+    /// Benchmark a running cluster instead of starting one.
+    #[arg(long)]
+    url: Option<String>,
+    /// Where local clusters keep their data (one directory per SF and node count,
+    /// so a second run skips the load).
+    #[arg(long, default_value = "foam-bench-data")]
+    data_dir: PathBuf,
+    /// First SQL port of the local cluster.
+    #[arg(long, default_value_t = 25433)]
+    sql_port: u16,
+}
+
+struct QueryRun {
+    query: usize,
+    elapsed: Duration,
+    rows: usize,
+    error: Option<String>,
+}
+
+pub fn run(args: BenchTpchArgs) -> Result<(), String> {
+    if args.streams == 0 {
+        return Err("--streams must be at least 1".into());
+    }
+    let never_stop = AtomicBool::new(false);
+    let cluster = match &args.url {
+        Some(_) => None,
+        None => {
+            let dir = args.data_dir.join(format!("sf{}-nodes{}", args.sf, args.nodes));
+            Some(LocalCluster::start(args.nodes, &dir, args.sql_port, &never_stop)?)
+        }
+    };
+    let url = args.url.clone().unwrap_or_else(|| cluster.as_ref().map(|c| c.url()).unwrap_or_default());
+    load_tpch_once(&url, args.sf)?;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    runtime.block_on(async {
+        println!("Computing reference answers with single-process DataFusion...");
+        let reference = reference_context(args.sf).await.map_err(|e| e.to_string())?;
+        let mut expected = Vec::new();
+        let mut reference_times = Vec::new();
+        for sql in QUERIES {
+            let started = Instant::now();
+            expected.push(rows_as_text(&reference, sql).await.map_err(|e| e.to_string())?);
+            reference_times.push(started.elapsed());
+        }
+        drop(reference);
+
+        println!("Running {} stream(s) of the 22 queries against {url}...", args.streams);
+        let expected = std::sync::Arc::new(expected);
+        let started = Instant::now();
+        let mut streams = tokio::task::JoinSet::new();
+        for stream in 0..args.streams {
+            let url = url.clone();
+            let expected = expected.clone();
+            streams.spawn(async move { run_stream(&url, stream, &expected).await });
+        }
+        let mut runs: Vec<QueryRun> = Vec::new();
+        while let Some(result) = streams.join_next().await {
+            runs.extend(result.map_err(|e| e.to_string())??);
+        }
+        let wall = started.elapsed();
+
+        println!();
+        println!("TPC-H SF{} on {}, {} stream(s)", args.sf, if args.url.is_some() { url.clone() } else { format!("{} local nodes", args.nodes) }, args.streams);
+        println!("{:>5} {:>12} {:>8} {:>8} {:>16} {:>8}", "query", "foam ms", "rows", "correct", "datafusion ms", "ratio");
+        let mut all_correct = true;
+        let mut foam_total = Duration::ZERO;
+        for query in 0..QUERIES.len() {
+            let mine: Vec<&QueryRun> = runs.iter().filter(|r| r.query == query).collect();
+            let mut times: Vec<Duration> = mine.iter().map(|r| r.elapsed).collect();
+            times.sort();
+            let median = times[times.len() / 2];
+            foam_total += median;
+            let verdicts: Vec<Result<(), String>> = mine
+                .iter()
+                .map(|r| match &r.error {
+                    Some(error) => Err(error.clone()),
+                    None => Ok(()),
+                })
+                .collect();
+            let correct = verdicts.iter().all(|v| v.is_ok());
+            all_correct &= correct;
+            let reference = reference_times[query];
+            println!(
+                "{:>5} {:>12.1} {:>8} {:>8} {:>16.1} {:>8.2}",
+                format!("Q{}", query + 1),
+                median.as_secs_f64() * 1e3,
+                mine.first().map(|r| r.rows).unwrap_or(0),
+                if correct { "yes" } else { "NO" },
+                reference.as_secs_f64() * 1e3,
+                median.as_secs_f64() / reference.as_secs_f64().max(1e-9),
+            );
+            for verdict in verdicts.iter().filter_map(|v| v.as_ref().err()) {
+                println!("      Q{}: {verdict}", query + 1);
+            }
+        }
+        println!(
+            "total (median per query) {:.1} ms; wall time {:.1} s for {} queries",
+            foam_total.as_secs_f64() * 1e3,
+            wall.as_secs_f64(),
+            runs.len()
+        );
+        if all_correct { Ok(()) } else { Err("some answers were wrong".to_string()) }
+    })
+}
+
+/// Runs all 22 queries once on its own connection, starting at an offset, and
+/// checks each answer against `expected`.
+async fn run_stream(url: &str, stream: usize, expected: &[Vec<Vec<String>>]) -> Result<Vec<QueryRun>, String> {
+    let client = foam_tpch::load::connect(url).await.map_err(|e| e.to_string())?;
+    let mut runs = Vec::new();
+    for step in 0..QUERIES.len() {
+        let query = (stream * STREAM_QUERY_OFFSET + step) % QUERIES.len();
+        let started = Instant::now();
+        let result = client.simple_query(QUERIES[query]).await;
+        let elapsed = started.elapsed();
+        let (rows, error) = match result {
+            Ok(messages) => {
+                let actual: Vec<Vec<String>> = messages
+                    .iter()
+                    .filter_map(|m| match m {
+                        tokio_postgres::SimpleQueryMessage::Row(row) => {
+                            Some((0..row.len()).map(|i| row.get(i).unwrap_or("NULL").to_string()).collect())
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                (actual.len(), compare(&expected[query], &actual).err())
+            }
+            Err(error) => (0, Some(error.to_string())),
+        };
+        runs.push(QueryRun { query, elapsed, rows, error });
+    }
+    Ok(runs)
+}
