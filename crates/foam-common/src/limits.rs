@@ -27,6 +27,10 @@ pub const WRITE_BUFFER_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// a staged Parquet segment instead, so a large COPY is written once, not twice.
 pub const STAGE_INLINE_BYTES_MAX: usize = 4 * 1024 * 1024;
 
+/// Inline (in-memory, WAL-bound) bytes one transaction may stage on one node
+/// over all its partitions; past it the largest partitions spill to staged files.
+pub const STAGE_INLINE_BYTES_PER_TXN_MAX: usize = 64 * 1024 * 1024;
+
 /// Rows a partition's memtable (committed WAL rows not yet in a segment) may hold
 /// before it is flushed to a Parquet segment.
 pub const MEMTABLE_FLUSH_ROWS: usize = 131_072;
@@ -64,4 +68,5 @@ pub const IDENTIFIER_BYTES_MAX: usize = 63;
 const _: () = assert!(BATCH_ROWS <= WRITE_SHIP_ROWS);
 const _: () = assert!(WRITE_SHIP_ROWS <= MEMTABLE_FLUSH_ROWS);
 const _: () = assert!(STAGE_INLINE_BYTES_MAX < RPC_MESSAGE_BYTES_MAX);
+const _: () = assert!(STAGE_INLINE_BYTES_MAX <= STAGE_INLINE_BYTES_PER_TXN_MAX);
 const _: () = assert!(PARTITIONS_PER_NODE_DEFAULT >= 1);

@@ -11,7 +11,7 @@ use std::fs::File;
 use std::io::BufReader;
 use std::sync::Arc;
 
-use arrow::compute::cast;
+use arrow::compute::cast_with_options;
 use arrow::csv::ReaderBuilder;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
@@ -208,7 +208,10 @@ fn read_parquet(
         let batch = batch.map_err(|e| corrupted(&e))?;
         let mut columns = Vec::with_capacity(sources.len());
         for (field, source) in schema.fields().iter().zip(&sources) {
-            let column = cast(batch.column(*source), field.data_type()).map_err(|e| FoamError::CopyData {
+            // Not the "safe" cast: a value that does not fit must be an error,
+            // not a silent NULL.
+            let options = arrow::compute::CastOptions { safe: false, ..Default::default() };
+            let column = cast_with_options(batch.column(*source), field.data_type(), &options).map_err(|e| FoamError::CopyData {
                 table: table.name.clone(),
                 line: rows_before + 1,
                 column: Some(field.name().clone()),

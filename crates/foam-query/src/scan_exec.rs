@@ -308,7 +308,12 @@ pub fn read_local_partition_filtered(
             let batch = batch?;
             let mut keep: Option<arrow::array::BooleanArray> = None;
             for predicate in &predicates {
-                let value = predicate.evaluate(&batch).and_then(|v| v.into_array(batch.num_rows())).map_err(FoamError::from)?;
+                // A conjunct that fails here (a cast, a division) may never be
+                // evaluated on these rows by the receiver's plan: keep the rows
+                // and let the receiver decide.
+                let Ok(value) = predicate.evaluate(&batch).and_then(|v| v.into_array(batch.num_rows())) else {
+                    continue;
+                };
                 let Some(mask) = value.as_any().downcast_ref::<arrow::array::BooleanArray>() else {
                     continue; // not a predicate after all; the receiver filters anyway
                 };

@@ -138,11 +138,22 @@ impl FoamSession {
             Err(error) => return vec![Err(error)],
         };
         let mut outputs = Vec::with_capacity(statements.len());
-        for raw in statements {
-            let result = match self.prepare_raw(raw).await {
+        let count = statements.len();
+        for (index, raw) in statements.into_iter().enumerate() {
+            let mut result = match self.prepare_raw(raw).await {
                 Ok(prepared) => self.execute(&prepared, None).await,
                 Err(error) => Err(error),
             };
+            // A later statement must not run before this one's rows are read
+            // (`SELECT count(*) FROM t; INSERT INTO t ...` counts the old rows).
+            if index + 1 < count
+                && let Ok(StatementOutput::Rows { schema, stream }) = result
+            {
+                result = datafusion::physical_plan::common::collect(stream)
+                    .await
+                    .map(|batches| rows_output(schema, batches))
+                    .map_err(FoamError::from);
+            }
             let failed = result.is_err();
             outputs.push(result);
             if failed {
@@ -260,6 +271,7 @@ impl FoamSession {
                     return Err(FoamError::FeatureNotSupported { feature: "CREATE VIEW with a column list".into() });
                 }
                 let query_sql = view.query.to_string();
+                self.check_view_not_recursive(&name, &view.query)?;
                 // Plan the query now so a broken view is refused at creation.
                 self.ctx.state().create_logical_plan(&query_sql).await.map_err(FoamError::from)?;
                 self.node.catalog.apply(CatalogCommand::CreateView { name, query_sql, or_replace: view.or_replace }).await?;
@@ -313,6 +325,33 @@ impl FoamSession {
             }
             other => Err(FoamError::internal(format!("statement not handled: {other}"))),
         }
+    }
+
+    /// Refuses a view that would reach itself through the views it reads
+    /// (planning it would recurse forever).
+    fn check_view_not_recursive(&self, name: &str, query: &datafusion::sql::sqlparser::ast::Query) -> FoamResult<()> {
+        let catalog = self.node.catalog.current();
+        let mut pending: Vec<String> = relations_of(query);
+        let mut seen = std::collections::BTreeSet::new();
+        while let Some(relation) = pending.pop() {
+            if relation == name {
+                return Err(FoamError::Query {
+                    message: format!("infinite recursion detected: view \"{name}\" would read itself"),
+                    sqlstate: "42P17",
+                });
+            }
+            if !seen.insert(relation.clone()) {
+                continue;
+            }
+            if let Some(view) = catalog.views.get(&relation)
+                && let Ok(statements) = Parser::parse_sql(&PostgreSqlDialect {}, &view.query_sql)
+            {
+                for statement in &statements {
+                    pending.extend(relations_of(statement));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Deletes a dropped table's data on every node; a node that is down
@@ -384,6 +423,18 @@ impl FoamSession {
         .map_err(|e| FoamError::internal(e.to_string()))?;
         Ok(rows_output(schema, vec![batch]))
     }
+}
+
+/// Table and view names a statement reads (last name part, as FoamDB names them).
+fn relations_of<V: datafusion::sql::sqlparser::ast::Visit>(node: &V) -> Vec<String> {
+    let mut names = Vec::new();
+    let _ = datafusion::sql::sqlparser::ast::visit_relations(node, |name| {
+        if let Ok(name) = ddl::table_name(name) {
+            names.push(name);
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    names
 }
 
 fn explain_schema() -> SchemaRef {

@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::ScalarValue;
@@ -50,10 +50,10 @@ impl FoamTable {
         let mut per_key: Vec<Vec<ScalarValue>> = Vec::with_capacity(key_columns.len());
         for key in key_columns {
             let column = &self.table.columns[*key];
-            let Some(values) = filters.iter().find_map(|f| key_values(f, &column.name)) else {
+            let target = column.sql_type.arrow_type();
+            let Some(values) = filters.iter().find_map(|f| key_values(f, &column.name, &target)) else {
                 return all;
             };
-            let target = column.sql_type.arrow_type();
             let mut cast = Vec::with_capacity(values.len());
             for value in values {
                 if value.is_null() {
@@ -94,8 +94,8 @@ impl FoamTable {
 
 /// Values `column` must equal for `filter` to hold: `column = v`, `v = column`,
 /// or `column IN (v, ...)`.
-fn key_values(filter: &Expr, column: &str) -> Option<Vec<ScalarValue>> {
-    let is_column = |e: &Expr| matches!(strip_cast(e), Expr::Column(c) if c.name == column);
+fn key_values(filter: &Expr, column: &str, column_type: &DataType) -> Option<Vec<ScalarValue>> {
+    let is_column = |e: &Expr| matches!(strip_equality_preserving_cast(e, column_type), Some(Expr::Column(c)) if c.name == column);
     match filter {
         Expr::BinaryExpr(BinaryExpr { left, op: Operator::Eq, right }) => match (left.as_ref(), right.as_ref()) {
             (l, Expr::Literal(v, _)) if is_column(l) => Some(vec![v.clone()]),
@@ -103,7 +103,7 @@ fn key_values(filter: &Expr, column: &str) -> Option<Vec<ScalarValue>> {
             _ => None,
         },
         Expr::BinaryExpr(BinaryExpr { left, op: Operator::And, right }) => {
-            key_values(left, column).or_else(|| key_values(right, column))
+            key_values(left, column, column_type).or_else(|| key_values(right, column, column_type))
         }
         Expr::InList(list) if !list.negated && is_column(&list.expr) => list
             .list
@@ -117,10 +117,34 @@ fn key_values(filter: &Expr, column: &str) -> Option<Vec<ScalarValue>> {
     }
 }
 
-fn strip_cast(expr: &Expr) -> &Expr {
+/// The expression under casts that keep equality exact (integer widening,
+/// between string layouts); `None` under any other cast, such as
+/// `CAST(ts AS DATE)` or `CAST(text AS INT)`, where many stored values map to
+/// one compared value and pruning by the value's hash would miss rows.
+fn strip_equality_preserving_cast<'a>(expr: &'a Expr, column_type: &DataType) -> Option<&'a Expr> {
     match expr {
-        Expr::Cast(cast) => strip_cast(&cast.expr),
-        other => other,
+        Expr::Cast(cast) if equality_preserving(column_type, cast.field.data_type()) => {
+            strip_equality_preserving_cast(&cast.expr, column_type)
+        }
+        Expr::Cast(_) | Expr::TryCast(_) => None,
+        other => Some(other),
+    }
+}
+
+fn equality_preserving(from: &DataType, to: &DataType) -> bool {
+    fn int_width(t: &DataType) -> Option<u32> {
+        match t {
+            DataType::Int8 => Some(8),
+            DataType::Int16 => Some(16),
+            DataType::Int32 => Some(32),
+            DataType::Int64 => Some(64),
+            _ => None,
+        }
+    }
+    let is_string = |t: &DataType| matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View);
+    match (int_width(from), int_width(to)) {
+        (Some(a), Some(b)) => a <= b,
+        _ => from == to || (is_string(from) && is_string(to)),
     }
 }
 
@@ -180,3 +204,23 @@ impl TableProvider for FoamTable {
     }
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::logical_expr::{cast, col, lit};
+
+    #[test]
+    fn only_equality_preserving_casts_are_pruned_through() {
+        let int_column = DataType::Int32;
+        let widened = cast(col("k"), DataType::Int64).eq(lit(5i64));
+        assert!(key_values(&widened, "k", &int_column).is_some());
+        let timestamp = DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, None);
+        let lossy = cast(col("ts"), DataType::Date32).eq(lit(ScalarValue::Date32(Some(19000))));
+        assert!(key_values(&lossy, "ts", &timestamp).is_none(), "CAST(ts AS DATE) = d matches many timestamps");
+        let parsed = cast(col("t"), DataType::Int32).eq(lit(1i32));
+        assert!(key_values(&parsed, "t", &DataType::Utf8).is_none(), "'01' and '1' both cast to 1");
+        let or = col("k").eq(lit(1i32)).or(col("k").eq(lit(2i32)));
+        assert!(key_values(&or, "k", &int_column).is_none(), "OR is not pruned by a single value");
+    }
+}

@@ -13,7 +13,7 @@
 //! `commit_transaction` (the protocol) are separate so a bulk loader outside
 //! the cluster can ship rows straight to their owners and let a node commit.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
@@ -81,7 +81,8 @@ pub struct RowRouter {
     /// Per partition: buffered batches and their row count.
     buffers: HashMap<PartitionId, (Vec<RecordBatch>, usize)>,
     buffered_bytes: usize,
-    participants: BTreeSet<NodeId>,
+    /// Rows shipped to each participant, which it must have at prepare.
+    participants: BTreeMap<NodeId, u64>,
     in_flight: JoinSet<FoamResult<()>>,
     rows: u64,
 }
@@ -96,7 +97,7 @@ impl RowRouter {
             txn,
             buffers: HashMap::new(),
             buffered_bytes: 0,
-            participants: BTreeSet::new(),
+            participants: BTreeMap::new(),
             in_flight: JoinSet::new(),
             rows: 0,
         }
@@ -208,12 +209,13 @@ impl RowRouter {
             Distribution::Hash { owners, .. } => vec![owners[partition as usize]],
             Distribution::Replicated => self.target.all_nodes(),
         };
+        let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
         let batches = Arc::new(batches);
         for node in targets {
             while self.in_flight.len() >= WRITE_STREAM_BATCHES_IN_FLIGHT {
                 self.join_one().await?;
             }
-            self.participants.insert(node);
+            *self.participants.entry(node).or_default() += rows;
             let target = self.target.clone();
             let (txn, table_id, batches) = (self.txn, self.table.id, batches.clone());
             self.in_flight.spawn(async move { target.stage(node, txn, table_id, partition, batches).await });
@@ -230,8 +232,8 @@ impl RowRouter {
     }
 
     /// Ships every buffered row and waits until all participants staged them;
-    /// returns the participants.
-    pub async fn finish(&mut self) -> FoamResult<Vec<NodeId>> {
+    /// returns the participants with the rows each was sent.
+    pub async fn finish(&mut self) -> FoamResult<Vec<(NodeId, u64)>> {
         let partitions: Vec<PartitionId> = self.buffers.keys().copied().collect();
         for partition in partitions {
             self.ship_buffer(partition).await?;
@@ -239,14 +241,14 @@ impl RowRouter {
         while !self.in_flight.is_empty() {
             self.join_one().await?;
         }
-        Ok(self.participants.iter().copied().collect())
+        Ok(self.participants.iter().map(|(node, rows)| (*node, *rows)).collect())
     }
 
     /// Stops shipping; returns the nodes that may hold staged rows.
     pub async fn cancel(&mut self) -> Vec<NodeId> {
         self.in_flight.abort_all();
         while self.in_flight.join_next().await.is_some() {}
-        self.participants.iter().copied().collect()
+        self.participants.keys().copied().collect()
     }
 }
 
@@ -296,24 +298,37 @@ impl TableWriter {
     }
 }
 
-/// Runs the commit protocol for `txn`, whose rows `participants` have staged,
-/// with this node as coordinator: Prepare everywhere, fsync the decision,
-/// Commit everywhere. On error before the decision, aborts everywhere.
-pub async fn commit_transaction(node: &Arc<NodeContext>, txn: TxnId, participants: &[NodeId]) -> FoamResult<()> {
+/// Runs the commit protocol for `txn`, whose rows `participants` have staged
+/// (with the row count each was sent), with this node as coordinator: Prepare
+/// everywhere, fsync the decision, Commit everywhere. On error before the
+/// decision, aborts everywhere. The protocol runs in its own task, so a caller
+/// that goes away (a client disconnecting) cannot leave it half done.
+pub async fn commit_transaction(node: &Arc<NodeContext>, txn: TxnId, participants: &[(NodeId, u64)]) -> FoamResult<()> {
+    let node = node.clone();
+    let participants = participants.to_vec();
+    tokio::spawn(async move { run_commit_protocol(&node, txn, &participants).await })
+        .await
+        .map_err(|e| FoamError::internal(format!("commit protocol task failed: {e}")))?
+}
+
+async fn run_commit_protocol(node: &Arc<NodeContext>, txn: TxnId, participants: &[(NodeId, u64)]) -> FoamResult<()> {
     node.decisions.begin(txn);
-    for (_, result) in on_participants(node, txn, participants, |txn| NodeRequest::Prepare { txn }).await {
+    let nodes: Vec<NodeId> = participants.iter().map(|(n, _)| *n).collect();
+    let rows_of = |target: NodeId| participants.iter().find(|(n, _)| *n == target).map(|(_, r)| *r).unwrap_or(0);
+    for (_, result) in on_participants(node, &nodes, |target| NodeRequest::Prepare { txn, rows: rows_of(target) }).await {
         if let Err(error) = result {
-            abort_transaction(node, txn, participants).await;
+            abort_on(node, txn, &nodes).await;
             return Err(error);
         }
     }
     if let Err(error) = node.decisions.decide_commit(txn) {
-        abort_transaction(node, txn, participants).await;
+        // decide_commit rolls back a failed write, so no decision is on disk.
+        abort_on(node, txn, &nodes).await;
         return Err(error);
     }
     // The statement is committed now. A participant that misses this message
     // (it crashed) learns the outcome from us when it comes back.
-    for (node_id, result) in on_participants(node, txn, participants, |txn| NodeRequest::Commit { txn }).await {
+    for (node_id, result) in on_participants(node, &nodes, |_| NodeRequest::Commit { txn }).await {
         if let Err(error) = result {
             tracing::warn!(txn = %format!("{txn:032x}"), node_id, %error, "commit not delivered; the node will resolve it");
         }
@@ -326,7 +341,13 @@ pub async fn commit_transaction(node: &Arc<NodeContext>, txn: TxnId, participant
 /// be told discards unprepared rows on its own and resolves prepared ones by
 /// asking this node, which answers "aborted").
 pub async fn abort_transaction(node: &Arc<NodeContext>, txn: TxnId, participants: &[NodeId]) {
-    for (node_id, result) in on_participants(node, txn, participants, |txn| NodeRequest::Abort { txn }).await {
+    let node = node.clone();
+    let participants = participants.to_vec();
+    let _ = tokio::spawn(async move { abort_on(&node, txn, &participants).await }).await;
+}
+
+async fn abort_on(node: &Arc<NodeContext>, txn: TxnId, participants: &[NodeId]) {
+    for (node_id, result) in on_participants(node, participants, |_| NodeRequest::Abort { txn }).await {
         if let Err(error) = result {
             tracing::warn!(node_id, %error, "abort not delivered");
         }
@@ -337,14 +358,13 @@ pub async fn abort_transaction(node: &Arc<NodeContext>, txn: TxnId, participants
 /// Sends one request to every participant at once.
 async fn on_participants(
     node: &Arc<NodeContext>,
-    txn: TxnId,
     participants: &[NodeId],
-    request: impl Fn(TxnId) -> NodeRequest,
+    request: impl Fn(NodeId) -> NodeRequest,
 ) -> Vec<(NodeId, FoamResult<()>)> {
     let mut calls = JoinSet::new();
     for participant in participants {
         let node = node.clone();
-        let request = request(txn);
+        let request = request(*participant);
         let participant = *participant;
         calls.spawn(async move {
             let result = if participant == node.node_id {
@@ -372,7 +392,7 @@ async fn on_participants(
 async fn local_request(node: &Arc<NodeContext>, request: NodeRequest) -> FoamResult<()> {
     let storage = node.storage.clone();
     tokio::task::spawn_blocking(move || match request {
-        NodeRequest::Prepare { txn } => storage.prepare(txn),
+        NodeRequest::Prepare { txn, rows } => storage.prepare(txn, rows),
         NodeRequest::Commit { txn } => storage.commit(txn),
         NodeRequest::Abort { txn } => storage.abort(txn),
         other => Err(FoamError::internal(format!("not a transaction request: {other:?}"))),

@@ -19,13 +19,15 @@ pub enum NodeRequest {
     CatalogApply { command: CatalogCommand },
     /// Rows for one partition of `txn`; the payload is Arrow IPC in the table's schema.
     Stage { txn: TxnId, coordinator: NodeId, table_id: TableId, partition: PartitionId },
-    Prepare { txn: TxnId },
+    /// Make the staged rows durable; `rows` is how many the coordinator shipped
+    /// to this node, so a participant that lost some votes no.
+    Prepare { txn: TxnId, rows: u64 },
     Commit { txn: TxnId },
     Abort { txn: TxnId },
     /// Asks this node to coordinate the commit of `txn`, whose rows a client
     /// outside the cluster (the bulk loader) staged on `participants` naming
     /// this node as coordinator.
-    CommitTransaction { txn: TxnId, participants: Vec<NodeId> },
+    CommitTransaction { txn: TxnId, participants: Vec<(NodeId, u64)> },
     /// The same client gives up on `txn`.
     AbortTransaction { txn: TxnId, participants: Vec<NodeId> },
     /// Asks a coordinator how a transaction ended.

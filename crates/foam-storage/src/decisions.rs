@@ -15,6 +15,8 @@ use serde::{Deserialize, Serialize};
 
 const DECISION_FILE_NAME: &str = "decisions.log";
 const ENTRY_BYTES: usize = 16;
+/// Exit code of a node whose decision log could not be repaired after a failed write.
+const EXIT_CODE_DECISIONS_UNUSABLE: i32 = 74;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -49,7 +51,11 @@ impl DecisionLog {
             .chunks_exact(ENTRY_BYTES)
             .map(|chunk| TxnId::from_le_bytes(chunk.try_into().expect("16-byte chunk")))
             .collect();
+        let existed = path.exists();
         let file = OpenOptions::new().create(true).append(true).open(&path).map_err(|e| FoamError::io(&path, e))?;
+        if !existed {
+            foam_common::fs::sync_parent_dir(&path)?;
+        }
         if whole != bytes.len() {
             file.set_len(whole as u64).map_err(|e| FoamError::io(&path, e))?;
         }
@@ -64,8 +70,16 @@ impl DecisionLog {
     /// committed whatever happens to any node.
     pub fn decide_commit(&self, txn: TxnId) -> FoamResult<()> {
         let mut state = self.lock();
-        state.file.write_all(&txn.to_le_bytes()).map_err(|e| FoamError::io(&self.path, e))?;
-        state.file.sync_data().map_err(|e| FoamError::io(&self.path, e))?;
+        let length_before = state.file.metadata().map_err(|e| FoamError::io(&self.path, e))?.len();
+        let written = state.file.write_all(&txn.to_le_bytes()).and_then(|()| state.file.sync_data());
+        if let Err(error) = written {
+            // A torn entry would shift every later one; cut it off or stop.
+            if state.file.set_len(length_before).and_then(|()| state.file.sync_data()).is_err() {
+                tracing::error!(path = %self.path.display(), %error, "cannot roll back a failed decision write; stopping");
+                std::process::exit(EXIT_CODE_DECISIONS_UNUSABLE);
+            }
+            return Err(FoamError::io(&self.path, error));
+        }
         state.committed.insert(txn);
         Ok(())
     }

@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use arrow::record_batch::RecordBatch;
-use foam_common::limits::{MEMTABLE_FLUSH_ROWS, STAGE_INLINE_BYTES_MAX, TXN_IDLE_TIMEOUT_MS, WAL_CHECKPOINT_BYTES};
+use foam_common::limits::{
+    MEMTABLE_FLUSH_ROWS, STAGE_INLINE_BYTES_MAX, STAGE_INLINE_BYTES_PER_TXN_MAX, TXN_IDLE_TIMEOUT_MS, WAL_CHECKPOINT_BYTES,
+};
 use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TableId, TxnId};
 use parquet::arrow::ArrowWriter;
 use serde::{Deserialize, Serialize};
@@ -23,6 +25,9 @@ use crate::segment;
 use crate::wal::{EntryData, PreparedEntry, Wal, WalHeader};
 
 type PartitionKey = (TableId, PartitionId);
+
+/// Exit code of a node that stopped because only WAL replay can repair its state.
+const EXIT_CODE_REPLAY_NEEDED: i32 = 75;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct PartitionStats {
@@ -143,6 +148,19 @@ impl StorageEngine {
         if staged.batch_bytes > STAGE_INLINE_BYTES_MAX {
             self.spill_to_file(txn, table_id, partition, staged)?;
         }
+        // Many partitions each under the per-partition limit must not add up
+        // to an unbounded transaction: spill the largest until under the cap.
+        loop {
+            let inline_bytes: usize = staging.partitions.values().map(|p| p.batch_bytes).sum();
+            if inline_bytes <= STAGE_INLINE_BYTES_PER_TXN_MAX {
+                break;
+            }
+            let Some((&(largest_table, largest_partition), _)) = staging.partitions.iter().max_by_key(|(_, p)| p.batch_bytes) else {
+                break;
+            };
+            let largest = staging.partitions.get_mut(&(largest_table, largest_partition)).expect("key just found");
+            self.spill_to_file(txn, largest_table, largest_partition, largest)?;
+        }
         Ok(())
     }
 
@@ -169,7 +187,9 @@ impl StorageEngine {
 
     /// Makes the staged rows of `txn` durable. After this returns Ok the node can
     /// commit them even after a crash, and must keep them until told the outcome.
-    pub fn prepare(&self, txn: TxnId) -> FoamResult<()> {
+    /// `expected_rows` is how many rows the coordinator shipped here; a
+    /// mismatch (staged rows lost to a restart or an idle timeout) votes no.
+    pub fn prepare(&self, txn: TxnId, expected_rows: u64) -> FoamResult<()> {
         let staging = lock(&self.staging).remove(&txn).ok_or_else(|| FoamError::TransactionAborted {
             message: format!("transaction {txn:032x} is unknown on this node (it may have restarted)"),
         })?;
@@ -177,6 +197,17 @@ impl StorageEngine {
             .map_err(|_| FoamError::internal("transaction prepared while rows were still being staged"))?
             .into_inner()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let staged_rows: u64 = staging.partitions.values().map(|p| p.rows).sum();
+        if staged_rows != expected_rows {
+            for staged in staging.partitions.values() {
+                if let Some((file_name, _)) = &staged.file {
+                    let _ = std::fs::remove_file(self.staging_dir.join(file_name));
+                }
+            }
+            return Err(FoamError::TransactionAborted {
+                message: format!("transaction {txn:032x} staged {staged_rows} rows here, the coordinator sent {expected_rows}"),
+            });
+        }
         let mut body = Vec::new();
         let mut entries = Vec::new();
         let mut inline = Vec::new();
@@ -206,7 +237,10 @@ impl StorageEngine {
         }
         foam_common::fs::sync_dir(&self.staging_dir)?;
         let header = WalHeader::Prepare { txn, coordinator: staging.coordinator, entries };
-        lock(&self.wal).append(&header, &body, true)?;
+        // Register under the WAL lock: a checkpoint in between would delete the
+        // Prepare record without re-appending it.
+        let mut wal = lock(&self.wal);
+        wal.append(&header, &body, true)?;
         lock(&self.prepared).insert(txn, Prepared { coordinator: staging.coordinator, header, body, inline });
         Ok(())
     }
@@ -226,7 +260,12 @@ impl StorageEngine {
                 return Err(error);
             }
         };
-        self.apply(lsn, prepared)?;
+        if let Err(error) = self.apply(lsn, prepared) {
+            // The Commit record is durable but the rows are only partly applied;
+            // nothing here can redo that safely, replay at restart can.
+            tracing::error!(%error, txn = %format!("{txn:032x}"), "applying a committed transaction failed; stopping so replay can redo it");
+            std::process::exit(EXIT_CODE_REPLAY_NEEDED);
+        }
         if wal.bytes_since_checkpoint() > WAL_CHECKPOINT_BYTES {
             self.checkpoint(&mut wal)?;
         }
@@ -265,22 +304,33 @@ impl StorageEngine {
             .map(|(txn, _)| *txn)
             .collect();
         for txn in &idle {
-            self.abort(*txn)?;
+            // Only unprepared rows: a transaction prepared meanwhile keeps its vote.
+            if let Some(staging) = lock(&self.staging).remove(txn) {
+                for staged in lock(&staging).partitions.values() {
+                    if let Some((file_name, _)) = &staged.file {
+                        let _ = std::fs::remove_file(self.staging_dir.join(file_name));
+                    }
+                }
+            }
         }
         Ok(idle.len())
     }
 
     pub fn snapshot(&self, table_id: TableId, partition: PartitionId) -> PartitionSnapshot {
-        match lock(&self.partitions).get(&(table_id, partition)) {
-            Some(p) => lock(p).snapshot(),
+        // Clone the handle and release the map first: a flush holds a partition
+        // lock for a while and must not stall every other partition's readers.
+        let found = lock(&self.partitions).get(&(table_id, partition)).cloned();
+        match found {
+            Some(p) => lock(&p).snapshot(),
             None => PartitionSnapshot::default(),
         }
     }
 
     pub fn stats(&self, table_id: TableId, partition: PartitionId) -> PartitionStats {
-        match lock(&self.partitions).get(&(table_id, partition)) {
+        let found = lock(&self.partitions).get(&(table_id, partition)).cloned();
+        match found {
             Some(p) => {
-                let (rows, bytes) = lock(p).stats();
+                let (rows, bytes) = lock(&p).stats();
                 PartitionStats { rows, bytes }
             }
             None => PartitionStats::default(),
@@ -322,6 +372,9 @@ impl StorageEngine {
             wal.append(&prepared.header, &prepared.body, false)?;
         }
         wal.sync()?;
+        // Re-appended records must not count towards the next checkpoint, or
+        // large in-doubt transactions would make every commit checkpoint.
+        wal.reset_checkpoint_counter();
         wal.remove_older_files()
     }
 
@@ -390,7 +443,7 @@ impl StorageEngine {
             return Ok(existing.clone());
         }
         let dir = self.tables_dir.join(table_id.to_string()).join(partition.to_string());
-        let opened = Arc::new(Mutex::new(Partition::open(dir)?));
+        let opened = Arc::new(Mutex::new(Partition::open(dir, &self.tables_dir)?));
         partitions.insert((table_id, partition), opened.clone());
         Ok(opened)
     }
@@ -499,10 +552,10 @@ mod tests {
             let engine = StorageEngine::open(&dir).unwrap();
             engine.stage(1, 1, 10, 0, vec![batch(0, 100)]).unwrap();
             engine.stage(1, 1, 10, 1, vec![batch(100, 50)]).unwrap();
-            engine.prepare(1).unwrap();
+            engine.prepare(1, 150).unwrap();
             engine.commit(1).unwrap();
             engine.stage(2, 1, 10, 0, vec![batch(0, 7)]).unwrap();
-            engine.prepare(2).unwrap();
+            engine.prepare(2, 7).unwrap();
             engine.abort(2).unwrap();
             engine.stage(3, 1, 10, 0, vec![batch(0, 9)]).unwrap();
             // Transaction 3 never prepares: the "crash" below loses it, as it must.
@@ -516,6 +569,19 @@ mod tests {
     }
 
     #[test]
+    fn prepare_votes_no_when_staged_rows_went_missing() {
+        let dir = temp_dir("missing");
+        let engine = StorageEngine::open(&dir).unwrap();
+        engine.stage(21, 1, 15, 0, vec![batch(0, 10)]).unwrap();
+        let error = engine.prepare(21, 25).unwrap_err();
+        assert_eq!(error.sqlstate(), "40000");
+        assert!(engine.in_doubt().is_empty(), "a no vote leaves nothing prepared");
+        engine.commit(21).unwrap();
+        assert_eq!(rows_in(&engine, 15, 0), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn large_transaction_goes_through_a_staged_segment() {
         let dir = temp_dir("large");
         {
@@ -523,7 +589,7 @@ mod tests {
             for chunk in 0..40 {
                 engine.stage(5, 1, 11, 3, vec![batch(chunk * 5000, 5000)]).unwrap();
             }
-            engine.prepare(5).unwrap();
+            engine.prepare(5, 200_000).unwrap();
             assert_eq!(std::fs::read_dir(dir.join("staging")).unwrap().count(), 1, "rows spilled to one staged file");
             engine.commit(5).unwrap();
             assert_eq!(rows_in(&engine, 11, 3), 200_000);
@@ -540,7 +606,7 @@ mod tests {
         {
             let engine = StorageEngine::open(&dir).unwrap();
             engine.stage(9, 4, 12, 0, vec![batch(0, 10)]).unwrap();
-            engine.prepare(9).unwrap();
+            engine.prepare(9, 10).unwrap();
         }
         let engine = StorageEngine::open(&dir).unwrap();
         assert_eq!(engine.in_doubt(), vec![(9, 4)]);
@@ -558,19 +624,19 @@ mod tests {
         {
             let engine = StorageEngine::open(&dir).unwrap();
             engine.stage(1, 1, 13, 0, vec![batch(0, 10)]).unwrap();
-            engine.prepare(1).unwrap();
+            engine.prepare(1, 10).unwrap();
             engine.commit(1).unwrap();
             engine.stage(2, 1, 13, 0, vec![batch(10, 5)]).unwrap();
-            engine.prepare(2).unwrap();
+            engine.prepare(2, 5).unwrap();
             engine.checkpoint_now().unwrap();
             engine.stage(3, 1, 13, 0, vec![batch(15, 3)]).unwrap();
-            engine.prepare(3).unwrap();
+            engine.prepare(3, 3).unwrap();
             engine.commit(3).unwrap();
             // A large commit (a staged segment) of another table, dropped later.
             for chunk in 0..40 {
                 engine.stage(4, 1, 14, 0, vec![batch(chunk * 5000, 5000)]).unwrap();
             }
-            engine.prepare(4).unwrap();
+            engine.prepare(4, 200_000).unwrap();
             engine.commit(4).unwrap();
             engine.drop_table(14).unwrap();
         }

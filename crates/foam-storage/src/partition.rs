@@ -37,6 +37,8 @@ pub struct PartitionSnapshot {
 
 pub struct Partition {
     dir: PathBuf,
+    /// The engine's tables directory, whose new subdirectories must be fsynced.
+    tables_dir: PathBuf,
     manifest: Manifest,
     memtable: Vec<RecordBatch>,
     memtable_lsn_max: u64,
@@ -45,7 +47,7 @@ pub struct Partition {
 }
 
 impl Partition {
-    pub fn open(dir: PathBuf) -> FoamResult<Self> {
+    pub fn open(dir: PathBuf, tables_dir: &Path) -> FoamResult<Self> {
         let path = dir.join(MANIFEST_FILE_NAME);
         let manifest = match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| FoamError::Corrupted {
@@ -55,7 +57,27 @@ impl Partition {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Manifest::default(),
             Err(e) => return Err(FoamError::io(&path, e)),
         };
-        Ok(Partition { dir, manifest, memtable: Vec::new(), memtable_lsn_max: 0, memtable_rows: 0, memtable_bytes: 0 })
+        Ok(Partition {
+            dir,
+            tables_dir: tables_dir.to_path_buf(),
+            manifest,
+            memtable: Vec::new(),
+            memtable_lsn_max: 0,
+            memtable_rows: 0,
+            memtable_bytes: 0,
+        })
+    }
+
+    /// Creates the partition's directory (and its table's) durably.
+    fn ensure_dir(&self) -> FoamResult<()> {
+        if self.dir.exists() {
+            return Ok(());
+        }
+        foam_common::fs::create_dir_all(&self.dir)?;
+        if let Some(table_dir) = self.dir.parent() {
+            foam_common::fs::sync_dir(table_dir)?;
+        }
+        foam_common::fs::sync_dir(&self.tables_dir)
     }
 
     pub fn dir(&self) -> &Path {
@@ -82,7 +104,7 @@ impl Partition {
         if self.manifest.segments.iter().any(|s| s.file_name == file_name) {
             return Ok(());
         }
-        foam_common::fs::create_dir_all(&self.dir)?;
+        self.ensure_dir()?;
         let target = self.dir.join(file_name);
         if staged_path.exists() {
             std::fs::rename(staged_path, &target).map_err(|e| FoamError::io(staged_path, e))?;
@@ -108,7 +130,7 @@ impl Partition {
         let Some(first) = self.memtable.first() else {
             return Ok(());
         };
-        foam_common::fs::create_dir_all(&self.dir)?;
+        self.ensure_dir()?;
         let schema = first.schema();
         let file_name = format!("seg-{}.parquet", uuid::Uuid::new_v4().simple());
         let path = self.dir.join(&file_name);

@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize};
 /// Largest record accepted when reading; a length beyond it is a torn frame.
 const RECORD_BYTES_MAX: u32 = 1 << 30;
 const FRAME_HEADER_BYTES: usize = 8;
+/// Exit code of a node whose WAL could not be repaired after a failed write.
+const EXIT_CODE_WAL_UNUSABLE: i32 = 74;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -114,9 +116,16 @@ impl Wal {
         frame.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
         frame.extend_from_slice(&payload);
         let path = file_path(&self.dir, self.file_first_lsn);
-        self.file.write_all(&frame).map_err(|e| FoamError::io(&path, e))?;
-        if sync {
-            self.file.sync_data().map_err(|e| FoamError::io(&path, e))?;
+        let length_before = self.file.metadata().map_err(|e| FoamError::io(&path, e))?.len();
+        let written = self.file.write_all(&frame).and_then(|()| if sync { self.file.sync_data() } else { Ok(()) });
+        if let Err(error) = written {
+            // A partial frame must not stay in front of later records; if it
+            // cannot be cut off, the log can no longer be trusted: stop.
+            if self.file.set_len(length_before).and_then(|()| self.file.sync_data()).is_err() {
+                tracing::error!(path = %path.display(), %error, "cannot roll back a failed WAL append; stopping");
+                std::process::exit(EXIT_CODE_WAL_UNUSABLE);
+            }
+            return Err(FoamError::io(&path, error));
         }
         self.next_lsn += 1;
         self.bytes_since_checkpoint += frame.len() as u64;
@@ -126,6 +135,10 @@ impl Wal {
     pub fn sync(&mut self) -> FoamResult<()> {
         let path = file_path(&self.dir, self.file_first_lsn);
         self.file.sync_data().map_err(|e| FoamError::io(&path, e))
+    }
+
+    pub fn reset_checkpoint_counter(&mut self) {
+        self.bytes_since_checkpoint = 0;
     }
 
     pub fn bytes_since_checkpoint(&self) -> u64 {
