@@ -36,8 +36,10 @@ pub enum Distribution {
     /// table's columns) into `owners.len()` partitions; `owners[p]` is the node
     /// that stores partition `p`.
     Hash { key_columns: Vec<usize>, owners: Vec<NodeId> },
-    /// Every node stores every row, as partition 0.
-    Replicated,
+    /// Every node in `nodes` (the cluster's nodes when the table was created)
+    /// stores every row, as partition 0. Recorded so a node that joins later is
+    /// never asked for a copy it does not have.
+    Replicated { nodes: Vec<NodeId> },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -61,7 +63,7 @@ impl TableDef {
     pub fn partition_count(&self) -> u32 {
         match &self.distribution {
             Distribution::Hash { owners, .. } => owners.len() as u32,
-            Distribution::Replicated => 1,
+            Distribution::Replicated { .. } => 1,
         }
     }
 
@@ -74,12 +76,14 @@ impl TableDef {
                 .filter(|(_, owner)| **owner == node)
                 .map(|(p, _)| p as PartitionId)
                 .collect(),
-            Distribution::Replicated => vec![0],
+            Distribution::Replicated { nodes } => {
+                if nodes.contains(&node) { vec![0] } else { vec![] }
+            }
         }
     }
 
     pub fn is_replicated(&self) -> bool {
-        matches!(self.distribution, Distribution::Replicated)
+        matches!(self.distribution, Distribution::Replicated { .. })
     }
 }
 
@@ -244,7 +248,12 @@ impl Catalog {
             }
         }
         match spec {
-            DistributionSpec::Replicated => Ok(Distribution::Replicated),
+            DistributionSpec::Replicated => {
+                if self.nodes.is_empty() {
+                    return Err(FoamError::CatalogUnavailable { message: "the cluster has no nodes".into() });
+                }
+                Ok(Distribution::Replicated { nodes: self.nodes.keys().copied().collect() })
+            }
             DistributionSpec::Hash { key_columns, partitions } => {
                 let mut key_indices = Vec::with_capacity(key_columns.len());
                 for key in key_columns {

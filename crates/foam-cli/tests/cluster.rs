@@ -359,13 +359,12 @@ async fn statement_touching_a_dead_node_fails_cleanly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn whole_local_cluster_restarts_with_its_data() {
     let dir = tempfile::tempdir().unwrap();
-    let sql_port = loop {
-        // foam local uses sql_port..+nodes and +1000..: find a free block.
-        let port = common::free_port();
-        if port < 60_000 && (0..3).all(|i| port_free(port + i) && port_free(port + 1000 + i)) {
-            break port;
-        }
-    };
+    // foam local uses sql_port..+nodes and +1000..: find a free block in the
+    // range reserved for it.
+    let sql_port = common::LOCAL_CLUSTER_PORTS
+        .step_by(4)
+        .find(|port| (0..3).all(|i| port_free(port + i) && port_free(port + 1000 + i)))
+        .expect("a free block of local ports");
     let start = || {
         std::process::Command::new(common::foam_binary())
             .args(["local", "--nodes", "3", "--sql-port", &sql_port.to_string(), "--data-dir"])
@@ -450,4 +449,43 @@ async fn copy_from_stdin_loads_rows_sent_by_the_client() {
     assert_eq!(db.code().code(), "22P04");
     assert!(db.message().contains("line 3, column id"), "{}", db.message());
     assert_eq!(scalar(&client, "SELECT count(*) FROM s").await, "5000");
+}
+
+/// A node that joins after a replicated table was created has no copy of it:
+/// it must read from a replica, and writes keep going to the replicas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_joining_later_reads_replicated_tables_from_replicas() {
+    let mut cluster = Cluster::start(2);
+    let client = cluster.client(0).await;
+    client
+        .batch_execute(
+            "CREATE TABLE dim (id INT, name TEXT) DISTRIBUTED REPLICATED;
+             INSERT INTO dim VALUES (1, 'one'), (2, 'two'), (3, 'three');
+             CREATE TABLE facts (id INT, dim_id INT) DISTRIBUTED BY (id);
+             INSERT INTO facts SELECT CAST(value AS INT), CAST(value % 3 + 1 AS INT) FROM generate_series(1, 300);",
+        )
+        .await
+        .unwrap();
+    let newcomer = cluster.add_node();
+    let client = cluster.client(newcomer).await;
+    assert_eq!(scalar(&client, "SELECT count(*) FROM foam_nodes WHERE status = 'up'").await, "3");
+    assert_eq!(scalar(&client, "SELECT count(*) FROM dim").await, "3");
+    assert_eq!(
+        query_text(&client, "SELECT name, count(*) FROM facts JOIN dim ON dim_id = dim.id GROUP BY name ORDER BY name").await,
+        vec![
+            vec![Some("one".into()), Some("100".into())],
+            vec![Some("three".into()), Some("100".into())],
+            vec![Some("two".into()), Some("100".into())],
+        ]
+    );
+    client.batch_execute("INSERT INTO dim VALUES (4, 'four')").await.unwrap();
+    for node in 0..3 {
+        let client = cluster.client(node).await;
+        assert_eq!(scalar(&client, "SELECT count(*) FROM dim").await, "4", "node {node}");
+    }
+    // foam_partitions lists the two replicas, each with all rows.
+    assert_eq!(
+        query_text(&client, "SELECT row_count FROM foam_partitions WHERE table_name = 'dim'").await,
+        vec![vec![Some("4".into())], vec![Some("4".into())]]
+    );
 }

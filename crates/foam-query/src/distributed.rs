@@ -71,7 +71,9 @@ impl DesiredTaskCountHandler for DesiredTasks {
     async fn handle(&self, event: DesiredTaskCountEvent<'_>) -> Option<Result<DesiredTaskCountEventResponse>> {
         let scan = event.plan.downcast_ref::<FoamScanExec>()?;
         let owners = owners_of(scan);
-        Some(Ok(if owners.is_empty() {
+        // A replicated table's copy must be read by exactly one task: the
+        // whole stage stays one task, which keeps every join with it correct.
+        Some(Ok(if owners.is_empty() || scan.spec().replicated {
             DesiredTaskCountEventResponse::maximum(1)
         } else {
             DesiredTaskCountEventResponse::desired(owners.len())
@@ -91,9 +93,10 @@ fn scale_up_scan(scan: &FoamScanExec, original: &Arc<dyn ExecutionPlan>, task_co
     let task_count = task_count.max(1);
     let mut tasks: Vec<(Option<NodeId>, Vec<PartitionRead>)> = vec![(None, Vec::new()); task_count];
     let owners = owners_of(scan);
-    if owners.is_empty() {
-        // Replicated table: every task would read the whole table, so only the
-        // first task reads it.
+    if owners.is_empty() || scan.spec().replicated {
+        // A replicated table: every task would read the whole table, so only
+        // the first task reads it, on the replica chosen at planning.
+        tasks[0].0 = owners.first().copied();
         tasks[0].1 = scan.reads().cloned().collect();
     } else {
         let mut by_owner: BTreeMap<NodeId, Vec<PartitionRead>> = BTreeMap::new();

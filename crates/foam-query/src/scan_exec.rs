@@ -41,7 +41,8 @@ const LOCAL_READ_BATCHES_AHEAD: usize = 4;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PartitionRead {
     pub partition: PartitionId,
-    /// The owning node; `None` for a replicated table, read on whichever node runs the scan.
+    /// The node to read it from (for a replicated table, one of its replicas);
+    /// `None` reads it on whichever node runs the scan.
     pub owner: Option<NodeId>,
 }
 
@@ -56,6 +57,9 @@ pub struct ScanSpec {
     pub groups: Vec<Vec<PartitionRead>>,
     /// The node this variant is meant to run on, when distributed.
     pub home: Option<NodeId>,
+    /// A replicated table: one full copy is read, so the scan is one task.
+    #[serde(default)]
+    pub replicated: bool,
     /// The query's filters on this table (see `ScanRequest::filters`), for
     /// owners to apply before sending rows to another node.
     #[serde(default)]
@@ -75,7 +79,7 @@ impl FoamScanExec {
             id: spec.table_id,
             name: spec.table_name.clone(),
             columns: spec.columns.clone(),
-            distribution: foam_catalog::Distribution::Replicated,
+            distribution: foam_catalog::Distribution::Replicated { nodes: Vec::new() },
         }
         .arrow_schema();
         let schema = match &spec.projection {

@@ -85,7 +85,7 @@ async fn partitions(node: &Arc<NodeContext>) -> FoamResult<RecordBatch> {
             foam_catalog::Distribution::Hash { owners, .. } => {
                 owners.iter().enumerate().map(|(p, o)| (p as PartitionId, *o)).collect()
             }
-            foam_catalog::Distribution::Replicated => catalog.nodes.keys().map(|n| (0, *n)).collect(),
+            foam_catalog::Distribution::Replicated { nodes } => nodes.iter().map(|n| (0, *n)).collect(),
         };
         let mut by_node: BTreeMap<NodeId, Vec<PartitionId>> = BTreeMap::new();
         for (partition, owner) in &placements {

@@ -176,7 +176,11 @@ impl TableProvider for FoamTable {
                 .into_iter()
                 .map(|p| vec![PartitionRead { partition: p, owner: Some(owners[p as usize]) }])
                 .collect(),
-            Distribution::Replicated => vec![vec![PartitionRead { partition: 0, owner: None }]],
+            Distribution::Replicated { nodes } => {
+                // This node's own copy when it has one, else a replica's.
+                let replica = if nodes.contains(&self.node.node_id) { Some(self.node.node_id) } else { nodes.first().copied() };
+                vec![vec![PartitionRead { partition: 0, owner: replica }]]
+            }
         };
         let spec = ScanSpec {
             table_id: self.table.id,
@@ -185,6 +189,7 @@ impl TableProvider for FoamTable {
             projection: projection.cloned(),
             groups,
             home: None,
+            replicated: self.table.is_replicated(),
             filters: crate::scan_exec::encode_filters(filters),
         };
         Ok(Arc::new(FoamScanExec::try_new(spec)?))

@@ -9,7 +9,7 @@
 //!  commit:  Prepare on every participant ─▶ decision fsynced here ─▶ Commit on every participant
 //!  any failure before the decision: Abort everywhere, the table is as before.
 //! ```
-//! A replicated table's rows go to every node. `RowRouter` (routing) and
+//! A replicated table's rows go to every node of its replica set. `RowRouter` (routing) and
 //! `commit_transaction` (the protocol) are separate so a bulk loader outside
 //! the cluster can ship rows straight to their owners and let a node commit.
 
@@ -41,8 +41,6 @@ use crate::context::NodeContext;
 #[async_trait]
 pub trait StageTarget: Send + Sync + 'static {
     async fn stage(&self, target: NodeId, txn: TxnId, table_id: foam_common::TableId, partition: PartitionId, batches: Arc<Vec<RecordBatch>>) -> FoamResult<()>;
-    /// Every node of the cluster (where a replicated table's rows go).
-    fn all_nodes(&self) -> Vec<NodeId>;
 }
 
 /// Ships from a node: locally to itself, over RPC to its peers.
@@ -64,10 +62,6 @@ impl StageTarget for NodeStageTarget {
             let request = NodeRequest::Stage { txn, coordinator: node.node_id, table_id, partition };
             node.client_for(target)?.call(&request, &payload).await.map(|_| ())
         }
-    }
-
-    fn all_nodes(&self) -> Vec<NodeId> {
-        self.0.catalog.current().nodes.keys().copied().collect()
     }
 }
 
@@ -119,7 +113,7 @@ impl RowRouter {
         let batch = self.conform(batch)?;
         self.rows += batch.num_rows() as u64;
         match &self.table.distribution {
-            Distribution::Replicated => self.buffer(0, batch).await?,
+            Distribution::Replicated { .. } => self.buffer(0, batch).await?,
             Distribution::Hash { key_columns, owners } => {
                 let keys: Vec<ArrayRef> = key_columns.iter().map(|i| batch.column(*i).clone()).collect();
                 let hashes = foam_common::hash::hash_rows(&keys)?;
@@ -207,7 +201,7 @@ impl RowRouter {
     async fn ship(&mut self, partition: PartitionId, batches: Vec<RecordBatch>) -> FoamResult<()> {
         let targets: Vec<NodeId> = match &self.table.distribution {
             Distribution::Hash { owners, .. } => vec![owners[partition as usize]],
-            Distribution::Replicated => self.target.all_nodes(),
+            Distribution::Replicated { nodes } => nodes.clone(),
         };
         let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
         let batches = Arc::new(batches);

@@ -59,10 +59,6 @@ impl StageTarget for RemoteStageTarget {
         let request = NodeRequest::Stage { txn, coordinator: self.coordinator, table_id, partition };
         self.clients.get(node.id, &node.node_addr)?.call(&request, &payload).await.map(|_| ())
     }
-
-    fn all_nodes(&self) -> Vec<NodeId> {
-        self.catalog.nodes.keys().copied().collect()
-    }
 }
 
 /// Connects to FoamDB's SQL endpoint at `url` (a libpq connection string or

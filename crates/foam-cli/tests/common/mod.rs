@@ -28,9 +28,27 @@ pub struct Cluster {
     pub nodes: Vec<Node>,
 }
 
-/// A port nobody listens on right now.
+/// Ports handed to test nodes: below the kernel's ephemeral range, so an
+/// outgoing connection never holds one, and never the same port twice in one
+/// test binary, so tests starting clusters at the same time cannot collide.
+const TEST_PORTS: std::ops::Range<u16> = 20_000..30_000;
+/// `foam local` tests need blocks of ports at a fixed offset; they come from
+/// this separate range (and its +1000 twin), disjoint from `TEST_PORTS`.
+pub const LOCAL_CLUSTER_PORTS: std::ops::Range<u16> = 10_000..10_900;
+
+static NEXT_PORT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// A port nobody listens on, not handed out before by this process.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free local port")
+    let span = (TEST_PORTS.end - TEST_PORTS.start) as u32;
+    let start = std::process::id() % span;
+    loop {
+        let offset = (start + NEXT_PORT.fetch_add(1, std::sync::atomic::Ordering::SeqCst)) % span;
+        let port = TEST_PORTS.start + offset as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 pub fn foam_binary() -> &'static str {
@@ -62,6 +80,23 @@ impl Cluster {
             cluster.wait_ready(index);
         }
         cluster
+    }
+
+    /// Starts one more node that joins the cluster through node 0.
+    pub fn add_node(&mut self) -> usize {
+        let index = self.nodes.len();
+        let node = Node {
+            ready_lines_before: 0,
+            sql_port: free_port(),
+            node_port: free_port(),
+            data_dir: self.dir.path().join(format!("node-{index}")),
+            join: Some(format!("127.0.0.1:{}", self.nodes[0].node_port)),
+            child: None,
+        };
+        self.nodes.push(node);
+        self.spawn(index);
+        self.wait_ready(index);
+        index
     }
 
     fn spawn(&mut self, index: usize) {
