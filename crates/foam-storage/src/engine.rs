@@ -199,11 +199,7 @@ impl StorageEngine {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let staged_rows: u64 = staging.partitions.values().map(|p| p.rows).sum();
         if staged_rows != expected_rows {
-            for staged in staging.partitions.values() {
-                if let Some((file_name, _)) = &staged.file {
-                    let _ = std::fs::remove_file(self.staging_dir.join(file_name));
-                }
-            }
+            self.discard_staged_files(&staging);
             return Err(FoamError::TransactionAborted {
                 message: format!("transaction {txn:032x} staged {staged_rows} rows here, the coordinator sent {expected_rows}"),
             });
@@ -275,12 +271,7 @@ impl StorageEngine {
     /// Discards a transaction in any state. Unknown transactions are ignored.
     pub fn abort(&self, txn: TxnId) -> FoamResult<()> {
         if let Some(staging) = lock(&self.staging).remove(&txn) {
-            let staging = lock(&staging);
-            for staged in staging.partitions.values() {
-                if let Some((file_name, _)) = &staged.file {
-                    let _ = std::fs::remove_file(self.staging_dir.join(file_name));
-                }
-            }
+            self.discard_staged_files(&lock(&staging));
         }
         let mut wal = lock(&self.wal);
         if let Some(prepared) = lock(&self.prepared).remove(&txn) {
@@ -306,11 +297,7 @@ impl StorageEngine {
         for txn in &idle {
             // Only unprepared rows: a transaction prepared meanwhile keeps its vote.
             if let Some(staging) = lock(&self.staging).remove(txn) {
-                for staged in lock(&staging).partitions.values() {
-                    if let Some((file_name, _)) = &staged.file {
-                        let _ = std::fs::remove_file(self.staging_dir.join(file_name));
-                    }
-                }
+                self.discard_staged_files(&lock(&staging));
             }
         }
         Ok(idle.len())
@@ -425,6 +412,15 @@ impl StorageEngine {
             });
         }
         Ok(Prepared { coordinator, header, body, inline })
+    }
+
+    /// Deletes the staged segment files of an unprepared transaction.
+    fn discard_staged_files(&self, staging: &Staging) {
+        for staged in staging.partitions.values() {
+            if let Some((file_name, _)) = &staged.file {
+                let _ = std::fs::remove_file(self.staging_dir.join(file_name));
+            }
+        }
     }
 
     fn discard_segments(&self, header: &WalHeader) {
