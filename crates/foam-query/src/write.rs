@@ -255,8 +255,10 @@ pub struct TableWriter {
 
 impl TableWriter {
     pub fn begin(node: Arc<NodeContext>, table: TableDef) -> Self {
+        // The decision log hears of the transaction when its commit protocol
+        // starts (participants can only be in doubt after Prepare), so a
+        // statement dropped before commit leaves nothing "running" behind.
         let txn: TxnId = uuid::Uuid::new_v4().as_u128();
-        node.decisions.begin(txn);
         let router = RowRouter::new(Arc::new(NodeStageTarget(node.clone())), table, txn);
         TableWriter { node, router }
     }
