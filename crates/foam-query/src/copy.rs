@@ -173,7 +173,8 @@ fn describe_csv_error(text: &str, table: &TableDef) -> (Option<String>, String) 
             return (Some(name.to_string()), format!("null value in column \"{name}\" violates not-null constraint"));
         }
     }
-    // Decimal and other parse errors do not name the column: find it by trying each.
+    // Decimal and other parse errors do not name the column; report the line
+    // with Arrow's own message.
     for prefix in ["Parser error: ", "Csv error: ", "Invalid argument error: "] {
         if let Some(message) = text.strip_prefix(prefix) {
             return (None, message.to_string());
