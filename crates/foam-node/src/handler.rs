@@ -50,6 +50,13 @@ impl NodeHandler for FoamNodeHandler {
             NodeRequest::PartitionStats { table_id, partitions } => NodeResponse::Stats {
                 stats: partitions.into_iter().map(|p| (p, node.storage.stats(table_id, p))).collect(),
             },
+            NodeRequest::Traffic { reset } => {
+                let snapshot = node.traffic.snapshot();
+                if reset {
+                    node.traffic.reset();
+                }
+                NodeResponse::Traffic { snapshot }
+            }
             NodeRequest::DropTableData { table_id } => {
                 let storage = node.storage.clone();
                 tokio::task::spawn_blocking(move || storage.drop_table(table_id))

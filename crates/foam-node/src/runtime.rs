@@ -15,7 +15,7 @@ use foam_catalog::{Catalog, CatalogCommand, CatalogStore};
 use foam_common::limits::{IN_DOUBT_RESOLVE_INTERVAL_MS, JOIN_RETRY_FOR_MS};
 use foam_common::{FoamError, FoamResult, NodeId};
 use foam_query::{CatalogService, NodeContext};
-use foam_rpc::{NodeClient, NodeClients, NodeRequest, NodeResponse};
+use foam_rpc::{NodeClient, NodeClients, NodeRequest, NodeResponse, Traffic};
 use foam_storage::{DecisionLog, StorageEngine, TxnOutcome};
 use tokio::net::TcpListener;
 
@@ -47,8 +47,6 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
         .map_err(|e| FoamError::internal(e.to_string()))??;
     let storage = Arc::new(storage);
     let decisions = Arc::new(DecisionLog::open(&config.data_dir)?);
-    let clients = Arc::new(NodeClients::default());
-
     let previous = identity::load(&config.data_dir)?;
     let join_addr = config.join.clone().or_else(|| previous.as_ref().and_then(|p| p.join_addr.clone()));
     let register = CatalogCommand::RegisterNode {
@@ -73,7 +71,19 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
     identity::save(&config.data_dir, &Identity { node_id, join_addr: join_addr.clone() })?;
     remove_dropped_tables(&storage, &catalog.current())?;
 
-    let node = Arc::new(NodeContext { node_id, storage, decisions, clients, catalog, partition_scans: Default::default(), rows_sent_to_peers: Default::default() });
+    let traffic = Arc::new(Traffic::default());
+    let clients = Arc::new(NodeClients::counted(node_id, traffic.clone()));
+    let node = Arc::new(NodeContext {
+        node_id,
+        storage,
+        decisions,
+        clients,
+        catalog,
+        traffic,
+        worker_channels: Default::default(),
+        partition_scans: Default::default(),
+        rows_sent_to_peers: Default::default(),
+    });
     let runtime = query_runtime(&config)?;
 
     let handler = Arc::new(FoamNodeHandler { node: node.clone() });
@@ -85,6 +95,7 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
     let grpc = tokio::spawn(grpc);
     let sql = tokio::spawn(foam_pgwire::serve(sql_listener, node.clone(), runtime));
     let resolver = tokio::spawn(resolve_in_doubt(node.clone()));
+    let sampler = tokio::spawn(sample_traffic(node.traffic.clone()));
 
     tracing::info!(node_id, sql_addr = %config.sql_addr, node_addr = %config.node_addr, "node ready");
     println!("FoamDB node {node_id} ready: SQL on {}, cluster traffic on {}", config.sql_addr, config.node_addr);
@@ -99,6 +110,7 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
         result = sql => Err(FoamError::internal(format!("SQL endpoint stopped: {result:?}"))),
     };
     resolver.abort();
+    sampler.abort();
     tracing::info!(node_id, "node stopping");
     outcome
 }
@@ -159,6 +171,16 @@ fn query_runtime(config: &NodeConfig) -> FoamResult<Arc<RuntimeEnv>> {
         .with_temp_file_path(spill_dir)
         .build_arc()
         .map_err(FoamError::from)
+}
+
+/// Turns the traffic counters into per-second rates for `foam_cluster_stats`.
+async fn sample_traffic(traffic: Arc<Traffic>) {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let mut interval = tokio::time::interval(Duration::from_millis(foam_rpc::traffic::TRAFFIC_SAMPLE_INTERVAL_MS));
+    loop {
+        interval.tick().await;
+        traffic.sample(cores);
+    }
 }
 
 /// Settles prepared transactions whose outcome this node missed (it crashed,

@@ -30,6 +30,10 @@ pub struct NodeContext {
     pub decisions: Arc<DecisionLog>,
     pub clients: Arc<NodeClients>,
     pub catalog: Arc<dyn CatalogService>,
+    /// Cached connections to the query workers of every node.
+    pub worker_channels: datafusion_distributed::grpc::DefaultChannelResolver,
+    /// Messages, bytes and waiting between this node and its peers.
+    pub traffic: Arc<foam_rpc::Traffic>,
     /// Partitions this node has read for queries (its own or for a peer), since start.
     pub partition_scans: std::sync::atomic::AtomicU64,
     /// Rows this node streamed to peers from its partitions, since start.

@@ -16,7 +16,6 @@
 //! A scan of a replicated table runs as a single task (the copy on whichever
 //! node runs it), which keeps every join with it correct whatever its type.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -26,6 +25,16 @@ use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionConfig;
+use arrow::record_batch::RecordBatch;
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+use datafusion_distributed::{
+    ChannelResolver, CoordinatorToWorkerMsg, ExecuteTaskRequest, GetWorkerInfoRequest, GetWorkerInfoResponse,
+    SetPlanRequest, WorkerChannel, WorkerToCoordinatorMsg,
+};
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use tonic::codegen::http::HeaderMap;
 use datafusion_distributed::{
     DesiredTaskCountEvent, DesiredTaskCountEventResponse, DesiredTaskCountHandler, DistributedExt, DistributedLeafExec,
     RouteTasksEvent, RouteTasksEventResponse, ScaleUpLeafNodeEvent, ScaleUpLeafNodeEventResponse,
@@ -36,7 +45,7 @@ use url::Url;
 
 use crate::codec::FoamCodec;
 use crate::context::NodeContext;
-use crate::scan_exec::{FoamScanExec, PartitionRead};
+use crate::scan_exec::FoamScanExec;
 
 /// The worker URL of a node: its node address, where the worker service is mounted.
 pub fn worker_url(node_addr: &str) -> Result<Url> {
@@ -84,6 +93,11 @@ impl DesiredTaskCountHandler for DesiredTasks {
 /// Splits a scan into one variant per task: task `i` reads the partitions of
 /// the `i`-th owner node. With fewer tasks than owners a task reads several
 /// owners' partitions (some remotely); surplus tasks read nothing.
+///
+/// Every variant keeps the scan's partition numbering (group `p` is FoamDB
+/// partition `p`, empty in the tasks that do not read it), so two scans with
+/// the same layout in one stage give each task the same partitions at the
+/// same positions: a co-located join pairs partition `p` with partition `p`.
 fn scale_up(event: ScaleUpLeafNodeEvent) -> Option<Result<ScaleUpLeafNodeEventResponse>> {
     let scan = event.plan.downcast_ref::<FoamScanExec>()?;
     Some(scale_up_scan(scan, event.plan, event.task_count))
@@ -91,30 +105,30 @@ fn scale_up(event: ScaleUpLeafNodeEvent) -> Option<Result<ScaleUpLeafNodeEventRe
 
 fn scale_up_scan(scan: &FoamScanExec, original: &Arc<dyn ExecutionPlan>, task_count: usize) -> Result<ScaleUpLeafNodeEventResponse> {
     let task_count = task_count.max(1);
-    let mut tasks: Vec<(Option<NodeId>, Vec<PartitionRead>)> = vec![(None, Vec::new()); task_count];
     let owners = owners_of(scan);
+    let groups = &scan.spec().groups;
+    let mut variants: Vec<Arc<dyn ExecutionPlan>> = Vec::with_capacity(task_count);
     if owners.is_empty() || scan.spec().replicated {
         // A replicated table: every task would read the whole table, so only
         // the first task reads it, on the replica chosen at planning.
-        tasks[0].0 = owners.first().copied();
-        tasks[0].1 = scan.reads().cloned().collect();
+        for task in 0..task_count {
+            let (home, groups) = if task == 0 {
+                (owners.first().copied(), groups.clone())
+            } else {
+                (None, vec![Vec::new(); groups.len()])
+            };
+            variants.push(Arc::new(scan.with_groups(groups, home)?));
+        }
     } else {
-        let mut by_owner: BTreeMap<NodeId, Vec<PartitionRead>> = BTreeMap::new();
-        for read in scan.reads() {
-            by_owner.entry(read.owner.unwrap_or_default()).or_default().push(read.clone());
+        let task_of = |owner: NodeId| owners.binary_search(&owner).unwrap_or(0) % task_count;
+        for task in 0..task_count {
+            let home = owners.iter().copied().find(|owner| task_of(*owner) == task);
+            let variant_groups = groups
+                .iter()
+                .map(|group| group.iter().filter(|read| task_of(read.owner.unwrap_or_default()) == task).cloned().collect())
+                .collect();
+            variants.push(Arc::new(scan.with_groups(variant_groups, home)?));
         }
-        for (index, (owner, reads)) in by_owner.into_iter().enumerate() {
-            let task = &mut tasks[index % task_count];
-            task.0.get_or_insert(owner);
-            task.1.extend(reads);
-        }
-    }
-    let width = tasks.iter().map(|(_, reads)| reads.len()).max().unwrap_or(1).max(1);
-    let mut variants: Vec<Arc<dyn ExecutionPlan>> = Vec::with_capacity(task_count);
-    for (home, reads) in tasks {
-        let mut groups: Vec<Vec<PartitionRead>> = reads.into_iter().map(|r| vec![r]).collect();
-        groups.resize(width, Vec::new());
-        variants.push(Arc::new(scan.with_groups(groups, home)?));
     }
     let leaf = DistributedLeafExec::try_new(original.clone(), variants)?;
     Ok(ScaleUpLeafNodeEventResponse::new(Arc::new(leaf)))
@@ -167,6 +181,73 @@ fn route_tasks(event: RouteTasksEvent) -> Option<Result<RouteTasksEventResponse>
     })())
 }
 
+/// Opens worker connections through one cached channel per node (shared by
+/// every session of this node) and counts what each connection to a peer
+/// receives, for `foam_cluster_stats`.
+#[derive(Clone)]
+struct FoamChannelResolver {
+    node: Arc<NodeContext>,
+}
+
+#[async_trait]
+impl ChannelResolver for FoamChannelResolver {
+    async fn get_worker_client_for_url(&self, url: &Url) -> Result<Box<dyn WorkerChannel>> {
+        let inner = self.node.worker_channels.get_worker_client_for_url(url).await?;
+        let catalog = self.node.catalog.current();
+        let peer = catalog
+            .nodes
+            .values()
+            .find(|n| worker_url(&n.node_addr).is_ok_and(|u| u == *url))
+            .map(|n| n.id)
+            .filter(|id| *id != self.node.node_id);
+        Ok(match peer {
+            Some(peer) => Box::new(CountedChannel { inner, peer, traffic: self.node.traffic.clone() }),
+            None => inner,
+        })
+    }
+}
+
+/// A worker connection to a peer whose result streams are counted as they arrive.
+struct CountedChannel {
+    inner: Box<dyn WorkerChannel>,
+    peer: NodeId,
+    traffic: Arc<foam_rpc::Traffic>,
+}
+
+#[async_trait]
+impl WorkerChannel for CountedChannel {
+    async fn coordinator_channel(
+        &mut self,
+        headers: HeaderMap,
+        set_plan_request: SetPlanRequest,
+        c2w_stream: BoxStream<'static, CoordinatorToWorkerMsg>,
+        metrics: ExecutionPlanMetricsSet,
+        task_ctx: &Arc<TaskContext>,
+    ) -> Result<BoxStream<'static, Result<WorkerToCoordinatorMsg>>> {
+        // The plan fragment: one message; its size is not exposed here.
+        self.traffic.sent(self.peer, 1, 0);
+        self.inner.coordinator_channel(headers, set_plan_request, c2w_stream, metrics, task_ctx).await
+    }
+
+    async fn execute_task(
+        &mut self,
+        headers: HeaderMap,
+        request: ExecuteTaskRequest,
+        metrics: ExecutionPlanMetricsSet,
+        task_ctx: &Arc<TaskContext>,
+    ) -> Result<Vec<BoxStream<'static, Result<RecordBatch>>>> {
+        let streams = self.inner.execute_task(headers, request, metrics, task_ctx).await?;
+        Ok(streams
+            .into_iter()
+            .map(|stream| foam_rpc::traffic::CountedStream::new(stream, self.traffic.clone(), self.peer).boxed())
+            .collect())
+    }
+
+    async fn get_worker_info(&mut self, request: GetWorkerInfoRequest) -> Result<GetWorkerInfoResponse> {
+        self.inner.get_worker_info(request).await
+    }
+}
+
 /// The session configuration every FoamDB session starts from.
 pub fn base_config(node: Arc<NodeContext>) -> SessionConfig {
     SessionConfig::new()
@@ -184,12 +265,14 @@ pub fn coordinator_state_builder(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv
         .with_config(base_config(node.clone()))
         .with_default_features()
         .with_runtime_env(runtime)
+        .with_physical_optimizer_rule(Arc::new(crate::copartition::CoPartitioning))
         .with_distributed_planner()
-        .with_distributed_worker_resolver(FoamWorkerResolver { node })
+        .with_distributed_worker_resolver(FoamWorkerResolver { node: node.clone() })
         .with_distributed_user_codec(FoamCodec)
         .with_distributed_desired_task_count_handler(DesiredTasks)
         .with_distributed_scale_up_leaf_node_handler(scale_up)
         .with_distributed_route_tasks_handler(route_tasks)
+        .with_distributed_channel_resolver(FoamChannelResolver { node: node.clone() })
 }
 
 /// The datafusion-distributed worker of this node: executes stage fragments
@@ -198,7 +281,10 @@ pub fn worker(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>) -> Worker {
     Worker::from_session_builder(move |ctx: WorkerQueryContext| {
         let node = node.clone();
         async move {
-            let mut builder = ctx.builder.with_distributed_user_codec(FoamCodec);
+            let mut builder = ctx
+                .builder
+                .with_distributed_user_codec(FoamCodec)
+                .with_distributed_channel_resolver(FoamChannelResolver { node: node.clone() });
             if let Some(config) = builder.config().as_mut() {
                 config.set_extension(node);
             }

@@ -16,6 +16,7 @@
 pub mod catalog_provider;
 pub mod codec;
 pub mod context;
+pub mod copartition;
 pub mod copy;
 pub mod ddl;
 pub mod distributed;

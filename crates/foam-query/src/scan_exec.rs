@@ -64,6 +64,22 @@ pub struct ScanSpec {
     /// owners to apply before sending rows to another node.
     #[serde(default)]
     pub filters: Vec<Vec<u8>>,
+    /// A hash-distributed table's layout. Then `groups[p]` is FoamDB
+    /// partition `p` (empty when pruned or read by another task), so the
+    /// scan's DataFusion partition `p` holds exactly the rows whose key
+    /// hashes to `p`, and the scan declares that partitioning.
+    #[serde(default)]
+    pub layout: Option<HashLayout>,
+}
+
+/// How a hash-distributed table is split: two scans with equal layouts put
+/// equal keys in the same partition on the same node (see `copartition.rs`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HashLayout {
+    /// Table column indices of the distribution key, in hash order.
+    pub key_columns: Vec<usize>,
+    /// The owner node of each partition; its length is the partition count.
+    pub owners: Vec<NodeId>,
 }
 
 #[derive(Debug)]
@@ -87,9 +103,13 @@ impl FoamScanExec {
             None => full,
         };
         let partitions = spec.groups.len().max(1);
+        let partitioning = match key_partitioning(&spec, &schema) {
+            Some(keys) if partitions > 1 => Partitioning::Hash(keys, partitions),
+            _ => Partitioning::UnknownPartitioning(partitions),
+        };
         let properties = Arc::new(PlanProperties::new(
             EquivalenceProperties::new(schema.clone()),
-            Partitioning::UnknownPartitioning(partitions),
+            partitioning,
             EmissionType::Incremental,
             Boundedness::Bounded,
         ));
@@ -109,6 +129,27 @@ impl FoamScanExec {
     pub fn with_groups(&self, groups: Vec<Vec<PartitionRead>>, home: Option<NodeId>) -> Result<Self> {
         FoamScanExec::try_new(ScanSpec { groups, home, ..self.spec.clone() })
     }
+}
+
+/// The key columns of a hash-distributed table as columns of the scan's
+/// output, when the projection keeps all of them.
+fn key_partitioning(spec: &ScanSpec, schema: &SchemaRef) -> Option<Vec<Arc<dyn PhysicalExpr>>> {
+    let layout = spec.layout.as_ref()?;
+    if layout.owners.len() != spec.groups.len() {
+        return None;
+    }
+    layout
+        .key_columns
+        .iter()
+        .map(|key| {
+            let position = match &spec.projection {
+                Some(indices) => indices.iter().position(|i| i == key)?,
+                None => *key,
+            };
+            let column = datafusion::physical_expr::expressions::Column::new(schema.field(position).name(), position);
+            Some(Arc::new(column) as Arc<dyn PhysicalExpr>)
+        })
+        .collect()
 }
 
 impl DisplayAs for FoamScanExec {

@@ -109,6 +109,7 @@ impl FoamSession {
             .with_catalog_list(crate::catalog_provider::catalog_list(node.clone(), runtime))
             .build();
         let ctx = SessionContext::new_with_state(state);
+        ctx.register_udf(crate::system_tables::ClusterStatsReset::udf(node.clone()));
         // psql's backslash commands query pg_catalog; datafusion-pg-catalog
         // emulates it over our catalog.
         if let Err(error) = datafusion_pg_catalog::setup_pg_catalog(
@@ -240,6 +241,7 @@ impl FoamSession {
                     Some(params) => plan.clone().with_param_values(params).map_err(FoamError::from)?,
                     None => plan.clone(),
                 };
+                let running = self.node.traffic.query_started();
                 let frame = self.ctx.execute_logical_plan(plan).await.map_err(FoamError::from)?;
                 if *is_insert {
                     let batches = frame.collect().await.map_err(FoamError::from)?;
@@ -251,6 +253,12 @@ impl FoamSession {
                 }
                 let schema = Arc::new(frame.schema().as_arrow().clone());
                 let stream = frame.execute_stream().await.map_err(FoamError::from)?;
+                // The query counts as active until its rows are consumed or dropped.
+                let stream = stream.map(move |batch| {
+                    let _ = &running;
+                    batch
+                });
+                let stream = Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema.clone(), stream));
                 Ok(StatementOutput::Rows { schema, stream })
             }
             Kind::Own(statement) => self.execute_own(prepared, statement).await,

@@ -1,28 +1,31 @@
 //! System tables that show what the cluster is doing, built when queried:
 //! `foam_nodes` (every node and whether it answers) and `foam_partitions` (every
-//! partition of every table, its owner, rows and bytes, asked of the owner).
+//! partition of every table, its owner, rows and bytes, asked of the owner) and
+//! `foam_cluster_stats` (messages, bytes, CPU and waiting per node, from every
+//! node's traffic counters, plus a cluster total row with a NULL node_id).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::{ArrayRef, StringArray, UInt32Array, UInt64Array};
+use arrow::array::{ArrayRef, Float64Array, StringArray, UInt32Array, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::record_batch::RecordBatch;
 use datafusion::catalog::{MemTable, TableProvider};
 use foam_common::limits::PEER_CONNECT_TIMEOUT_MS;
 use foam_common::{FoamError, FoamResult, NodeId, PartitionId};
-use foam_rpc::{NodeRequest, NodeResponse};
+use foam_rpc::{NodeRequest, NodeResponse, TrafficSnapshot};
 use foam_storage::PartitionStats;
 
 use crate::context::NodeContext;
 
-pub const NAMES: &[&str] = &["foam_nodes", "foam_partitions"];
+pub const NAMES: &[&str] = &["foam_nodes", "foam_partitions", "foam_cluster_stats"];
 
 pub async fn build(name: &str, node: &Arc<NodeContext>) -> FoamResult<Option<Arc<dyn TableProvider>>> {
     let batch = match name {
         "foam_nodes" => nodes(node).await?,
         "foam_partitions" => partitions(node).await?,
+        "foam_cluster_stats" => cluster_stats(node).await?,
         _ => return Ok(None),
     };
     let table = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
@@ -143,5 +146,238 @@ async fn partition_stats(
         Ok(Ok((other, _))) => Err(FoamError::internal(format!("unexpected reply {other:?}"))),
         Ok(Err(error)) => Err(error),
         Err(_) => Err(FoamError::NodeUnavailable { node_id: owner, addr: client.addr().into(), message: "timed out".into() }),
+    }
+}
+
+/// Every node's traffic snapshot (reset after reading when `reset`); `None`
+/// for a node that does not answer.
+pub async fn traffic_snapshots(node: &Arc<NodeContext>, reset: bool) -> Vec<(NodeId, Option<TrafficSnapshot>)> {
+    let catalog = node.catalog.current();
+    let mut snapshots = Vec::with_capacity(catalog.nodes.len());
+    for id in catalog.nodes.keys().copied() {
+        if id == node.node_id {
+            let snapshot = node.traffic.snapshot();
+            if reset {
+                node.traffic.reset();
+            }
+            snapshots.push((id, Some(snapshot)));
+            continue;
+        }
+        let answer = match node.client_for(id) {
+            Ok(client) => {
+                let request = NodeRequest::Traffic { reset };
+                let call = client.call(&request, &[]);
+                match tokio::time::timeout(Duration::from_millis(PEER_CONNECT_TIMEOUT_MS), call).await {
+                    Ok(Ok((NodeResponse::Traffic { snapshot }, _))) => Some(snapshot),
+                    _ => None,
+                }
+            }
+            Err(_) => None,
+        };
+        snapshots.push((id, answer));
+    }
+    snapshots
+}
+
+/// Sent and received totals of every node, from the callers' counts: what
+/// node A received from B is what B sent to A, and the reverse.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct NodeTotals {
+    messages_sent: u64,
+    bytes_sent: u64,
+    messages_received: u64,
+    bytes_received: u64,
+}
+
+fn node_totals(snapshots: &[(NodeId, Option<TrafficSnapshot>)]) -> BTreeMap<NodeId, NodeTotals> {
+    let mut totals: BTreeMap<NodeId, NodeTotals> = snapshots.iter().map(|(id, _)| (*id, NodeTotals::default())).collect();
+    for (caller, snapshot) in snapshots {
+        let Some(snapshot) = snapshot else { continue };
+        for (peer, t) in &snapshot.peers {
+            let me = totals.entry(*caller).or_default();
+            me.messages_received += t.messages_in;
+            me.bytes_received += t.bytes_in;
+            me.messages_sent += t.messages_out;
+            me.bytes_sent += t.bytes_out;
+            let other = totals.entry(*peer).or_default();
+            other.messages_sent += t.messages_in;
+            other.bytes_sent += t.bytes_in;
+            other.messages_received += t.messages_out;
+            other.bytes_received += t.bytes_out;
+        }
+    }
+    totals
+}
+
+async fn cluster_stats(node: &Arc<NodeContext>) -> FoamResult<RecordBatch> {
+    let snapshots = traffic_snapshots(node, false).await;
+    let totals = node_totals(&snapshots);
+    let mut ids: Vec<Option<NodeId>> = Vec::new();
+    let (mut m_sent, mut b_sent, mut m_recv, mut b_recv) = (vec![], vec![], vec![], vec![]);
+    let (mut mps, mut kbps, mut cpu, mut wait, mut active) = (vec![], vec![], vec![], vec![], vec![]);
+    let mut sum = NodeTotals::default();
+    let (mut sum_mps, mut sum_kbps, mut sum_cpu, mut sum_wait, mut sum_active, mut answered) = (0.0, 0.0, 0.0, 0.0, 0u64, 0usize);
+    for (id, snapshot) in &snapshots {
+        let t = totals.get(id).copied().unwrap_or_default();
+        ids.push(Some(*id));
+        m_sent.push(Some(t.messages_sent));
+        b_sent.push(Some(t.bytes_sent));
+        m_recv.push(Some(t.messages_received));
+        b_recv.push(Some(t.bytes_received));
+        // Every byte is sent by one node and received by another: the
+        // cluster's traffic is the sum of what was sent.
+        sum.messages_sent += t.messages_sent;
+        sum.bytes_sent += t.bytes_sent;
+        sum.messages_received += t.messages_received;
+        sum.bytes_received += t.bytes_received;
+        let rates = snapshot.as_ref().map(|s| s.rates);
+        mps.push(rates.map(|r| r.messages_per_s));
+        kbps.push(rates.map(|r| r.kb_per_s));
+        cpu.push(rates.map(|r| r.cpu_pct));
+        wait.push(rates.map(|r| r.wait_pct));
+        active.push(snapshot.as_ref().map(|s| s.active_queries));
+        if let Some(s) = snapshot {
+            answered += 1;
+            sum_mps += s.rates.messages_per_s;
+            sum_kbps += s.rates.kb_per_s;
+            sum_cpu += s.rates.cpu_pct;
+            sum_wait += s.rates.wait_pct;
+            sum_active += s.active_queries;
+        }
+    }
+    // The total row: counters and rates summed (each message counted once, at
+    // the node that observed it), CPU and waiting averaged over the nodes.
+    let average = |x: f64| if answered == 0 { None } else { Some(x / answered as f64) };
+    ids.push(None);
+    m_sent.push(Some(sum.messages_sent));
+    b_sent.push(Some(sum.bytes_sent));
+    m_recv.push(Some(sum.messages_received));
+    b_recv.push(Some(sum.bytes_received));
+    mps.push(Some(sum_mps));
+    kbps.push(Some(sum_kbps));
+    cpu.push(average(sum_cpu));
+    wait.push(average(sum_wait));
+    active.push(Some(sum_active));
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("node_id", DataType::UInt32, true),
+        Field::new("messages_sent", DataType::UInt64, true),
+        Field::new("bytes_sent", DataType::UInt64, true),
+        Field::new("messages_received", DataType::UInt64, true),
+        Field::new("bytes_received", DataType::UInt64, true),
+        Field::new("messages_per_s", DataType::Float64, true),
+        Field::new("kb_per_s", DataType::Float64, true),
+        Field::new("cpu_pct", DataType::Float64, true),
+        Field::new("wait_pct", DataType::Float64, true),
+        Field::new("active_queries", DataType::UInt64, true),
+    ]));
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(UInt32Array::from(ids)),
+        Arc::new(UInt64Array::from(m_sent)),
+        Arc::new(UInt64Array::from(b_sent)),
+        Arc::new(UInt64Array::from(m_recv)),
+        Arc::new(UInt64Array::from(b_recv)),
+        Arc::new(Float64Array::from(mps)),
+        Arc::new(Float64Array::from(kbps)),
+        Arc::new(Float64Array::from(cpu)),
+        Arc::new(Float64Array::from(wait)),
+        Arc::new(UInt64Array::from(active)),
+    ];
+    RecordBatch::try_new(schema, columns).map_err(|e| FoamError::internal(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use foam_rpc::PeerTraffic;
+
+    fn snapshot(peers: Vec<(NodeId, PeerTraffic)>) -> Option<TrafficSnapshot> {
+        Some(TrafficSnapshot { peers, ..Default::default() })
+    }
+
+    #[test]
+    fn callers_counts_become_both_sides_totals() {
+        // Node 1 pulled 100 bytes in 2 batches from node 2 and shipped 30 bytes to node 3;
+        // node 3 pulled 5 bytes from node 1.
+        let snapshots = vec![
+            (1, snapshot(vec![
+                (2, PeerTraffic { messages_in: 2, bytes_in: 100, ..Default::default() }),
+                (3, PeerTraffic { messages_out: 1, bytes_out: 30, ..Default::default() }),
+            ])),
+            (2, snapshot(vec![])),
+            (3, snapshot(vec![(1, PeerTraffic { messages_in: 1, bytes_in: 5, ..Default::default() })])),
+        ];
+        let totals = node_totals(&snapshots);
+        assert_eq!(totals[&1], NodeTotals { messages_sent: 2, bytes_sent: 35, messages_received: 2, bytes_received: 100 });
+        assert_eq!(totals[&2], NodeTotals { messages_sent: 2, bytes_sent: 100, messages_received: 0, bytes_received: 0 });
+        assert_eq!(totals[&3], NodeTotals { messages_sent: 0, bytes_sent: 0, messages_received: 2, bytes_received: 35 });
+        let sent: u64 = totals.values().map(|t| t.bytes_sent).sum();
+        let received: u64 = totals.values().map(|t| t.bytes_received).sum();
+        assert_eq!(sent, received);
+    }
+}
+
+/// `foam_cluster_stats_reset()`: clears the traffic counters on every node
+/// (like Virtuoso's `cl_sys_stat(..., clr=>1)`); returns how many nodes
+/// answered. An async UDF, as it calls every node.
+#[derive(Debug)]
+pub struct ClusterStatsReset {
+    node: Arc<NodeContext>,
+    signature: datafusion::logical_expr::Signature,
+}
+
+impl ClusterStatsReset {
+    pub const NAME: &'static str = "foam_cluster_stats_reset";
+
+    pub fn udf(node: Arc<NodeContext>) -> datafusion::logical_expr::ScalarUDF {
+        let signature = datafusion::logical_expr::Signature::nullary(datafusion::logical_expr::Volatility::Volatile);
+        datafusion::logical_expr::async_udf::AsyncScalarUDF::new(Arc::new(ClusterStatsReset { node, signature })).into_scalar_udf()
+    }
+}
+
+impl PartialEq for ClusterStatsReset {
+    fn eq(&self, _other: &Self) -> bool {
+        true // one function per node, all alike
+    }
+}
+
+impl Eq for ClusterStatsReset {}
+
+impl std::hash::Hash for ClusterStatsReset {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        Self::NAME.hash(state);
+    }
+}
+
+impl datafusion::logical_expr::ScalarUDFImpl for ClusterStatsReset {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn signature(&self) -> &datafusion::logical_expr::Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> datafusion::error::Result<DataType> {
+        Ok(DataType::Int64)
+    }
+
+    fn invoke_with_args(
+        &self,
+        _args: datafusion::logical_expr::ScalarFunctionArgs,
+    ) -> datafusion::error::Result<datafusion::logical_expr::ColumnarValue> {
+        Err(datafusion::error::DataFusionError::Internal(format!("{} runs asynchronously", Self::NAME)))
+    }
+}
+
+#[async_trait::async_trait]
+impl datafusion::logical_expr::async_udf::AsyncScalarUDFImpl for ClusterStatsReset {
+    async fn invoke_async_with_args(
+        &self,
+        args: datafusion::logical_expr::ScalarFunctionArgs,
+    ) -> datafusion::error::Result<datafusion::logical_expr::ColumnarValue> {
+        let snapshots = traffic_snapshots(&self.node, true).await;
+        let answered = snapshots.iter().filter(|(_, s)| s.is_some()).count() as i64;
+        let values = arrow::array::Int64Array::from(vec![answered; args.number_rows.max(1)]);
+        Ok(datafusion::logical_expr::ColumnarValue::Array(Arc::new(values)))
     }
 }

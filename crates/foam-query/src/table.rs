@@ -21,7 +21,7 @@ use foam_catalog::{Distribution, TableDef};
 use foam_common::PartitionId;
 
 use crate::context::NodeContext;
-use crate::scan_exec::{FoamScanExec, PartitionRead, ScanSpec};
+use crate::scan_exec::{FoamScanExec, HashLayout, PartitionRead, ScanSpec};
 use crate::write::FoamSink;
 
 /// Most distinct key combinations pruning will enumerate from IN lists before
@@ -170,16 +170,20 @@ impl TableProvider for FoamTable {
         filters: &[Expr],
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let groups = match &self.table.distribution {
-            Distribution::Hash { owners, .. } => self
-                .prune(filters)
-                .into_iter()
-                .map(|p| vec![PartitionRead { partition: p, owner: Some(owners[p as usize]) }])
-                .collect(),
+        let (groups, layout) = match &self.table.distribution {
+            Distribution::Hash { owners, key_columns } => {
+                // One group per partition, pruned ones left empty, so that
+                // group `p` is partition `p` whatever the filters.
+                let mut groups: Vec<Vec<PartitionRead>> = vec![Vec::new(); owners.len()];
+                for p in self.prune(filters) {
+                    groups[p as usize] = vec![PartitionRead { partition: p, owner: Some(owners[p as usize]) }];
+                }
+                (groups, Some(HashLayout { key_columns: key_columns.clone(), owners: owners.clone() }))
+            }
             Distribution::Replicated { nodes } => {
                 // This node's own copy when it has one, else a replica's.
                 let replica = if nodes.contains(&self.node.node_id) { Some(self.node.node_id) } else { nodes.first().copied() };
-                vec![vec![PartitionRead { partition: 0, owner: replica }]]
+                (vec![vec![PartitionRead { partition: 0, owner: replica }]], None)
             }
         };
         let spec = ScanSpec {
@@ -191,6 +195,7 @@ impl TableProvider for FoamTable {
             home: None,
             replicated: self.table.is_replicated(),
             filters: crate::scan_exec::encode_filters(filters),
+            layout,
         };
         Ok(Arc::new(FoamScanExec::try_new(spec)?))
     }

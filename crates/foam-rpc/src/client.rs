@@ -17,12 +17,15 @@ use tonic::transport::{Channel, Endpoint};
 use crate::frame;
 use crate::messages::{NodeRequest, NodeResponse, ScanRequest};
 use crate::server::{ACTION_TYPE, BatchStream};
+use crate::traffic::{CountedStream, Traffic};
 
 #[derive(Clone)]
 pub struct NodeClient {
     node_id: NodeId,
     addr: String,
     inner: FlightServiceClient<Channel>,
+    /// Where calls to this peer are counted; `None` for calls to this node itself.
+    traffic: Option<Arc<Traffic>>,
 }
 
 impl NodeClient {
@@ -35,7 +38,13 @@ impl NodeClient {
         let inner = FlightServiceClient::new(endpoint.connect_lazy())
             .max_decoding_message_size(RPC_MESSAGE_BYTES_MAX)
             .max_encoding_message_size(RPC_MESSAGE_BYTES_MAX);
-        Ok(NodeClient { node_id, addr: addr.to_string(), inner })
+        Ok(NodeClient { node_id, addr: addr.to_string(), inner, traffic: None })
+    }
+
+    /// Counts this client's calls in `traffic`.
+    pub fn with_traffic(mut self, traffic: Arc<Traffic>) -> Self {
+        self.traffic = Some(traffic);
+        self
     }
 
     pub fn addr(&self) -> &str {
@@ -48,6 +57,9 @@ impl NodeClient {
 
     /// Sends an already framed request body (tests use it to send garbage).
     pub async fn call_raw(&self, body: Bytes) -> FoamResult<(NodeResponse, Bytes)> {
+        if let Some(traffic) = &self.traffic {
+            traffic.sent(self.node_id, 1, body.len() as u64);
+        }
         let action = Action { r#type: ACTION_TYPE.into(), body };
         let mut client = self.inner.clone();
         let mut results = client.do_action(action).await.map_err(|s| self.error_of(s))?.into_inner();
@@ -56,6 +68,9 @@ impl NodeClient {
             .await
             .map_err(|s| self.error_of(s))?
             .ok_or_else(|| FoamError::internal(format!("node {} sent an empty reply", self.node_id)))?;
+        if let Some(traffic) = &self.traffic {
+            traffic.received(self.node_id, 1, result.body.len() as u64);
+        }
         frame::decode(&result.body)
     }
 
@@ -76,7 +91,10 @@ impl NodeClient {
                     other => FoamError::internal(format!("scan from node {}: {other}", this.node_id)),
                 })
             });
-        Ok(batches.boxed())
+        Ok(match &self.traffic {
+            Some(traffic) => CountedStream::new(batches.boxed(), traffic.clone(), self.node_id).boxed(),
+            None => batches.boxed(),
+        })
     }
 
     /// Rebuilds the error a peer sent, or names the peer when it could not be reached.
@@ -99,15 +117,32 @@ impl NodeClient {
 #[derive(Default)]
 pub struct NodeClients {
     clients: Mutex<HashMap<(NodeId, String), NodeClient>>,
+    /// This node and its traffic counters, when calls are counted.
+    counted: Option<(NodeId, Arc<Traffic>)>,
 }
 
 impl NodeClients {
+    /// Clients of `local`'s peers whose calls are counted in `traffic`.
+    pub fn counted(local: NodeId, traffic: Arc<Traffic>) -> Self {
+        NodeClients { clients: Mutex::default(), counted: Some((local, traffic)) }
+    }
+
+    /// The traffic counters these clients feed, if any.
+    pub fn traffic(&self) -> Option<&Arc<Traffic>> {
+        self.counted.as_ref().map(|(_, t)| t)
+    }
+
     pub fn get(&self, node_id: NodeId, addr: &str) -> FoamResult<NodeClient> {
         let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(client) = clients.get(&(node_id, addr.to_string())) {
             return Ok(client.clone());
         }
-        let client = NodeClient::new(node_id, addr)?;
+        let mut client = NodeClient::new(node_id, addr)?;
+        if let Some((local, traffic)) = &self.counted
+            && *local != node_id
+        {
+            client = client.with_traffic(traffic.clone());
+        }
         clients.insert((node_id, addr.to_string()), client.clone());
         Ok(client)
     }

@@ -17,7 +17,9 @@ pub mod client;
 pub mod frame;
 pub mod messages;
 pub mod server;
+pub mod traffic;
 
 pub use client::{NodeClient, NodeClients};
 pub use messages::{NodeRequest, NodeResponse, ScanRequest};
 pub use server::{NodeHandler, node_flight_server};
+pub use traffic::{PeerTraffic, Traffic, TrafficRates, TrafficSnapshot};

@@ -9,6 +9,8 @@ use foam_common::{NodeId, PartitionId, TableId, TxnId};
 use foam_storage::{PartitionStats, TxnOutcome};
 use serde::{Deserialize, Serialize};
 
+use crate::traffic::TrafficSnapshot;
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NodeRequest {
@@ -35,6 +37,8 @@ pub enum NodeRequest {
     PartitionStats { table_id: TableId, partitions: Vec<PartitionId> },
     /// Deletes this node's data of a dropped table.
     DropTableData { table_id: TableId },
+    /// This node's traffic counters; `reset` clears them after reading.
+    Traffic { reset: bool },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -46,6 +50,7 @@ pub enum NodeResponse {
     Applied { catalog: Catalog, outcome: CommandOutcome },
     Outcome { outcome: TxnOutcome },
     Stats { stats: Vec<(PartitionId, PartitionStats)> },
+    Traffic { snapshot: TrafficSnapshot },
 }
 
 /// Asks the owner of a partition to stream its committed rows.
