@@ -20,6 +20,7 @@ pub mod copartition;
 pub mod copy;
 pub mod ddl;
 pub mod distributed;
+pub mod explain;
 pub mod scan_exec;
 pub mod session;
 pub mod system_tables;

@@ -414,12 +414,23 @@ impl FoamSession {
         Ok(StatementOutput::Command { tag: "COPY".into(), rows: Some(rows) })
     }
 
-    /// EXPLAIN shows the distributed plan: stages, tasks, and the nodes that run them.
+    /// EXPLAIN shows the distributed plan (stages, tasks, and the nodes that
+    /// run them) and every exchange between nodes, named by kind.
     async fn explain(&self, statement: &Statement) -> FoamResult<StatementOutput> {
         let sql = statement.to_string();
         let frame = self.ctx.sql(&sql).await.map_err(FoamError::from)?;
         let plan = frame.create_physical_plan().await.map_err(FoamError::from)?;
-        let text = datafusion_distributed::display_plan_ascii(plan.as_ref(), false);
+        let mut text = datafusion_distributed::display_plan_ascii(plan.as_ref(), false);
+        let exchanges = crate::explain::exchanges(&plan);
+        text.push_str("\nExchanges between nodes:\n");
+        if exchanges.is_empty() {
+            text.push_str("  none\n");
+        }
+        for line in exchanges {
+            text.push_str("  ");
+            text.push_str(&line);
+            text.push('\n');
+        }
         let schema = explain_schema();
         let batch = RecordBatch::try_new(
             schema.clone(),

@@ -1,0 +1,80 @@
+//! Data locality on a real 3-node cluster: what crosses the network for a
+//! co-located join, a shuffled join and a join with a replicated table, read
+//! from `foam_cluster_stats`, and how `EXPLAIN` names each exchange.
+
+mod common;
+
+use common::{Cluster, query_text, scalar};
+
+/// Rows in each test table: enough that shipping a table shows up as tens of
+/// kilobytes while partial aggregates stay a few hundred bytes.
+const ROWS: u64 = 20_000;
+
+async fn setup(client: &tokio_postgres::Client) {
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE a (k BIGINT, v BIGINT, other BIGINT) DISTRIBUTED BY (k);
+             CREATE TABLE b (k BIGINT, w BIGINT) DISTRIBUTED BY (k);
+             CREATE TABLE small (id BIGINT, label TEXT) DISTRIBUTED REPLICATED;
+             INSERT INTO a SELECT value, value * 2, value % 97 FROM generate_series(1, {ROWS});
+             INSERT INTO b SELECT value, value * 3 FROM generate_series(1, {ROWS});
+             INSERT INTO small SELECT value, 'label ' || value FROM generate_series(0, 96);"
+        ))
+        .await
+        .expect("setup");
+}
+
+/// Bytes sent between nodes by `sql`, from the cluster total row.
+async fn bytes_between_nodes(client: &tokio_postgres::Client, sql: &str) -> (u64, Vec<Vec<Option<String>>>) {
+    scalar(client, "SELECT foam_cluster_stats_reset()").await;
+    let rows = query_text(client, sql).await;
+    let bytes: u64 = scalar(client, "SELECT bytes_sent FROM foam_cluster_stats WHERE node_id IS NULL").await.parse().unwrap();
+    (bytes, rows)
+}
+
+async fn explain(client: &tokio_postgres::Client, sql: &str) -> String {
+    query_text(client, &format!("EXPLAIN {sql}"))
+        .await
+        .into_iter()
+        .map(|row| row.into_iter().map(|c| c.unwrap_or_default()).collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn co_located_join_moves_no_table_data_and_a_shuffled_one_does() {
+    let cluster = Cluster::start(3);
+    let client = cluster.client(1).await;
+    setup(&client).await;
+    let expected_sum = (1..=ROWS).map(|k| 5 * k).sum::<u64>().to_string();
+
+    let co_located = "SELECT count(*), sum(v + w) FROM a JOIN b ON a.k = b.k";
+    let (co_bytes, rows) = bytes_between_nodes(&client, co_located).await;
+    assert_eq!(rows, vec![vec![Some(ROWS.to_string()), Some(expected_sum.clone())]]);
+    let plan = explain(&client, co_located).await;
+    println!("{plan}\nco-located join: {co_bytes} bytes between nodes");
+    assert!(!plan.contains("NetworkShuffleExec"), "a co-located join needs no shuffle:\n{plan}");
+    assert!(plan.contains("exchange: co-located"), "EXPLAIN names the co-located join:\n{plan}");
+
+    // The same tables joined on a column that is not the distribution key
+    // of one side: that side must move.
+    let shuffled = "SELECT count(*), sum(v + w) FROM a JOIN b ON a.other = b.k";
+    let (shuffled_bytes, _) = bytes_between_nodes(&client, shuffled).await;
+    let plan = explain(&client, shuffled).await;
+    println!("{plan}\nshuffled join: {shuffled_bytes} bytes between nodes");
+    assert!(plan.contains("NetworkShuffleExec"), "{plan}");
+    // One 8-byte key column of 20,000 rows is 160 KB; two thirds of it live elsewhere.
+    assert!(shuffled_bytes > 50_000, "the shuffle is counted: {shuffled_bytes} bytes");
+    assert!(co_bytes < 5_000, "only partial aggregates cross for a co-located join: {co_bytes} bytes");
+
+    // An aggregate grouped by the distribution key runs where the rows are.
+    let grouped = "SELECT count(*) FROM (SELECT k, sum(v) FROM a GROUP BY k) t";
+    let (grouped_bytes, rows) = bytes_between_nodes(&client, grouped).await;
+    assert_eq!(rows, vec![vec![Some(ROWS.to_string())]]);
+    assert!(grouped_bytes < 5_000, "grouping by the key moves no groups: {grouped_bytes} bytes");
+
+    // A replicated table joins with every node's rows.
+    let replicated = "SELECT count(*) FROM a JOIN small ON a.other = small.id";
+    let (_, rows) = bytes_between_nodes(&client, replicated).await;
+    assert_eq!(rows, vec![vec![Some(ROWS.to_string())]]);
+}
