@@ -37,6 +37,19 @@ pub struct BenchTpchArgs {
     /// First SQL port of the local cluster.
     #[arg(long, default_value_t = 25433)]
     sql_port: u16,
+    /// Also run FoamDB on 1 node, DataFusion, DuckDB and datafusion-distributed
+    /// on the same data and write the side-by-side report (see report.rs).
+    #[arg(long)]
+    compare: bool,
+    /// Timed runs per query and engine with --compare (after one warm-up run).
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+    /// Where --compare writes its report.
+    #[arg(long, default_value = "bench/results")]
+    report_dir: PathBuf,
+    /// Skip Virtuoso's self-join workload in the --compare report.
+    #[arg(long)]
+    no_self_join: bool,
 }
 
 struct QueryRun {
@@ -49,6 +62,20 @@ struct QueryRun {
 pub fn run(args: BenchTpchArgs) -> Result<(), String> {
     if args.streams == 0 {
         return Err("--streams must be at least 1".into());
+    }
+    if args.compare {
+        if args.url.is_some() || args.streams != 1 {
+            return Err("--compare starts its own clusters and runs one stream; drop --url and --streams".into());
+        }
+        return crate::report::run(crate::report::CompareArgs {
+            sf: args.sf,
+            nodes: args.nodes,
+            repeat: args.repeat.max(1),
+            data_dir: &args.data_dir,
+            sql_port: args.sql_port,
+            report_dir: &args.report_dir,
+            self_join: !args.no_self_join,
+        });
     }
     let never_stop = AtomicBool::new(false);
     let cluster = match &args.url {

@@ -111,6 +111,19 @@ impl LocalCluster {
         Ok(cluster)
     }
 
+    /// Peak resident memory of each node process so far (VmHWM), in MiB.
+    pub fn peak_rss_mb(&self) -> Vec<Option<u64>> {
+        self.nodes
+            .iter()
+            .map(|node| {
+                let pid = node.child.as_ref()?.id();
+                let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+                let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+                Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? / 1024)
+            })
+            .collect()
+    }
+
     pub fn url(&self) -> String {
         format!("postgres://foam@127.0.0.1:{}/foam", self.sql_port)
     }
@@ -159,8 +172,9 @@ pub fn run(args: LocalArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// Loads TPC-H unless an earlier run of this data directory did.
-pub fn load_tpch_once(url: &str, scale_factor: f64) -> Result<(), String> {
+/// Loads TPC-H unless an earlier run of this data directory did; returns
+/// (rows, seconds) when it loaded.
+pub fn load_tpch_once(url: &str, scale_factor: f64) -> Result<Option<(u64, f64)>, String> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
     let loaded = runtime.block_on(async {
         let client = foam_tpch::load::connect(url).await?;
@@ -169,9 +183,9 @@ pub fn load_tpch_once(url: &str, scale_factor: f64) -> Result<(), String> {
     match loaded {
         Ok(true) => {
             println!("TPC-H data is already loaded.");
-            Ok(())
+            Ok(None)
         }
-        Ok(false) => crate::tpch_load(url, scale_factor),
+        Ok(false) => crate::tpch_load(url, scale_factor).map(Some),
         Err(error) => Err(format!("[{}] {error}", error.sqlstate())),
     }
 }

@@ -2,6 +2,7 @@
 //! cluster of node processes on this machine.
 
 mod bench;
+mod report;
 mod local;
 
 use std::path::PathBuf;
@@ -89,7 +90,7 @@ fn main() {
             start(config)
         }
         Command::Local(args) => local::run(args),
-        Command::Tpch { command: TpchCommand::Load { sf, url } } => tpch_load(&url, sf),
+        Command::Tpch { command: TpchCommand::Load { sf, url } } => tpch_load(&url, sf).map(|_| ()),
         Command::Bench { command: BenchCommand::Tpch(args) } => bench::run(args),
     };
     if let Err(message) = result {
@@ -118,8 +119,9 @@ fn start(config: NodeConfig) -> Result<(), String> {
     Ok(())
 }
 
-/// Loads TPC-H into the cluster at `url` and prints the load rate.
-pub fn tpch_load(url: &str, scale_factor: f64) -> Result<(), String> {
+/// Loads TPC-H into the cluster at `url`, prints the load rate and returns
+/// (rows, seconds).
+pub fn tpch_load(url: &str, scale_factor: f64) -> Result<(u64, f64), String> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     let report = runtime
         .block_on(foam_tpch::load::load(url, scale_factor, true))
@@ -139,5 +141,5 @@ pub fn tpch_load(url: &str, scale_factor: f64) -> Result<(), String> {
         report.elapsed.as_secs_f64(),
         report.rows_per_second()
     );
-    Ok(())
+    Ok((report.rows(), report.elapsed.as_secs_f64()))
 }

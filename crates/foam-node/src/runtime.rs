@@ -91,7 +91,7 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
     let grpc = tonic::transport::Server::builder()
         .add_service(foam_rpc::node_flight_server(handler))
         .add_service(worker.into_worker_server())
-        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(node_listener));
+        .serve_with_incoming(foam_rpc::server::nodelay_incoming(node_listener));
     let grpc = tokio::spawn(grpc);
     let sql = tokio::spawn(foam_pgwire::serve(sql_listener, node.clone(), runtime));
     let resolver = tokio::spawn(resolve_in_doubt(node.clone()));

@@ -129,3 +129,18 @@ impl<H: NodeHandler> FlightService for FlightAdapter<H> {
         Ok(Response::new(Box::pin(futures::stream::once(async move { Ok(action) }))))
     }
 }
+
+/// The connections a gRPC server accepts on `listener`, with Nagle's
+/// algorithm off. tonic ignores its own `tcp_nodelay` setting for an incoming
+/// stream, and a stage's small replies held back by Nagle against the peer's
+/// delayed ACKs cost tens of milliseconds per exchange.
+pub fn nodelay_incoming(
+    listener: tokio::net::TcpListener,
+) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> + Send + 'static {
+    use futures::StreamExt;
+    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|stream| {
+        let stream = stream?;
+        stream.set_nodelay(true)?;
+        Ok(stream)
+    })
+}

@@ -1,7 +1,8 @@
 //! TPC-H for FoamDB: the eight tables laid out for a shared-nothing cluster,
 //! a parallel loader that generates them with `tpchgen-arrow` and ships every
 //! batch straight to the node that owns its rows, the 22 queries, and an
-//! independent single-process DataFusion computation to check answers against.
+//! independent single-process DataFusion computation to check answers against,
+//! and the peer engines the benchmark report compares with (`peers.rs`).
 //!
 //! ```text
 //!  tpchgen part 0..k (threads) ─▶ RowRouter (hash to partitions) ─Stage RPC─▶ owner nodes
@@ -9,6 +10,7 @@
 //! ```
 
 pub mod load;
+pub mod peers;
 pub mod queries;
 pub mod reference;
 pub mod schema;
