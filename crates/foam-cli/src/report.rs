@@ -139,18 +139,19 @@ pub fn run(args: CompareArgs<'_>) -> Result<(), String> {
 
     let date = today();
     std::fs::create_dir_all(args.report_dir).map_err(|e| e.to_string())?;
-    let base = args.report_dir.join(format!("tpch-sf{}-{date}", args.sf));
+    // Not `with_extension`: the scale factor may hold a dot (sf0.1).
+    let file = |extension: &str| args.report_dir.join(format!("tpch-sf{}-{date}.{extension}", args.sf));
     let json = chart_json(args.sf, &engines);
-    std::fs::write(base.with_extension("json"), &json).map_err(|e| e.to_string())?;
-    let chart = base.with_extension("png");
-    let charted = draw_chart(&base.with_extension("json"), &chart);
+    std::fs::write(file("json"), &json).map_err(|e| e.to_string())?;
+    let chart = file("png");
+    let charted = draw_chart(&file("json"), &chart);
     let markdown = report_markdown(&args, &date, generation, &foam_runs, &engines, charted.as_ref().ok().map(|_| chart.as_path()));
-    std::fs::write(base.with_extension("md"), &markdown).map_err(|e| e.to_string())?;
+    std::fs::write(file("md"), &markdown).map_err(|e| e.to_string())?;
     if let Err(error) = charted {
         eprintln!("chart not drawn: {error}");
     }
     println!("{markdown}");
-    println!("Report written to {}", base.with_extension("md").display());
+    println!("Report written to {}", file("md").display());
     Ok(())
 }
 
