@@ -27,6 +27,7 @@ use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
 use datafusion::physical_expr::{Distribution, Partitioning, PhysicalExpr};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::joins::HashJoinExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::union::InterleaveExec;
 use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ExecutionPlanProperties, ReplaceChildrenOptions};
@@ -57,6 +58,9 @@ fn origin(plan: &Arc<dyn ExecutionPlan>) -> HashOrigin {
     }
     if plan.is::<RepartitionExec>() {
         return HashOrigin::DataFusion;
+    }
+    if let Some(routed) = plan.downcast_ref::<crate::route::FoamRoutedExec>() {
+        return HashOrigin::Foam { owners: routed.spec().owners.clone() };
     }
     let mut hashed = plan
         .children()
@@ -121,14 +125,100 @@ fn co_located(children: &[&Arc<dyn ExecutionPlan>], required: &[Vec<Arc<dyn Phys
     })
 }
 
+/// For each hash key position of `child`, the join condition it belongs to,
+/// when every key is one side of a distinct condition.
+fn key_conditions(child: &Arc<dyn ExecutionPlan>, required: &[Arc<dyn PhysicalExpr>]) -> Option<Vec<usize>> {
+    let Partitioning::Hash(keys, _) = child.output_partitioning() else { return None };
+    let conditions: Vec<usize> = keys.iter().map(|k| required.iter().position(|e| e.eq(k))).collect::<Option<_>>()?;
+    let mut distinct = conditions.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    (distinct.len() == conditions.len()).then_some(conditions)
+}
+
+/// The input of a hash repartition on exactly the keys its FoamDB-hashed
+/// input is already partitioned by (a repartition that only changes the
+/// partition count).
+fn foam_under_repartition(child: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
+    let repartition = child.downcast_ref::<RepartitionExec>()?;
+    let Partitioning::Hash(keys, _) = repartition.partitioning() else { return None };
+    let input = repartition.input();
+    let Partitioning::Hash(input_keys, _) = input.output_partitioning() else { return None };
+    let same = keys.len() == input_keys.len() && keys.iter().zip(input_keys).all(|(a, b)| a.eq(b));
+    (same && matches!(origin(input), HashOrigin::Foam { .. })).then(|| input.clone())
+}
+
+/// A partitioned hash join with one input FoamDB-hashed on the join keys and
+/// the other hashed by a DataFusion `RepartitionExec`: the latter is replaced
+/// by a shuffle that routes its rows to the tasks holding the matching
+/// partitions (`route.rs`), so the FoamDB table's rows never move.
+fn route_one_side(
+    node: &Arc<dyn ExecutionPlan>,
+    children: &[Arc<dyn ExecutionPlan>],
+    origins: &[HashOrigin],
+    required: &[Vec<Arc<dyn PhysicalExpr>>],
+    workers: u64,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    if children.len() != 2 || !node.is::<HashJoinExec>() {
+        return Ok(None);
+    }
+    for stays in 0..2 {
+        let moves = 1 - stays;
+        // The staying side may already be wrapped in a repartition on its own
+        // keys (DataFusion adds one when partition counts differ): unwrap it.
+        let (stay_child, stay_origin) = match &origins[stays] {
+            HashOrigin::Foam { .. } => (children[stays].clone(), origins[stays].clone()),
+            _ => match foam_under_repartition(&children[stays]) {
+                Some(input) => {
+                    let found = origin(&input);
+                    (input, found)
+                }
+                None => continue,
+            },
+        };
+        let HashOrigin::Foam { owners } = &stay_origin else { continue };
+        if origins[moves] != HashOrigin::DataFusion {
+            continue;
+        }
+        let Some(repartition) = children[moves].downcast_ref::<RepartitionExec>() else { continue };
+        let Some(conditions) = key_conditions(&stay_child, &required[stays]) else { continue };
+        let Partitioning::Hash(stay_keys, _) = stay_child.output_partitioning() else { continue };
+        let move_keys: Vec<Arc<dyn PhysicalExpr>> = conditions.iter().map(|c| required[moves][*c].clone()).collect();
+        // The partition hash is over canonical values: integers of any width
+        // agree, other types must match exactly.
+        let same_kind = stay_keys.iter().zip(&move_keys).all(|(a, b)| {
+            match (a.data_type(&stay_child.schema()), b.data_type(&repartition.input().schema())) {
+                (Ok(x), Ok(y)) => x == y || (x.is_integer() && y.is_integer()),
+                _ => false,
+            }
+        });
+        if !same_kind {
+            continue;
+        }
+        let Some(routed) = crate::route::routed_shuffle(repartition.input().clone(), &move_keys, owners, workers)? else {
+            continue;
+        };
+        let mut new_children = children.to_vec();
+        new_children[stays] = stay_child;
+        new_children[moves] = routed;
+        return Ok(Some(node.clone().replace_children(new_children, ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute))?));
+    }
+    Ok(None)
+}
+
 /// The physical optimizer rule (see the module documentation).
-#[derive(Debug, Default)]
-pub struct CoPartitioning;
+#[derive(Debug)]
+pub struct CoPartitioning {
+    /// The node planning: every node is a worker, and a routed shuffle must
+    /// work for every task count up to the number of workers.
+    pub node: Arc<crate::context::NodeContext>,
+}
 
 impl PhysicalOptimizerRule for CoPartitioning {
     fn optimize(&self, plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
         let target = config.execution.target_partitions.max(1);
-        plan.transform_up(|node| fix(node, target)).map(|t| t.data)
+        let workers = self.node.catalog.current().nodes.len().max(1) as u64;
+        plan.transform_up(|node| fix(node, target, workers)).map(|t| t.data)
     }
 
     fn name(&self) -> &str {
@@ -140,7 +230,7 @@ impl PhysicalOptimizerRule for CoPartitioning {
     }
 }
 
-fn fix(node: Arc<dyn ExecutionPlan>, target: usize) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
+fn fix(node: Arc<dyn ExecutionPlan>, target: usize, workers: u64) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
     let owned: Vec<Arc<dyn ExecutionPlan>> = node.children().into_iter().cloned().collect();
     let children: Vec<&Arc<dyn ExecutionPlan>> = owned.iter().collect();
     if children.len() < 2 || children.iter().all(|c| c.output_partitioning().partition_count() <= 1) {
@@ -162,7 +252,13 @@ fn fix(node: Arc<dyn ExecutionPlan>, target: usize) -> Result<Transformed<Arc<dy
         return Ok(Transformed::no(node));
     };
     let origins: Vec<HashOrigin> = children.iter().map(|c| origin(c)).collect();
-    if origins.iter().all(|o| *o == HashOrigin::DataFusion) || co_located(&children, &required) {
+    if co_located(&children, &required) {
+        return Ok(Transformed::no(node));
+    }
+    if let Some(routed) = route_one_side(&node, &owned, &origins, &required, workers)? {
+        return Ok(Transformed::yes(routed));
+    }
+    if origins.iter().all(|o| *o == HashOrigin::DataFusion) {
         return Ok(Transformed::no(node));
     }
     // Shuffle every input DataFusion did not hash, to the partition count of

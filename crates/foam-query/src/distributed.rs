@@ -45,7 +45,7 @@ use url::Url;
 
 use crate::codec::FoamCodec;
 use crate::context::NodeContext;
-use crate::scan_exec::FoamScanExec;
+use crate::scan_exec::{FoamScanExec, PartitionRead};
 
 /// The worker URL of a node: its node address, where the worker service is mounted.
 pub fn worker_url(node_addr: &str) -> Result<Url> {
@@ -120,13 +120,22 @@ fn scale_up_scan(scan: &FoamScanExec, original: &Arc<dyn ExecutionPlan>, task_co
             variants.push(Arc::new(scan.with_groups(groups, home)?));
         }
     } else {
-        let task_of = |owner: NodeId| owners.binary_search(&owner).unwrap_or(0) % task_count;
+        // Task index = the owner's position among the layout's distinct
+        // owners (pruned or not), the numbering routed shuffles use too.
+        let mut layout_owners: Vec<NodeId> = match &scan.spec().layout {
+            Some(layout) => layout.owners.clone(),
+            None => owners.clone(),
+        };
+        layout_owners.sort_unstable();
+        layout_owners.dedup();
+        let task_of = |owner: NodeId| layout_owners.binary_search(&owner).unwrap_or(0) % task_count;
         for task in 0..task_count {
-            let home = owners.iter().copied().find(|owner| task_of(*owner) == task);
-            let variant_groups = groups
+            let variant_groups: Vec<Vec<PartitionRead>> = groups
                 .iter()
                 .map(|group| group.iter().filter(|read| task_of(read.owner.unwrap_or_default()) == task).cloned().collect())
                 .collect();
+            // Home: the node holding the first partition this task reads.
+            let home = variant_groups.iter().flatten().find_map(|read| read.owner);
             variants.push(Arc::new(scan.with_groups(variant_groups, home)?));
         }
     }
@@ -265,7 +274,7 @@ pub fn coordinator_state_builder(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv
         .with_config(base_config(node.clone()))
         .with_default_features()
         .with_runtime_env(runtime)
-        .with_physical_optimizer_rule(Arc::new(crate::copartition::CoPartitioning))
+        .with_physical_optimizer_rule(Arc::new(crate::copartition::CoPartitioning { node: node.clone() }))
         .with_distributed_planner()
         .with_distributed_worker_resolver(FoamWorkerResolver { node: node.clone() })
         .with_distributed_user_codec(FoamCodec)
@@ -288,7 +297,10 @@ pub fn worker(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>) -> Worker {
             if let Some(config) = builder.config().as_mut() {
                 config.set_extension(node);
             }
-            Ok(builder.build())
+            let mut state = builder.build();
+            // Routed shuffles call it in stages this worker runs.
+            datafusion::execution::FunctionRegistry::register_udf(&mut state, Arc::new(crate::route::FoamRoute::udf()))?;
+            Ok(state)
         }
     })
     .with_runtime_env(runtime)

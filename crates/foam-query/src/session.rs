@@ -95,6 +95,10 @@ fn returns_rows(plan: &LogicalPlan) -> bool {
     !matches!(plan, LogicalPlan::Statement(_) | LogicalPlan::Ddl(_) | LogicalPlan::Dml(_) | LogicalPlan::Copy(_))
 }
 
+/// The setting that sizes batches sent between nodes, and its largest value.
+const EXCHANGE_BATCH_ROWS: &str = "foam.exchange_batch_rows";
+const EXCHANGE_BATCH_ROWS_MAX: usize = 16 * 1024 * 1024;
+
 pub struct FoamSession {
     node: Arc<NodeContext>,
     ctx: SessionContext,
@@ -230,7 +234,7 @@ impl FoamSession {
             _ => return false,
         };
         let name = name.to_lowercase();
-        !(name.contains("datafusion.") || name.starts_with("set time zone") || name.contains("timezone"))
+        !(name.contains("datafusion.") || name.contains("distributed.") || name.starts_with("set time zone") || name.contains("timezone"))
     }
 
     pub async fn execute(&self, prepared: &PreparedStatement, params: Option<ParamValues>) -> FoamResult<StatementOutput> {
@@ -316,8 +320,12 @@ impl FoamSession {
                 let body = text.trim_start_matches(|c: char| !c.is_whitespace()).trim();
                 let body = body.strip_prefix("SESSION ").or_else(|| body.strip_prefix("LOCAL ")).unwrap_or(body);
                 if let Some((name, value)) = body.split_once(" = ").or_else(|| body.split_once(" TO ")) {
+                    let name = name.trim().to_lowercase();
                     let value = value.trim().trim_matches('\'').to_string();
-                    self.settings.lock().unwrap_or_else(|p| p.into_inner()).insert(name.trim().to_lowercase(), value);
+                    if name == EXCHANGE_BATCH_ROWS {
+                        self.set_exchange_batch_rows(&value)?;
+                    }
+                    self.settings.lock().unwrap_or_else(|p| p.into_inner()).insert(name, value);
                 }
                 command("SET")
             }
@@ -333,6 +341,20 @@ impl FoamSession {
             }
             other => Err(FoamError::internal(format!("statement not handled: {other}"))),
         }
+    }
+
+    /// `SET foam.exchange_batch_rows = n`: rows per batch that stages send
+    /// between nodes (datafusion-distributed sizes the batches its shuffles
+    /// send with `distributed.shuffle_batch_size`).
+    fn set_exchange_batch_rows(&self, value: &str) -> FoamResult<()> {
+        let rows: usize = value.parse().ok().filter(|r| (1..=EXCHANGE_BATCH_ROWS_MAX).contains(r)).ok_or_else(|| {
+            FoamError::InvalidParameter {
+                message: format!("{EXCHANGE_BATCH_ROWS} must be a whole number from 1 to {EXCHANGE_BATCH_ROWS_MAX}, not \"{value}\""),
+            }
+        })?;
+        let state = self.ctx.state_ref();
+        let mut state = state.write();
+        state.config_mut().options_mut().set("distributed.shuffle_batch_size", &rows.to_string()).map_err(FoamError::from)
     }
 
     /// Refuses a view that would reach itself through the views it reads

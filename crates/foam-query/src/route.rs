@@ -1,0 +1,351 @@
+//! One-sided shuffle: send only the other side of a join to the nodes that
+//! own the matching partitions of a FoamDB table.
+//!
+//! When one input of a partitioned join is a FoamDB table distributed on the
+//! join key, its rows stay where they are stored (task `t` of the join stage
+//! holds partitions `p` with `task_of(p) = t`, see `distributed.rs`), and the
+//! other input is shuffled so each row lands in exactly that task and partition:
+//!
+//! ```text
+//!   FoamRoutedExec: Hash(keys, N), FoamDB's layout  (drops __foam_route)
+//!     [NetworkShuffleExec]                 consumer task t reads producer outputs t·N .. t·N+N
+//!       RepartitionExec: Hash([__foam_route], N·T)
+//!         ProjectionExec: *, foam_route(keys, N, L, task_of) AS __foam_route
+//! ```
+//! datafusion-distributed only shuffles through DataFusion's `RepartitionExec`,
+//! which sends a row to output `hash_df(value) mod (N·T)`, with `T` the join
+//! stage's task count (decided later, between 1 and the number of workers
+//! `W`). `foam_route` therefore computes FoamDB's partition `p` of the row's
+//! key and returns a value whose DataFusion hash `H` satisfies
+//! `H mod N = p` and `(H div N) mod L = task index`, where `L = lcm(1..W)`:
+//! then `H mod (N·T) = (task index mod T)·N + p` for every `T ≤ W`, which
+//! is exactly where task `task index mod T` reads partition `p`. The values are
+//! found once per `(N, W)` by trying candidates (about `N·L·ln(N·W)` hashes)
+//! and cached.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use arrow::array::{ArrayRef, UInt64Array};
+use arrow::datatypes::{DataType, Schema, SchemaRef};
+use datafusion::common::hash_utils::create_hashes;
+use datafusion::common::{ScalarValue, tree_node::TreeNodeRecursion};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
+use datafusion::physical_expr::expressions::{Column, Literal};
+use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::repartition::{REPARTITION_RANDOM_STATE, RepartitionExec};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use foam_common::NodeId;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+
+/// The name of the routing function and of the column it fills.
+pub const ROUTE_FUNCTION: &str = "foam_route";
+const ROUTE_COLUMN: &str = "__foam_route";
+
+/// Most hashes the route table of one `(N, W)` may take to find; beyond it
+/// (very wide clusters with many partitions) joins shuffle both sides.
+const ROUTE_SEARCH_HASHES_MAX: u64 = 20_000_000;
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+/// `lcm(1..=workers)`: a task index modulo this is the index modulo every
+/// possible task count.
+pub fn task_period(workers: u64) -> u64 {
+    (1..=workers.max(1)).fold(1u64, |l, t| l / gcd(l, t) * t)
+}
+
+/// The DataFusion repartition hash of `values` as a UInt64 column.
+fn df_hashes(values: &UInt64Array) -> Result<Vec<u64>> {
+    let mut hashes = vec![0u64; values.len()];
+    let column: ArrayRef = Arc::new(values.clone());
+    create_hashes(&[column], REPARTITION_RANDOM_STATE.random_state(), &mut hashes)?;
+    Ok(hashes)
+}
+
+/// For each (task index < workers, partition < n): a value whose DataFusion
+/// hash `H` has `H mod n = partition` and `(H div n) mod period = task index`.
+fn route_table(n: u64, workers: u64) -> Result<Arc<Vec<u64>>> {
+    static TABLES: OnceLock<Mutex<HashMap<(u64, u64), Arc<Vec<u64>>>>> = OnceLock::new();
+    let tables = TABLES.get_or_init(Default::default);
+    if let Some(table) = tables.lock().unwrap_or_else(|p| p.into_inner()).get(&(n, workers)) {
+        return Ok(table.clone());
+    }
+    let period = task_period(workers);
+    let slots = (n * workers) as usize;
+    let mut table = vec![u64::MAX; slots];
+    let mut missing = slots;
+    let mut next = 0u64;
+    const CHUNK: u64 = 4096;
+    while missing > 0 {
+        if next > ROUTE_SEARCH_HASHES_MAX {
+            return Err(DataFusionError::Plan(format!("no route table for {n} partitions and {workers} workers")));
+        }
+        let candidates = UInt64Array::from_iter_values(next..next + CHUNK);
+        for (value, hash) in (next..next + CHUNK).zip(df_hashes(&candidates)?) {
+            let partition = hash % n;
+            let task = (hash / n) % period;
+            if task < workers {
+                let slot = (task * n + partition) as usize;
+                if table[slot] == u64::MAX {
+                    table[slot] = value;
+                    missing -= 1;
+                }
+            }
+        }
+        next += CHUNK;
+    }
+    let table = Arc::new(table);
+    tables.lock().unwrap_or_else(|p| p.into_inner()).insert((n, workers), table.clone());
+    Ok(table)
+}
+
+/// True when routing to `n` partitions over up to `workers` tasks is cheap
+/// enough to set up.
+pub fn routable(n: u64, workers: u64) -> bool {
+    n > 0 && n.saturating_mul(task_period(workers)).saturating_mul(8) < ROUTE_SEARCH_HASHES_MAX
+}
+
+/// `foam_route(key..., n, workers, task_of)`: the route value of each row
+/// (see the module documentation). `task_of` lists each partition's task
+/// index, comma separated.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct FoamRoute {
+    signature: Signature,
+}
+
+impl FoamRoute {
+    pub fn udf() -> ScalarUDF {
+        ScalarUDF::new_from_impl(FoamRoute { signature: Signature::variadic_any(Volatility::Immutable) })
+    }
+}
+
+fn literal_u64(value: &ColumnarValue) -> Result<u64> {
+    match value {
+        ColumnarValue::Scalar(ScalarValue::UInt64(Some(v))) => Ok(*v),
+        other => Err(DataFusionError::Internal(format!("{ROUTE_FUNCTION}: expected a UInt64 literal, got {other:?}"))),
+    }
+}
+
+impl ScalarUDFImpl for FoamRoute {
+    fn name(&self) -> &str {
+        ROUTE_FUNCTION
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::UInt64)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let count = args.args.len();
+        if count < 4 {
+            return Err(DataFusionError::Internal(format!("{ROUTE_FUNCTION} needs keys, n, workers and task_of")));
+        }
+        let n = literal_u64(&args.args[count - 3])?;
+        let workers = literal_u64(&args.args[count - 2])?;
+        let task_of: Vec<u64> = match &args.args[count - 1] {
+            ColumnarValue::Scalar(ScalarValue::Utf8(Some(list))) => {
+                list.split(',').map(|v| v.parse::<u64>()).collect::<std::result::Result<_, _>>().map_err(|e| DataFusionError::Internal(e.to_string()))?
+            }
+            other => return Err(DataFusionError::Internal(format!("{ROUTE_FUNCTION}: bad task list {other:?}"))),
+        };
+        if task_of.len() as u64 != n {
+            return Err(DataFusionError::Internal(format!("{ROUTE_FUNCTION}: {} task indices for {n} partitions", task_of.len())));
+        }
+        let keys: Vec<ArrayRef> =
+            args.args[..count - 3].iter().map(|k| k.to_array(args.number_rows)).collect::<Result<_>>()?;
+        let table = route_table(n, workers)?;
+        let hashes = foam_common::hash::hash_rows(&keys).map_err(|e| DataFusionError::Execution(e.to_string()))?;
+        let values: UInt64Array = hashes
+            .into_iter()
+            .map(|hash| {
+                let partition = foam_common::hash::partition_of_hash(hash, n as u32) as u64;
+                table[(task_of[partition as usize] * n + partition) as usize]
+            })
+            .collect();
+        Ok(ColumnarValue::Array(Arc::new(values)))
+    }
+}
+
+/// The keys of the moving side, as columns of its rows, and the FoamDB layout
+/// they are routed to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteSpec {
+    /// Input column indices of the keys, in the FoamDB table's key order.
+    pub key_columns: Vec<usize>,
+    /// Owner of each partition of the layout routed to.
+    pub owners: Vec<NodeId>,
+}
+
+/// The task index of each partition: the position of its owner among the
+/// layout's distinct owners (`distributed.rs` puts it in task `index mod T`).
+pub fn task_indices(owners: &[NodeId]) -> Vec<u64> {
+    let mut distinct: Vec<NodeId> = owners.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    owners.iter().map(|o| distinct.binary_search(o).unwrap_or(0) as u64).collect()
+}
+
+/// Builds the routed shuffle of `input` (see the module documentation), or
+/// `None` when the keys are not plain columns or routing is too costly.
+pub fn routed_shuffle(input: Arc<dyn ExecutionPlan>, keys: &[Arc<dyn PhysicalExpr>], owners: &[NodeId], workers: u64) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let n = owners.len() as u64;
+    if !routable(n, workers) {
+        return Ok(None);
+    }
+    let Some(key_columns) = keys.iter().map(|k| k.downcast_ref::<Column>().map(|c| c.index())).collect::<Option<Vec<usize>>>() else {
+        return Ok(None);
+    };
+    let schema = input.schema();
+    let task_of = task_indices(owners).iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",");
+    let mut args: Vec<Arc<dyn PhysicalExpr>> = keys.to_vec();
+    args.push(Arc::new(Literal::new(ScalarValue::UInt64(Some(n)))));
+    args.push(Arc::new(Literal::new(ScalarValue::UInt64(Some(workers)))));
+    args.push(Arc::new(Literal::new(ScalarValue::Utf8(Some(task_of)))));
+    let route = datafusion::physical_expr::ScalarFunctionExpr::try_new(
+        Arc::new(FoamRoute::udf()),
+        args,
+        &schema,
+        Arc::new(datafusion::config::ConfigOptions::default()),
+    )?;
+    let mut exprs: Vec<(Arc<dyn PhysicalExpr>, String)> = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (Arc::new(Column::new(f.name(), i)) as Arc<dyn PhysicalExpr>, f.name().clone()))
+        .collect();
+    exprs.push((Arc::new(route), ROUTE_COLUMN.to_string()));
+    let projection = Arc::new(ProjectionExec::try_new(exprs, input)?);
+    let route_column: Arc<dyn PhysicalExpr> = Arc::new(Column::new(ROUTE_COLUMN, schema.fields().len()));
+    let shuffle = Arc::new(RepartitionExec::try_new(projection, Partitioning::Hash(vec![route_column], n as usize))?);
+    Ok(Some(Arc::new(FoamRoutedExec::try_new(shuffle, RouteSpec { key_columns, owners: owners.to_vec() })?)))
+}
+
+/// The receiving end of a routed shuffle: drops the route column and declares
+/// the FoamDB partitioning the rows now have.
+#[derive(Debug)]
+pub struct FoamRoutedExec {
+    input: Arc<dyn ExecutionPlan>,
+    spec: RouteSpec,
+    schema: SchemaRef,
+    properties: Arc<PlanProperties>,
+}
+
+impl FoamRoutedExec {
+    pub fn try_new(input: Arc<dyn ExecutionPlan>, spec: RouteSpec) -> Result<Self> {
+        let full = input.schema();
+        let width = full.fields().len().saturating_sub(1);
+        let schema: SchemaRef = Arc::new(Schema::new_with_metadata(full.fields()[..width].to_vec(), full.metadata().clone()));
+        let keys: Vec<Arc<dyn PhysicalExpr>> = spec
+            .key_columns
+            .iter()
+            .map(|i| -> Result<Arc<dyn PhysicalExpr>> {
+                let field = schema.fields().get(*i).ok_or_else(|| DataFusionError::Internal(format!("route key {i} out of range")))?;
+                Ok(Arc::new(Column::new(field.name(), *i)))
+            })
+            .collect::<Result<_>>()?;
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(schema.clone()),
+            Partitioning::Hash(keys, spec.owners.len()),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        Ok(FoamRoutedExec { input, spec, schema, properties })
+    }
+
+    pub fn spec(&self) -> &RouteSpec {
+        &self.spec
+    }
+}
+
+impl DisplayAs for FoamRoutedExec {
+    fn fmt_as(&self, _format: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let names: Vec<&str> = self.spec.key_columns.iter().map(|i| self.schema.field(*i).name().as_str()).collect();
+        write!(f, "FoamRoutedExec: keys=[{}], partitions={} (to the owners' tasks)", names.join(","), self.spec.owners.len())
+    }
+}
+
+impl ExecutionPlan for FoamRoutedExec {
+    fn name(&self) -> &str {
+        "FoamRoutedExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(self: Arc<Self>, mut children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+        if children.len() != 1 {
+            return Err(DataFusionError::Internal("FoamRoutedExec has one input".into()));
+        }
+        Ok(Arc::new(FoamRoutedExec::try_new(children.remove(0), self.spec.clone())?))
+    }
+
+    fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        let width = self.schema.fields().len();
+        let schema = self.schema.clone();
+        let stream = self.input.execute(partition, context)?.map(move |batch| {
+            let batch = batch?;
+            let columns = batch.columns()[..width].to_vec();
+            Ok(arrow::record_batch::RecordBatch::try_new_with_options(
+                schema.clone(),
+                columns,
+                &arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+            )?)
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn route_values_land_on_the_owners_task_for_every_task_count() {
+        for (n, workers) in [(12u64, 3u64), (16, 4), (7, 5)] {
+            let table = route_table(n, workers).unwrap();
+            let values = UInt64Array::from(table.as_ref().clone());
+            let hashes = df_hashes(&values).unwrap();
+            for task in 0..workers {
+                for partition in 0..n {
+                    let hash = hashes[(task * n + partition) as usize];
+                    for tasks in 1..=workers {
+                        // RepartitionExec output, and the task and partition reading it.
+                        let output = hash % (n * tasks);
+                        assert_eq!(output / n, task % tasks, "n={n} task={task} tasks={tasks}");
+                        assert_eq!(output % n, partition);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn task_indices_number_distinct_owners_in_order() {
+        assert_eq!(task_indices(&[3, 1, 2, 3, 1, 2]), vec![2, 0, 1, 2, 0, 1]);
+    }
+}
