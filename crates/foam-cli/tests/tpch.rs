@@ -1,6 +1,8 @@
-//! TPC-H at SF 0.01 on a 3-node cluster: the loader fills every table, and all
+//! TPC-H at SF 0.01 on a 3-node cluster: the loader fills every table, all
 //! 22 queries answer exactly what single-process DataFusion computes over the
-//! same generated data.
+//! same generated data, and each query's exchanges between nodes match the
+//! pinned plan snapshot in `tests/plans/` (so a change that adds a shuffle
+//! fails; `FOAM_UPDATE_PLANS=1` rewrites the snapshots).
 
 mod common;
 
@@ -39,4 +41,48 @@ async fn tpch_answers_match_single_process_datafusion() {
     }
     assert!(non_empty >= 20, "the reference answers should mostly be non-empty, {non_empty} were");
     assert!(failures.is_empty(), "{} of 22 queries differ:\n{}", failures.len(), failures.join("\n"));
+
+    check_plan_snapshots(&client).await;
+}
+
+/// The exchange lines of `EXPLAIN`, without partition and task counts (which
+/// follow the machine's cores).
+async fn exchanges(client: &tokio_postgres::Client, sql: &str) -> String {
+    let plan = query_text(client, &format!("EXPLAIN {sql}")).await;
+    let text = plan.into_iter().filter_map(|row| row.get(1).cloned().flatten()).collect::<Vec<_>>().join("\n");
+    let section = text.split("Exchanges between nodes:").nth(1).unwrap_or("").to_string();
+    let counts = regex::Regex::new(r": output_partitions=\d+, input_tasks=\d+").unwrap();
+    section
+        .lines()
+        .map(|line| counts.replace_all(line.trim(), "").to_string())
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+async fn check_plan_snapshots(client: &tokio_postgres::Client) {
+    client.batch_execute("SET datafusion.execution.target_partitions = 2").await.expect("set");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/plans");
+    let update = std::env::var_os("FOAM_UPDATE_PLANS").is_some();
+    let mut changed = Vec::new();
+    let mut co_located = 0;
+    for (index, sql) in foam_tpch::queries::QUERIES.iter().enumerate() {
+        let actual = exchanges(client, sql).await;
+        co_located += actual.matches("exchange: co-located").count();
+        let path = dir.join(format!("q{:02}.txt", index + 1));
+        if update {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(&path, &actual).unwrap();
+            continue;
+        }
+        let expected = std::fs::read_to_string(&path).unwrap_or_default();
+        if expected != actual {
+            changed.push(format!("Q{}:\n--- pinned\n{expected}+++ now\n{actual}", index + 1));
+        }
+    }
+    assert!(changed.is_empty(), "distributed plans changed (FOAM_UPDATE_PLANS=1 to accept):\n{}", changed.join("\n"));
+    // lineitem and orders are both distributed by order key: Q3, Q4-like
+    // joins of the two must run where the rows are.
+    assert!(co_located >= 5, "expected co-located lineitem/orders joins, found {co_located}");
 }
