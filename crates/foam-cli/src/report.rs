@@ -71,13 +71,27 @@ struct SelfJoinCase {
     correct: bool,
 }
 
+/// One query at one exchange batch size.
+#[derive(Debug, Clone)]
+struct BatchSizeCase {
+    query: String,
+    batch_rows: u64,
+    elapsed: Duration,
+    messages: Option<u64>,
+    bytes: Option<u64>,
+}
+
 /// What a FoamDB cluster run measured besides query times.
 struct FoamRun {
     result: EngineResult,
     load: Option<(u64, f64)>,
     peak_rss_mb: Vec<Option<u64>>,
     self_join: Vec<SelfJoinCase>,
+    batch_sizes: Vec<BatchSizeCase>,
 }
+
+/// Exchange batch sizes compared (rows per batch sent between nodes).
+const EXCHANGE_BATCH_ROWS: [u64; 3] = [10_000, 100_000, 1_000_000];
 
 pub struct CompareArgs<'a> {
     pub sf: f64,
@@ -166,7 +180,7 @@ fn foam_cluster_run(args: &CompareArgs<'_>, nodes: u16, expected: &[Vec<Vec<Stri
     let load = load_tpch_once(&url, args.sf)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     let name = if nodes == 1 { "FoamDB (1 node)".to_string() } else { format!("FoamDB ({nodes} nodes)") };
-    let (result, self_join) = runtime.block_on(async {
+    let result = runtime.block_on(async {
         let client = foam_tpch::load::connect(&url).await.map_err(|e| e.to_string())?;
         let mut result = EngineResult::new(name.clone());
         let mut times: Vec<Vec<f64>> = vec![Vec::new(); QUERIES.len()];
@@ -200,11 +214,13 @@ fn foam_cluster_run(args: &CompareArgs<'_>, nodes: u16, expected: &[Vec<Vec<Stri
             result.ms[query] = median(t);
         }
         let self_join = if args.self_join { self_join_cases(&url, &name, nodes).await } else { Vec::new() };
-        Ok::<_, String>((result, self_join))
+        let batch_sizes = if nodes > 1 { batch_size_cases(&url, args.self_join).await } else { Vec::new() };
+        Ok::<_, String>((result, self_join, batch_sizes))
     })?;
+    let (result, self_join, batch_sizes) = (result.0, result.1, result.2);
     let peak_rss_mb = cluster.peak_rss_mb();
     drop(cluster);
-    Ok(FoamRun { result, load, peak_rss_mb, self_join })
+    Ok(FoamRun { result, load, peak_rss_mb, self_join, batch_sizes })
 }
 
 fn simple_rows(messages: &[tokio_postgres::SimpleQueryMessage]) -> Vec<Vec<String>> {
@@ -220,8 +236,50 @@ fn simple_rows(messages: &[tokio_postgres::SimpleQueryMessage]) -> Vec<Vec<Strin
 }
 
 async fn cluster_bytes(client: &tokio_postgres::Client) -> Option<u64> {
-    let messages = client.simple_query("SELECT bytes_sent FROM foam_cluster_stats WHERE node_id IS NULL").await.ok()?;
-    simple_rows(&messages).first()?.first()?.parse().ok()
+    cluster_counts(client).await.map(|(_, bytes)| bytes)
+}
+
+/// (messages, bytes) sent between nodes since the last reset.
+async fn cluster_counts(client: &tokio_postgres::Client) -> Option<(u64, u64)> {
+    let messages =
+        client.simple_query("SELECT messages_sent, bytes_sent FROM foam_cluster_stats WHERE node_id IS NULL").await.ok()?;
+    let rows = simple_rows(&messages);
+    let row = rows.first()?;
+    Some((row.first()?.parse().ok()?, row.get(1)?.parse().ok()?))
+}
+
+/// Q13 and the self-join with each exchange batch size, as Virtuoso's TPC-H
+/// cluster tests varied theirs.
+async fn batch_size_cases(url: &str, self_join: bool) -> Vec<BatchSizeCase> {
+    let Ok(client) = foam_tpch::load::connect(url).await else { return Vec::new() };
+    let mut queries = vec![("Q13".to_string(), QUERIES[12].to_string())];
+    if self_join {
+        queries.push(("self-join".to_string(), SELF_JOIN_SQL.to_string()));
+    }
+    let mut cases = Vec::new();
+    for rows in EXCHANGE_BATCH_ROWS {
+        if client.simple_query(&format!("SET foam.exchange_batch_rows = {rows}")).await.is_err() {
+            return cases;
+        }
+        for (name, sql) in &queries {
+            let _ = client.simple_query(sql).await; // warm-up
+            let _ = client.simple_query("SELECT foam_cluster_stats_reset()").await;
+            let started = Instant::now();
+            if client.simple_query(sql).await.is_err() {
+                continue;
+            }
+            let elapsed = started.elapsed();
+            let counts = cluster_counts(&client).await;
+            cases.push(BatchSizeCase {
+                query: name.clone(),
+                batch_rows: rows,
+                elapsed,
+                messages: counts.map(|c| c.0),
+                bytes: counts.map(|c| c.1),
+            });
+        }
+    }
+    cases
 }
 
 /// Virtuoso's cluster workload: 1,000,000 short rows joined to themselves on
@@ -578,6 +636,24 @@ fn report_markdown(
                 c.queries as f64 / c.wall.as_secs_f64().max(1e-9),
                 fmt_bytes(c.bytes),
                 if c.correct { "yes" } else { "NO" }
+            );
+        }
+    }
+
+    let batch_cases: Vec<&BatchSizeCase> = foam_runs.iter().flat_map(|r| r.batch_sizes.iter()).collect();
+    if !batch_cases.is_empty() {
+        let _ = writeln!(md, "\n## Exchange batch size ({})\n", engines.first().map(|e| e.name.as_str()).unwrap_or(""));
+        let _ = writeln!(md, "`SET foam.exchange_batch_rows = n` (default: DataFusion's batch size, 8192 rows).\n");
+        let _ = writeln!(md, "| query | rows per batch | ms | messages between nodes | bytes between nodes |\n|---|---:|---:|---:|---:|");
+        for c in batch_cases {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {:.1} | {} | {} |",
+                c.query,
+                c.batch_rows,
+                c.elapsed.as_secs_f64() * 1e3,
+                c.messages.map(|m| m.to_string()).unwrap_or_else(|| "—".into()),
+                fmt_bytes(c.bytes)
             );
         }
     }
