@@ -59,9 +59,14 @@ async fn co_located_join_moves_no_table_data_and_a_shuffled_one_does() {
     // The same tables joined on a column that is not the distribution key
     // of one side: that side must move.
     let shuffled = "SELECT count(*), sum(v + w) FROM a JOIN b ON a.other = b.k";
-    let (shuffled_bytes, _) = bytes_between_nodes(&client, shuffled).await;
+    let (shuffled_bytes, rows) = bytes_between_nodes(&client, shuffled).await;
+    let matches: Vec<u64> = (1..=ROWS).filter(|k| k % 97 != 0).collect();
+    let sum: u64 = matches.iter().map(|k| 2 * k + 3 * (k % 97)).sum();
+    assert_eq!(rows, vec![vec![Some(matches.len().to_string()), Some(sum.to_string())]]);
     let plan = explain(&client, shuffled).await;
     println!("{plan}\nshuffled join: {shuffled_bytes} bytes between nodes");
+    // b is distributed on the join key: only a's rows travel, to b's owners.
+    assert!(plan.contains("exchange: shuffle-one-side"), "{plan}");
     assert!(plan.contains("NetworkShuffleExec"), "{plan}");
     // One 8-byte key column of 20,000 rows is 160 KB; two thirds of it live elsewhere.
     assert!(shuffled_bytes > 50_000, "the shuffle is counted: {shuffled_bytes} bytes");

@@ -18,16 +18,22 @@
 //! ```
 //! so a join between two tables distributed on the join key with the same
 //! placement (TPC-H lineitem and orders on orderkey) runs where the data is,
-//! and every other pairing is shuffled as DataFusion would.
+//! a join with one such side moves only the other side, and every other
+//! pairing is shuffled as DataFusion would. A join DataFusion chose to run by
+//! collecting its small side (broadcast) becomes co-located or routed too when
+//! that moves less: never more than a broadcast, which copies the small side
+//! to every task.
 
 use std::sync::Arc;
 
 use datafusion::common::tree_node::{Transformed, TreeNode};
+use arrow::datatypes::Schema;
 use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
 use datafusion::physical_expr::{Distribution, Partitioning, PhysicalExpr};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
-use datafusion::physical_plan::joins::HashJoinExec;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::union::InterleaveExec;
 use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ExecutionPlanProperties, ReplaceChildrenOptions};
@@ -109,7 +115,7 @@ fn co_located(children: &[&Arc<dyn ExecutionPlan>], required: &[Vec<Arc<dyn Phys
         return false;
     }
     let width = keys[0].len();
-    if keys.iter().any(|k| k.len() != width) {
+    if keys.iter().any(|k| k.len() != width) || required.iter().any(|r| r.len() != width) {
         return false;
     }
     // For each hash key position, the one join condition it belongs to.
@@ -129,6 +135,11 @@ fn co_located(children: &[&Arc<dyn ExecutionPlan>], required: &[Vec<Arc<dyn Phys
 /// when every key is one side of a distinct condition.
 fn key_conditions(child: &Arc<dyn ExecutionPlan>, required: &[Arc<dyn PhysicalExpr>]) -> Option<Vec<usize>> {
     let Partitioning::Hash(keys, _) = child.output_partitioning() else { return None };
+    // DataFusion requires a join input hashed on exactly the join keys (a
+    // subset would be correct, but its plan checker refuses it).
+    if keys.len() != required.len() {
+        return None;
+    }
     let conditions: Vec<usize> = keys.iter().map(|k| required.iter().position(|e| e.eq(k))).collect::<Option<_>>()?;
     let mut distinct = conditions.clone();
     distinct.sort_unstable();
@@ -184,15 +195,7 @@ fn route_one_side(
         let Some(conditions) = key_conditions(&stay_child, &required[stays]) else { continue };
         let Partitioning::Hash(stay_keys, _) = stay_child.output_partitioning() else { continue };
         let move_keys: Vec<Arc<dyn PhysicalExpr>> = conditions.iter().map(|c| required[moves][*c].clone()).collect();
-        // The partition hash is over canonical values: integers of any width
-        // agree, other types must match exactly.
-        let same_kind = stay_keys.iter().zip(&move_keys).all(|(a, b)| {
-            match (a.data_type(&stay_child.schema()), b.data_type(&repartition.input().schema())) {
-                (Ok(x), Ok(y)) => x == y || (x.is_integer() && y.is_integer()),
-                _ => false,
-            }
-        });
-        if !same_kind {
+        if !same_kind(stay_keys, &stay_child.schema(), &move_keys, &repartition.input().schema()) {
             continue;
         }
         let Some(routed) = crate::route::routed_shuffle(repartition.input().clone(), &move_keys, owners, workers)? else {
@@ -204,6 +207,61 @@ fn route_one_side(
         return Ok(Some(node.clone().replace_children(new_children, ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute))?));
     }
     Ok(None)
+}
+
+/// DataFusion collects the smaller input of a join whole when it looks small
+/// (and datafusion-distributed then broadcasts it to every task). When both
+/// inputs are FoamDB tables distributed on the join keys with one layout,
+/// joining partition by partition where they are stored moves nothing:
+/// prefer that.
+fn collect_join_to_co_located(node: &Arc<dyn ExecutionPlan>, workers: u64) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let Some(join) = node.downcast_ref::<HashJoinExec>() else { return Ok(None) };
+    if join.mode != PartitionMode::CollectLeft || join.null_aware {
+        return Ok(None);
+    }
+    let left = match join.left().downcast_ref::<CoalescePartitionsExec>() {
+        Some(coalesce) if coalesce.fetch().is_none() => coalesce.input().clone(),
+        _ => return Ok(None),
+    };
+    let right = join.right().clone();
+    let required: Vec<Vec<Arc<dyn PhysicalExpr>>> =
+        vec![join.on().iter().map(|(l, _)| l.clone()).collect(), join.on().iter().map(|(_, r)| r.clone()).collect()];
+    let left = if co_located(&[&left, &right], &required) {
+        left
+    } else {
+        // The probe side is a FoamDB table distributed on the join keys:
+        // routing the small side to its owners sends each of its rows once,
+        // a broadcast sends every row to every task.
+        let HashOrigin::Foam { owners } = origin(&right) else { return Ok(None) };
+        let Some(conditions) = key_conditions(&right, &required[1]) else { return Ok(None) };
+        let Partitioning::Hash(probe_keys, _) = right.output_partitioning() else { return Ok(None) };
+        let build_keys: Vec<Arc<dyn PhysicalExpr>> = conditions.iter().map(|c| required[0][*c].clone()).collect();
+        if !same_kind(probe_keys, &right.schema(), &build_keys, &left.schema()) {
+            return Ok(None);
+        }
+        match crate::route::routed_shuffle(left, &build_keys, &owners, workers)? {
+            Some(routed) => routed,
+            None => return Ok(None),
+        }
+    };
+    let rebuilt = join
+        .builder()
+        .with_partition_mode(PartitionMode::Partitioned)
+        .with_new_children(vec![left, right])?
+        .recompute_properties()
+        .reset_state()
+        .build_exec()?;
+    Ok(Some(rebuilt))
+}
+
+/// Whether keys hash alike: FoamDB's partition hash is over canonical
+/// values, so integers of any width agree; other types must match exactly.
+fn same_kind(a: &[Arc<dyn PhysicalExpr>], a_schema: &Schema, b: &[Arc<dyn PhysicalExpr>], b_schema: &Schema) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| match (x.data_type(a_schema), y.data_type(b_schema)) {
+            (Ok(x), Ok(y)) => x == y || (x.is_integer() && y.is_integer()),
+            _ => false,
+        })
 }
 
 /// The physical optimizer rule (see the module documentation).
@@ -231,6 +289,9 @@ impl PhysicalOptimizerRule for CoPartitioning {
 }
 
 fn fix(node: Arc<dyn ExecutionPlan>, target: usize, workers: u64) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
+    if let Some(co_located) = collect_join_to_co_located(&node, workers)? {
+        return Ok(Transformed::yes(co_located));
+    }
     let owned: Vec<Arc<dyn ExecutionPlan>> = node.children().into_iter().cloned().collect();
     let children: Vec<&Arc<dyn ExecutionPlan>> = owned.iter().collect();
     if children.len() < 2 || children.iter().all(|c| c.output_partitioning().partition_count() <= 1) {

@@ -70,6 +70,11 @@ pub struct ScanSpec {
     /// hashes to `p`, and the scan declares that partitioning.
     #[serde(default)]
     pub layout: Option<HashLayout>,
+    /// Rows the whole scan is expected to read (before filters), estimated by
+    /// the planning node from its own partitions; lets DataFusion pick
+    /// broadcast (collect) joins for small inputs.
+    #[serde(default)]
+    pub estimated_rows: Option<u64>,
 }
 
 /// How a hash-distributed table is split: two scans with equal layouts put
@@ -171,6 +176,26 @@ impl DisplayAs for FoamScanExec {
 impl ExecutionPlan for FoamScanExec {
     fn name(&self) -> &str {
         "FoamScanExec"
+    }
+
+    fn statistics_from_inputs(
+        &self,
+        _input_stats: &[Arc<datafusion::common::Statistics>],
+        args: &datafusion::physical_plan::statistics::StatisticsArgs,
+    ) -> Result<Arc<datafusion::common::Statistics>> {
+        let mut statistics = datafusion::common::Statistics::new_unknown(&self.schema);
+        if let Some(rows) = self.spec.estimated_rows {
+            let reads = self.reads().count().max(1) as u64;
+            let rows = match args.partition() {
+                Some(partition) => {
+                    let here = self.spec.groups.get(partition).map(|g| g.len() as u64).unwrap_or(0);
+                    rows * here / reads
+                }
+                None => rows,
+            };
+            statistics.num_rows = datafusion::common::stats::Precision::Inexact(rows as usize);
+        }
+        Ok(Arc::new(statistics))
     }
 
     fn properties(&self) -> &Arc<PlanProperties> {

@@ -148,6 +148,31 @@ fn equality_preserving(from: &DataType, to: &DataType) -> bool {
     }
 }
 
+impl FoamTable {
+    /// Rows the partitions in `groups` hold, extrapolated from the ones this
+    /// node stores (no network round trip); `None` when it stores none.
+    fn estimate_rows(&self, groups: &[Vec<PartitionRead>]) -> Option<u64> {
+        let reads: Vec<&PartitionRead> = groups.iter().flatten().collect();
+        let local: Vec<u64> = match &self.table.distribution {
+            Distribution::Hash { owners, .. } => owners
+                .iter()
+                .enumerate()
+                .filter(|(_, owner)| **owner == self.node.node_id)
+                .map(|(p, _)| self.node.storage.stats(self.table.id, p as PartitionId).rows)
+                .collect(),
+            Distribution::Replicated { nodes } if nodes.contains(&self.node.node_id) => {
+                vec![self.node.storage.stats(self.table.id, 0).rows]
+            }
+            Distribution::Replicated { .. } => Vec::new(),
+        };
+        if local.is_empty() {
+            return None;
+        }
+        let average = local.iter().sum::<u64>() / local.len() as u64;
+        Some(average * reads.len() as u64)
+    }
+}
+
 #[async_trait]
 impl TableProvider for FoamTable {
     fn schema(&self) -> SchemaRef {
@@ -186,6 +211,7 @@ impl TableProvider for FoamTable {
                 (vec![vec![PartitionRead { partition: 0, owner: replica }]], None)
             }
         };
+        let estimated_rows = self.estimate_rows(&groups);
         let spec = ScanSpec {
             table_id: self.table.id,
             table_name: self.table.name.clone(),
@@ -196,6 +222,7 @@ impl TableProvider for FoamTable {
             replicated: self.table.is_replicated(),
             filters: crate::scan_exec::encode_filters(filters),
             layout,
+            estimated_rows,
         };
         Ok(Arc::new(FoamScanExec::try_new(spec)?))
     }
