@@ -1,14 +1,15 @@
 //! `foam bench tpch`: FoamDB's benchmark job. Starts a local cluster (or uses
 //! `--url`), loads TPC-H once, runs the 22 queries in S concurrent streams,
 //! checks every answer against single-process DataFusion over the same
-//! generated data, and prints a per-query table with both engines' times.
+//! generated data (as Parquet files), and prints a per-query table with both
+//! engines' times and each node's peak memory.
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use foam_tpch::queries::QUERIES;
-use foam_tpch::reference::{compare, reference_context, rows_as_text};
+use foam_tpch::reference::{compare, rows_as_text};
 
 use crate::local::{LocalCluster, load_tpch_once};
 
@@ -90,8 +91,13 @@ pub fn run(args: BenchTpchArgs) -> Result<(), String> {
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     runtime.block_on(async {
+        // The reference reads Parquet files of the same data rather than
+        // holding it in memory, so it fits beside the cluster at SF10.
+        let parquet_dir = args.data_dir.join(format!("sf{}-parquet", args.sf));
+        println!("Writing the reference's Parquet files to {}...", parquet_dir.display());
+        foam_tpch::peers::write_parquet(args.sf, &parquet_dir).await.map_err(|e| e.to_string())?;
         println!("Computing reference answers with single-process DataFusion...");
-        let reference = reference_context(args.sf).await.map_err(|e| e.to_string())?;
+        let reference = foam_tpch::peers::datafusion_context(&parquet_dir).await.map_err(|e| e.to_string())?;
         let mut expected = Vec::new();
         let mut reference_times = Vec::new();
         for sql in QUERIES {
@@ -156,6 +162,15 @@ pub fn run(args: BenchTpchArgs) -> Result<(), String> {
             wall.as_secs_f64(),
             runs.len()
         );
+        if let Some(cluster) = &cluster {
+            let peaks: Vec<String> = cluster
+                .peak_rss_mb()
+                .iter()
+                .enumerate()
+                .map(|(i, mb)| format!("node {i}: {}", mb.map(|m| format!("{m} MiB")).unwrap_or_else(|| "?".into())))
+                .collect();
+            println!("peak resident memory (VmHWM): {}", peaks.join(", "));
+        }
         if all_correct { Ok(()) } else { Err("some answers were wrong".to_string()) }
     })
 }

@@ -79,6 +79,7 @@ struct BatchSizeCase {
     elapsed: Duration,
     messages: Option<u64>,
     bytes: Option<u64>,
+    error: Option<String>,
 }
 
 /// What a FoamDB cluster run measured besides query times.
@@ -265,9 +266,7 @@ async fn batch_size_cases(url: &str, self_join: bool) -> Vec<BatchSizeCase> {
             let _ = client.simple_query(sql).await; // warm-up
             let _ = client.simple_query("SELECT foam_cluster_stats_reset()").await;
             let started = Instant::now();
-            if client.simple_query(sql).await.is_err() {
-                continue;
-            }
+            let error = client.simple_query(sql).await.err().map(|e| e.as_db_error().map(|d| d.message().to_string()).unwrap_or(e.to_string()));
             let elapsed = started.elapsed();
             let counts = cluster_counts(&client).await;
             cases.push(BatchSizeCase {
@@ -276,6 +275,7 @@ async fn batch_size_cases(url: &str, self_join: bool) -> Vec<BatchSizeCase> {
                 elapsed,
                 messages: counts.map(|c| c.0),
                 bytes: counts.map(|c| c.1),
+                error,
             });
         }
     }
@@ -646,6 +646,10 @@ fn report_markdown(
         let _ = writeln!(md, "`SET foam.exchange_batch_rows = n` (default: DataFusion's batch size, 8192 rows).\n");
         let _ = writeln!(md, "| query | rows per batch | ms | messages between nodes | bytes between nodes |\n|---|---:|---:|---:|---:|");
         for c in batch_cases {
+            if let Some(error) = &c.error {
+                let _ = writeln!(md, "| {} | {} | failed: {error} | | |", c.query, c.batch_rows);
+                continue;
+            }
             let _ = writeln!(
                 md,
                 "| {} | {} | {:.1} | {} | {} |",

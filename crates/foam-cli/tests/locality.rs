@@ -78,6 +78,23 @@ async fn co_located_join_moves_no_table_data_and_a_shuffled_one_does() {
     assert_eq!(rows, vec![vec![Some(ROWS.to_string())]]);
     assert!(grouped_bytes < 5_000, "grouping by the key moves no groups: {grouped_bytes} bytes");
 
+    // EXPLAIN ANALYZE runs it and reports each node's traffic.
+    let analyzed = query_text(&client, &format!("EXPLAIN ANALYZE {shuffled}"))
+        .await
+        .into_iter()
+        .map(|row| row.into_iter().map(|c| c.unwrap_or_default()).collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    println!("{analyzed}");
+    assert!(analyzed.contains("output_rows"), "per-task metrics: {analyzed}");
+    let received: Vec<u64> = analyzed
+        .lines()
+        .filter(|l| l.trim_start().starts_with("node "))
+        .filter_map(|l| l.split("received ").nth(1)?.split(" messages, ").nth(1)?.split(" bytes").next()?.parse().ok())
+        .collect();
+    assert_eq!(received.len(), 3, "one traffic line per node: {analyzed}");
+    assert!(received.iter().sum::<u64>() > 50_000, "the routed rows are counted: {received:?}");
+
     // A replicated table joins with every node's rows.
     let replicated = "SELECT count(*) FROM a JOIN small ON a.other = small.id";
     let (_, rows) = bytes_between_nodes(&client, replicated).await;

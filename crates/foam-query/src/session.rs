@@ -209,7 +209,7 @@ impl FoamSession {
                 | Statement::StartTransaction { .. }
                 | Statement::Commit { .. }
                 | Statement::Rollback { .. }
-                | Statement::Explain { analyze: false, .. }
+                | Statement::Explain { .. }
         ) || self.is_client_setting(&statement);
         if own {
             return Ok(PreparedStatement { raw, kind: Kind::Own(Box::new(statement)) });
@@ -314,6 +314,7 @@ impl FoamSession {
             Statement::StartTransaction { .. } => command("BEGIN"),
             Statement::Commit { .. } => command("COMMIT"),
             Statement::Rollback { .. } => command("ROLLBACK"),
+            Statement::Explain { statement, analyze: true, .. } => self.explain_analyze(statement).await,
             Statement::Explain { statement, .. } => self.explain(statement).await,
             Statement::Set(set) => {
                 let text = set.to_string();
@@ -434,6 +435,40 @@ impl FoamSession {
         };
         let rows = crate::copy::copy_from_file(self.node.clone(), table, path, options).await?;
         Ok(StatementOutput::Command { tag: "COPY".into(), rows: Some(rows) })
+    }
+
+    /// EXPLAIN ANALYZE runs the query and shows the plan with each task's
+    /// metrics (rows in and out per task; each task runs on the node named in
+    /// its scan), then what crossed the network per node while it ran:
+    /// messages and bytes sent and received, and time spent waiting on peers
+    /// (other queries running at the same time are counted too).
+    async fn explain_analyze(&self, statement: &Statement) -> FoamResult<StatementOutput> {
+        let sql = statement.to_string();
+        let frame = self.ctx.sql(&sql).await.map_err(FoamError::from)?;
+        let task_ctx = frame.task_ctx();
+        let plan = frame.create_physical_plan().await.map_err(FoamError::from)?;
+        let before = crate::system_tables::traffic_snapshots(&self.node, false).await;
+        let started = std::time::Instant::now();
+        let batches = datafusion::physical_plan::collect(plan.clone(), Arc::new(task_ctx)).await.map_err(FoamError::from)?;
+        let elapsed = started.elapsed();
+        let after = crate::system_tables::traffic_snapshots(&self.node, false).await;
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        let mut text = datafusion_distributed::explain_analyze(plan, datafusion_distributed::DistributedMetricsFormat::PerTask)
+            .await
+            .map_err(FoamError::from)?;
+        text.push_str(&format!("\n{rows} rows in {:.1} ms\nPer node while it ran:\n", elapsed.as_secs_f64() * 1e3));
+        text.push_str(&crate::system_tables::traffic_delta_lines(&before, &after).join("\n"));
+        text.push('\n');
+        let schema = explain_schema();
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(vec!["plan_with_metrics"])) as ArrayRef,
+                Arc::new(StringArray::from(vec![text])) as ArrayRef,
+            ],
+        )
+        .map_err(|e| FoamError::internal(e.to_string()))?;
+        Ok(rows_output(schema, vec![batch]))
     }
 
     /// EXPLAIN shows the distributed plan (stages, tasks, and the nodes that

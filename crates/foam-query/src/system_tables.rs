@@ -209,6 +209,29 @@ fn node_totals(snapshots: &[(NodeId, Option<TrafficSnapshot>)]) -> BTreeMap<Node
     totals
 }
 
+/// One line per node: what it sent and received and how long it waited on
+/// peers between two sets of snapshots.
+pub fn traffic_delta_lines(before: &[(NodeId, Option<TrafficSnapshot>)], after: &[(NodeId, Option<TrafficSnapshot>)]) -> Vec<String> {
+    let start = node_totals(before);
+    let end = node_totals(after);
+    let waited = |snapshots: &[(NodeId, Option<TrafficSnapshot>)], id: NodeId| {
+        snapshots.iter().find(|(n, _)| *n == id).and_then(|(_, s)| s.as_ref()).map(|s| s.wait_ms).unwrap_or(0)
+    };
+    end.iter()
+        .map(|(id, t)| {
+            let s = start.get(id).copied().unwrap_or_default();
+            format!(
+                "  node {id}: sent {} messages, {} bytes; received {} messages, {} bytes; streams waited on peers {} ms in all",
+                t.messages_sent.saturating_sub(s.messages_sent),
+                t.bytes_sent.saturating_sub(s.bytes_sent),
+                t.messages_received.saturating_sub(s.messages_received),
+                t.bytes_received.saturating_sub(s.bytes_received),
+                waited(after, *id).saturating_sub(waited(before, *id)),
+            )
+        })
+        .collect()
+}
+
 async fn cluster_stats(node: &Arc<NodeContext>) -> FoamResult<RecordBatch> {
     let snapshots = traffic_snapshots(node, false).await;
     let totals = node_totals(&snapshots);
