@@ -149,7 +149,16 @@ pub fn run(args: LocalArgs) -> Result<(), String> {
     let stop = Arc::new(AtomicBool::new(false));
     let stop_flag = stop.clone();
     ctrlc::set_handler(move || stop_flag.store(true, Ordering::SeqCst)).map_err(|e| format!("cannot handle Ctrl-C: {e}"))?;
-    let mut cluster = LocalCluster::start(args.nodes, &args.data_dir, args.sql_port, &stop)?;
+    let mut cluster = match LocalCluster::start(args.nodes, &args.data_dir, args.sql_port, &stop) {
+        Ok(cluster) => cluster,
+        // Ctrl-C or SIGTERM while nodes were starting: they are stopped (the
+        // partly started cluster was dropped), which is what was asked.
+        Err(_) if stop.load(Ordering::SeqCst) => {
+            println!("Stopped before the cluster was ready.");
+            return Ok(());
+        }
+        Err(error) => return Err(error),
+    };
     if let Some(scale_factor) = args.tpch {
         load_tpch_once(&cluster.url(), scale_factor)?;
     }

@@ -11,16 +11,19 @@ use foam_common::{FoamError, FoamResult};
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
-use parquet::basic::{Compression, ZstdLevel};
+use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 
 /// Rows per Parquet row group: large enough for good compression, small enough
 /// that a reader's memory per file stays modest.
 const ROW_GROUP_ROWS_MAX: usize = 128 * 1024;
 
+/// Snappy: a fraction of zstd's cost to write and to read back, which both
+/// loads and scans pay on every row (files written with zstd by earlier
+/// versions still read: each file names its codec).
 pub fn writer_properties() -> WriterProperties {
     WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap_or_default()))
+        .set_compression(Compression::SNAPPY)
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS_MAX))
         .build()
 }
