@@ -41,6 +41,7 @@ use datafusion_distributed::{
     SessionStateBuilderExt, Worker, WorkerQueryContext, WorkerResolver,
 };
 use foam_common::NodeId;
+use foam_common::limits::SCAN_ROWS_PER_TASK;
 use url::Url;
 
 use crate::codec::FoamCodec;
@@ -85,7 +86,21 @@ impl DesiredTaskCountHandler for DesiredTasks {
         Some(Ok(if owners.is_empty() || scan.spec().replicated {
             DesiredTaskCountEventResponse::maximum(1)
         } else {
-            DesiredTaskCountEventResponse::desired(owners.len())
+            // One task per owner for a large scan; fewer for a small one
+            // (tasks then read several owners' partitions, some remotely).
+            let per_task = event
+                .session_config
+                .options()
+                .extensions
+                .get::<FoamOptions>()
+                .map(|o| o.scan_rows_per_task)
+                .unwrap_or(SCAN_ROWS_PER_TASK)
+                .max(1);
+            let wanted = match scan.spec().estimated_rows {
+                Some(rows) => rows.div_ceil(per_task).max(1) as usize,
+                None => owners.len(),
+            };
+            DesiredTaskCountEventResponse::desired(wanted.min(owners.len()))
         }))
     }
 }
@@ -257,9 +272,23 @@ impl WorkerChannel for CountedChannel {
     }
 }
 
+datafusion::common::extensions_options! {
+    /// FoamDB's planner settings, set with `SET foam.<name> = value`.
+    pub struct FoamOptions {
+        /// Estimated rows per task before a scan is spread over more of its
+        /// owner nodes (see `SCAN_ROWS_PER_TASK`).
+        pub scan_rows_per_task: u64, default = SCAN_ROWS_PER_TASK
+    }
+}
+
+impl datafusion::config::ConfigExtension for FoamOptions {
+    const PREFIX: &'static str = "foam";
+}
+
 /// The session configuration every FoamDB session starts from.
 pub fn base_config(node: Arc<NodeContext>) -> SessionConfig {
     SessionConfig::new()
+        .with_option_extension(FoamOptions::default())
         .with_default_catalog_and_schema(crate::catalog_provider::CATALOG_NAME, crate::catalog_provider::SCHEMA_NAME)
         .with_create_default_catalog_and_schema(false)
         .with_information_schema(true)

@@ -325,6 +325,14 @@ impl FoamSession {
                     let value = value.trim().trim_matches('\'').to_string();
                     if name == EXCHANGE_BATCH_ROWS {
                         self.set_exchange_batch_rows(&value)?;
+                    } else if name.starts_with("foam.") {
+                        // FoamDB's planner settings (distributed::FoamOptions).
+                        let state = self.ctx.state_ref();
+                        let mut state = state.write();
+                        state.config_mut().options_mut().set(&name, &value).map_err(|_| FoamError::Query {
+                            message: format!("unrecognized configuration parameter \"{name}\" or bad value \"{value}\""),
+                            sqlstate: "42704",
+                        })?;
                     }
                     self.settings.lock().unwrap_or_else(|p| p.into_inner()).insert(name, value);
                 }
