@@ -16,7 +16,7 @@ pub const BATCH_ROWS: usize = 8192;
 /// Rows a scan should have per task before it is spread over more of its
 /// owner nodes: a small table read by one task (pulling the other owners'
 /// partitions) costs less than a stage fanned out to every node.
-pub const SCAN_ROWS_PER_TASK: u64 = 500_000;
+pub const SCAN_ROWS_PER_TASK: u64 = 50_000;
 
 /// Rows a coordinator buffers for one partition before it ships them to the
 /// owner node; large messages amortize per-message network and fsync cost.

@@ -225,21 +225,30 @@ impl ChannelResolver for FoamChannelResolver {
             .map(|n| n.id)
             .filter(|id| *id != self.node.node_id);
         Ok(match peer {
-            Some(peer) => Box::new(CountedChannel { inner, peer, traffic: self.node.traffic.clone() }),
+            Some(peer) => {
+                let traffic = self.node.traffic.clone();
+                let observe: StreamObserver =
+                    Arc::new(move |stream| foam_rpc::traffic::CountedStream::new(stream, traffic.clone(), peer).boxed());
+                Box::new(ObservedChannel { inner, observe })
+            }
             None => inner,
         })
     }
 }
 
-/// A worker connection to a peer whose result streams are counted as they arrive.
-struct CountedChannel {
-    inner: Box<dyn WorkerChannel>,
-    peer: NodeId,
-    traffic: Arc<foam_rpc::Traffic>,
+/// Wraps each result stream a worker connection returns.
+pub type StreamObserver =
+    Arc<dyn Fn(BoxStream<'static, Result<RecordBatch>>) -> BoxStream<'static, Result<RecordBatch>> + Send + Sync>;
+
+/// A worker connection whose result streams pass through an observer (to
+/// count what arrives from a peer); everything else is passed through.
+pub struct ObservedChannel {
+    pub inner: Box<dyn WorkerChannel>,
+    pub observe: StreamObserver,
 }
 
 #[async_trait]
-impl WorkerChannel for CountedChannel {
+impl WorkerChannel for ObservedChannel {
     async fn coordinator_channel(
         &mut self,
         headers: HeaderMap,
@@ -248,8 +257,6 @@ impl WorkerChannel for CountedChannel {
         metrics: ExecutionPlanMetricsSet,
         task_ctx: &Arc<TaskContext>,
     ) -> Result<BoxStream<'static, Result<WorkerToCoordinatorMsg>>> {
-        // The plan fragment: one message; its size is not exposed here.
-        self.traffic.sent(self.peer, 1, 0);
         self.inner.coordinator_channel(headers, set_plan_request, c2w_stream, metrics, task_ctx).await
     }
 
@@ -261,10 +268,7 @@ impl WorkerChannel for CountedChannel {
         task_ctx: &Arc<TaskContext>,
     ) -> Result<Vec<BoxStream<'static, Result<RecordBatch>>>> {
         let streams = self.inner.execute_task(headers, request, metrics, task_ctx).await?;
-        Ok(streams
-            .into_iter()
-            .map(|stream| foam_rpc::traffic::CountedStream::new(stream, self.traffic.clone(), self.peer).boxed())
-            .collect())
+        Ok(streams.into_iter().map(|stream| (self.observe)(stream)).collect())
     }
 
     async fn get_worker_info(&mut self, request: GetWorkerInfoRequest) -> Result<GetWorkerInfoResponse> {

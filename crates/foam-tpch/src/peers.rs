@@ -21,17 +21,13 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use datafusion::error::{DataFusionError, Result};
-use datafusion::execution::{SessionStateBuilder, TaskContext};
-use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use datafusion_distributed::{
-    ChannelResolver, CoordinatorToWorkerMsg, DistributedExt, ExecuteTaskRequest, GetWorkerInfoRequest,
-    GetWorkerInfoResponse, SessionStateBuilderExt, SetPlanRequest, Worker, WorkerChannel, WorkerQueryContext,
-    WorkerResolver, WorkerToCoordinatorMsg,
+    ChannelResolver, DistributedExt, SessionStateBuilderExt, Worker, WorkerChannel, WorkerQueryContext, WorkerResolver,
 };
+use foam_query::distributed::{ObservedChannel, StreamObserver};
 use futures::StreamExt;
-use futures::stream::BoxStream;
-use tonic::codegen::http::HeaderMap;
 use url::Url;
 
 use crate::schema::{ALL_TABLES, TpchTable, conform};
@@ -191,54 +187,19 @@ impl ChannelResolver for CountingResolver {
         if *url == self.me {
             return Ok(inner);
         }
-        Ok(Box::new(CountingChannel { inner, traffic: self.traffic.clone() }))
-    }
-}
-
-struct CountingChannel {
-    inner: Box<dyn WorkerChannel>,
-    traffic: Arc<PeerBytes>,
-}
-
-#[async_trait]
-impl WorkerChannel for CountingChannel {
-    async fn coordinator_channel(
-        &mut self,
-        headers: HeaderMap,
-        set_plan_request: SetPlanRequest,
-        c2w_stream: BoxStream<'static, CoordinatorToWorkerMsg>,
-        metrics: ExecutionPlanMetricsSet,
-        task_ctx: &Arc<TaskContext>,
-    ) -> Result<BoxStream<'static, Result<WorkerToCoordinatorMsg>>> {
-        self.inner.coordinator_channel(headers, set_plan_request, c2w_stream, metrics, task_ctx).await
-    }
-
-    async fn execute_task(
-        &mut self,
-        headers: HeaderMap,
-        request: ExecuteTaskRequest,
-        metrics: ExecutionPlanMetricsSet,
-        task_ctx: &Arc<TaskContext>,
-    ) -> Result<Vec<BoxStream<'static, Result<RecordBatch>>>> {
-        let streams = self.inner.execute_task(headers, request, metrics, task_ctx).await?;
-        Ok(streams
-            .into_iter()
-            .map(|stream| {
-                let traffic = self.traffic.clone();
-                stream
-                    .map(move |batch| {
-                        if let Ok(batch) = &batch {
-                            traffic.add(batch);
-                        }
-                        batch
-                    })
-                    .boxed()
-            })
-            .collect())
-    }
-
-    async fn get_worker_info(&mut self, request: GetWorkerInfoRequest) -> Result<GetWorkerInfoResponse> {
-        self.inner.get_worker_info(request).await
+        let traffic = self.traffic.clone();
+        let observe: StreamObserver = Arc::new(move |stream| {
+            let traffic = traffic.clone();
+            stream
+                .map(move |batch| {
+                    if let Ok(batch) = &batch {
+                        traffic.add(batch);
+                    }
+                    batch
+                })
+                .boxed()
+        });
+        Ok(Box::new(ObservedChannel { inner, observe }))
     }
 }
 
