@@ -606,8 +606,14 @@ fn report_markdown(
     }
     let _ = writeln!(md, "{total}");
     if let (Some(foam), Some(dfd)) = (distributed.first(), distributed.iter().find(|e| e.name.starts_with("datafusion-distributed"))) {
-        if let (Some(a), Some(b)) = (foam.total_bytes(), dfd.total_bytes()) {
-            let _ = writeln!(md, "\n{} sends {:.2}x the bytes of {} (target ≤ 0.5).", foam.name, a as f64 / b.max(1) as f64, dfd.name);
+        match (foam.total_bytes(), dfd.total_bytes()) {
+            (Some(_), Some(0)) => {
+                let _ = writeln!(md, "\n{} sent nothing between workers: at this size it ran every stage in one task.", dfd.name);
+            }
+            (Some(a), Some(b)) => {
+                let _ = writeln!(md, "\n{} sends {:.2}x the bytes of {} (target ≤ 0.5).", foam.name, a as f64 / b as f64, dfd.name);
+            }
+            _ => {}
         }
     }
 
