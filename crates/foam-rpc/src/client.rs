@@ -62,7 +62,12 @@ impl NodeClient {
         }
         let action = Action { r#type: ACTION_TYPE.into(), body };
         let mut client = self.inner.clone();
-        let mut results = client.do_action(action).await.map_err(|s| self.error_of(s))?.into_inner();
+        let mut results = match client.do_action(action.clone()).await {
+            Err(status) if never_sent(&status) => client.do_action(action).await,
+            other => other,
+        }
+        .map_err(|s| self.error_of(s))?
+        .into_inner();
         let result = results
             .message()
             .await
@@ -78,11 +83,13 @@ impl NodeClient {
     pub async fn scan(&self, request: &ScanRequest) -> FoamResult<BatchStream> {
         let ticket = serde_json::to_vec(request).map_err(|e| FoamError::internal(e.to_string()))?;
         let mut client = self.inner.clone();
-        let stream = client
-            .do_get(Ticket { ticket: ticket.into() })
-            .await
-            .map_err(|s| self.error_of(s))?
-            .into_inner();
+        let ticket = Ticket { ticket: ticket.into() };
+        let stream = match client.do_get(ticket.clone()).await {
+            Err(status) if never_sent(&status) => client.do_get(ticket).await,
+            other => other,
+        }
+        .map_err(|s| self.error_of(s))?
+        .into_inner();
         let this = self.clone();
         let batches = FlightRecordBatchStream::new_from_flight_data(stream.map_err(|s| FlightError::Tonic(Box::new(s))))
             .map(move |item| {
@@ -111,6 +118,13 @@ impl NodeClient {
             _ => FoamError::Remote { sqlstate: "XX000".into(), message: status.message().to_string() },
         }
     }
+}
+
+/// A call that failed before it reached the peer: the channel's last
+/// connection attempt failed (tonic reports that once, on the next call, even
+/// when the peer is back), so the call can be sent again whatever it does.
+fn never_sent(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::Unavailable && status.message().contains("tcp connect error")
 }
 
 /// The clients of all peers, created on first use and reused after.
