@@ -98,6 +98,23 @@ fn returns_rows(plan: &LogicalPlan) -> bool {
 /// The setting that sizes batches sent between nodes, and its largest value.
 const EXCHANGE_BATCH_ROWS: &str = "foam.exchange_batch_rows";
 const EXCHANGE_BATCH_ROWS_MAX: usize = 16 * 1024 * 1024;
+/// The setting that caps batches sent between nodes by bytes, and the size
+/// assumed for a string or binary value when turning it into rows.
+const EXCHANGE_BATCH_BYTES: &str = "foam.exchange_batch_bytes";
+const STRING_BYTES_ESTIMATE: usize = 32;
+
+/// Estimated bytes of one row of `schema` in Arrow buffers.
+fn row_bytes_estimate(schema: &arrow::datatypes::Schema) -> usize {
+    schema
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            DataType::Boolean => 1,
+            t => t.primitive_width().unwrap_or(STRING_BYTES_ESTIMATE),
+        })
+        .sum::<usize>()
+        .max(1)
+}
 
 pub struct FoamSession {
     node: Arc<NodeContext>,
@@ -256,7 +273,10 @@ impl FoamSession {
                     return Ok(StatementOutput::Command { tag: "INSERT".into(), rows: Some(rows) });
                 }
                 let schema = Arc::new(frame.schema().as_arrow().clone());
-                let stream = frame.execute_stream().await.map_err(FoamError::from)?;
+                let physical = frame.clone().create_physical_plan().await.map_err(FoamError::from)?;
+                self.apply_exchange_batch_bytes(&physical)?;
+                let task_ctx = Arc::new(frame.task_ctx());
+                let stream = datafusion::physical_plan::execute_stream(physical, task_ctx).map_err(FoamError::from)?;
                 // The query counts as active until its rows are consumed or dropped.
                 let stream = stream.map(move |batch| {
                     let _ = &running;
@@ -325,6 +345,12 @@ impl FoamSession {
                     let value = value.trim().trim_matches('\'').to_string();
                     if name == EXCHANGE_BATCH_ROWS {
                         self.set_exchange_batch_rows(&value)?;
+                    } else if name == EXCHANGE_BATCH_BYTES {
+                        if !value.parse::<usize>().is_ok_and(|b| b > 0) {
+                            return Err(FoamError::InvalidParameter {
+                                message: format!("{EXCHANGE_BATCH_BYTES} must be a positive whole number of bytes, not \"{value}\""),
+                            });
+                        }
                     } else if name.starts_with("foam.") {
                         // FoamDB's planner settings (distributed::FoamOptions).
                         let state = self.ctx.state_ref();
@@ -364,6 +390,33 @@ impl FoamSession {
         let state = self.ctx.state_ref();
         let mut state = state.write();
         state.config_mut().options_mut().set("distributed.shuffle_batch_size", &rows.to_string()).map_err(FoamError::from)
+    }
+
+    /// `SET foam.exchange_batch_bytes = b`: caps the batches a query's stages
+    /// send between nodes at about `b` bytes, by turning it into rows for this
+    /// query from the widest row it shuffles (fixed-width columns at their
+    /// width, strings and binaries at `STRING_BYTES_ESTIMATE`), and at most
+    /// `foam.exchange_batch_rows` when that is set too.
+    fn apply_exchange_batch_bytes(&self, plan: &Arc<dyn datafusion::physical_plan::ExecutionPlan>) -> FoamResult<()> {
+        use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+        let (bytes, rows) = {
+            let settings = self.settings.lock().unwrap_or_else(|p| p.into_inner());
+            (settings.get(EXCHANGE_BATCH_BYTES).cloned(), settings.get(EXCHANGE_BATCH_ROWS).cloned())
+        };
+        let Some(bytes) = bytes else { return Ok(()) };
+        let bytes: usize = bytes.parse().unwrap_or(usize::MAX);
+        let mut widest = 1usize;
+        let _ = plan.apply(|node| {
+            if node.is::<datafusion::physical_plan::repartition::RepartitionExec>() {
+                widest = widest.max(row_bytes_estimate(&node.schema()));
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        let cap = rows.and_then(|r| r.parse::<usize>().ok()).unwrap_or(EXCHANGE_BATCH_ROWS_MAX);
+        let batch_rows = (bytes / widest).clamp(1, cap.min(EXCHANGE_BATCH_ROWS_MAX));
+        let state = self.ctx.state_ref();
+        let mut state = state.write();
+        state.config_mut().options_mut().set("distributed.shuffle_batch_size", &batch_rows.to_string()).map_err(FoamError::from)
     }
 
     /// Refuses a view that would reach itself through the views it reads
