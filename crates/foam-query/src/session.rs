@@ -103,6 +103,15 @@ const EXCHANGE_BATCH_ROWS_MAX: usize = 16 * 1024 * 1024;
 const EXCHANGE_BATCH_BYTES: &str = "foam.exchange_batch_bytes";
 const STRING_BYTES_ESTIMATE: usize = 32;
 
+/// Whether datafusion-distributed sends each task's metrics back.
+fn set_collect_metrics(ctx: &SessionContext, on: bool) {
+    let state = ctx.state_ref();
+    let mut state = state.write();
+    if let Err(error) = state.config_mut().options_mut().set("distributed.collect_metrics", if on { "true" } else { "false" }) {
+        tracing::warn!(%error, "cannot set distributed.collect_metrics");
+    }
+}
+
 /// Estimated bytes of one row of `schema` in Arrow buffers.
 fn row_bytes_estimate(schema: &arrow::datatypes::Schema) -> usize {
     schema
@@ -131,6 +140,9 @@ impl FoamSession {
             .build();
         let ctx = SessionContext::new_with_state(state);
         ctx.register_udf(crate::system_tables::ClusterStatsReset::udf(node.clone()));
+        // Per-task metrics travel back only for EXPLAIN ANALYZE: collecting
+        // them for every query cost 5-10% of small distributed queries.
+        set_collect_metrics(&ctx, false);
         // psql's backslash commands query pg_catalog; datafusion-pg-catalog
         // emulates it over our catalog.
         if let Err(error) = datafusion_pg_catalog::setup_pg_catalog(
@@ -505,9 +517,15 @@ impl FoamSession {
     /// (other queries running at the same time are counted too).
     async fn explain_analyze(&self, statement: &Statement) -> FoamResult<StatementOutput> {
         let sql = statement.to_string();
-        let frame = self.ctx.sql(&sql).await.map_err(FoamError::from)?;
-        let task_ctx = frame.task_ctx();
-        let plan = frame.create_physical_plan().await.map_err(FoamError::from)?;
+        set_collect_metrics(&self.ctx, true);
+        let planned = async {
+            let frame = self.ctx.sql(&sql).await?;
+            let task_ctx = frame.task_ctx();
+            Ok::<_, datafusion::error::DataFusionError>((task_ctx, frame.create_physical_plan().await?))
+        }
+        .await;
+        set_collect_metrics(&self.ctx, false);
+        let (task_ctx, plan) = planned.map_err(FoamError::from)?;
         let before = crate::system_tables::traffic_snapshots(&self.node, false).await;
         let started = std::time::Instant::now();
         let batches = datafusion::physical_plan::collect(plan.clone(), Arc::new(task_ctx)).await.map_err(FoamError::from)?;
