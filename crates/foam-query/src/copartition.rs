@@ -26,8 +26,8 @@
 
 use std::sync::Arc;
 
-use datafusion::common::tree_node::{Transformed, TreeNode};
 use arrow::datatypes::Schema;
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
 use datafusion::physical_expr::{Distribution, Partitioning, PhysicalExpr};

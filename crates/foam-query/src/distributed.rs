@@ -25,23 +25,20 @@ use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionConfig;
-use arrow::record_batch::RecordBatch;
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+use arrow::record_batch::RecordBatch;
 use datafusion_distributed::{
-    ChannelResolver, CoordinatorToWorkerMsg, ExecuteTaskRequest, GetWorkerInfoRequest, GetWorkerInfoResponse,
-    SetPlanRequest, WorkerChannel, WorkerToCoordinatorMsg,
-};
-use futures::StreamExt;
-use futures::stream::BoxStream;
-use tonic::codegen::http::HeaderMap;
-use datafusion_distributed::{
-    DesiredTaskCountEvent, DesiredTaskCountEventResponse, DesiredTaskCountHandler, DistributedExt, DistributedLeafExec,
-    RouteTasksEvent, RouteTasksEventResponse, ScaleUpLeafNodeEvent, ScaleUpLeafNodeEventResponse,
-    SessionStateBuilderExt, Worker, WorkerQueryContext, WorkerResolver,
+    ChannelResolver, CoordinatorToWorkerMsg, DesiredTaskCountEvent, DesiredTaskCountEventResponse, DesiredTaskCountHandler,
+    DistributedExt, DistributedLeafExec, ExecuteTaskRequest, GetWorkerInfoRequest, GetWorkerInfoResponse, RouteTasksEvent,
+    RouteTasksEventResponse, ScaleUpLeafNodeEvent, ScaleUpLeafNodeEventResponse, SessionStateBuilderExt, SetPlanRequest, Worker,
+    WorkerChannel, WorkerQueryContext, WorkerResolver, WorkerToCoordinatorMsg,
 };
 use foam_common::NodeId;
 use foam_common::limits::SCAN_ROWS_PER_TASK;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use tonic::codegen::http::HeaderMap;
 use url::Url;
 
 use crate::codec::FoamCodec;
@@ -137,13 +134,11 @@ fn scale_up_scan(scan: &FoamScanExec, original: &Arc<dyn ExecutionPlan>, task_co
     } else {
         // Task index = the owner's position among the layout's distinct
         // owners (pruned or not), the numbering routed shuffles use too.
-        let mut layout_owners: Vec<NodeId> = match &scan.spec().layout {
-            Some(layout) => layout.owners.clone(),
-            None => owners.clone(),
-        };
-        layout_owners.sort_unstable();
-        layout_owners.dedup();
-        let task_of = |owner: NodeId| layout_owners.binary_search(&owner).unwrap_or(0) % task_count;
+        let index = crate::route::owner_index(match &scan.spec().layout {
+            Some(layout) => &layout.owners,
+            None => &owners,
+        });
+        let task_of = |owner: NodeId| index(owner) as usize % task_count;
         for task in 0..task_count {
             let variant_groups: Vec<Vec<PartitionRead>> = groups
                 .iter()

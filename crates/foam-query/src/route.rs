@@ -164,6 +164,9 @@ impl ScalarUDFImpl for FoamRoute {
         if task_of.len() as u64 != n {
             return Err(DataFusionError::Internal(format!("{ROUTE_FUNCTION}: {} task indices for {n} partitions", task_of.len())));
         }
+        if task_of.iter().any(|t| *t >= workers) {
+            return Err(DataFusionError::Internal(format!("{ROUTE_FUNCTION}: a task index is not below {workers} workers")));
+        }
         let keys: Vec<ArrayRef> =
             args.args[..count - 3].iter().map(|k| k.to_array(args.number_rows)).collect::<Result<_>>()?;
         let table = route_table(n, workers)?;
@@ -189,13 +192,20 @@ pub struct RouteSpec {
     pub owners: Vec<NodeId>,
 }
 
-/// The task index of each partition: the position of its owner among the
-/// layout's distinct owners (`distributed.rs` puts it in task `index mod T`).
-pub fn task_indices(owners: &[NodeId]) -> Vec<u64> {
+/// The task index of an owner node: its position among a layout's distinct
+/// owners. Scans put a partition in task `index mod T` (`distributed.rs`) and
+/// routed shuffles deliver to the same task; both number owners here.
+pub fn owner_index(owners: &[NodeId]) -> impl Fn(NodeId) -> u64 + use<> {
     let mut distinct: Vec<NodeId> = owners.to_vec();
     distinct.sort_unstable();
     distinct.dedup();
-    owners.iter().map(|o| distinct.binary_search(o).unwrap_or(0) as u64).collect()
+    move |owner| distinct.binary_search(&owner).unwrap_or(0) as u64
+}
+
+/// The task index of each partition of a layout (see `owner_index`).
+pub fn task_indices(owners: &[NodeId]) -> Vec<u64> {
+    let index = owner_index(owners);
+    owners.iter().map(|o| index(*o)).collect()
 }
 
 /// Builds the routed shuffle of `input` (see the module documentation), or
