@@ -39,11 +39,19 @@ async fn ping(node: &Arc<NodeContext>, id: NodeId) -> Option<(u64, u64)> {
         let ordering = std::sync::atomic::Ordering::Relaxed;
         return Some((node.partition_scans.load(ordering), node.rows_sent_to_peers.load(ordering)));
     }
-    let client = node.client_for(id).ok()?;
-    let ping = client.call(&NodeRequest::Ping, &[]);
-    match tokio::time::timeout(Duration::from_millis(PEER_CONNECT_TIMEOUT_MS), ping).await {
-        Ok(Ok((NodeResponse::Pong { partition_scans, rows_sent_to_peers, .. }, _))) => Some((partition_scans, rows_sent_to_peers)),
+    match ask(node, id, &NodeRequest::Ping).await {
+        Ok(NodeResponse::Pong { partition_scans, rows_sent_to_peers, .. }) => Some((partition_scans, rows_sent_to_peers)),
         _ => None,
+    }
+}
+
+/// A peer's answer to `request`, or an error naming it when it does not
+/// answer within the connect timeout (system tables must not hang on a dead node).
+async fn ask(node: &Arc<NodeContext>, id: NodeId, request: &NodeRequest) -> FoamResult<NodeResponse> {
+    let client = node.client_for(id)?;
+    match tokio::time::timeout(Duration::from_millis(PEER_CONNECT_TIMEOUT_MS), client.call(request, &[])).await {
+        Ok(answer) => answer.map(|(response, _)| response),
+        Err(_) => Err(FoamError::NodeUnavailable { node_id: id, addr: client.addr().into(), message: "timed out".into() }),
     }
 }
 
@@ -138,14 +146,9 @@ async fn partition_stats(
     if owner == node.node_id {
         return Ok(partitions.into_iter().map(|p| (p, node.storage.stats(table_id, p))).collect());
     }
-    let client = node.client_for(owner)?;
-    let request = NodeRequest::PartitionStats { table_id, partitions };
-    let call = client.call(&request, &[]);
-    match tokio::time::timeout(Duration::from_millis(PEER_CONNECT_TIMEOUT_MS), call).await {
-        Ok(Ok((NodeResponse::Stats { stats }, _))) => Ok(stats),
-        Ok(Ok((other, _))) => Err(FoamError::internal(format!("unexpected reply {other:?}"))),
-        Ok(Err(error)) => Err(error),
-        Err(_) => Err(FoamError::NodeUnavailable { node_id: owner, addr: client.addr().into(), message: "timed out".into() }),
+    match ask(node, owner, &NodeRequest::PartitionStats { table_id, partitions }).await? {
+        NodeResponse::Stats { stats } => Ok(stats),
+        other => Err(FoamError::internal(format!("unexpected reply {other:?}"))),
     }
 }
 
@@ -163,16 +166,9 @@ pub async fn traffic_snapshots(node: &Arc<NodeContext>, reset: bool) -> Vec<(Nod
             snapshots.push((id, Some(snapshot)));
             continue;
         }
-        let answer = match node.client_for(id) {
-            Ok(client) => {
-                let request = NodeRequest::Traffic { reset };
-                let call = client.call(&request, &[]);
-                match tokio::time::timeout(Duration::from_millis(PEER_CONNECT_TIMEOUT_MS), call).await {
-                    Ok(Ok((NodeResponse::Traffic { snapshot }, _))) => Some(snapshot),
-                    _ => None,
-                }
-            }
-            Err(_) => None,
+        let answer = match ask(node, id, &NodeRequest::Traffic { reset }).await {
+            Ok(NodeResponse::Traffic { snapshot }) => Some(snapshot),
+            _ => None,
         };
         snapshots.push((id, answer));
     }
