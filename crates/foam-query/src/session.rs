@@ -538,16 +538,7 @@ impl FoamSession {
         text.push_str(&format!("\n{rows} rows in {:.1} ms\nPer node while it ran:\n", elapsed.as_secs_f64() * 1e3));
         text.push_str(&crate::system_tables::traffic_delta_lines(&before, &after).join("\n"));
         text.push('\n');
-        let schema = explain_schema();
-        let batch = RecordBatch::try_new(
-            schema.clone(),
-            vec![
-                Arc::new(StringArray::from(vec!["plan_with_metrics"])) as ArrayRef,
-                Arc::new(StringArray::from(vec![text])) as ArrayRef,
-            ],
-        )
-        .map_err(|e| FoamError::internal(e.to_string()))?;
-        Ok(rows_output(schema, vec![batch]))
+        explain_output("plan_with_metrics", text)
     }
 
     /// EXPLAIN shows the distributed plan (stages, tasks, and the nodes that
@@ -567,16 +558,7 @@ impl FoamSession {
             text.push_str(&line);
             text.push('\n');
         }
-        let schema = explain_schema();
-        let batch = RecordBatch::try_new(
-            schema.clone(),
-            vec![
-                Arc::new(StringArray::from(vec!["physical_plan"])) as ArrayRef,
-                Arc::new(StringArray::from(vec![text])) as ArrayRef,
-            ],
-        )
-        .map_err(|e| FoamError::internal(e.to_string()))?;
-        Ok(rows_output(schema, vec![batch]))
+        explain_output("physical_plan", text)
     }
 }
 
@@ -594,6 +576,14 @@ fn relations_of<V: datafusion::sql::sqlparser::ast::Visit>(node: &V) -> Vec<Stri
 
 fn explain_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![Field::new("plan_type", DataType::Utf8, false), Field::new("plan", DataType::Utf8, false)]))
+}
+
+/// EXPLAIN's one row: the kind of plan and its text, as DataFusion shows it.
+fn explain_output(plan_type: &str, text: String) -> FoamResult<StatementOutput> {
+    let schema = explain_schema();
+    let columns: Vec<ArrayRef> = vec![Arc::new(StringArray::from(vec![plan_type])), Arc::new(StringArray::from(vec![text]))];
+    let batch = RecordBatch::try_new(schema.clone(), columns).map_err(|e| FoamError::internal(e.to_string()))?;
+    Ok(rows_output(schema, vec![batch]))
 }
 
 fn rows_output(schema: SchemaRef, batches: Vec<RecordBatch>) -> StatementOutput {
