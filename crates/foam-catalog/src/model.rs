@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::datatypes::{Field, Schema, SchemaRef};
-use foam_common::limits::{IDENTIFIER_BYTES_MAX, PARTITIONS_PER_NODE_DEFAULT, PARTITIONS_PER_TABLE_MAX};
+use foam_common::limits::{IDENTIFIER_BYTES_MAX, PARTITIONS_PER_NODE_DEFAULT, PARTITIONS_PER_TABLE_MAX, REPLICAS_DEFAULT};
 use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TableId};
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +20,58 @@ pub struct NodeInfo {
     pub node_addr: String,
     /// Address of the node's PostgreSQL endpoint.
     pub sql_addr: String,
+    /// Whether the failure detector hears the node's heartbeats.
+    #[serde(default)]
+    pub state: NodeState,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeState {
+    #[default]
+    Up,
+    /// Missed its heartbeats for `node_dead_after_ms`: not read from, not written to.
+    Down,
+}
+
+/// What one copy of a partition holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplicaState {
+    /// Has every committed write; read from and written to.
+    Live,
+    /// Being copied from a live replica; neither read from nor written to
+    /// until it is switched to live under a write fence.
+    CatchingUp,
+    /// Missed writes (its node went down); copied anew before it is used again.
+    Lost,
+}
+
+impl ReplicaState {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReplicaState::Live => "live",
+            ReplicaState::CatchingUp => "catching-up",
+            ReplicaState::Lost => "lost",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Replica {
+    pub node: NodeId,
+    pub state: ReplicaState,
+}
+
+/// The copies of one partition. `changed_at` is the catalog version at which a
+/// replica last became live: a writer that planned with an older placement may
+/// have missed that replica, so replicas refuse its writes (see the storage
+/// engine's write fences).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Placement {
+    pub replicas: Vec<Replica>,
+    #[serde(default)]
+    pub changed_at: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -34,11 +86,12 @@ pub struct ColumnDef {
 pub enum Distribution {
     /// Rows are split by the partition hash of these columns (indices into the
     /// table's columns) into `owners.len()` partitions; `owners[p]` is the node
-    /// that stores partition `p`.
+    /// queries read partition `p` from: its first live replica on a node that is
+    /// up (derived from [`TableDef::placement`] after every catalog change).
     Hash { key_columns: Vec<usize>, owners: Vec<NodeId> },
-    /// Every node in `nodes` (the cluster's nodes when the table was created)
-    /// stores every row, as partition 0. Recorded so a node that joins later is
-    /// never asked for a copy it does not have.
+    /// Every row on every node of the table's single placement, as partition 0;
+    /// `nodes` are those whose copy is live and up (derived, like `owners`).
+    /// A node that joins later is never asked for a copy it does not have.
     Replicated { nodes: Vec<NodeId> },
 }
 
@@ -48,6 +101,9 @@ pub struct TableDef {
     pub name: String,
     pub columns: Vec<ColumnDef>,
     pub distribution: Distribution,
+    /// Where each partition's copies are, `placement[p]` for partition `p`.
+    #[serde(default)]
+    pub placement: Vec<Placement>,
 }
 
 impl TableDef {
@@ -85,6 +141,56 @@ impl TableDef {
     pub fn is_replicated(&self) -> bool {
         matches!(self.distribution, Distribution::Replicated { .. })
     }
+
+    /// The nodes a write to `partition` must reach: every live replica on a
+    /// node that is up, or an error naming the partition when there is none.
+    pub fn write_targets(&self, partition: PartitionId, nodes: &BTreeMap<NodeId, NodeInfo>) -> FoamResult<Vec<NodeId>> {
+        let placement = self.placement.get(partition as usize).ok_or_else(|| {
+            FoamError::internal(format!("partition {partition} of \"{}\" has no placement", self.name))
+        })?;
+        let targets: Vec<NodeId> = placement
+            .replicas
+            .iter()
+            .filter(|r| r.state == ReplicaState::Live && is_up(nodes, r.node))
+            .map(|r| r.node)
+            .collect();
+        if targets.is_empty() {
+            return Err(FoamError::PartitionUnavailable {
+                message: format!("partition {partition} of \"{}\" has no live replica on a running node", self.name),
+            });
+        }
+        Ok(targets)
+    }
+
+    /// The placement version a writer saw for `partition` (0 without placement).
+    pub fn placement_version(&self, partition: PartitionId) -> u64 {
+        self.placement.get(partition as usize).map(|p| p.changed_at).unwrap_or(0)
+    }
+
+    /// Re-derives the nodes queries read from after placement or node states changed.
+    fn derive_read_nodes(&mut self, nodes: &BTreeMap<NodeId, NodeInfo>) {
+        let readable = |p: &Placement| -> Vec<NodeId> {
+            p.replicas.iter().filter(|r| r.state == ReplicaState::Live && is_up(nodes, r.node)).map(|r| r.node).collect()
+        };
+        match &mut self.distribution {
+            Distribution::Hash { owners, .. } => {
+                for (owner, placement) in owners.iter_mut().zip(&self.placement) {
+                    // With no readable replica the first one stays the owner, so
+                    // a read fails naming a node instead of reading nothing.
+                    *owner = readable(placement).first().copied().or(placement.replicas.first().map(|r| r.node)).unwrap_or(*owner);
+                }
+            }
+            Distribution::Replicated { nodes: readers } => {
+                if let Some(placement) = self.placement.first() {
+                    *readers = readable(placement);
+                }
+            }
+        }
+    }
+}
+
+fn is_up(nodes: &BTreeMap<NodeId, NodeInfo>, node: NodeId) -> bool {
+    nodes.get(&node).is_some_and(|n| n.state == NodeState::Up)
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -111,7 +217,14 @@ pub struct Catalog {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum DistributionSpec {
-    Hash { key_columns: Vec<String>, partitions: Option<u32> },
+    /// `replicas`: copies of each partition (`REPLICAS n`); `None` means
+    /// [`REPLICAS_DEFAULT`] capped at the node count.
+    Hash {
+        key_columns: Vec<String>,
+        partitions: Option<u32>,
+        #[serde(default)]
+        replicas: Option<u32>,
+    },
     Replicated,
 }
 
@@ -125,6 +238,17 @@ pub enum CatalogCommand {
     /// A node joins (no `id`) or comes back after a restart (its `id`), possibly
     /// at new addresses.
     RegisterNode { id: Option<NodeId>, node_addr: String, sql_addr: String },
+    /// The failure detector stopped hearing `id`: its replicas become lost.
+    MarkNodeDown { id: NodeId },
+    /// The failure detector hears `id` again; its lost replicas stay lost
+    /// until they have caught up.
+    MarkNodeUp { id: NodeId },
+    /// A replica of `node` changes state (catch-up starting, finished, or a
+    /// corrupted copy found). Becoming live moves the placement version.
+    SetReplicaState { table_id: TableId, partition: PartitionId, node: NodeId, state: ReplicaState },
+    /// Re-protection and rebalancing: `from`'s copy is replaced by a new one on
+    /// `to`, which starts catching up. `from` may be `None` to add a copy.
+    MoveReplica { table_id: TableId, partition: PartitionId, from: Option<NodeId>, to: NodeId },
 }
 
 /// What an applied command did, for the caller to report.
@@ -160,6 +284,10 @@ impl Catalog {
         if outcome != CommandOutcome::Skipped {
             next.version += 1;
         }
+        let nodes = next.nodes.clone();
+        for table in next.tables.values_mut() {
+            table.derive_read_nodes(&nodes);
+        }
         Ok((next, outcome))
     }
 
@@ -173,12 +301,12 @@ impl Catalog {
                     }
                     return Err(FoamError::DuplicateTable { name: name.clone() });
                 }
-                let distribution = self.place(name, columns, distribution)?;
+                let (distribution, placement) = self.place(name, columns, distribution)?;
                 let id = self.next_table_id.max(1);
                 self.next_table_id = id + 1;
                 self.tables.insert(
                     name.clone(),
-                    TableDef { id, name: name.clone(), columns: columns.clone(), distribution },
+                    TableDef { id, name: name.clone(), columns: columns.clone(), distribution, placement },
                 );
                 Ok(CommandOutcome::Applied)
             }
@@ -218,7 +346,9 @@ impl Catalog {
                         id
                     }
                 };
-                let info = NodeInfo { id, node_addr: node_addr.clone(), sql_addr: sql_addr.clone() };
+                // A registering node is running; its lost replicas stay lost
+                // until its replica keeper has copied them.
+                let info = NodeInfo { id, node_addr: node_addr.clone(), sql_addr: sql_addr.clone(), state: NodeState::Up };
                 if self.nodes.get(&id) == Some(&info) {
                     return Ok(CommandOutcome::NodeRegistered { id });
                 }
@@ -226,13 +356,99 @@ impl Catalog {
                 self.nodes.insert(id, info);
                 Ok(CommandOutcome::NodeRegistered { id })
             }
+            CatalogCommand::MarkNodeDown { id } => {
+                let node = self.nodes.get_mut(id).ok_or_else(|| FoamError::internal(format!("node {id} is not in the catalog")))?;
+                if node.state == NodeState::Down {
+                    return Ok(CommandOutcome::Skipped);
+                }
+                node.state = NodeState::Down;
+                let nodes = self.nodes.clone();
+                for placement in self.tables.values_mut().flat_map(|t| t.placement.iter_mut()) {
+                    // The last live copy stays live: it has every write, and the
+                    // partition is unavailable (not lost) until its node is back.
+                    let others_live = placement
+                        .replicas
+                        .iter()
+                        .any(|r| r.node != *id && r.state == ReplicaState::Live && is_up(&nodes, r.node));
+                    for replica in placement.replicas.iter_mut().filter(|r| r.node == *id) {
+                        if others_live || replica.state != ReplicaState::Live {
+                            replica.state = ReplicaState::Lost;
+                        }
+                    }
+                }
+                Ok(CommandOutcome::Applied)
+            }
+            CatalogCommand::MarkNodeUp { id } => {
+                let node = self.nodes.get_mut(id).ok_or_else(|| FoamError::internal(format!("node {id} is not in the catalog")))?;
+                if node.state == NodeState::Up {
+                    return Ok(CommandOutcome::Skipped);
+                }
+                node.state = NodeState::Up;
+                Ok(CommandOutcome::Applied)
+            }
+            CatalogCommand::SetReplicaState { table_id, partition, node, state } => {
+                let version = self.version + 1;
+                let nodes = self.nodes.clone();
+                let placement = self.placement_mut(*table_id, *partition)?;
+                let replica = placement.replicas.iter().find(|r| r.node == *node).ok_or_else(|| {
+                    FoamError::internal(format!("node {node} holds no replica of partition {partition} of table {table_id}"))
+                })?;
+                if replica.state == *state {
+                    return Ok(CommandOutcome::Skipped);
+                }
+                if replica.state == ReplicaState::Live && *state != ReplicaState::Live {
+                    let others_live = placement
+                        .replicas
+                        .iter()
+                        .any(|r| r.node != *node && r.state == ReplicaState::Live && is_up(&nodes, r.node));
+                    if !others_live {
+                        return Err(FoamError::PartitionUnavailable {
+                            message: format!("partition {partition} of table {table_id} has no other live replica"),
+                        });
+                    }
+                }
+                let replica = placement.replicas.iter_mut().find(|r| r.node == *node).expect("found above");
+                replica.state = *state;
+                if *state == ReplicaState::Live {
+                    placement.changed_at = version;
+                }
+                Ok(CommandOutcome::Applied)
+            }
+            CatalogCommand::MoveReplica { table_id, partition, from, to } => {
+                if !self.nodes.contains_key(to) {
+                    return Err(FoamError::internal(format!("node {to} is not in the catalog")));
+                }
+                let placement = self.placement_mut(*table_id, *partition)?;
+                if placement.replicas.iter().any(|r| r.node == *to) {
+                    return Ok(CommandOutcome::Skipped);
+                }
+                if let Some(from) = from {
+                    placement.replicas.retain(|r| r.node != *from);
+                }
+                placement.replicas.push(Replica { node: *to, state: ReplicaState::CatchingUp });
+                Ok(CommandOutcome::Applied)
+            }
         }
     }
 
+    fn placement_mut(&mut self, table_id: TableId, partition: PartitionId) -> FoamResult<&mut Placement> {
+        let table = self
+            .tables
+            .values_mut()
+            .find(|t| t.id == table_id)
+            .ok_or_else(|| FoamError::UndefinedTable { name: format!("with id {table_id}") })?;
+        let name = table.name.clone();
+        table
+            .placement
+            .get_mut(partition as usize)
+            .ok_or_else(|| FoamError::internal(format!("table \"{name}\" has no partition {partition}")))
+    }
+
     /// Resolves a distribution spec into a partition map over the current nodes.
-    /// Partition `p` goes to the `p mod n`-th node in id order, so every node
-    /// owns the same number of partitions when the count is a multiple of n.
-    fn place(&self, table: &str, columns: &[ColumnDef], spec: &DistributionSpec) -> FoamResult<Distribution> {
+    /// Partition `p`'s `r`-th copy goes to the `(p + r) mod n`-th node in id
+    /// order, so every node holds the same number of partitions (and of first
+    /// copies) when the count is a multiple of n, and copies are on distinct nodes.
+    fn place(&self, table: &str, columns: &[ColumnDef], spec: &DistributionSpec) -> FoamResult<(Distribution, Vec<Placement>)> {
         if columns.is_empty() {
             return Err(FoamError::InvalidTableDefinition {
                 message: format!("table \"{table}\" must have at least one column"),
@@ -252,9 +468,11 @@ impl Catalog {
                 if self.nodes.is_empty() {
                     return Err(FoamError::CatalogUnavailable { message: "the cluster has no nodes".into() });
                 }
-                Ok(Distribution::Replicated { nodes: self.nodes.keys().copied().collect() })
+                let nodes: Vec<NodeId> = self.nodes.keys().copied().collect();
+                let replicas = nodes.iter().map(|n| Replica { node: *n, state: ReplicaState::Live }).collect();
+                Ok((Distribution::Replicated { nodes }, vec![Placement { replicas, changed_at: 0 }]))
             }
-            DistributionSpec::Hash { key_columns, partitions } => {
+            DistributionSpec::Hash { key_columns, partitions, replicas } => {
                 let mut key_indices = Vec::with_capacity(key_columns.len());
                 for key in key_columns {
                     let index = columns.iter().position(|c| &c.name == key).ok_or_else(|| {
@@ -282,8 +500,24 @@ impl Catalog {
                         message: format!("PARTITIONS must be between 1 and {PARTITIONS_PER_TABLE_MAX}, got {count}"),
                     });
                 }
-                let owners = (0..count as usize).map(|p| node_ids[p % node_ids.len()]).collect();
-                Ok(Distribution::Hash { key_columns: key_indices, owners })
+                let n = node_ids.len();
+                let copies = match replicas {
+                    Some(r) if *r == 0 || *r as usize > n => {
+                        return Err(FoamError::InvalidTableDefinition {
+                            message: format!("REPLICAS must be between 1 and the number of nodes ({n}), got {r}"),
+                        });
+                    }
+                    Some(r) => *r as usize,
+                    None => (REPLICAS_DEFAULT as usize).min(n),
+                };
+                let placement: Vec<Placement> = (0..count as usize)
+                    .map(|p| Placement {
+                        replicas: (0..copies).map(|r| Replica { node: node_ids[(p + r) % n], state: ReplicaState::Live }).collect(),
+                        changed_at: 0,
+                    })
+                    .collect();
+                let owners = placement.iter().map(|p| p.replicas[0].node).collect();
+                Ok((Distribution::Hash { key_columns: key_indices, owners }, placement))
             }
         }
     }
@@ -326,7 +560,7 @@ mod tests {
     #[test]
     fn default_partitions_spread_evenly_over_nodes() {
         let catalog = cluster(3);
-        let (catalog, _) = catalog.apply(&create("t", DistributionSpec::Hash { key_columns: vec![], partitions: None })).unwrap();
+        let (catalog, _) = catalog.apply(&create("t", DistributionSpec::Hash { key_columns: vec![], partitions: None, replicas: None })).unwrap();
         let table = catalog.table("t").unwrap();
         assert_eq!(table.partition_count(), 3 * PARTITIONS_PER_NODE_DEFAULT);
         for node in catalog.nodes.keys() {
@@ -344,7 +578,7 @@ mod tests {
         let error = catalog.apply(&create("t", DistributionSpec::Replicated)).unwrap_err();
         assert_eq!(error.sqlstate(), "42P07");
         let error = catalog
-            .apply(&create("u", DistributionSpec::Hash { key_columns: vec!["zz".into()], partitions: None }))
+            .apply(&create("u", DistributionSpec::Hash { key_columns: vec!["zz".into()], partitions: None, replicas: None }))
             .unwrap_err();
         assert_eq!(error.sqlstate(), "42P16");
         assert_eq!(catalog, before);

@@ -15,7 +15,7 @@ mod local;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
-use foam_node::{NodeConfig, run_node};
+use foam_node::{FailurePolicy, NodeConfig, run_node};
 
 #[derive(Parser)]
 #[command(name = "foam", version, about = "FoamDB: a scale-out, shared-nothing SQL database")]
@@ -46,6 +46,13 @@ enum Command {
         /// Query memory in MiB before operators spill to disk.
         #[arg(long, default_value_t = NODE_MEMORY_LIMIT_MB_DEFAULT)]
         memory_limit_mb: usize,
+        /// Milliseconds without heartbeats after which a node is marked down
+        /// (used by the bootstrap node, which runs the failure detector).
+        #[arg(long, default_value_t = foam_common::limits::NODE_DEAD_AFTER_MS_DEFAULT)]
+        node_dead_after_ms: u64,
+        /// Milliseconds a node stays down before its partitions get new copies elsewhere.
+        #[arg(long, default_value_t = foam_common::limits::REPROTECT_AFTER_MS_DEFAULT)]
+        reprotect_after_ms: u64,
     },
     /// Run an N-node cluster on 127.0.0.1 as N processes; Ctrl-C stops it.
     Local(local::LocalArgs),
@@ -92,8 +99,13 @@ fn main() {
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
-        Command::Start { data_dir, sql_addr, node_addr, join, memory_limit_mb } => {
-            let config = NodeConfig { data_dir, sql_addr, node_addr, join, memory_limit_bytes: memory_limit_mb * 1024 * 1024 };
+        Command::Start { data_dir, sql_addr, node_addr, join, memory_limit_mb, node_dead_after_ms, reprotect_after_ms } => {
+            let failure_policy = FailurePolicy {
+                node_dead_after: std::time::Duration::from_millis(node_dead_after_ms),
+                reprotect_after: std::time::Duration::from_millis(reprotect_after_ms),
+            };
+            let config =
+                NodeConfig { data_dir, sql_addr, node_addr, join, memory_limit_bytes: memory_limit_mb * 1024 * 1024, failure_policy };
             start(config)
         }
         Command::Local(args) => local::run(args),

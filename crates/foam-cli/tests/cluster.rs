@@ -68,7 +68,7 @@ async fn million_rows_spread_evenly_join_correctly_and_survive_sigkill() {
     // Spread: the largest node holds within 5% of the average.
     let per_node = query_text(
         &client,
-        "SELECT node_id, sum(row_count) FROM foam_partitions WHERE table_name = 'items' GROUP BY node_id",
+        "SELECT node_id, sum(row_count) FROM foam_partitions WHERE table_name = 'items' AND serves_reads GROUP BY node_id",
     )
     .await;
     assert_eq!(per_node.len(), 3, "every node owns partitions: {per_node:?}");
@@ -334,20 +334,25 @@ async fn rpc_garbage(client: &foam_rpc::NodeClient) -> foam_common::FoamError {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn statement_touching_a_dead_node_fails_cleanly() {
+    // One copy per partition: with the node gone its rows are unavailable,
+    // and statements say so clearly instead of answering wrong.
     let mut cluster = Cluster::start(3);
     let client = cluster.client(0).await;
     client
         .batch_execute(
-            "CREATE TABLE w (k INT, v INT) DISTRIBUTED BY (k);
+            "CREATE TABLE w (k INT, v INT) DISTRIBUTED BY (k) REPLICAS 1;
              INSERT INTO w SELECT CAST(value AS INT), 1 FROM generate_series(1, 300);",
         )
         .await
         .unwrap();
     cluster.kill(2);
     let (code, message) = error_of(&client, "INSERT INTO w SELECT CAST(value AS INT), 2 FROM generate_series(1, 300)").await;
-    assert_eq!(code, "08006", "{message}");
+    assert!(code == "08006" || code == "57P03", "{code} {message}");
     let dead_addr = format!("127.0.0.1:{}", cluster.nodes[2].node_port);
-    assert!(message.contains(&dead_addr) && message.contains("unreachable"), "the error names the node: {message}");
+    assert!(
+        (message.contains(&dead_addr) && message.contains("unreachable")) || message.contains("no live replica"),
+        "the error names the node or the partition: {message}"
+    );
     let (code, message) = error_of(&client, "SELECT count(*) FROM w").await;
     assert!(code == "08006" || code == "XX000", "{code} {message}");
     cluster.restart(2);

@@ -51,6 +51,15 @@ pub enum FoamError {
     #[error("transaction aborted: {message}")]
     TransactionAborted { message: String },
 
+    /// A partition's replicas changed while the statement ran (a copy caught
+    /// up, a node failed); nothing was applied and the statement may be retried.
+    #[error("could not serialize access: {message}; retry the statement")]
+    PlacementChanged { message: String },
+
+    /// No copy of a partition is reachable.
+    #[error("{message}")]
+    PartitionUnavailable { message: String },
+
     #[error("I/O error on {path}: {source}")]
     Io { path: String, #[source] source: std::io::Error },
 
@@ -90,6 +99,8 @@ impl FoamError {
             FoamError::NodeUnavailable { .. } => "08006",
             FoamError::CatalogUnavailable { .. } => "57P03",
             FoamError::TransactionAborted { .. } => "40000",
+            FoamError::PlacementChanged { .. } => "40001",
+            FoamError::PartitionUnavailable { .. } => "57P03",
             FoamError::Io { .. } => "58030",
             FoamError::Corrupted { .. } => "XX001",
             FoamError::Query { sqlstate, .. } => sqlstate,

@@ -6,6 +6,37 @@
 /// per node lets a node scan its share on several cores.
 pub const PARTITIONS_PER_NODE_DEFAULT: u32 = 4;
 
+/// Copies of each partition when `CREATE TABLE` gives no `REPLICAS n` (capped
+/// at the node count): losing any one node loses no data.
+pub const REPLICAS_DEFAULT: u32 = 2;
+
+/// How often the catalog authority pings every node.
+pub const HEARTBEAT_INTERVAL_MS: u64 = 250;
+
+/// Longest wait for one heartbeat's answer.
+pub const HEARTBEAT_TIMEOUT_MS: u64 = 1_000;
+
+/// How long a node may miss heartbeats before it is marked down (`foam start
+/// --node-dead-after-ms`): long enough to ride out a GC-like stall, short
+/// enough that writes to its partitions resume within seconds.
+pub const NODE_DEAD_AFTER_MS_DEFAULT: u64 = 3_000;
+
+/// How long a node stays down before its partitions get new copies elsewhere
+/// (`foam start --reprotect-after-ms`).
+pub const REPROTECT_AFTER_MS_DEFAULT: u64 = 30_000;
+
+/// Longest a request to a peer (stage, prepare, commit, catalog) may take; a
+/// stopped (not crashed) peer then fails the call instead of hanging it.
+/// Generous: a prepare may finish and fsync a large staged segment.
+pub const RPC_REQUEST_TIMEOUT_MS: u64 = 30_000;
+
+/// Longest a write fence waits for prepared transactions on its partition to
+/// finish before the catch-up that set it gives up and tries again later.
+pub const FENCE_DRAIN_TIMEOUT_MS: u64 = 5_000;
+
+/// Bytes per message when a segment file is copied to a new replica.
+pub const REPLICA_COPY_CHUNK_BYTES: usize = 8 * 1024 * 1024;
+
 /// The most partitions one table may have; each partition is a directory, a
 /// manifest and at least one scan task, so the cost of a scan grows with it.
 pub const PARTITIONS_PER_TABLE_MAX: u32 = 4096;
@@ -75,3 +106,7 @@ const _: () = assert!(WRITE_SHIP_ROWS <= MEMTABLE_FLUSH_ROWS);
 const _: () = assert!(STAGE_INLINE_BYTES_MAX < RPC_MESSAGE_BYTES_MAX);
 const _: () = assert!(STAGE_INLINE_BYTES_MAX <= STAGE_INLINE_BYTES_PER_TXN_MAX);
 const _: () = assert!(PARTITIONS_PER_NODE_DEFAULT >= 1);
+const _: () = assert!(REPLICAS_DEFAULT >= 1);
+const _: () = assert!(HEARTBEAT_INTERVAL_MS * 4 <= NODE_DEAD_AFTER_MS_DEFAULT);
+const _: () = assert!(HEARTBEAT_TIMEOUT_MS < NODE_DEAD_AFTER_MS_DEFAULT);
+const _: () = assert!(REPLICA_COPY_CHUNK_BYTES < RPC_MESSAGE_BYTES_MAX);

@@ -1,7 +1,7 @@
 //! The two faces of the catalog service: the authority (on the bootstrap node,
-//! applying DDL one command at a time and persisting each version) and the
-//! cache (on every other node, refreshed from the authority before each
-//! statement).
+//! applying DDL one command at a time and persisting each version, and running
+//! the failure detector, see `membership.rs`) and the cache (on every other
+//! node, refreshed from the authority before each statement).
 
 use std::sync::{Arc, RwLock};
 
@@ -18,11 +18,18 @@ pub struct CatalogAuthority {
     current: RwLock<Arc<Catalog>>,
     /// Serializes DDL so each command applies to the newest version.
     apply_lock: Mutex<()>,
+    /// What the failure detector knows; set once the node has its clients.
+    pub(crate) membership: std::sync::OnceLock<crate::membership::Membership>,
 }
 
 impl CatalogAuthority {
     pub fn new(store: CatalogStore, catalog: Catalog) -> Self {
-        CatalogAuthority { store, current: RwLock::new(Arc::new(catalog)), apply_lock: Mutex::new(()) }
+        CatalogAuthority {
+            store,
+            current: RwLock::new(Arc::new(catalog)),
+            apply_lock: Mutex::new(()),
+            membership: std::sync::OnceLock::new(),
+        }
     }
 }
 
@@ -45,6 +52,13 @@ impl CatalogService for CatalogAuthority {
         let next = Arc::new(next);
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = next.clone();
         Ok((next, outcome))
+    }
+
+    async fn check_nodes(&self) -> FoamResult<Arc<Catalog>> {
+        if let Some(membership) = self.membership.get() {
+            membership.check_now(self).await;
+        }
+        Ok(self.current())
     }
 }
 
@@ -96,6 +110,14 @@ impl CatalogService for CatalogCache {
         })?;
         match reply {
             (NodeResponse::Applied { catalog, outcome }, _) => Ok((self.store(catalog), outcome)),
+            (other, _) => Err(FoamError::internal(format!("unexpected catalog reply {other:?}"))),
+        }
+    }
+
+    async fn check_nodes(&self) -> FoamResult<Arc<Catalog>> {
+        match self.authority.call(&NodeRequest::CheckNodes, &[]).await? {
+            (NodeResponse::Catalog { catalog: Some(catalog) }, _) => Ok(self.store(catalog)),
+            (NodeResponse::Catalog { catalog: None }, _) => Ok(self.current()),
             (other, _) => Err(FoamError::internal(format!("unexpected catalog reply {other:?}"))),
         }
     }

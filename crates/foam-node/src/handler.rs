@@ -14,6 +14,7 @@ use futures::StreamExt;
 
 pub struct FoamNodeHandler {
     pub node: Arc<NodeContext>,
+    pub replication: Arc<crate::replicas::Replication>,
 }
 
 #[async_trait]
@@ -46,6 +47,14 @@ impl NodeHandler for FoamNodeHandler {
                 foam_query::write::abort_transaction(node, txn, &participants).await;
                 NodeResponse::Ok
             }
+            NodeRequest::CheckNodes => {
+                let catalog = node.catalog.check_nodes().await?;
+                NodeResponse::Catalog { catalog: Some(catalog.as_ref().clone()) }
+            }
+            request @ (NodeRequest::ListSegments { .. }
+            | NodeRequest::ReadSegment { .. }
+            | NodeRequest::FenceForCatchUp { .. }
+            | NodeRequest::SwitchInReplica { .. }) => return self.replication.handle(request).await,
             NodeRequest::TxnOutcome { txn } => NodeResponse::Outcome { outcome: node.decisions.outcome(txn) },
             NodeRequest::PartitionStats { table_id, partitions } => NodeResponse::Stats {
                 stats: partitions.into_iter().map(|p| (p, node.storage.stats(table_id, p))).collect(),

@@ -6,12 +6,16 @@
 //!   node-addr ── gRPC ─┬─ Arrow Flight: FoamDB RPC (catalog, 2PC, remote scans)
 //!                      └─ datafusion-distributed worker (query stage fragments)
 //! ```
-//! Every node can coordinate queries; the bootstrap node also holds the
-//! authoritative catalog (until the catalog is replicated).
+//! Every node can coordinate queries and keeps its partition copies whole
+//! (`replicas.rs`); the bootstrap node also holds the authoritative catalog
+//! and runs the failure detector (`membership.rs`).
 
 mod catalog;
 mod handler;
 mod identity;
+mod membership;
+mod replicas;
 mod runtime;
 
+pub use membership::FailurePolicy;
 pub use runtime::{NodeConfig, run_node};

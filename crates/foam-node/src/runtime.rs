@@ -21,6 +21,8 @@ use tokio::net::TcpListener;
 
 use crate::catalog::{CatalogAuthority, CatalogCache};
 use crate::handler::FoamNodeHandler;
+use crate::membership::{FailurePolicy, Membership};
+use crate::replicas::Replication;
 use crate::identity::{self, Identity};
 
 #[derive(Debug, Clone)]
@@ -32,6 +34,9 @@ pub struct NodeConfig {
     pub join: Option<String>,
     /// Memory the query engine may use before it spills to disk.
     pub memory_limit_bytes: usize,
+    /// When the failure detector (on the bootstrap node) marks nodes down and
+    /// re-protects their partitions.
+    pub failure_policy: FailurePolicy,
 }
 
 /// Runs a node until `shutdown` resolves or serving fails.
@@ -54,13 +59,15 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
         node_addr: config.node_addr.clone(),
         sql_addr: config.sql_addr.clone(),
     };
+    let mut authority_handle = None;
     let (node_id, catalog): (NodeId, Arc<dyn CatalogService>) = match &join_addr {
         None => {
             let store = CatalogStore::new(&config.data_dir);
             let stored = store.load()?.unwrap_or_default();
-            let authority = CatalogAuthority::new(store, stored);
+            let authority = Arc::new(CatalogAuthority::new(store, stored));
             let (_, outcome) = authority.apply(register).await?;
-            (registered_id(outcome)?, Arc::new(authority))
+            authority_handle = Some(authority.clone());
+            (registered_id(outcome)?, authority)
         }
         Some(addr) => {
             let client = NodeClient::new(0, addr)?;
@@ -85,8 +92,15 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
         rows_sent_to_peers: Default::default(),
     });
     let runtime = query_runtime(&config)?;
+    let replication = Replication::new(node.clone());
+    replication.init_fences(&node.catalog.current());
+    let detector = authority_handle.map(|authority| {
+        let _ = authority.membership.set(Membership::new(node_id, node.clients.clone(), config.failure_policy));
+        tokio::spawn(crate::membership::run(authority))
+    });
+    let keeper = tokio::spawn(replication.clone().run_keeper());
 
-    let handler = Arc::new(FoamNodeHandler { node: node.clone() });
+    let handler = Arc::new(FoamNodeHandler { node: node.clone(), replication });
     let worker = foam_query::distributed::worker(node.clone(), runtime.clone());
     let grpc = tonic::transport::Server::builder()
         .add_service(foam_rpc::node_flight_server(handler))
@@ -111,6 +125,10 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
     };
     resolver.abort();
     sampler.abort();
+    keeper.abort();
+    if let Some(detector) = detector {
+        detector.abort();
+    }
     tracing::info!(node_id, "node stopping");
     outcome
 }

@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use foam_catalog::model::CommandOutcome;
+use foam_catalog::model::ReplicaState;
 use foam_catalog::{Catalog, CatalogCommand, NodeInfo};
-use foam_common::{FoamResult, NodeId};
+use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TableId};
 use foam_rpc::{NodeClient, NodeClients};
 use foam_storage::{DecisionLog, StorageEngine};
 
@@ -22,6 +23,30 @@ pub trait CatalogService: Send + Sync {
     async fn refresh(&self) -> FoamResult<Arc<Catalog>>;
     /// Applies a DDL command on the authority; returns the new catalog.
     async fn apply(&self, command: CatalogCommand) -> FoamResult<(Arc<Catalog>, CommandOutcome)>;
+    /// Has the authority ping every node now and mark the ones that refuse
+    /// connections down (a query just failed talking to a peer); returns the
+    /// catalog after.
+    async fn check_nodes(&self) -> FoamResult<Arc<Catalog>>;
+}
+
+/// Takes a damaged copy of a partition on this node out of service.
+#[derive(Clone)]
+pub struct DamageReporter {
+    node_id: NodeId,
+    catalog: Arc<dyn CatalogService>,
+}
+
+impl DamageReporter {
+    /// Marks this node's replica of the partition lost, so queries read another
+    /// replica and the replica keeper copies it anew. The last live copy is
+    /// kept (the catalog refuses), and the error stays the query's answer.
+    pub async fn report_damaged(&self, table_id: TableId, partition: PartitionId, error: &FoamError) {
+        tracing::error!(table_id, partition, %error, "damaged partition copy found; taking it out of service for repair");
+        let command = CatalogCommand::SetReplicaState { table_id, partition, node: self.node_id, state: ReplicaState::Lost };
+        if let Err(error) = self.catalog.apply(command).await {
+            tracing::warn!(table_id, partition, %error, "could not take the damaged copy out of service");
+        }
+    }
 }
 
 pub struct NodeContext {
@@ -54,6 +79,10 @@ impl NodeContext {
     pub fn client_for(&self, node_id: NodeId) -> FoamResult<NodeClient> {
         let catalog = self.catalog.current();
         self.client(catalog.node(node_id)?)
+    }
+
+    pub fn damage_reporter(&self) -> DamageReporter {
+        DamageReporter { node_id: self.node_id, catalog: self.catalog.clone() }
     }
 
     /// The node context registered in a DataFusion config, or a clear error.

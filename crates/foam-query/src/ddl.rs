@@ -66,7 +66,9 @@ fn cut_distribution(tokens: Vec<Token>) -> FoamResult<(Vec<Token>, Option<Distri
         match token {
             Token::LParen => depth += 1,
             Token::RParen => depth -= 1,
-            _ if depth == 0 && (keyword_is(token, "distributed") || keyword_is(token, "partitions")) => {
+            _ if depth == 0
+                && (keyword_is(token, "distributed") || keyword_is(token, "partitions") || keyword_is(token, "replicas")) =>
+            {
                 start = Some(index);
                 break;
             }
@@ -84,7 +86,7 @@ fn cut_distribution(tokens: Vec<Token>) -> FoamResult<(Vec<Token>, Option<Distri
 fn parse_distribution(clause: &[Token]) -> FoamResult<DistributionSpec> {
     let syntax = |what: &str| FoamError::Syntax {
         message: format!(
-            "{what} in distribution clause; expected DISTRIBUTED BY (column, ...) [PARTITIONS n] or DISTRIBUTED REPLICATED"
+            "{what} in distribution clause; expected DISTRIBUTED BY (column, ...) [PARTITIONS n] [REPLICAS n] or DISTRIBUTED REPLICATED"
         ),
     };
     let mut position = 0;
@@ -133,10 +135,23 @@ fn parse_distribution(clause: &[Token]) -> FoamResult<DistributionSpec> {
         }
         position += 2;
     }
+    let mut replicas = None;
+    if clause.get(position).is_some_and(|t| keyword_is(t, "replicas")) {
+        if replicated {
+            return Err(syntax("REPLICAS does not apply to a replicated table (it is on every node)"));
+        }
+        match clause.get(position + 1) {
+            Some(Token::Number(n, _)) => {
+                replicas = Some(n.parse::<u32>().map_err(|_| syntax("REPLICAS needs a whole number"))?);
+            }
+            _ => return Err(syntax("REPLICAS needs a whole number")),
+        }
+        position += 2;
+    }
     if let Some(extra) = clause.get(position) {
         return Err(syntax(&format!("unexpected \"{extra}\"")));
     }
-    Ok(if replicated { DistributionSpec::Replicated } else { DistributionSpec::Hash { key_columns, partitions } })
+    Ok(if replicated { DistributionSpec::Replicated } else { DistributionSpec::Hash { key_columns, partitions, replicas } })
 }
 
 /// PostgreSQL folds unquoted identifiers to lower case.
@@ -207,7 +222,7 @@ pub fn create_table_command(statement: &Statement, distribution: Option<Distribu
             return Err(FoamError::FeatureNotSupported { feature: format!("table constraint {text}") });
         }
     }
-    let distribution = distribution.unwrap_or(DistributionSpec::Hash { key_columns: vec![], partitions: None });
+    let distribution = distribution.unwrap_or(DistributionSpec::Hash { key_columns: vec![], partitions: None, replicas: None });
     Ok(CatalogCommand::CreateTable { name, columns, distribution, if_not_exists: create.if_not_exists })
 }
 
@@ -275,7 +290,7 @@ mod tests {
         assert_eq!(statements[0].sql, "CREATE TABLE t (a INT, \"B\" TEXT)");
         assert_eq!(
             statements[0].distribution,
-            Some(DistributionSpec::Hash { key_columns: vec!["a".into(), "B".into()], partitions: Some(6) })
+            Some(DistributionSpec::Hash { key_columns: vec!["a".into(), "B".into()], partitions: Some(6), replicas: None })
         );
         assert_eq!(statements[1].distribution, None);
         assert_eq!(statements[2].distribution, Some(DistributionSpec::Replicated));

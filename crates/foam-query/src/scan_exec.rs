@@ -101,6 +101,7 @@ impl FoamScanExec {
             name: spec.table_name.clone(),
             columns: spec.columns.clone(),
             distribution: foam_catalog::Distribution::Replicated { nodes: Vec::new() },
+            placement: Vec::new(),
         }
         .arrow_schema();
         let schema = match &spec.projection {
@@ -271,6 +272,8 @@ pub fn read_local_partition(node: &NodeContext, table_id: TableId, partition: Pa
     node.partition_scans.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let snapshot = node.storage.snapshot(table_id, partition);
     let (sender, receiver) = tokio::sync::mpsc::channel::<FoamResult<RecordBatch>>(LOCAL_READ_BATCHES_AHEAD);
+    let damaged = node.damage_reporter();
+    let runtime = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || {
         for batch in &snapshot.memtable {
             let projected = match &projection {
@@ -281,8 +284,13 @@ pub fn read_local_partition(node: &NodeContext, table_id: TableId, partition: Pa
                 return;
             }
         }
-        for path in &snapshot.segments {
-            if let Err(error) = send_segment(path, projection.as_deref(), &sender) {
+        for segment in &snapshot.segments {
+            if let Err(error) = send_segment(segment, projection.as_deref(), &sender) {
+                if let FoamError::Corrupted { .. } = &error {
+                    // Taken out of service before the query sees the error, so
+                    // its retry reads another replica; the keeper re-copies it.
+                    runtime.block_on(damaged.report_damaged(table_id, partition, &error));
+                }
                 let _ = sender.blocking_send(Err(error));
                 return;
             }
@@ -293,10 +301,11 @@ pub fn read_local_partition(node: &NodeContext, table_id: TableId, partition: Pa
 
 /// Parquet returns projected columns in file order; restore the requested order.
 fn send_segment(
-    path: &std::path::Path,
+    segment: &foam_storage::partition::SegmentRef,
     projection: Option<&[usize]>,
     sender: &tokio::sync::mpsc::Sender<FoamResult<RecordBatch>>,
 ) -> FoamResult<()> {
+    let path = segment.path.as_path();
     let (sorted, reorder) = match projection {
         Some(indices) => {
             let mut sorted = indices.to_vec();
@@ -307,7 +316,7 @@ fn send_segment(
         }
         None => (None, None),
     };
-    let reader = foam_storage::segment::read_segment(path, sorted.as_deref())?;
+    let reader = foam_storage::segment::read_segment(path, segment.crc32, sorted.as_deref())?;
     for batch in reader {
         let batch = batch.map_err(|e| FoamError::Corrupted { path: path.display().to_string(), message: e.to_string() })?;
         let batch = match &reorder {

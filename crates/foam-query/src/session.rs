@@ -30,6 +30,10 @@ use crate::context::NodeContext;
 use crate::copy::{CopyFormat, CopyOptions};
 use crate::ddl::{self, RawStatement};
 
+/// While a query waits for its first batch, how often it checks that no node
+/// it uses was marked down (a stopped peer never answers, it does not fail).
+const QUERY_NODE_WATCH_MS: u64 = 1_000;
+
 /// What a statement gives back to the client.
 pub enum StatementOutput {
     Rows { schema: SchemaRef, stream: SendableRecordBatchStream },
@@ -270,35 +274,102 @@ impl FoamSession {
         match &prepared.kind {
             Kind::Empty => Ok(StatementOutput::Command { tag: String::new(), rows: None }),
             Kind::Plan { plan, is_insert } => {
-                let plan = match params {
+                let planned_with = self.node.catalog.current();
+                let bound = match params.clone() {
                     Some(params) => plan.clone().with_param_values(params).map_err(FoamError::from)?,
                     None => plan.clone(),
                 };
-                let running = self.node.traffic.query_started();
-                let frame = self.ctx.execute_logical_plan(plan).await.map_err(FoamError::from)?;
                 if *is_insert {
-                    let batches = frame.collect().await.map_err(FoamError::from)?;
-                    let rows = batches
-                        .first()
-                        .and_then(|b| b.column(0).as_any().downcast_ref::<UInt64Array>().map(|a| a.value(0)))
-                        .unwrap_or(0);
-                    return Ok(StatementOutput::Command { tag: "INSERT".into(), rows: Some(rows) });
+                    return self.run_insert(bound).await;
                 }
-                let schema = Arc::new(frame.schema().as_arrow().clone());
-                let physical = frame.clone().create_physical_plan().await.map_err(FoamError::from)?;
-                self.apply_exchange_batch_bytes(&physical)?;
-                let task_ctx = Arc::new(frame.task_ctx());
-                let stream = datafusion::physical_plan::execute_stream(physical, task_ctx).map_err(FoamError::from)?;
-                // The query counts as active until its rows are consumed or dropped.
-                let stream = stream.map(move |batch| {
-                    let _ = &running;
-                    batch
-                });
-                let stream = Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema.clone(), stream));
-                Ok(StatementOutput::Rows { schema, stream })
+                match self.run_query(bound, &planned_with).await {
+                    Err(error) if self.worth_retrying(&error, &planned_with).await => {
+                        tracing::info!(%error, "a node or a partition copy failed during a read; retrying once on the surviving replicas");
+                        let replanned_with = self.node.catalog.current();
+                        let plan = self.ctx.state().create_logical_plan(&prepared.raw.sql).await.map_err(FoamError::from)?;
+                        let plan = match params {
+                            Some(params) => plan.with_param_values(params).map_err(FoamError::from)?,
+                            None => plan,
+                        };
+                        self.run_query(plan, &replanned_with).await
+                    }
+                    result => result,
+                }
             }
             Kind::Own(statement) => self.execute_own(prepared, statement).await,
         }
+    }
+
+    /// A read failed: worth running again if the cluster changed under it
+    /// (the authority, asked now, marked a node down or a copy out of service).
+    async fn worth_retrying(&self, error: &FoamError, planned_with: &foam_catalog::Catalog) -> bool {
+        let class = &error.sqlstate()[..2];
+        if matches!(class, "22" | "23" | "42" | "0A" | "53" | "54") {
+            return false;
+        }
+        match self.node.catalog.check_nodes().await {
+            Ok(catalog) => catalog.version != planned_with.version,
+            Err(_) => false,
+        }
+    }
+
+    async fn run_insert(&self, plan: LogicalPlan) -> FoamResult<StatementOutput> {
+        let frame = self.ctx.execute_logical_plan(plan).await.map_err(FoamError::from)?;
+        let batches = frame.collect().await.map_err(FoamError::from)?;
+        let rows = batches
+            .first()
+            .and_then(|b| b.column(0).as_any().downcast_ref::<UInt64Array>().map(|a| a.value(0)))
+            .unwrap_or(0);
+        Ok(StatementOutput::Command { tag: "INSERT".into(), rows: Some(rows) })
+    }
+
+    /// Runs a query up to its first batch, so a node failing before any row
+    /// reached the client can still be retried. A peer that stops answering
+    /// (stopped, not crashed) is noticed when the failure detector marks it down.
+    async fn run_query(&self, plan: LogicalPlan, planned_with: &foam_catalog::Catalog) -> FoamResult<StatementOutput> {
+        let running = self.node.traffic.query_started();
+        let frame = self.ctx.execute_logical_plan(plan).await.map_err(FoamError::from)?;
+        let schema = Arc::new(frame.schema().as_arrow().clone());
+        let physical = frame.clone().create_physical_plan().await.map_err(FoamError::from)?;
+        self.apply_exchange_batch_bytes(&physical)?;
+        let task_ctx = Arc::new(frame.task_ctx());
+        let mut stream = datafusion::physical_plan::execute_stream(physical, task_ctx).map_err(FoamError::from)?;
+        let first = {
+            let mut watch = tokio::time::interval(std::time::Duration::from_millis(QUERY_NODE_WATCH_MS));
+            watch.tick().await;
+            loop {
+                tokio::select! {
+                    batch = stream.next() => break batch,
+                    _ = watch.tick() => {
+                        if let Some(node) = self.newly_down(planned_with).await {
+                            return Err(node);
+                        }
+                    }
+                }
+            }
+        };
+        let first = match first {
+            Some(Ok(batch)) => Some(Ok(batch)),
+            Some(Err(error)) => return Err(FoamError::from(error)),
+            None => None,
+        };
+        // The query counts as active until its rows are consumed or dropped.
+        let stream = futures::stream::iter(first).chain(stream).map(move |batch| {
+            let _ = &running;
+            batch
+        });
+        let stream = Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema.clone(), stream));
+        Ok(StatementOutput::Rows { schema, stream })
+    }
+
+    /// A node that was up when the query was planned and is down now.
+    async fn newly_down(&self, planned_with: &foam_catalog::Catalog) -> Option<FoamError> {
+        let catalog = self.node.catalog.refresh().await.ok()?;
+        let down = catalog.nodes.values().find(|n| {
+            n.state == foam_catalog::model::NodeState::Down
+                && planned_with.nodes.get(&n.id).is_some_and(|before| before.state == foam_catalog::model::NodeState::Up)
+        })?;
+        Some(FoamError::NodeUnavailable { node_id: down.id, addr: down.node_addr.clone(), message: "marked down while the query ran".into() })
     }
 
     async fn execute_own(&self, prepared: &PreparedStatement, statement: &Statement) -> FoamResult<StatementOutput> {

@@ -1,6 +1,8 @@
 //! System tables that show what the cluster is doing, built when queried:
-//! `foam_nodes` (every node and whether it answers) and `foam_partitions` (every
-//! partition of every table, its owner, rows and bytes, asked of the owner) and
+//! `foam_nodes` (every node, its state as the failure detector decided, and
+//! whether it answers this node), `foam_partitions` (every copy of every
+//! partition: its node, its state — live, catching-up, lost — whether queries
+//! read it, its rows and bytes, asked of its node, growing while a copy is made) and
 //! `foam_cluster_stats` (messages, bytes, CPU and waiting per node, from every
 //! node's traffic counters, plus a cluster total row with a NULL node_id).
 
@@ -8,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::{ArrayRef, Float64Array, StringArray, UInt32Array, UInt64Array};
+use arrow::array::{ArrayRef, BooleanArray, Float64Array, StringArray, UInt32Array, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::record_batch::RecordBatch;
 use datafusion::catalog::{MemTable, TableProvider};
@@ -59,12 +61,20 @@ async fn nodes(node: &Arc<NodeContext>) -> FoamResult<RecordBatch> {
     let catalog = node.catalog.current();
     let mut ids = Vec::new();
     let mut statuses = Vec::new();
+    let mut reachable = Vec::new();
     let mut scans = Vec::new();
     let mut rows_sent = Vec::new();
     for id in catalog.nodes.keys() {
         ids.push(*id);
-        let answer = ping(node, *id).await;
-        statuses.push(if answer.is_some() { "up" } else { "down" });
+        let answer = match catalog.nodes[id].state {
+            foam_catalog::model::NodeState::Up => ping(node, *id).await,
+            foam_catalog::model::NodeState::Down => None,
+        };
+        statuses.push(match catalog.nodes[id].state {
+            foam_catalog::model::NodeState::Up => "up",
+            foam_catalog::model::NodeState::Down => "down",
+        });
+        reachable.push(answer.is_some());
         scans.push(answer.map(|a| a.0));
         rows_sent.push(answer.map(|a| a.1));
     }
@@ -73,6 +83,7 @@ async fn nodes(node: &Arc<NodeContext>) -> FoamResult<RecordBatch> {
         Field::new("node_addr", DataType::Utf8, false),
         Field::new("sql_addr", DataType::Utf8, false),
         Field::new("status", DataType::Utf8, false),
+        Field::new("answers", DataType::Boolean, false),
         Field::new("partition_scans", DataType::UInt64, true),
         Field::new("rows_sent_to_peers", DataType::UInt64, true),
     ]));
@@ -81,6 +92,7 @@ async fn nodes(node: &Arc<NodeContext>) -> FoamResult<RecordBatch> {
         Arc::new(StringArray::from_iter_values(catalog.nodes.values().map(|n| n.node_addr.as_str()))),
         Arc::new(StringArray::from_iter_values(catalog.nodes.values().map(|n| n.sql_addr.as_str()))),
         Arc::new(StringArray::from(statuses)),
+        Arc::new(BooleanArray::from(reachable)),
         Arc::new(UInt64Array::from(scans)),
         Arc::new(UInt64Array::from(rows_sent)),
     ];
@@ -89,32 +101,42 @@ async fn nodes(node: &Arc<NodeContext>) -> FoamResult<RecordBatch> {
 
 async fn partitions(node: &Arc<NodeContext>) -> FoamResult<RecordBatch> {
     let catalog = node.catalog.current();
-    let (mut names, mut parts, mut owners, mut rows, mut bytes) = (vec![], vec![], vec![], vec![], vec![]);
+    let (mut names, mut parts, mut holders, mut states, mut serving, mut rows, mut bytes) =
+        (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
     for table in catalog.tables.values() {
-        // A replicated table is listed once per node; a hash table once per partition.
-        let placements: Vec<(PartitionId, NodeId)> = match &table.distribution {
+        // One row per copy: a hash table's partitions have `replicas` copies
+        // each, a replicated table's single partition one per node.
+        let readers: Vec<(PartitionId, NodeId)> = match &table.distribution {
             foam_catalog::Distribution::Hash { owners, .. } => {
                 owners.iter().enumerate().map(|(p, o)| (p as PartitionId, *o)).collect()
             }
             foam_catalog::Distribution::Replicated { nodes } => nodes.iter().map(|n| (0, *n)).collect(),
         };
+        let copies: Vec<(PartitionId, foam_catalog::model::Replica)> = table
+            .placement
+            .iter()
+            .enumerate()
+            .flat_map(|(p, placement)| placement.replicas.iter().map(move |r| (p as PartitionId, *r)))
+            .collect();
         let mut by_node: BTreeMap<NodeId, Vec<PartitionId>> = BTreeMap::new();
-        for (partition, owner) in &placements {
-            by_node.entry(*owner).or_default().push(*partition);
+        for (partition, replica) in &copies {
+            by_node.entry(replica.node).or_default().push(*partition);
         }
         let mut stats: BTreeMap<(NodeId, PartitionId), Option<PartitionStats>> = BTreeMap::new();
-        for (owner, partitions) in by_node {
-            let answer = partition_stats(node, owner, table.id, partitions.clone()).await;
+        for (holder, partitions) in by_node {
+            let answer = partition_stats(node, holder, table.id, partitions.clone()).await;
             for partition in partitions {
                 let found = answer.as_ref().ok().and_then(|s| s.iter().find(|(p, _)| *p == partition).map(|(_, s)| *s));
-                stats.insert((owner, partition), found);
+                stats.insert((holder, partition), found);
             }
         }
-        for (partition, owner) in placements {
-            let found = stats.get(&(owner, partition)).copied().flatten();
+        for (partition, replica) in copies {
+            let found = stats.get(&(replica.node, partition)).copied().flatten();
             names.push(table.name.clone());
             parts.push(partition);
-            owners.push(owner);
+            holders.push(replica.node);
+            states.push(replica.state.name());
+            serving.push(readers.contains(&(partition, replica.node)));
             rows.push(found.map(|s| s.rows));
             bytes.push(found.map(|s| s.bytes));
         }
@@ -123,13 +145,17 @@ async fn partitions(node: &Arc<NodeContext>) -> FoamResult<RecordBatch> {
         Field::new("table_name", DataType::Utf8, false),
         Field::new("partition", DataType::UInt32, false),
         Field::new("node_id", DataType::UInt32, false),
+        Field::new("replica_state", DataType::Utf8, false),
+        Field::new("serves_reads", DataType::Boolean, false),
         Field::new("row_count", DataType::UInt64, true),
         Field::new("bytes", DataType::UInt64, true),
     ]));
     let columns: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from(names)),
         Arc::new(UInt32Array::from(parts)),
-        Arc::new(UInt32Array::from(owners)),
+        Arc::new(UInt32Array::from(holders)),
+        Arc::new(StringArray::from(states)),
+        Arc::new(BooleanArray::from(serving)),
         Arc::new(UInt64Array::from(rows)),
         Arc::new(UInt64Array::from(bytes)),
     ];

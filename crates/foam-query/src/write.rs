@@ -5,11 +5,13 @@
 //!  rows ─▶ TableWriter::write ─▶ hash(distribution key) ─▶ per-partition buffer
 //!                                         │ WRITE_SHIP_ROWS reached
 //!                                         ▼
-//!            Stage{txn, partition} (RPC, or a direct call for this node) ─▶ owner
+//!            Stage{txn, partition} (RPC, or a direct call for this node) ─▶ every live replica
 //!  commit:  Prepare on every participant ─▶ decision fsynced here ─▶ Commit on every participant
 //!  any failure before the decision: Abort everywhere, the table is as before.
 //! ```
-//! A replicated table's rows go to every node of its replica set. `RowRouter` (routing) and
+//! A partition's rows go to each of its live replicas on a node that is up (a
+//! replicated table has one partition on every node); each replica holds them
+//! durably before the statement is acknowledged. `RowRouter` (routing) and
 //! `commit_transaction` (the protocol) are separate so a bulk loader outside
 //! the cluster can ship rows straight to their owners and let a node commit.
 
@@ -26,7 +28,7 @@ use datafusion::datasource::sink::DataSink;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType};
-use foam_catalog::{Distribution, SqlType, TableDef};
+use foam_catalog::{Distribution, NodeInfo, SqlType, TableDef};
 use foam_common::limits::{WRITE_BUFFER_BYTES_MAX, WRITE_SHIP_ROWS, WRITE_STREAM_BATCHES_IN_FLIGHT};
 use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TxnId};
 use foam_rpc::{NodeRequest, NodeResponse};
@@ -40,7 +42,15 @@ use crate::context::NodeContext;
 /// which is not a node, ships everything by RPC.
 #[async_trait]
 pub trait StageTarget: Send + Sync + 'static {
-    async fn stage(&self, target: NodeId, txn: TxnId, table_id: foam_common::TableId, partition: PartitionId, batches: Arc<Vec<RecordBatch>>) -> FoamResult<()>;
+    async fn stage(&self, target: NodeId, txn: TxnId, route: Route, batches: Arc<Vec<RecordBatch>>) -> FoamResult<()>;
+}
+
+/// Which partition a shipment is for, and the placement version it was routed with.
+#[derive(Debug, Clone, Copy)]
+pub struct Route {
+    pub table_id: foam_common::TableId,
+    pub partition: PartitionId,
+    pub placement_version: u64,
 }
 
 /// Ships from a node: locally to itself, over RPC to its peers.
@@ -48,18 +58,19 @@ pub struct NodeStageTarget(pub Arc<NodeContext>);
 
 #[async_trait]
 impl StageTarget for NodeStageTarget {
-    async fn stage(&self, target: NodeId, txn: TxnId, table_id: foam_common::TableId, partition: PartitionId, batches: Arc<Vec<RecordBatch>>) -> FoamResult<()> {
+    async fn stage(&self, target: NodeId, txn: TxnId, route: Route, batches: Arc<Vec<RecordBatch>>) -> FoamResult<()> {
         let node = &self.0;
+        let Route { table_id, partition, placement_version } = route;
         if target == node.node_id {
             let storage = node.storage.clone();
             let coordinator = node.node_id;
             let batches = batches.as_ref().clone();
-            tokio::task::spawn_blocking(move || storage.stage(txn, coordinator, table_id, partition, batches))
+            tokio::task::spawn_blocking(move || storage.stage(txn, coordinator, table_id, partition, placement_version, batches))
                 .await
                 .map_err(|e| FoamError::internal(e.to_string()))?
         } else {
             let payload = foam_storage::ipc::encode_batches(&batches)?;
-            let request = NodeRequest::Stage { txn, coordinator: node.node_id, table_id, partition };
+            let request = NodeRequest::Stage { txn, coordinator: node.node_id, table_id, partition, placement_version };
             node.client_for(target)?.call(&request, &payload).await.map(|_| ())
         }
     }
@@ -70,6 +81,8 @@ impl StageTarget for NodeStageTarget {
 pub struct RowRouter {
     target: Arc<dyn StageTarget>,
     table: TableDef,
+    /// The cluster's nodes, for which replicas are on nodes that are up.
+    nodes: BTreeMap<NodeId, NodeInfo>,
     schema: SchemaRef,
     txn: TxnId,
     /// Per partition: buffered batches and their row count.
@@ -82,11 +95,12 @@ pub struct RowRouter {
 }
 
 impl RowRouter {
-    pub fn new(target: Arc<dyn StageTarget>, table: TableDef, txn: TxnId) -> Self {
+    pub fn new(target: Arc<dyn StageTarget>, table: TableDef, nodes: BTreeMap<NodeId, NodeInfo>, txn: TxnId) -> Self {
         let schema = table.arrow_schema();
         RowRouter {
             target,
             table,
+            nodes,
             schema,
             txn,
             buffers: HashMap::new(),
@@ -196,13 +210,11 @@ impl RowRouter {
         self.ship(partition, batches).await
     }
 
-    /// Sends one partition's rows to its owner(s), keeping a bounded number of
-    /// shipments in flight.
+    /// Sends one partition's rows to its live replicas, keeping a bounded
+    /// number of shipments in flight.
     async fn ship(&mut self, partition: PartitionId, batches: Vec<RecordBatch>) -> FoamResult<()> {
-        let targets: Vec<NodeId> = match &self.table.distribution {
-            Distribution::Hash { owners, .. } => vec![owners[partition as usize]],
-            Distribution::Replicated { nodes } => nodes.clone(),
-        };
+        let targets = self.table.write_targets(partition, &self.nodes)?;
+        let route = Route { table_id: self.table.id, partition, placement_version: self.table.placement_version(partition) };
         let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
         let batches = Arc::new(batches);
         for node in targets {
@@ -211,8 +223,8 @@ impl RowRouter {
             }
             *self.participants.entry(node).or_default() += rows;
             let target = self.target.clone();
-            let (txn, table_id, batches) = (self.txn, self.table.id, batches.clone());
-            self.in_flight.spawn(async move { target.stage(node, txn, table_id, partition, batches).await });
+            let (txn, batches) = (self.txn, batches.clone());
+            self.in_flight.spawn(async move { target.stage(node, txn, route, batches).await });
         }
         Ok(())
     }
@@ -259,7 +271,8 @@ impl TableWriter {
         // starts (participants can only be in doubt after Prepare), so a
         // statement dropped before commit leaves nothing "running" behind.
         let txn: TxnId = uuid::Uuid::new_v4().as_u128();
-        let router = RowRouter::new(Arc::new(NodeStageTarget(node.clone())), table, txn);
+        let nodes = node.catalog.current().nodes.clone();
+        let router = RowRouter::new(Arc::new(NodeStageTarget(node.clone())), table, nodes, txn);
         TableWriter { node, router }
     }
 
@@ -268,7 +281,10 @@ impl TableWriter {
     }
 
     pub async fn write(&mut self, batch: RecordBatch) -> FoamResult<()> {
-        self.router.write(batch).await
+        match self.router.write(batch).await {
+            Err(error) => Err(self.noticed(error).await),
+            ok => ok,
+        }
     }
 
     /// Ships what is left and commits on every participant. On error nothing is
@@ -280,11 +296,23 @@ impl TableWriter {
             Err(error) => {
                 let participants = self.router.cancel().await;
                 abort_transaction(&self.node, txn, &participants).await;
-                return Err(error);
+                return Err(self.noticed(error).await);
             }
         };
-        commit_transaction(&self.node, txn, &participants).await?;
+        if let Err(error) = commit_transaction(&self.node, txn, &participants).await {
+            return Err(self.noticed(error).await);
+        }
         Ok(self.router.rows())
+    }
+
+    /// A replica that cannot be reached fails this statement (it may hold a
+    /// copy the statement must reach); the failure detector is asked to look
+    /// now, so the next statement writes to the surviving replicas.
+    async fn noticed(&self, error: FoamError) -> FoamError {
+        if let FoamError::NodeUnavailable { .. } = error {
+            let _ = self.node.catalog.check_nodes().await;
+        }
+        error
     }
 
     /// Abandons the statement on every participant.
@@ -401,11 +429,11 @@ async fn local_request(node: &Arc<NodeContext>, request: NodeRequest) -> FoamRes
 /// node's RPC handler calls this for Stage/Prepare/Commit/Abort.
 pub async fn handle_participant_request(node: &Arc<NodeContext>, request: NodeRequest, payload: bytes::Bytes) -> FoamResult<NodeResponse> {
     match request {
-        NodeRequest::Stage { txn, coordinator, table_id, partition } => {
+        NodeRequest::Stage { txn, coordinator, table_id, partition, placement_version } => {
             let storage = node.storage.clone();
             tokio::task::spawn_blocking(move || {
                 let batches = foam_storage::ipc::decode_batches(&payload)?;
-                storage.stage(txn, coordinator, table_id, partition, batches)
+                storage.stage(txn, coordinator, table_id, partition, placement_version, batches)
             })
             .await
             .map_err(|e| FoamError::internal(e.to_string()))??;

@@ -52,7 +52,15 @@ impl NodeClient {
     }
 
     pub async fn call(&self, request: &NodeRequest, payload: &[u8]) -> FoamResult<(NodeResponse, Bytes)> {
-        self.call_raw(frame::encode(request, payload)?).await
+        let timeout = request.timeout();
+        match tokio::time::timeout(timeout, self.call_raw(frame::encode(request, payload)?)).await {
+            Ok(result) => result,
+            Err(_) => Err(FoamError::NodeUnavailable {
+                node_id: self.node_id,
+                addr: self.addr.clone(),
+                message: format!("no answer within {} ms", timeout.as_millis()),
+            }),
+        }
     }
 
     /// Sends an already framed request body (tests use it to send garbage).

@@ -6,7 +6,7 @@
 use foam_catalog::model::CommandOutcome;
 use foam_catalog::{Catalog, CatalogCommand};
 use foam_common::{NodeId, PartitionId, TableId, TxnId};
-use foam_storage::{PartitionStats, TxnOutcome};
+use foam_storage::{PartitionStats, SegmentInfo, TxnOutcome};
 use serde::{Deserialize, Serialize};
 
 use crate::traffic::TrafficSnapshot;
@@ -19,8 +19,17 @@ pub enum NodeRequest {
     CatalogGet { known_version: Option<u64> },
     /// Applies DDL (or a node registration) on the catalog authority.
     CatalogApply { command: CatalogCommand },
-    /// Rows for one partition of `txn`; the payload is Arrow IPC in the table's schema.
-    Stage { txn: TxnId, coordinator: NodeId, table_id: TableId, partition: PartitionId },
+    /// Rows for one partition of `txn`; the payload is Arrow IPC in the table's
+    /// schema. `placement_version` is the partition's placement the
+    /// coordinator routed with (a replica refuses writes planned before it joined).
+    Stage {
+        txn: TxnId,
+        coordinator: NodeId,
+        table_id: TableId,
+        partition: PartitionId,
+        #[serde(default)]
+        placement_version: u64,
+    },
     /// Make the staged rows durable; `rows` is how many the coordinator shipped
     /// to this node, so a participant that lost some votes no.
     Prepare { txn: TxnId, rows: u64 },
@@ -39,6 +48,35 @@ pub enum NodeRequest {
     DropTableData { table_id: TableId },
     /// This node's traffic counters; `reset` clears them after reading.
     Traffic { reset: bool },
+    /// Asks the catalog authority to ping every node now and mark the
+    /// unreachable ones down (a query failed talking to a peer).
+    CheckNodes,
+    /// Catch-up, step 1 on a live replica: flush and list the partition's segments.
+    ListSegments { table_id: TableId, partition: PartitionId },
+    /// Reads `length` bytes at `offset` of a listed segment file (the payload of the reply).
+    ReadSegment { table_id: TableId, partition: PartitionId, file_name: String, offset: u64, length: u64 },
+    /// Catch-up, step 2: fence writes to the partition, wait for undecided
+    /// ones, flush, and list the segments; the fence lasts until
+    /// `SwitchInReplica` or its lease runs out.
+    FenceForCatchUp { table_id: TableId, partition: PartitionId },
+    /// Catch-up, step 3: `node` has every listed segment; the fenced replica
+    /// makes it live in the catalog and lowers its fence to the new placement.
+    SwitchInReplica { table_id: TableId, partition: PartitionId, node: NodeId, fence_token: u64 },
+}
+
+impl NodeRequest {
+    /// How long the caller waits for the reply: a stopped (not crashed) peer
+    /// accepts connections but never answers, and must not hang its callers.
+    pub fn timeout(&self) -> std::time::Duration {
+        use foam_common::limits::{HEARTBEAT_TIMEOUT_MS, RPC_REQUEST_TIMEOUT_MS};
+        let ms = match self {
+            NodeRequest::Ping => HEARTBEAT_TIMEOUT_MS,
+            // Coordinating a bulk load's commit finishes its staged files everywhere.
+            NodeRequest::CommitTransaction { .. } => RPC_REQUEST_TIMEOUT_MS * 60,
+            _ => RPC_REQUEST_TIMEOUT_MS,
+        };
+        std::time::Duration::from_millis(ms)
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -51,6 +89,7 @@ pub enum NodeResponse {
     Outcome { outcome: TxnOutcome },
     Stats { stats: Vec<(PartitionId, PartitionStats)> },
     Traffic { snapshot: TrafficSnapshot },
+    Segments { segments: Vec<SegmentInfo>, fence_token: Option<u64> },
 }
 
 /// Asks the owner of a partition to stream its committed rows.

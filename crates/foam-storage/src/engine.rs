@@ -20,7 +20,7 @@ use parquet::arrow::ArrowWriter;
 use serde::{Deserialize, Serialize};
 
 use crate::ipc;
-use crate::partition::{Partition, PartitionSnapshot};
+use crate::partition::{Partition, PartitionSnapshot, SegmentInfo};
 use crate::segment;
 use crate::wal::{EntryData, PreparedEntry, Wal, WalHeader};
 
@@ -43,7 +43,15 @@ pub struct StorageEngine {
     staging: Mutex<HashMap<TxnId, Arc<Mutex<Staging>>>>,
     prepared: Mutex<HashMap<TxnId, Prepared>>,
     dropped_tables: Mutex<HashSet<TableId>>,
+    /// Write fences: per partition, the oldest placement version a writer may
+    /// have planned with ([`WRITES_FENCED`] while a replica is being switched
+    /// in). Checked at prepare under the WAL lock, which is also taken to
+    /// raise a fence, so no prepare slips past one.
+    fences: Mutex<HashMap<PartitionKey, u64>>,
 }
+
+/// Fence value refusing every write to a partition.
+pub const WRITES_FENCED: u64 = u64::MAX;
 
 /// Rows of an unprepared transaction, kept until prepare or abort.
 struct Staging {
@@ -53,6 +61,8 @@ struct Staging {
 }
 
 struct StagedPartition {
+    /// Placement version of the partition the coordinator routed with.
+    placement_version: u64,
     batches: Vec<RecordBatch>,
     batch_bytes: usize,
     rows: u64,
@@ -85,6 +95,7 @@ impl StorageEngine {
             staging: Mutex::new(HashMap::new()),
             prepared: Mutex::new(HashMap::new()),
             dropped_tables: Mutex::new(HashSet::new()),
+            fences: Mutex::new(HashMap::new()),
         };
         engine.load_partitions()?;
         // A table dropped later in the log must not have earlier commits
@@ -122,8 +133,17 @@ impl StorageEngine {
         Ok(engine)
     }
 
-    /// Buffers rows of `txn` for one partition. Rows must have the table's schema.
-    pub fn stage(&self, txn: TxnId, coordinator: NodeId, table_id: TableId, partition: PartitionId, batches: Vec<RecordBatch>) -> FoamResult<()> {
+    /// Buffers rows of `txn` for one partition, routed with the partition's
+    /// `placement_version`. Rows must have the table's schema.
+    pub fn stage(
+        &self,
+        txn: TxnId,
+        coordinator: NodeId,
+        table_id: TableId,
+        partition: PartitionId,
+        placement_version: u64,
+        batches: Vec<RecordBatch>,
+    ) -> FoamResult<()> {
         let staging = {
             let mut all = lock(&self.staging);
             all.entry(txn)
@@ -135,6 +155,7 @@ impl StorageEngine {
         let mut staging = lock(&staging);
         staging.last_activity = Instant::now();
         let staged = staging.partitions.entry((table_id, partition)).or_insert_with(|| StagedPartition {
+            placement_version,
             batches: Vec::new(),
             batch_bytes: 0,
             rows: 0,
@@ -204,9 +225,11 @@ impl StorageEngine {
                 message: format!("transaction {txn:032x} staged {staged_rows} rows here, the coordinator sent {expected_rows}"),
             });
         }
+        let routed_with: Vec<(PartitionKey, u64)> = staging.partitions.iter().map(|(k, p)| (*k, p.placement_version)).collect();
         let mut body = Vec::new();
         let mut entries = Vec::new();
         let mut inline = Vec::new();
+        let mut staged_files = Vec::new();
         for ((table_id, partition), mut staged) in staging.partitions {
             let data = match staged.file.take() {
                 Some((file_name, mut writer)) => {
@@ -217,9 +240,10 @@ impl StorageEngine {
                             source: std::io::Error::other(e.to_string()),
                         })?;
                     }
-                    let bytes = segment::finish_writer(&path, writer)?;
+                    let sum = segment::finish_writer(&path, writer)?;
                     inline.push(None);
-                    EntryData::Segment { file_name, bytes }
+                    staged_files.push(path);
+                    EntryData::Segment { file_name, bytes: sum.bytes, crc32: Some(sum.crc32) }
                 }
                 None => {
                     let encoded = ipc::encode_batches(&staged.batches)?;
@@ -234,11 +258,143 @@ impl StorageEngine {
         foam_common::fs::sync_dir(&self.staging_dir)?;
         let header = WalHeader::Prepare { txn, coordinator: staging.coordinator, entries };
         // Register under the WAL lock: a checkpoint in between would delete the
-        // Prepare record without re-appending it.
+        // Prepare record without re-appending it, and a fence raised in between
+        // would not see this transaction.
         let mut wal = lock(&self.wal);
+        if let Err(error) = self.check_fences(&routed_with) {
+            drop(wal);
+            for path in staged_files {
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(error);
+        }
         wal.append(&header, &body, true)?;
         lock(&self.prepared).insert(txn, Prepared { coordinator: staging.coordinator, header, body, inline });
         Ok(())
+    }
+
+    fn check_fences(&self, routed_with: &[(PartitionKey, u64)]) -> FoamResult<()> {
+        let fences = lock(&self.fences);
+        for ((table_id, partition), version) in routed_with {
+            match fences.get(&(*table_id, *partition)) {
+                Some(&WRITES_FENCED) => {
+                    return Err(FoamError::PlacementChanged {
+                        message: format!("partition {partition} of table {table_id} is switching in a new replica"),
+                    });
+                }
+                Some(required) if version < required => {
+                    return Err(FoamError::PlacementChanged {
+                        message: format!(
+                            "partition {partition} of table {table_id} gained a replica (placement {required}) after the statement was planned (placement {version})"
+                        ),
+                    });
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets the oldest placement version writes to a partition may carry.
+    pub fn set_write_fence(&self, table_id: TableId, partition: PartitionId, version: u64) {
+        let _wal = lock(&self.wal);
+        lock(&self.fences).insert((table_id, partition), version);
+    }
+
+    /// Refuses every new write to a partition, then waits (up to `timeout`)
+    /// until none of its prepared transactions is left undecided. On timeout
+    /// the fence is lowered again to `restore` and an error returned.
+    pub fn fence_writes(&self, table_id: TableId, partition: PartitionId, restore: u64, timeout: Duration) -> FoamResult<()> {
+        self.set_write_fence(table_id, partition, WRITES_FENCED);
+        let deadline = Instant::now() + timeout;
+        loop {
+            let pending = lock(&self.prepared).values().any(|p| match &p.header {
+                WalHeader::Prepare { entries, .. } => entries.iter().any(|e| e.table_id == table_id && e.partition == partition),
+                _ => false,
+            });
+            if !pending {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                self.set_write_fence(table_id, partition, restore);
+                return Err(FoamError::PlacementChanged {
+                    message: format!("partition {partition} of table {table_id} still has undecided writes"),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Flushes a partition's memtable and lists its segments: everything it
+    /// holds is then in files a replica can copy.
+    pub fn flush_partition(&self, table_id: TableId, partition: PartitionId) -> FoamResult<Vec<SegmentInfo>> {
+        let _wal = lock(&self.wal);
+        let partition = self.partition(table_id, partition)?;
+        let mut partition = lock(&partition);
+        partition.flush()?;
+        Ok(partition.segments().to_vec())
+    }
+
+    /// The segments a partition lists, without flushing.
+    pub fn segments(&self, table_id: TableId, partition: PartitionId) -> Vec<SegmentInfo> {
+        let found = lock(&self.partitions).get(&(table_id, partition)).cloned();
+        found.map(|p| lock(&p).segments().to_vec()).unwrap_or_default()
+    }
+
+    /// Where a listed segment file of a partition lives.
+    pub fn segment_path(&self, table_id: TableId, partition: PartitionId, file_name: &str) -> FoamResult<PathBuf> {
+        let listed = self.segments(table_id, partition).iter().any(|s| s.file_name == file_name);
+        if !listed || file_name.contains('/') {
+            return Err(FoamError::InvalidParameter {
+                message: format!("partition {partition} of table {table_id} has no segment {file_name}"),
+            });
+        }
+        Ok(self.tables_dir.join(table_id.to_string()).join(partition.to_string()).join(file_name))
+    }
+
+    /// Empties this node's copy of a partition before it is copied anew from
+    /// a replica; WAL records written so far no longer apply to it.
+    pub fn reset_partition(&self, table_id: TableId, partition: PartitionId) -> FoamResult<()> {
+        let wal = lock(&self.wal);
+        let last_lsn = wal.next_lsn().saturating_sub(1);
+        let partition = self.partition(table_id, partition)?;
+        let mut partition = lock(&partition);
+        drop(wal);
+        partition.reset(last_lsn)
+    }
+
+    /// A directory for files being received from a replica.
+    pub fn incoming_dir(&self) -> &Path {
+        &self.staging_dir
+    }
+
+    /// Adds a segment file copied from a replica (already durable at `path`,
+    /// under [`Self::incoming_dir`]) to this node's copy of a partition.
+    pub fn install_segment(&self, table_id: TableId, partition: PartitionId, path: &Path, info: SegmentInfo) -> FoamResult<()> {
+        if let Some(crc32) = info.crc32 {
+            segment::verify(path, crc32)?;
+        }
+        let partition = self.partition(table_id, partition)?;
+        let mut partition = lock(&partition);
+        partition.install_segment(path, info)
+    }
+
+    /// Deletes this node's copy of a partition it no longer holds a replica of.
+    pub fn remove_partition(&self, table_id: TableId, partition: PartitionId) -> FoamResult<()> {
+        let _wal = lock(&self.wal);
+        let removed = lock(&self.partitions).remove(&(table_id, partition));
+        if let Some(removed) = removed {
+            let dir = lock(&removed).dir().to_path_buf();
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir).map_err(|e| FoamError::io(&dir, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Partitions this node stores data of.
+    pub fn partition_keys(&self) -> Vec<(TableId, PartitionId)> {
+        lock(&self.partitions).keys().copied().collect()
     }
 
     /// Commits a prepared transaction. Committing an unknown transaction is a
@@ -382,8 +538,9 @@ impl StorageEngine {
                         partition.flush()?;
                     }
                 }
-                (EntryData::Segment { file_name, bytes }, _) => {
-                    partition.add_segment(&self.staging_dir.join(file_name), file_name, entry.rows, *bytes)?;
+                (EntryData::Segment { file_name, bytes, crc32 }, _) => {
+                    let info = SegmentInfo { file_name: file_name.clone(), rows: entry.rows, bytes: *bytes, crc32: *crc32 };
+                    partition.add_segment(lsn, &self.staging_dir.join(file_name), info)?;
                 }
                 (EntryData::Inline { .. }, None) => {
                     return Err(FoamError::internal("inline entry without decoded rows"));
@@ -532,8 +689,8 @@ mod tests {
     fn rows_in(engine: &StorageEngine, table: TableId, partition: PartitionId) -> u64 {
         let snapshot = engine.snapshot(table, partition);
         let mut rows: u64 = snapshot.memtable.iter().map(|b| b.num_rows() as u64).sum();
-        for path in snapshot.segments {
-            for batch in segment::read_segment(&path, None).unwrap() {
+        for segment in snapshot.segments {
+            for batch in segment::read_segment(&segment.path, segment.crc32, None).unwrap() {
                 rows += batch.unwrap().num_rows() as u64;
             }
         }
@@ -546,14 +703,14 @@ mod tests {
         let dir = temp_dir("restart");
         {
             let engine = StorageEngine::open(&dir).unwrap();
-            engine.stage(1, 1, 10, 0, vec![batch(0, 100)]).unwrap();
-            engine.stage(1, 1, 10, 1, vec![batch(100, 50)]).unwrap();
+            engine.stage(1, 1, 10, 0, 0, vec![batch(0, 100)]).unwrap();
+            engine.stage(1, 1, 10, 1, 0, vec![batch(100, 50)]).unwrap();
             engine.prepare(1, 150).unwrap();
             engine.commit(1).unwrap();
-            engine.stage(2, 1, 10, 0, vec![batch(0, 7)]).unwrap();
+            engine.stage(2, 1, 10, 0, 0, vec![batch(0, 7)]).unwrap();
             engine.prepare(2, 7).unwrap();
             engine.abort(2).unwrap();
-            engine.stage(3, 1, 10, 0, vec![batch(0, 9)]).unwrap();
+            engine.stage(3, 1, 10, 0, 0, vec![batch(0, 9)]).unwrap();
             // Transaction 3 never prepares: the "crash" below loses it, as it must.
             assert_eq!(rows_in(&engine, 10, 0), 100);
         }
@@ -568,7 +725,7 @@ mod tests {
     fn prepare_votes_no_when_staged_rows_went_missing() {
         let dir = temp_dir("missing");
         let engine = StorageEngine::open(&dir).unwrap();
-        engine.stage(21, 1, 15, 0, vec![batch(0, 10)]).unwrap();
+        engine.stage(21, 1, 15, 0, 0, vec![batch(0, 10)]).unwrap();
         let error = engine.prepare(21, 25).unwrap_err();
         assert_eq!(error.sqlstate(), "40000");
         assert!(engine.in_doubt().is_empty(), "a no vote leaves nothing prepared");
@@ -583,7 +740,7 @@ mod tests {
         {
             let engine = StorageEngine::open(&dir).unwrap();
             for chunk in 0..40 {
-                engine.stage(5, 1, 11, 3, vec![batch(chunk * 5000, 5000)]).unwrap();
+                engine.stage(5, 1, 11, 3, 0, vec![batch(chunk * 5000, 5000)]).unwrap();
             }
             engine.prepare(5, 200_000).unwrap();
             assert_eq!(std::fs::read_dir(dir.join("staging")).unwrap().count(), 1, "rows spilled to one staged file");
@@ -601,7 +758,7 @@ mod tests {
         let dir = temp_dir("doubt");
         {
             let engine = StorageEngine::open(&dir).unwrap();
-            engine.stage(9, 4, 12, 0, vec![batch(0, 10)]).unwrap();
+            engine.stage(9, 4, 12, 0, 0, vec![batch(0, 10)]).unwrap();
             engine.prepare(9, 10).unwrap();
         }
         let engine = StorageEngine::open(&dir).unwrap();
@@ -619,18 +776,18 @@ mod tests {
         let dir = temp_dir("checkpoint");
         {
             let engine = StorageEngine::open(&dir).unwrap();
-            engine.stage(1, 1, 13, 0, vec![batch(0, 10)]).unwrap();
+            engine.stage(1, 1, 13, 0, 0, vec![batch(0, 10)]).unwrap();
             engine.prepare(1, 10).unwrap();
             engine.commit(1).unwrap();
-            engine.stage(2, 1, 13, 0, vec![batch(10, 5)]).unwrap();
+            engine.stage(2, 1, 13, 0, 0, vec![batch(10, 5)]).unwrap();
             engine.prepare(2, 5).unwrap();
             engine.checkpoint_now().unwrap();
-            engine.stage(3, 1, 13, 0, vec![batch(15, 3)]).unwrap();
+            engine.stage(3, 1, 13, 0, 0, vec![batch(15, 3)]).unwrap();
             engine.prepare(3, 3).unwrap();
             engine.commit(3).unwrap();
             // A large commit (a staged segment) of another table, dropped later.
             for chunk in 0..40 {
-                engine.stage(4, 1, 14, 0, vec![batch(chunk * 5000, 5000)]).unwrap();
+                engine.stage(4, 1, 14, 0, 0, vec![batch(chunk * 5000, 5000)]).unwrap();
             }
             engine.prepare(4, 200_000).unwrap();
             engine.commit(4).unwrap();

@@ -26,12 +26,22 @@ pub struct SegmentInfo {
     pub file_name: String,
     pub rows: u64,
     pub bytes: u64,
+    /// CRC-32 of the whole file (absent in files written before checksums).
+    #[serde(default)]
+    pub crc32: Option<u32>,
+}
+
+/// One segment file a scan reads, with the checksum to verify first.
+#[derive(Debug, Clone)]
+pub struct SegmentRef {
+    pub path: PathBuf,
+    pub crc32: Option<u32>,
 }
 
 /// What a scan reads: immutable segment files and the memtable as of one moment.
 #[derive(Debug, Clone, Default)]
 pub struct PartitionSnapshot {
-    pub segments: Vec<PathBuf>,
+    pub segments: Vec<SegmentRef>,
     pub memtable: Vec<RecordBatch>,
 }
 
@@ -98,9 +108,22 @@ impl Partition {
         self.memtable_lsn_max = self.memtable_lsn_max.max(lsn);
     }
 
-    /// Makes a staged segment file part of this partition. Idempotent, so a
-    /// replayed commit of an already-moved segment does nothing.
-    pub fn add_segment(&mut self, staged_path: &Path, file_name: &str, rows: u64, bytes: u64) -> FoamResult<()> {
+    /// Makes a staged segment file, committed at `lsn`, part of this partition.
+    /// Idempotent, so a replayed commit of an already-moved segment does
+    /// nothing; so is a commit older than the partition's reset (a copy from a
+    /// replica replaced what it wrote).
+    pub fn add_segment(&mut self, lsn: u64, staged_path: &Path, info: SegmentInfo) -> FoamResult<()> {
+        if lsn <= self.manifest.applied_lsn {
+            let _ = std::fs::remove_file(staged_path);
+            return Ok(());
+        }
+        self.install_segment(staged_path, info)
+    }
+
+    /// Moves a finished segment file into this partition and lists it
+    /// (idempotent by file name).
+    pub fn install_segment(&mut self, staged_path: &Path, info: SegmentInfo) -> FoamResult<()> {
+        let file_name = info.file_name.as_str();
         if self.manifest.segments.iter().any(|s| s.file_name == file_name) {
             return Ok(());
         }
@@ -116,8 +139,28 @@ impl Partition {
             });
         }
         let mut next = self.manifest.clone();
-        next.segments.push(SegmentInfo { file_name: file_name.to_string(), rows, bytes });
+        next.segments.push(info);
         self.save_manifest(next)
+    }
+
+    /// Drops every row (the partition is about to be copied from a replica)
+    /// and records that WAL records up to `wal_lsn` no longer apply to it.
+    pub fn reset(&mut self, wal_lsn: u64) -> FoamResult<()> {
+        let old: Vec<String> = self.manifest.segments.iter().map(|s| s.file_name.clone()).collect();
+        self.ensure_dir()?;
+        self.save_manifest(Manifest { segments: Vec::new(), applied_lsn: wal_lsn.max(self.manifest.applied_lsn) })?;
+        self.memtable.clear();
+        self.memtable_rows = 0;
+        self.memtable_bytes = 0;
+        self.memtable_lsn_max = 0;
+        for name in old {
+            let _ = std::fs::remove_file(self.dir.join(name));
+        }
+        Ok(())
+    }
+
+    pub fn segments(&self) -> &[SegmentInfo] {
+        &self.manifest.segments
     }
 
     pub fn memtable_rows(&self) -> usize {
@@ -134,10 +177,10 @@ impl Partition {
         let schema = first.schema();
         let file_name = format!("seg-{}.parquet", uuid::Uuid::new_v4().simple());
         let path = self.dir.join(&file_name);
-        let bytes = segment::write_segment(&path, &schema, &self.memtable)?;
+        let sum = segment::write_segment(&path, &schema, &self.memtable)?;
         foam_common::fs::sync_dir(&self.dir)?;
         let mut next = self.manifest.clone();
-        next.segments.push(SegmentInfo { file_name, rows: self.memtable_rows as u64, bytes });
+        next.segments.push(SegmentInfo { file_name, rows: self.memtable_rows as u64, bytes: sum.bytes, crc32: Some(sum.crc32) });
         next.applied_lsn = next.applied_lsn.max(self.memtable_lsn_max);
         self.save_manifest(next)?;
         self.memtable.clear();
@@ -148,7 +191,12 @@ impl Partition {
 
     pub fn snapshot(&self) -> PartitionSnapshot {
         PartitionSnapshot {
-            segments: self.manifest.segments.iter().map(|s| self.dir.join(&s.file_name)).collect(),
+            segments: self
+                .manifest
+                .segments
+                .iter()
+                .map(|s| SegmentRef { path: self.dir.join(&s.file_name), crc32: s.crc32 })
+                .collect(),
             memtable: self.memtable.clone(),
         }
     }

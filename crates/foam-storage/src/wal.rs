@@ -44,7 +44,12 @@ pub enum EntryData {
     /// Rows inside this record's body as Arrow IPC, at `[offset, offset + length)`.
     Inline { offset: u64, length: u64 },
     /// Rows in a staged Parquet file (already fsynced) under the staging dir.
-    Segment { file_name: String, bytes: u64 },
+    Segment {
+        file_name: String,
+        bytes: u64,
+        #[serde(default)]
+        crc32: Option<u32>,
+    },
 }
 
 pub struct WalRecord {

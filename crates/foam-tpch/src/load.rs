@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use foam_catalog::Catalog;
-use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TableId, TxnId};
-use foam_query::write::{RowRouter, StageTarget};
+use foam_common::{FoamError, FoamResult, NodeId, TxnId};
+use foam_query::write::{Route, RowRouter, StageTarget};
 use foam_rpc::{NodeClient, NodeClients, NodeRequest, NodeResponse};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
@@ -53,10 +53,11 @@ struct RemoteStageTarget {
 
 #[async_trait]
 impl StageTarget for RemoteStageTarget {
-    async fn stage(&self, target: NodeId, txn: TxnId, table_id: TableId, partition: PartitionId, batches: Arc<Vec<RecordBatch>>) -> FoamResult<()> {
+    async fn stage(&self, target: NodeId, txn: TxnId, route: Route, batches: Arc<Vec<RecordBatch>>) -> FoamResult<()> {
         let node = self.catalog.node(target)?;
         let payload = foam_storage::ipc::encode_batches(&batches)?;
-        let request = NodeRequest::Stage { txn, coordinator: self.coordinator, table_id, partition };
+        let Route { table_id, partition, placement_version } = route;
+        let request = NodeRequest::Stage { txn, coordinator: self.coordinator, table_id, partition, placement_version };
         self.clients.get(node.id, &node.node_addr)?.call(&request, &payload).await.map(|_| ())
     }
 }
@@ -176,7 +177,7 @@ async fn load_table(
     drop(sender);
     let txn: TxnId = uuid::Uuid::new_v4().as_u128();
     let target = Arc::new(RemoteStageTarget { coordinator, catalog: catalog.clone(), clients: clients.clone() });
-    let mut router = RowRouter::new(target, definition.clone(), txn);
+    let mut router = RowRouter::new(target, definition.clone(), catalog.nodes.clone(), txn);
     let coordinator_node = catalog.node(coordinator)?;
     let coordinator_client = clients.get(coordinator, &coordinator_node.node_addr)?;
     let routed = async {

@@ -26,6 +26,8 @@ pub struct Node {
 pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub nodes: Vec<Node>,
+    /// Extra `foam start` arguments for every node (failure detector timings).
+    args: Vec<String>,
 }
 
 /// Ports handed to test nodes: below the kernel's ephemeral range, so an
@@ -58,8 +60,13 @@ pub fn foam_binary() -> &'static str {
 impl Cluster {
     /// Starts `count` nodes; node 0 bootstraps and the others join it.
     pub fn start(count: usize) -> Cluster {
+        Cluster::start_with(count, &[])
+    }
+
+    /// Starts `count` nodes passing `args` to every `foam start`.
+    pub fn start_with(count: usize, args: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut cluster = Cluster { dir, nodes: Vec::new() };
+        let mut cluster = Cluster { dir, nodes: Vec::new(), args: args.iter().map(|a| a.to_string()).collect() };
         let mut join = None;
         for index in 0..count {
             let node = Node {
@@ -101,7 +108,7 @@ impl Cluster {
 
     fn spawn(&mut self, index: usize) {
         self.nodes[index].ready_lines_before = self.ready_lines(index);
-        let node = &mut self.nodes[index];
+        let node = &self.nodes[index];
         std::fs::create_dir_all(&node.data_dir).expect("node dir");
         let log = std::fs::OpenOptions::new().create(true).append(true).open(node.data_dir.join("node.log")).expect("log");
         let mut command = Command::new(foam_binary());
@@ -111,13 +118,14 @@ impl Cluster {
             .args(["--sql-addr", &format!("127.0.0.1:{}", node.sql_port)])
             .args(["--node-addr", &format!("127.0.0.1:{}", node.node_port)])
             .args(["--memory-limit-mb", TEST_NODE_MEMORY_MB])
+            .args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::from(log.try_clone().expect("log")))
             .stderr(Stdio::from(log));
         if let Some(join) = &node.join {
             command.args(["--join", join]);
         }
-        node.child = Some(command.spawn().expect("start foam"));
+        self.nodes[index].child = Some(command.spawn().expect("start foam"));
     }
 
     fn ready_lines(&self, index: usize) -> usize {
@@ -150,6 +158,14 @@ impl Cluster {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Sends SIGSTOP or SIGCONT ("STOP", "CONT"): a stopped node keeps its
+    /// sockets open but answers nothing, like a node stuck in a long pause.
+    pub fn signal(&self, index: usize, signal: &str) {
+        let pid = self.nodes[index].child.as_ref().expect("node running").id();
+        let status = Command::new("kill").args([&format!("-{signal}"), &pid.to_string()]).status().expect("kill");
+        assert!(status.success(), "kill -{signal} {pid}");
     }
 
     pub fn restart(&mut self, index: usize) {

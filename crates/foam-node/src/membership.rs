@@ -1,0 +1,178 @@
+//! The failure detector and re-protection planner, run by the catalog
+//! authority. Every [`HEARTBEAT_INTERVAL_MS`] it pings every node; a node not
+//! heard from for `node_dead_after_ms` is marked down in the catalog (its
+//! replicas become lost, so queries read and writes go to the surviving ones),
+//! and one down for `reprotect_after_ms` has each of its partitions given a new
+//! copy on another node, which that node's replica keeper then fills
+//! (`replicas.rs`). A node heard again is marked up; its keeper catches its
+//! lost copies up.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use foam_catalog::model::{NodeState, ReplicaState};
+use foam_catalog::{Catalog, CatalogCommand};
+use foam_common::limits::HEARTBEAT_INTERVAL_MS;
+use foam_common::{FoamError, NodeId};
+use foam_query::CatalogService;
+use foam_rpc::{NodeClients, NodeRequest};
+use tokio::task::JoinSet;
+
+use crate::catalog::CatalogAuthority;
+
+/// Failure detection settings (`foam start --node-dead-after-ms --reprotect-after-ms`).
+#[derive(Debug, Clone, Copy)]
+pub struct FailurePolicy {
+    pub node_dead_after: Duration,
+    pub reprotect_after: Duration,
+}
+
+pub struct Membership {
+    node_id: NodeId,
+    clients: Arc<NodeClients>,
+    policy: FailurePolicy,
+    /// When each node last answered a ping (start-up counts as heard).
+    heard: Mutex<HashMap<NodeId, Instant>>,
+}
+
+impl Membership {
+    pub fn new(node_id: NodeId, clients: Arc<NodeClients>, policy: FailurePolicy) -> Self {
+        Membership { node_id, clients, policy, heard: Mutex::default() }
+    }
+
+    /// Pings every other node at once; returns who answered and who refused.
+    async fn ping_all(&self, catalog: &Catalog) -> Vec<(NodeId, Result<(), FoamError>)> {
+        let mut pings = JoinSet::new();
+        for node in catalog.nodes.values().filter(|n| n.id != self.node_id) {
+            let client = self.clients.get(node.id, &node.node_addr);
+            let id = node.id;
+            pings.spawn(async move {
+                let result = match client {
+                    Ok(client) => client.call(&NodeRequest::Ping, &[]).await.map(|_| ()),
+                    Err(error) => Err(error),
+                };
+                (id, result)
+            });
+        }
+        let mut results = Vec::new();
+        while let Some(Ok(result)) = pings.join_next().await {
+            results.push(result);
+        }
+        results
+    }
+
+    /// One heartbeat round: records answers, marks silent nodes down and
+    /// answering ones up.
+    async fn round(&self, authority: &CatalogAuthority, refused_is_dead: bool) {
+        let catalog = authority.current();
+        let results = self.ping_all(&catalog).await;
+        let now = Instant::now();
+        let mut changes = Vec::new();
+        {
+            let mut heard = self.heard.lock().unwrap_or_else(|p| p.into_inner());
+            for (id, result) in &results {
+                let state = catalog.nodes.get(id).map(|n| n.state);
+                match result {
+                    Ok(()) => {
+                        heard.insert(*id, now);
+                        if state == Some(NodeState::Down) {
+                            changes.push(CatalogCommand::MarkNodeUp { id: *id });
+                        }
+                    }
+                    Err(error) => {
+                        let last = *heard.entry(*id).or_insert(now);
+                        // A refused connection is a dead process; a slow answer
+                        // may be a stall, which only the timeout may judge.
+                        let refused = refused_is_dead && !error.to_string().contains("no answer within");
+                        if state == Some(NodeState::Up) && (refused || now.duration_since(last) >= self.policy.node_dead_after) {
+                            tracing::warn!(node_id = id, %error, "node stopped answering; marking it down");
+                            changes.push(CatalogCommand::MarkNodeDown { id: *id });
+                        }
+                    }
+                }
+            }
+        }
+        for command in changes {
+            if let Err(error) = authority.apply(command).await {
+                tracing::warn!(%error, "failure detector could not update the catalog");
+            }
+        }
+    }
+
+    /// Checks every node now (a query failed talking to one).
+    pub async fn check_now(&self, authority: &CatalogAuthority) {
+        self.round(authority, true).await;
+    }
+
+    /// Gives each partition that has a replica on a node down for longer
+    /// than `reprotect_after` a new copy on the up node holding fewest copies.
+    async fn reprotect(&self, authority: &CatalogAuthority, down_since: &HashMap<NodeId, Instant>) {
+        let catalog = authority.current();
+        let long_down: Vec<NodeId> = down_since
+            .iter()
+            .filter(|(_, since)| since.elapsed() >= self.policy.reprotect_after)
+            .map(|(id, _)| *id)
+            .collect();
+        if long_down.is_empty() {
+            return;
+        }
+        let mut load: BTreeMap<NodeId, usize> =
+            catalog.nodes.values().filter(|n| n.state == NodeState::Up).map(|n| (n.id, 0)).collect();
+        for replica in catalog.tables.values().flat_map(|t| t.placement.iter()).flat_map(|p| p.replicas.iter()) {
+            if let Some(count) = load.get_mut(&replica.node) {
+                *count += 1;
+            }
+        }
+        for table in catalog.tables.values() {
+            if table.is_replicated() {
+                continue; // a replicated table is on every node already
+            }
+            for (partition, placement) in table.placement.iter().enumerate() {
+                let Some(lost) = placement.replicas.iter().find(|r| long_down.contains(&r.node) && r.state != ReplicaState::Live) else {
+                    continue;
+                };
+                let Some((&target, _)) = load
+                    .iter()
+                    .filter(|(id, _)| !placement.replicas.iter().any(|r| r.node == **id))
+                    .min_by_key(|(id, count)| (**count, **id))
+                else {
+                    continue;
+                };
+                let command =
+                    CatalogCommand::MoveReplica { table_id: table.id, partition: partition as u32, from: Some(lost.node), to: target };
+                match authority.apply(command).await {
+                    Ok(_) => {
+                        tracing::info!(table = %table.name, partition, from = lost.node, to = target, "re-protecting a partition");
+                        *load.entry(target).or_default() += 1;
+                    }
+                    Err(error) => tracing::warn!(%error, "re-protection could not update the catalog"),
+                }
+            }
+        }
+    }
+}
+
+/// Runs the failure detector on the authority until the node stops.
+pub async fn run(authority: Arc<CatalogAuthority>) {
+    let mut interval = tokio::time::interval(Duration::from_millis(HEARTBEAT_INTERVAL_MS));
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut down_since: HashMap<NodeId, Instant> = HashMap::new();
+    loop {
+        interval.tick().await;
+        let Some(membership) = authority.membership.get() else { continue };
+        membership.round(&authority, false).await;
+        let catalog = authority.current();
+        for node in catalog.nodes.values() {
+            match node.state {
+                NodeState::Down => {
+                    down_since.entry(node.id).or_insert_with(Instant::now);
+                }
+                NodeState::Up => {
+                    down_since.remove(&node.id);
+                }
+            }
+        }
+        membership.reprotect(&authority, &down_since).await;
+    }
+}

@@ -1,0 +1,309 @@
+//! Keeping this node's partition copies whole: the replica keeper copies every
+//! lost or new replica of this node from a live one, and this node's answers
+//! when a peer copies from it.
+//!
+//! ```text
+//!  keeper (new copy)                          source (a live replica)
+//!  fence own writes, empty the partition
+//!  ListSegments ───────────────────────────▶ flush, list segments
+//!  ReadSegment × n (copy, no lock held) ───▶ chunks of each file
+//!  FenceForCatchUp ────────────────────────▶ refuse writes, wait for undecided
+//!                                            ones, flush, list, lease a token
+//!  ReadSegment × (files written meanwhile)
+//!  SwitchInReplica(token) ─────────────────▶ catalog: replica live at version f;
+//!                                            accept writes planned at ≥ f only
+//! ```
+//! A writer routes with the partition's placement version; once the new copy
+//! is live at version f, every replica refuses writes planned before f (they
+//! missed the new copy), which fail with a retriable SQLSTATE. Writes are
+//! refused only between the fence and the switch: the time to copy what was
+//! written during the bulk copy.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use foam_catalog::model::{NodeState, ReplicaState};
+use foam_catalog::{Catalog, CatalogCommand};
+use foam_common::limits::{FENCE_DRAIN_TIMEOUT_MS, REPLICA_COPY_CHUNK_BYTES};
+use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TableId};
+use foam_query::NodeContext;
+use foam_rpc::{NodeClient, NodeRequest, NodeResponse};
+use foam_storage::{SegmentInfo, WRITES_FENCED};
+
+/// How often the keeper looks for copies to make or to remove.
+const KEEPER_INTERVAL_MS: u64 = 500;
+
+/// How long a source keeps writes fenced for a copy that does not come back
+/// to switch in (its node died): then it accepts writes again.
+const FENCE_LEASE_MS: u64 = 30_000;
+
+type PartitionKey = (TableId, PartitionId);
+
+pub struct Replication {
+    node: Arc<NodeContext>,
+    /// Fences this node holds for peers' catch-ups: token per partition.
+    leases: Mutex<HashMap<PartitionKey, u64>>,
+    /// Copies in progress on this node: bytes copied and bytes to copy.
+    pub progress: Mutex<HashMap<PartitionKey, (u64, u64)>>,
+}
+
+impl Replication {
+    pub fn new(node: Arc<NodeContext>) -> Arc<Self> {
+        Arc::new(Replication { node, leases: Mutex::default(), progress: Mutex::default() })
+    }
+
+    /// Sets this node's write fences from the catalog at start-up, so writes
+    /// planned before a copy was switched in are refused after a restart too.
+    pub fn init_fences(&self, catalog: &Catalog) {
+        for table in catalog.tables.values() {
+            for (partition, placement) in table.placement.iter().enumerate() {
+                if placement.replicas.iter().any(|r| r.node == self.node.node_id) && placement.changed_at > 0 {
+                    self.node.storage.set_write_fence(table.id, partition as PartitionId, placement.changed_at);
+                }
+            }
+        }
+    }
+
+    /// Answers a peer copying a partition from this node.
+    pub async fn handle(self: &Arc<Self>, request: NodeRequest) -> FoamResult<(NodeResponse, Bytes)> {
+        let storage = self.node.storage.clone();
+        match request {
+            NodeRequest::ListSegments { table_id, partition } => {
+                let segments = blocking(move || storage.flush_partition(table_id, partition)).await?;
+                Ok((NodeResponse::Segments { segments, fence_token: None }, Bytes::new()))
+            }
+            NodeRequest::ReadSegment { table_id, partition, file_name, offset, length } => {
+                let path = storage.segment_path(table_id, partition, &file_name)?;
+                let length = length.min(REPLICA_COPY_CHUNK_BYTES as u64);
+                let chunk = blocking(move || {
+                    use std::io::{Read, Seek, SeekFrom};
+                    let mut file = std::fs::File::open(&path).map_err(|e| FoamError::io(&path, e))?;
+                    file.seek(SeekFrom::Start(offset)).map_err(|e| FoamError::io(&path, e))?;
+                    let mut buffer = Vec::with_capacity(length as usize);
+                    file.take(length).read_to_end(&mut buffer).map_err(|e| FoamError::io(&path, e))?;
+                    Ok(buffer)
+                })
+                .await?;
+                Ok((NodeResponse::Ok, Bytes::from(chunk)))
+            }
+            NodeRequest::FenceForCatchUp { table_id, partition } => {
+                let restore = self.node.catalog.current().table_by_id(table_id).map(|t| t.placement_version(partition)).unwrap_or(0);
+                let fenced = storage.clone();
+                blocking(move || {
+                    fenced.fence_writes(table_id, partition, restore, Duration::from_millis(FENCE_DRAIN_TIMEOUT_MS))
+                })
+                .await?;
+                let segments = match blocking(move || storage.flush_partition(table_id, partition)).await {
+                    Ok(segments) => segments,
+                    Err(error) => {
+                        self.node.storage.set_write_fence(table_id, partition, restore);
+                        return Err(error);
+                    }
+                };
+                let token: u64 = rand_token();
+                self.leases.lock().unwrap_or_else(|p| p.into_inner()).insert((table_id, partition), token);
+                let this = self.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(FENCE_LEASE_MS)).await;
+                    if this.take_lease((table_id, partition), token) {
+                        tracing::warn!(table_id, partition, "a catch-up never switched in; accepting writes again");
+                        this.lower_fence(table_id, partition).await;
+                    }
+                });
+                Ok((NodeResponse::Segments { segments, fence_token: Some(token) }, Bytes::new()))
+            }
+            NodeRequest::SwitchInReplica { table_id, partition, node, fence_token } => {
+                if !self.take_lease((table_id, partition), fence_token) {
+                    return Err(FoamError::PlacementChanged {
+                        message: format!("the write fence on partition {partition} of table {table_id} was lifted before the copy finished"),
+                    });
+                }
+                let command = CatalogCommand::SetReplicaState { table_id, partition, node, state: ReplicaState::Live };
+                let applied = self.node.catalog.apply(command).await;
+                self.lower_fence(table_id, partition).await;
+                applied?;
+                tracing::info!(table_id, partition, node, "replica switched in");
+                Ok((NodeResponse::Ok, Bytes::new()))
+            }
+            other => Err(FoamError::internal(format!("not a replication request: {other:?}"))),
+        }
+    }
+
+    fn take_lease(&self, key: PartitionKey, token: u64) -> bool {
+        let mut leases = self.leases.lock().unwrap_or_else(|p| p.into_inner());
+        if leases.get(&key) == Some(&token) {
+            leases.remove(&key);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Lowers a fence to the partition's placement version in the newest catalog.
+    async fn lower_fence(&self, table_id: TableId, partition: PartitionId) {
+        let catalog = match self.node.catalog.refresh().await {
+            Ok(catalog) => catalog,
+            Err(_) => self.node.catalog.current(),
+        };
+        let version = catalog.table_by_id(table_id).map(|t| t.placement_version(partition)).unwrap_or(0);
+        self.node.storage.set_write_fence(table_id, partition, version);
+    }
+
+    /// The keeper: until the node stops, copies this node's lost and new
+    /// replicas, and deletes copies the catalog moved elsewhere.
+    pub async fn run_keeper(self: Arc<Self>) {
+        let mut interval = tokio::time::interval(Duration::from_millis(KEEPER_INTERVAL_MS));
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            interval.tick().await;
+            let Ok(catalog) = self.node.catalog.refresh().await else { continue };
+            if catalog.nodes.get(&self.node.node_id).is_none_or(|n| n.state != NodeState::Up) {
+                continue; // marked down: copies would be lost again
+            }
+            for (table_id, partition) in copies_to_make(&catalog, self.node.node_id) {
+                if let Err(error) = self.catch_up(table_id, partition).await {
+                    tracing::warn!(table_id, partition, %error, "catching up a replica failed; will retry");
+                }
+                self.progress.lock().unwrap_or_else(|p| p.into_inner()).remove(&(table_id, partition));
+            }
+            self.remove_moved_copies(&catalog).await;
+        }
+    }
+
+    /// Copies one partition from a live replica and switches this copy in.
+    async fn catch_up(&self, table_id: TableId, partition: PartitionId) -> FoamResult<()> {
+        let me = self.node.node_id;
+        let catalog = self.node.catalog.current();
+        let table = catalog.table_by_id(table_id).ok_or_else(|| FoamError::UndefinedTable { name: format!("with id {table_id}") })?;
+        let placement = &table.placement[partition as usize];
+        let source = placement
+            .replicas
+            .iter()
+            .find(|r| r.node != me && r.state == ReplicaState::Live && catalog.nodes.get(&r.node).is_some_and(|n| n.state == NodeState::Up))
+            .map(|r| r.node)
+            .ok_or_else(|| FoamError::PartitionUnavailable {
+                message: format!("no live replica to copy partition {partition} of \"{}\" from", table.name),
+            })?;
+        if placement.replicas.iter().any(|r| r.node == me && r.state == ReplicaState::Lost) {
+            let command = CatalogCommand::SetReplicaState { table_id, partition, node: me, state: ReplicaState::CatchingUp };
+            self.node.catalog.apply(command).await?;
+        }
+        tracing::info!(table = %table.name, partition, source, "catching up a replica");
+        // No write may land here until the copy is switched in: a writer with
+        // an old placement could still think this copy is live.
+        let storage = self.node.storage.clone();
+        blocking(move || {
+            storage.fence_writes(table_id, partition, WRITES_FENCED, Duration::from_millis(FENCE_DRAIN_TIMEOUT_MS))?;
+            storage.reset_partition(table_id, partition)
+        })
+        .await?;
+        let client = self.node.client_for(source)?;
+        let listed = segments_of(&client, NodeRequest::ListSegments { table_id, partition }).await?.0;
+        let total: u64 = listed.iter().map(|s| s.bytes).sum();
+        self.set_progress((table_id, partition), 0, total);
+        let mut copied = 0;
+        for segment in &listed {
+            copied += self.copy_segment(&client, table_id, partition, segment, copied, total).await?;
+        }
+        let (fenced, token) = segments_of(&client, NodeRequest::FenceForCatchUp { table_id, partition }).await?;
+        let token = token.ok_or_else(|| FoamError::internal("fence without a token"))?;
+        let total = total + fenced.iter().filter(|s| !listed.iter().any(|l| l.file_name == s.file_name)).map(|s| s.bytes).sum::<u64>();
+        for segment in fenced.iter().filter(|s| !listed.iter().any(|l| l.file_name == s.file_name)) {
+            copied += self.copy_segment(&client, table_id, partition, segment, copied, total).await?;
+        }
+        client.call(&NodeRequest::SwitchInReplica { table_id, partition, node: me, fence_token: token }, &[]).await?;
+        let catalog = self.node.catalog.refresh().await?;
+        let version = catalog.table_by_id(table_id).map(|t| t.placement_version(partition)).unwrap_or(0);
+        self.node.storage.set_write_fence(table_id, partition, version);
+        tracing::info!(table_id, partition, bytes = copied, "replica caught up and live");
+        Ok(())
+    }
+
+    /// Copies one segment file in chunks, verifies its checksum and installs it.
+    async fn copy_segment(
+        &self,
+        client: &NodeClient,
+        table_id: TableId,
+        partition: PartitionId,
+        segment: &SegmentInfo,
+        copied_before: u64,
+        total: u64,
+    ) -> FoamResult<u64> {
+        let path = self.node.storage.incoming_dir().join(format!("copy-{table_id}-{partition}-{}", segment.file_name));
+        let mut file = std::fs::File::create(&path).map_err(|e| FoamError::io(&path, e))?;
+        let mut offset = 0u64;
+        while offset < segment.bytes {
+            let request = NodeRequest::ReadSegment {
+                table_id,
+                partition,
+                file_name: segment.file_name.clone(),
+                offset,
+                length: REPLICA_COPY_CHUNK_BYTES as u64,
+            };
+            let (_, chunk) = client.call(&request, &[]).await?;
+            if chunk.is_empty() {
+                return Err(FoamError::Corrupted { path: segment.file_name.clone(), message: "the source's file is shorter than listed".into() });
+            }
+            std::io::Write::write_all(&mut file, &chunk).map_err(|e| FoamError::io(&path, e))?;
+            offset += chunk.len() as u64;
+            self.set_progress((table_id, partition), copied_before + offset, total);
+        }
+        file.sync_all().map_err(|e| FoamError::io(&path, e))?;
+        drop(file);
+        let storage = self.node.storage.clone();
+        let info = segment.clone();
+        blocking(move || storage.install_segment(table_id, partition, &path, info)).await?;
+        Ok(segment.bytes)
+    }
+
+    fn set_progress(&self, key: PartitionKey, copied: u64, total: u64) {
+        self.progress.lock().unwrap_or_else(|p| p.into_inner()).insert(key, (copied, total));
+    }
+
+    /// Deletes copies of partitions this node no longer holds a replica of
+    /// (it was re-protected elsewhere while this node was down).
+    async fn remove_moved_copies(&self, catalog: &Catalog) {
+        for (table_id, partition) in self.node.storage.partition_keys() {
+            let Some(table) = catalog.table_by_id(table_id) else { continue };
+            let Some(placement) = table.placement.get(partition as usize) else { continue };
+            if placement.replicas.iter().any(|r| r.node == self.node.node_id) {
+                continue;
+            }
+            tracing::info!(table = %table.name, partition, "removing a copy that was moved to another node");
+            let storage = self.node.storage.clone();
+            if let Err(error) = blocking(move || storage.remove_partition(table_id, partition)).await {
+                tracing::warn!(%error, "removing a moved copy failed");
+            }
+        }
+    }
+}
+
+/// This node's replicas that are lost or new and can be copied now.
+fn copies_to_make(catalog: &Catalog, me: NodeId) -> Vec<PartitionKey> {
+    let mut wanted = Vec::new();
+    for table in catalog.tables.values() {
+        for (partition, placement) in table.placement.iter().enumerate() {
+            if placement.replicas.iter().any(|r| r.node == me && r.state != ReplicaState::Live) {
+                wanted.push((table.id, partition as PartitionId));
+            }
+        }
+    }
+    wanted
+}
+
+async fn segments_of(client: &NodeClient, request: NodeRequest) -> FoamResult<(Vec<SegmentInfo>, Option<u64>)> {
+    match client.call(&request, &[]).await? {
+        (NodeResponse::Segments { segments, fence_token }, _) => Ok((segments, fence_token)),
+        (other, _) => Err(FoamError::internal(format!("unexpected reply {other:?}"))),
+    }
+}
+
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> FoamResult<T> + Send + 'static) -> FoamResult<T> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| FoamError::internal(e.to_string()))?
+}
+
+fn rand_token() -> u64 {
+    uuid::Uuid::new_v4().as_u64_pair().0
+}
