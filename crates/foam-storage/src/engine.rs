@@ -125,6 +125,13 @@ impl StorageEngine {
                     }
                 }
                 WalHeader::DropTable { table_id } => engine.forget_table(table_id)?,
+                WalHeader::DropPartition { table_id, partition } => {
+                    // A copy made again after the drop (its reset is newer) stays.
+                    let existing = lock(&engine.partitions).get(&(table_id, partition)).cloned();
+                    if existing.is_none_or(|p| lock(&p).applied_lsn() < record.lsn) {
+                        engine.forget_partition(table_id, partition)?;
+                    }
+                }
             }
         }
         engine.remove_orphan_staging_files()?;
@@ -381,7 +388,12 @@ impl StorageEngine {
 
     /// Deletes this node's copy of a partition it no longer holds a replica of.
     pub fn remove_partition(&self, table_id: TableId, partition: PartitionId) -> FoamResult<()> {
-        let _wal = lock(&self.wal);
+        let mut wal = lock(&self.wal);
+        wal.append(&WalHeader::DropPartition { table_id, partition }, &[], true)?;
+        self.forget_partition(table_id, partition)
+    }
+
+    fn forget_partition(&self, table_id: TableId, partition: PartitionId) -> FoamResult<()> {
         let removed = lock(&self.partitions).remove(&(table_id, partition));
         if let Some(removed) = removed {
             let dir = lock(&removed).dir().to_path_buf();
@@ -801,6 +813,51 @@ mod tests {
         drop(engine);
         let engine = StorageEngine::open(&dir).unwrap();
         assert_eq!(rows_in(&engine, 13, 0), 0, "a dropped table stays dropped after replay");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn write_fences_refuse_writes_planned_before_a_replica_joined() {
+        let dir = temp_dir("fence");
+        let engine = StorageEngine::open(&dir).unwrap();
+        engine.set_write_fence(16, 0, 5);
+        engine.stage(1, 1, 16, 0, 4, vec![batch(0, 10)]).unwrap();
+        assert_eq!(engine.prepare(1, 10).unwrap_err().sqlstate(), "40001", "planned with placement 4 < 5");
+        engine.stage(2, 1, 16, 0, 5, vec![batch(0, 10)]).unwrap();
+        engine.prepare(2, 10).unwrap();
+        // A fence waits for the undecided transaction, and gives up in time.
+        let error = engine.fence_writes(16, 0, 5, Duration::from_millis(50)).unwrap_err();
+        assert_eq!(error.sqlstate(), "40001");
+        engine.commit(2).unwrap();
+        engine.fence_writes(16, 0, 5, Duration::from_millis(50)).unwrap();
+        engine.stage(3, 1, 16, 0, 9, vec![batch(0, 10)]).unwrap();
+        assert_eq!(engine.prepare(3, 10).unwrap_err().sqlstate(), "40001", "a raised fence refuses every write");
+        engine.set_write_fence(16, 0, 6);
+        assert_eq!(rows_in(&engine, 16, 0), 10);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn reset_and_removed_partitions_stay_so_after_replay() {
+        let dir = temp_dir("reset");
+        {
+            let engine = StorageEngine::open(&dir).unwrap();
+            for (txn, partition) in [(1, 0), (2, 1)] {
+                engine.stage(txn, 1, 17, partition, 0, vec![batch(0, 10)]).unwrap();
+                engine.prepare(txn, 10).unwrap();
+                engine.commit(txn).unwrap();
+            }
+            engine.reset_partition(17, 0).unwrap();
+            engine.stage(3, 1, 17, 0, 0, vec![batch(0, 4)]).unwrap();
+            engine.prepare(3, 4).unwrap();
+            engine.commit(3).unwrap();
+            engine.remove_partition(17, 1).unwrap();
+            assert_eq!(rows_in(&engine, 17, 0), 4);
+        }
+        let engine = StorageEngine::open(&dir).unwrap();
+        assert_eq!(rows_in(&engine, 17, 0), 4, "rows before the reset are not replayed");
+        assert_eq!(rows_in(&engine, 17, 1), 0, "a removed copy does not come back");
+        assert!(!engine.partition_keys().contains(&(17, 1)));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -159,6 +159,11 @@ impl Partition {
         Ok(())
     }
 
+    /// WAL records up to this LSN are already reflected in the partition's files.
+    pub fn applied_lsn(&self) -> u64 {
+        self.manifest.applied_lsn
+    }
+
     pub fn segments(&self) -> &[SegmentInfo] {
         &self.manifest.segments
     }

@@ -28,6 +28,9 @@ pub enum WalHeader {
     Commit { txn: TxnId },
     Abort { txn: TxnId },
     DropTable { table_id: TableId },
+    /// This node's copy of a partition moved elsewhere: earlier records no
+    /// longer apply to it.
+    DropPartition { table_id: TableId, partition: PartitionId },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
