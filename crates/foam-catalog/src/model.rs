@@ -23,6 +23,9 @@ pub struct NodeInfo {
     /// Whether the failure detector hears the node's heartbeats.
     #[serde(default)]
     pub state: NodeState,
+    /// `ALTER CLUSTER DRAIN NODE`: its copies are moved off, none are added.
+    #[serde(default)]
+    pub draining: bool,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -104,16 +107,15 @@ pub struct TableDef {
     /// Where each partition's copies are, `placement[p]` for partition `p`.
     #[serde(default)]
     pub placement: Vec<Placement>,
+    /// Copies each partition should have (`REPLICAS n`); 0 in catalogs
+    /// written before replicas existed, meaning one.
+    #[serde(default)]
+    pub replicas: u32,
 }
 
 impl TableDef {
     pub fn arrow_schema(&self) -> SchemaRef {
-        Arc::new(Schema::new(
-            self.columns
-                .iter()
-                .map(|c| Field::new(&c.name, c.sql_type.arrow_type(), c.nullable))
-                .collect::<Vec<_>>(),
-        ))
+        arrow_schema(&self.columns)
     }
 
     pub fn partition_count(&self) -> u32 {
@@ -189,6 +191,13 @@ impl TableDef {
     }
 }
 
+/// The Arrow schema of rows with these columns.
+pub fn arrow_schema(columns: &[ColumnDef]) -> SchemaRef {
+    Arc::new(Schema::new(
+        columns.iter().map(|c| Field::new(&c.name, c.sql_type.arrow_type(), c.nullable)).collect::<Vec<_>>(),
+    ))
+}
+
 fn is_up(nodes: &BTreeMap<NodeId, NodeInfo>, node: NodeId) -> bool {
     nodes.get(&node).is_some_and(|n| n.state == NodeState::Up)
 }
@@ -249,6 +258,12 @@ pub enum CatalogCommand {
     /// Re-protection and rebalancing: `from`'s copy is replaced by a new one on
     /// `to`, which starts catching up. `from` may be `None` to add a copy.
     MoveReplica { table_id: TableId, partition: PartitionId, from: Option<NodeId>, to: NodeId },
+    /// Drops `node`'s copy of a partition that has enough live copies elsewhere.
+    RemoveReplica { table_id: TableId, partition: PartitionId, node: NodeId },
+    /// `ALTER CLUSTER DRAIN NODE n`: move every copy off the node.
+    DrainNode { id: NodeId },
+    /// `ALTER CLUSTER REMOVE NODE n`: forget a node that holds no copies.
+    RemoveNode { id: NodeId },
 }
 
 /// What an applied command did, for the caller to report.
@@ -306,7 +321,14 @@ impl Catalog {
                 self.next_table_id = id + 1;
                 self.tables.insert(
                     name.clone(),
-                    TableDef { id, name: name.clone(), columns: columns.clone(), distribution, placement },
+                    TableDef {
+                        id,
+                        name: name.clone(),
+                        columns: columns.clone(),
+                        replicas: placement.first().map(|p| p.replicas.len() as u32).unwrap_or(1),
+                        distribution,
+                        placement,
+                    },
                 );
                 Ok(CommandOutcome::Applied)
             }
@@ -348,7 +370,8 @@ impl Catalog {
                 };
                 // A registering node is running; its lost replicas stay lost
                 // until its replica keeper has copied them.
-                let info = NodeInfo { id, node_addr: node_addr.clone(), sql_addr: sql_addr.clone(), state: NodeState::Up };
+                let draining = self.nodes.get(&id).is_some_and(|n| n.draining);
+                let info = NodeInfo { id, node_addr: node_addr.clone(), sql_addr: sql_addr.clone(), state: NodeState::Up, draining };
                 if self.nodes.get(&id) == Some(&info) {
                     return Ok(CommandOutcome::NodeRegistered { id });
                 }
@@ -414,6 +437,55 @@ impl Catalog {
                 }
                 Ok(CommandOutcome::Applied)
             }
+            CatalogCommand::RemoveReplica { table_id, partition, node } => {
+                let nodes = self.nodes.clone();
+                let placement = self.placement_mut(*table_id, *partition)?;
+                if !placement.replicas.iter().any(|r| r.node == *node) {
+                    return Ok(CommandOutcome::Skipped);
+                }
+                let live_elsewhere = placement
+                    .replicas
+                    .iter()
+                    .filter(|r| r.node != *node && r.state == ReplicaState::Live && is_up(&nodes, r.node))
+                    .count();
+                if live_elsewhere == 0 {
+                    return Err(FoamError::PartitionUnavailable {
+                        message: format!("partition {partition} of table {table_id} has no other live copy"),
+                    });
+                }
+                placement.replicas.retain(|r| r.node != *node);
+                Ok(CommandOutcome::Applied)
+            }
+            CatalogCommand::DrainNode { id } => {
+                let node = self.nodes.get_mut(id).ok_or_else(|| FoamError::InvalidParameter { message: format!("there is no node {id}") })?;
+                if node.draining {
+                    return Ok(CommandOutcome::Skipped);
+                }
+                node.draining = true;
+                Ok(CommandOutcome::Applied)
+            }
+            CatalogCommand::RemoveNode { id } => {
+                if !self.nodes.contains_key(id) {
+                    return Err(FoamError::InvalidParameter { message: format!("there is no node {id}") });
+                }
+                let held = self
+                    .tables
+                    .values()
+                    .filter(|t| !t.is_replicated())
+                    .flat_map(|t| t.placement.iter())
+                    .filter(|p| p.replicas.iter().any(|r| r.node == *id))
+                    .count();
+                if held > 0 {
+                    return Err(FoamError::InvalidParameter {
+                        message: format!("node {id} still holds {held} partition copies; ALTER CLUSTER DRAIN NODE {id} first and wait until it holds none"),
+                    });
+                }
+                self.nodes.remove(id);
+                for placement in self.tables.values_mut().flat_map(|t| t.placement.iter_mut()) {
+                    placement.replicas.retain(|r| r.node != *id);
+                }
+                Ok(CommandOutcome::Applied)
+            }
             CatalogCommand::MoveReplica { table_id, partition, from, to } => {
                 if !self.nodes.contains_key(to) {
                     return Err(FoamError::internal(format!("node {to} is not in the catalog")));
@@ -468,7 +540,8 @@ impl Catalog {
                 if self.nodes.is_empty() {
                     return Err(FoamError::CatalogUnavailable { message: "the cluster has no nodes".into() });
                 }
-                let nodes: Vec<NodeId> = self.nodes.keys().copied().collect();
+                let nodes: Vec<NodeId> =
+                    self.nodes.values().filter(|n| n.state == NodeState::Up && !n.draining).map(|n| n.id).collect();
                 let replicas = nodes.iter().map(|n| Replica { node: *n, state: ReplicaState::Live }).collect();
                 Ok((Distribution::Replicated { nodes }, vec![Placement { replicas, changed_at: 0 }]))
             }
@@ -490,7 +563,10 @@ impl Catalog {
                 if key_indices.is_empty() {
                     key_indices.push(0);
                 }
-                let node_ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+                // Copies go to running nodes only: one placed on a down node
+                // would count as live while missing every write.
+                let node_ids: Vec<NodeId> =
+                    self.nodes.values().filter(|n| n.state == NodeState::Up && !n.draining).map(|n| n.id).collect();
                 if node_ids.is_empty() {
                     return Err(FoamError::CatalogUnavailable { message: "the cluster has no nodes".into() });
                 }

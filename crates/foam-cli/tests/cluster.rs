@@ -488,9 +488,16 @@ async fn node_joining_later_reads_replicated_tables_from_replicas() {
         let client = cluster.client(node).await;
         assert_eq!(scalar(&client, "SELECT count(*) FROM dim").await, "4", "node {node}");
     }
-    // foam_partitions lists the two replicas, each with all rows.
-    assert_eq!(
-        query_text(&client, "SELECT row_count FROM foam_partitions WHERE table_name = 'dim'").await,
-        vec![vec![Some("4".into())], vec![Some("4".into())]]
-    );
+    // The newcomer gets its own copy (the rebalancer adds it); then
+    // foam_partitions lists three live copies, each with all rows.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let expected = vec![vec![Some("live".into()), Some("4".into())]; 3];
+    loop {
+        let copies = query_text(&client, "SELECT replica_state, row_count FROM foam_partitions WHERE table_name = 'dim'").await;
+        if copies == expected {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the newcomer's copy of dim: {copies:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }

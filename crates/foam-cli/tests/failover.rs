@@ -347,3 +347,97 @@ async fn node_down_past_reprotect_time_gets_its_partitions_copied_elsewhere() {
     let back = cluster.client(2).await;
     assert_eq!(scalar(&back, "SELECT count(*) FROM guarded").await, "121000");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fourth_node_joins_under_write_load_then_drains_and_leaves() {
+    let mut cluster = Cluster::start_with(3, FAST_DETECTOR);
+    let client = cluster.client(0).await;
+    client
+        .batch_execute(
+            "CREATE TABLE grow (id BIGINT, note TEXT) DISTRIBUTED BY (id) PARTITIONS 12;
+             INSERT INTO grow SELECT value, 'seed' FROM generate_series(-30000, -1);",
+        )
+        .await
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let log = Arc::new(Mutex::new(WriteLog::default()));
+    let writer = {
+        let (client, stop, log) = (cluster.client(1).await, stop.clone(), log.clone());
+        tokio::spawn(async move {
+            let mut next = 1i64;
+            while !stop.load(Ordering::Relaxed) {
+                let ids: Vec<i64> = (next..next + 100).collect();
+                next += 100;
+                let sql = format!("INSERT INTO grow SELECT value, 'live' FROM generate_series({}, {})", ids[0], ids[99]);
+                let result = client.simple_query(&sql).await;
+                let mut log = log.lock().unwrap();
+                match result {
+                    Ok(_) => log.acknowledged.extend(&ids),
+                    Err(error) => {
+                        log.failed.extend(&ids);
+                        log.failures.push(sqlstate(&error));
+                    }
+                }
+            }
+        })
+    };
+    let copies_per_node = async |client: &tokio_postgres::Client| -> Vec<(String, u64)> {
+        query_text(client, "SELECT node_id, count(*) FROM foam_partitions WHERE table_name = 'grow' GROUP BY node_id ORDER BY node_id")
+            .await
+            .into_iter()
+            .map(|r| (r[0].clone().unwrap(), r[1].as_deref().unwrap().parse().unwrap()))
+            .collect()
+    };
+
+    let added = cluster.add_node();
+    let new_id = node_id(&cluster, &client, added).await;
+    let started = Instant::now();
+    eventually("the new node holds an even share", Duration::from_secs(90), async || {
+        all_copies_live(&client, "grow").await && copies_per_node(&client).await.iter().all(|(_, copies)| *copies == 6)
+    })
+    .await;
+    println!("rebalanced onto node {new_id} in {:?}", started.elapsed());
+    stop.store(true, Ordering::Relaxed);
+    writer.await.unwrap();
+    let expected_rows = {
+        let log = log.lock().unwrap();
+        for code in &log.failures {
+            assert!(RETRIABLE.contains(&code.as_str()), "a write failed with {code}");
+        }
+        assert!(log.acknowledged.len() > 1000, "writes went on during the move: {:?}", log.failures);
+        let stored: Vec<i64> = query_text(&client, "SELECT id FROM grow WHERE id > 0 ORDER BY id")
+            .await
+            .into_iter()
+            .map(|r| r[0].as_deref().unwrap().parse().unwrap())
+            .collect();
+        let stored_set: BTreeSet<i64> = stored.iter().copied().collect();
+        assert_eq!(stored.len(), stored_set.len(), "no row stored twice");
+        assert!(log.acknowledged.is_subset(&stored_set), "an acknowledged row was lost in the move");
+        assert!(log.failed.is_disjoint(&stored_set), "a failed statement left rows");
+        30000 + stored.len()
+    };
+    assert_eq!(diverging_copies(&client, "grow").await, "0");
+    // Data is spread evenly: the largest node within 10% of the average.
+    let rows: Vec<u64> = query_text(&client, "SELECT sum(row_count) FROM foam_partitions WHERE table_name = 'grow' GROUP BY node_id")
+        .await
+        .into_iter()
+        .map(|r| r[0].as_deref().unwrap().parse().unwrap())
+        .collect();
+    let average = rows.iter().sum::<u64>() / rows.len() as u64;
+    assert!(rows.len() == 4 && *rows.iter().max().unwrap() <= average * 110 / 100, "uneven spread: {rows:?}");
+    let joined = cluster.client(added).await;
+    assert_eq!(scalar(&joined, "SELECT count(*) FROM grow").await, expected_rows.to_string());
+
+    // Draining moves everything off; only then may the node be removed.
+    let (code, message) = common::error_of(&client, &format!("ALTER CLUSTER REMOVE NODE {new_id}")).await;
+    assert_eq!(code, "22023", "{message}");
+    client.batch_execute(&format!("ALTER CLUSTER DRAIN NODE {new_id}")).await.unwrap();
+    eventually("the drained node holds nothing", Duration::from_secs(90), async || {
+        all_copies_live(&client, "grow").await && copies_per_node(&client).await.iter().all(|(node, _)| *node != new_id)
+    })
+    .await;
+    client.batch_execute(&format!("ALTER CLUSTER REMOVE NODE {new_id}")).await.unwrap();
+    assert_eq!(scalar(&client, "SELECT count(*) FROM foam_nodes").await, "3");
+    assert_eq!(scalar(&client, "SELECT count(*) FROM grow").await, expected_rows.to_string());
+    assert_eq!(diverging_copies(&client, "grow").await, "0");
+}

@@ -153,6 +153,92 @@ impl Membership {
     }
 }
 
+impl Membership {
+    /// One step towards an even spread, at most [`COPIES_IN_FLIGHT_MAX`]
+    /// copies at a time: drop surplus copies of partitions whose new copy is
+    /// live (from a draining or the fullest node), then start new copies on
+    /// the emptiest nodes for partitions on draining or overfull nodes, and of
+    /// replicated tables on nodes that lack them. A copy is only dropped once
+    /// its replacement is live, so a move never lowers protection.
+    async fn rebalance(&self, authority: &CatalogAuthority) {
+        let catalog = authority.current();
+        let eligible: Vec<NodeId> =
+            catalog.nodes.values().filter(|n| n.state == NodeState::Up && !n.draining).map(|n| n.id).collect();
+        if eligible.is_empty() || catalog.nodes.values().any(|n| n.state == NodeState::Down) {
+            return; // re-protection first; never move data while a node is out
+        }
+        let in_flight = catalog
+            .tables
+            .values()
+            .flat_map(|t| t.placement.iter())
+            .flat_map(|p| p.replicas.iter())
+            .filter(|r| r.state != ReplicaState::Live)
+            .count();
+        let mut commands = Vec::new();
+        let mut budget = COPIES_IN_FLIGHT_MAX.saturating_sub(in_flight);
+        for table in catalog.tables.values() {
+            let draining = |node: NodeId| catalog.nodes.get(&node).is_none_or(|n| n.draining);
+            if table.is_replicated() {
+                let placement = &table.placement[0];
+                for node in eligible.iter().filter(|n| !placement.replicas.iter().any(|r| r.node == **n)) {
+                    if budget > 0 {
+                        budget -= 1;
+                        commands.push(CatalogCommand::MoveReplica { table_id: table.id, partition: 0, from: None, to: *node });
+                    }
+                }
+                continue;
+            }
+            let wanted = table.replicas.max(1) as usize;
+            let mut load: BTreeMap<NodeId, usize> = eligible.iter().map(|n| (*n, 0)).collect();
+            for replica in table.placement.iter().flat_map(|p| p.replicas.iter()) {
+                *load.entry(replica.node).or_default() += 1;
+            }
+            for (partition, placement) in table.placement.iter().enumerate() {
+                let partition = partition as u32;
+                let all_live = placement.replicas.iter().all(|r| r.state == ReplicaState::Live);
+                if all_live && placement.replicas.len() > wanted {
+                    let surplus = placement
+                        .replicas
+                        .iter()
+                        .max_by_key(|r| (draining(r.node), load.get(&r.node).copied().unwrap_or(0), r.node))
+                        .map(|r| r.node)
+                        .expect("more copies than wanted");
+                    *load.entry(surplus).or_default() -= 1;
+                    commands.push(CatalogCommand::RemoveReplica { table_id: table.id, partition, node: surplus });
+                    continue;
+                }
+                if budget == 0 || !all_live || placement.replicas.len() != wanted {
+                    continue;
+                }
+                let Some((&target, &target_load)) = load
+                    .iter()
+                    .filter(|(n, _)| eligible.contains(n) && !placement.replicas.iter().any(|r| r.node == **n))
+                    .min_by_key(|(n, l)| (**l, **n))
+                else {
+                    continue;
+                };
+                let leaves_draining = placement.replicas.iter().any(|r| draining(r.node));
+                let fullest = placement.replicas.iter().map(|r| load.get(&r.node).copied().unwrap_or(0)).max().unwrap_or(0);
+                if leaves_draining || fullest >= target_load + 2 {
+                    budget -= 1;
+                    *load.entry(target).or_default() += 1;
+                    commands.push(CatalogCommand::MoveReplica { table_id: table.id, partition, from: None, to: target });
+                }
+            }
+        }
+        for command in commands {
+            tracing::info!(?command, "rebalancing");
+            if let Err(error) = authority.apply(command).await {
+                tracing::warn!(%error, "rebalancing could not update the catalog");
+            }
+        }
+    }
+}
+
+/// Copies being made at once by rebalancing, so moving data never crowds out
+/// the queries and writes running meanwhile.
+const COPIES_IN_FLIGHT_MAX: usize = 2;
+
 /// Runs the failure detector on the authority until the node stops.
 pub async fn run(authority: Arc<CatalogAuthority>) {
     let mut interval = tokio::time::interval(Duration::from_millis(HEARTBEAT_INTERVAL_MS));
@@ -174,5 +260,6 @@ pub async fn run(authority: Arc<CatalogAuthority>) {
             }
         }
         membership.reprotect(&authority, &down_since).await;
+        membership.rebalance(&authority).await;
     }
 }

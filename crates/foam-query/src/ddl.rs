@@ -9,7 +9,7 @@ use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer, Whitespace};
 use foam_catalog::model::DistributionSpec;
 use foam_catalog::types::DECIMAL_PRECISION_MAX;
 use foam_catalog::{CatalogCommand, ColumnDef, SqlType};
-use foam_common::{FoamError, FoamResult};
+use foam_common::{FoamError, FoamResult, NodeId};
 
 /// One statement of a query string, with its distribution clause taken out.
 #[derive(Debug, Clone, PartialEq)]
@@ -273,6 +273,25 @@ pub fn parse_sql_type(text: &str) -> Result<SqlType, String> {
         "timestamp" | "timestamp without time zone" | "datetime" => SqlType::Timestamp,
         _ => return Err("supported types: BOOLEAN, SMALLINT, INT, BIGINT, REAL, DOUBLE PRECISION, DECIMAL(p,s), VARCHAR(n), TEXT, CHAR(n), DATE, TIMESTAMP".into()),
     })
+}
+
+/// `ALTER CLUSTER DRAIN NODE n` / `ALTER CLUSTER REMOVE NODE n` as a catalog
+/// command; `None` when `sql` is not an `ALTER CLUSTER` statement.
+pub fn cluster_command(sql: &str) -> FoamResult<Option<CatalogCommand>> {
+    let words: Vec<String> = sql.split_whitespace().map(|w| w.trim_end_matches(';').to_lowercase()).filter(|w| !w.is_empty()).collect();
+    if words.len() < 2 || words[0] != "alter" || words[1] != "cluster" {
+        return Ok(None);
+    }
+    let syntax = || FoamError::Syntax { message: "expected ALTER CLUSTER DRAIN NODE n or ALTER CLUSTER REMOVE NODE n".into() };
+    if words.len() != 5 || words[3] != "node" {
+        return Err(syntax());
+    }
+    let id: NodeId = words[4].parse().map_err(|_| syntax())?;
+    match words[2].as_str() {
+        "drain" => Ok(Some(CatalogCommand::DrainNode { id })),
+        "remove" => Ok(Some(CatalogCommand::RemoveNode { id })),
+        _ => Err(syntax()),
+    }
 }
 
 #[cfg(test)]

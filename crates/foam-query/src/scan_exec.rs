@@ -96,14 +96,7 @@ pub struct FoamScanExec {
 
 impl FoamScanExec {
     pub fn try_new(spec: ScanSpec) -> Result<Self> {
-        let full = foam_catalog::TableDef {
-            id: spec.table_id,
-            name: spec.table_name.clone(),
-            columns: spec.columns.clone(),
-            distribution: foam_catalog::Distribution::Replicated { nodes: Vec::new() },
-            placement: Vec::new(),
-        }
-        .arrow_schema();
+        let full = foam_catalog::model::arrow_schema(&spec.columns);
         let schema = match &spec.projection {
             Some(indices) => Arc::new(full.project(indices)?),
             None => full,

@@ -63,6 +63,8 @@ enum Kind {
     Plan { plan: LogicalPlan, is_insert: bool },
     /// FoamDB's own statement, run by this module.
     Own(Box<Statement>),
+    /// `ALTER CLUSTER ...`: a change to the cluster's membership.
+    Cluster(CatalogCommand),
     /// Nothing to do (an empty statement).
     Empty,
 }
@@ -213,6 +215,9 @@ impl FoamSession {
 
     async fn prepare_raw(&self, raw: RawStatement) -> FoamResult<PreparedStatement> {
         self.node.catalog.refresh().await?;
+        if let Some(command) = ddl::cluster_command(&raw.sql)? {
+            return Ok(PreparedStatement { raw, kind: Kind::Cluster(command) });
+        }
         let mut parsed = Parser::parse_sql(&PostgreSqlDialect {}, &raw.sql)
             .map_err(|e| FoamError::Syntax { message: e.to_string().trim_start_matches("sql parser error: ").to_string() })?;
         let Some(statement) = parsed.pop() else {
@@ -297,6 +302,10 @@ impl FoamSession {
                 }
             }
             Kind::Own(statement) => self.execute_own(prepared, statement).await,
+            Kind::Cluster(command) => {
+                self.node.catalog.apply(command.clone()).await?;
+                Ok(StatementOutput::Command { tag: "ALTER CLUSTER".into(), rows: None })
+            }
         }
     }
 
