@@ -89,6 +89,61 @@ struct WriteLog {
     acknowledged_after_kill: usize,
 }
 
+/// Inserts `batch` fresh ids at a time into `table` until `stop`, logging which
+/// statements were acknowledged (after `killed_at` is set, counted apart) and
+/// which failed, with their SQLSTATEs.
+fn spawn_writer(
+    client: tokio_postgres::Client,
+    table: &'static str,
+    batch: i64,
+    stop: Arc<AtomicBool>,
+    log: Arc<Mutex<WriteLog>>,
+    killed_at: Arc<Mutex<Option<Instant>>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut next = 1i64;
+        while !stop.load(Ordering::Relaxed) {
+            let ids: Vec<i64> = (next..next + batch).collect();
+            next += batch;
+            let sql = format!("INSERT INTO {table} SELECT value, 'row' FROM generate_series({}, {})", ids[0], next - 1);
+            let result = client.simple_query(&sql).await;
+            let mut log = log.lock().unwrap();
+            match result {
+                Ok(_) => {
+                    log.acknowledged.extend(&ids);
+                    if killed_at.lock().unwrap().is_some() {
+                        log.acknowledged_after_kill += 1;
+                    }
+                }
+                Err(error) => {
+                    log.failed.extend(&ids);
+                    log.failures.push(sqlstate(&error));
+                }
+            }
+        }
+    })
+}
+
+/// The ids stored in `table` (those > 0), checked against the write log:
+/// every acknowledged row stored exactly once, no row of a failed statement.
+async fn check_writes(client: &tokio_postgres::Client, table: &str, log: &WriteLog) -> Vec<i64> {
+    for code in &log.failures {
+        assert!(RETRIABLE.contains(&code.as_str()), "a write failed with {code}, not a retriable SQLSTATE");
+    }
+    let stored: Vec<i64> = query_text(client, &format!("SELECT id FROM {table} WHERE id > 0"))
+        .await
+        .into_iter()
+        .map(|r| r[0].as_deref().unwrap().parse().unwrap())
+        .collect();
+    let stored_set: BTreeSet<i64> = stored.iter().copied().collect();
+    assert_eq!(stored.len(), stored_set.len(), "no row stored twice");
+    let lost: Vec<_> = log.acknowledged.difference(&stored_set).take(10).collect();
+    assert!(lost.is_empty(), "acknowledged rows lost: {lost:?}");
+    let half_applied: Vec<_> = log.failed.intersection(&stored_set).take(10).collect();
+    assert!(half_applied.is_empty(), "rows of failed statements stored: {half_applied:?}");
+    stored
+}
+
 struct ReadRecord {
     at: Instant,
     acknowledged_before: usize,
@@ -109,31 +164,7 @@ async fn sigkill_during_insert_and_query_streams_loses_no_acknowledged_row() {
     let log = Arc::new(Mutex::new(WriteLog::default()));
     let killed_at: Arc<Mutex<Option<Instant>>> = Arc::default();
 
-    let writer = {
-        let (client, stop, log, killed_at) = (cluster.client(0).await, stop.clone(), log.clone(), killed_at.clone());
-        tokio::spawn(async move {
-            let mut next = 1i64;
-            while !stop.load(Ordering::Relaxed) {
-                let ids: Vec<i64> = (next..next + 40).collect();
-                next += 40;
-                let sql = format!("INSERT INTO acked SELECT value, 'row' FROM generate_series({}, {})", ids[0], ids[39]);
-                let result = client.simple_query(&sql).await;
-                let mut log = log.lock().unwrap();
-                match result {
-                    Ok(_) => {
-                        log.acknowledged.extend(&ids);
-                        if killed_at.lock().unwrap().is_some() {
-                            log.acknowledged_after_kill += 1;
-                        }
-                    }
-                    Err(error) => {
-                        log.failed.extend(&ids);
-                        log.failures.push(sqlstate(&error));
-                    }
-                }
-            }
-        })
-    };
+    let writer = spawn_writer(cluster.client(0).await, "acked", 40, stop.clone(), log.clone(), killed_at.clone());
     let reader = {
         let (client, stop, log) = (cluster.client(0).await, stop.clone(), log.clone());
         tokio::spawn(async move {
@@ -169,22 +200,9 @@ async fn sigkill_during_insert_and_query_streams_loses_no_acknowledged_row() {
     let reads = reader.await.unwrap();
     let log = log.lock().unwrap();
 
-    for code in &log.failures {
-        assert!(RETRIABLE.contains(&code.as_str()), "a write failed with {code}, not a retriable SQLSTATE");
-    }
     assert!(log.acknowledged_after_kill > 0, "writes resumed after the kill (failures: {:?})", log.failures);
     let client = cluster.client(0).await;
-    let stored: Vec<i64> = query_text(&client, "SELECT id FROM acked ORDER BY id")
-        .await
-        .into_iter()
-        .map(|r| r[0].as_deref().unwrap().parse().unwrap())
-        .collect();
-    let stored_set: BTreeSet<i64> = stored.iter().copied().collect();
-    assert_eq!(stored.len(), stored_set.len(), "no row stored twice");
-    let lost: Vec<_> = log.acknowledged.difference(&stored_set).take(10).collect();
-    assert!(lost.is_empty(), "acknowledged rows lost: {lost:?}");
-    let half_applied: Vec<_> = log.failed.intersection(&stored_set).take(10).collect();
-    assert!(half_applied.is_empty(), "rows of failed statements stored: {half_applied:?}");
+    let stored = check_writes(&client, "acked", &log).await;
 
     for read in &reads {
         if let Ok(count) = read.answer {
@@ -361,26 +379,7 @@ async fn fourth_node_joins_under_write_load_then_drains_and_leaves() {
         .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let log = Arc::new(Mutex::new(WriteLog::default()));
-    let writer = {
-        let (client, stop, log) = (cluster.client(1).await, stop.clone(), log.clone());
-        tokio::spawn(async move {
-            let mut next = 1i64;
-            while !stop.load(Ordering::Relaxed) {
-                let ids: Vec<i64> = (next..next + 100).collect();
-                next += 100;
-                let sql = format!("INSERT INTO grow SELECT value, 'live' FROM generate_series({}, {})", ids[0], ids[99]);
-                let result = client.simple_query(&sql).await;
-                let mut log = log.lock().unwrap();
-                match result {
-                    Ok(_) => log.acknowledged.extend(&ids),
-                    Err(error) => {
-                        log.failed.extend(&ids);
-                        log.failures.push(sqlstate(&error));
-                    }
-                }
-            }
-        })
-    };
+    let writer = spawn_writer(cluster.client(1).await, "grow", 100, stop.clone(), log.clone(), Arc::default());
     let copies_per_node = async |client: &tokio_postgres::Client| -> Vec<(String, u64)> {
         query_text(client, "SELECT node_id, count(*) FROM foam_partitions WHERE table_name = 'grow' GROUP BY node_id ORDER BY node_id")
             .await
@@ -401,20 +400,8 @@ async fn fourth_node_joins_under_write_load_then_drains_and_leaves() {
     writer.await.unwrap();
     let expected_rows = {
         let log = log.lock().unwrap();
-        for code in &log.failures {
-            assert!(RETRIABLE.contains(&code.as_str()), "a write failed with {code}");
-        }
         assert!(log.acknowledged.len() > 1000, "writes went on during the move: {:?}", log.failures);
-        let stored: Vec<i64> = query_text(&client, "SELECT id FROM grow WHERE id > 0 ORDER BY id")
-            .await
-            .into_iter()
-            .map(|r| r[0].as_deref().unwrap().parse().unwrap())
-            .collect();
-        let stored_set: BTreeSet<i64> = stored.iter().copied().collect();
-        assert_eq!(stored.len(), stored_set.len(), "no row stored twice");
-        assert!(log.acknowledged.is_subset(&stored_set), "an acknowledged row was lost in the move");
-        assert!(log.failed.is_disjoint(&stored_set), "a failed statement left rows");
-        30000 + stored.len()
+        30000 + check_writes(&client, "grow", &log).await.len()
     };
     assert_eq!(diverging_copies(&client, "grow").await, "0");
     // Data is spread evenly: the largest node within 10% of the average.
@@ -440,4 +427,182 @@ async fn fourth_node_joins_under_write_load_then_drains_and_leaves() {
     assert_eq!(scalar(&client, "SELECT count(*) FROM foam_nodes").await, "3");
     assert_eq!(scalar(&client, "SELECT count(*) FROM grow").await, expected_rows.to_string());
     assert_eq!(diverging_copies(&client, "grow").await, "0");
+}
+
+/// The soak test behind docs/reliability.md, outside CI (`cargo fast-test
+/// --test failover -- --ignored soak --nocapture`): FOAM_SOAK_ROUNDS rounds (default 100) of
+/// killing a random node under a stream of inserts, restarting it after a
+/// random pause, and waiting until every copy is live again; then every
+/// acknowledged row must be stored exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn soak_randomized_kill_restart_rounds() {
+    let mut rng = Rng(seed() | 1);
+    let rounds: usize = std::env::var("FOAM_SOAK_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(100);
+    let mut cluster = Cluster::start_with(3, FAST_DETECTOR);
+    let client = cluster.client(0).await;
+    client.batch_execute("CREATE TABLE soak (id BIGINT, note TEXT) DISTRIBUTED BY (id) PARTITIONS 6").await.unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let log = Arc::new(Mutex::new(WriteLog::default()));
+    let writer = spawn_writer(cluster.client(0).await, "soak", 50, stop.clone(), log.clone(), Arc::default());
+    let started = Instant::now();
+    for round in 1..=rounds {
+        tokio::time::sleep(Duration::from_millis(200 + rng.below(1300))).await;
+        let victim = 1 + rng.below(2) as usize;
+        let down_for = Duration::from_millis(rng.below(3000));
+        cluster.kill(victim);
+        tokio::time::sleep(down_for).await;
+        cluster.restart(victim);
+        eventually("every copy live again", Duration::from_secs(60), async || all_copies_live(&client, "soak").await).await;
+        let acknowledged = log.lock().unwrap().acknowledged.len();
+        println!("round {round}: killed node {victim} for {down_for:?}; {acknowledged} rows acknowledged so far");
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.await.unwrap();
+    let log = log.lock().unwrap();
+    let stored: Vec<i64> =
+        query_text(&client, "SELECT id FROM soak").await.into_iter().map(|r| r[0].as_deref().unwrap().parse().unwrap()).collect();
+    let stored_set: BTreeSet<i64> = stored.iter().copied().collect();
+    let lost = log.acknowledged.difference(&stored_set).count();
+    let duplicated = stored.len() - stored_set.len();
+    let half_applied = log.failed.intersection(&stored_set).count();
+    println!(
+        "SOAK {rounds} rounds in {:?}: {} rows acknowledged, {lost} lost, {duplicated} duplicated, {half_applied} rows of failed statements stored; {} statements failed: {:?}",
+        started.elapsed(),
+        log.acknowledged.len(),
+        log.failures.len(),
+        log.failures.iter().fold(std::collections::BTreeMap::<&str, usize>::new(), |mut m, c| {
+            *m.entry(c.as_str()).or_default() += 1;
+            m
+        })
+    );
+    assert_eq!((lost, duplicated, half_applied), (0, 0, 0));
+    assert_eq!(diverging_copies(&client, "soak").await, "0");
+}
+
+/// Counts queries and inserts per second on two connections until `stop`.
+fn throughput_probe(query: tokio_postgres::Client, insert: tokio_postgres::Client, stop: Arc<AtomicBool>, first_id: i64)
+-> tokio::task::JoinHandle<(u64, u64, Duration)> {
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let queries = async {
+            let mut done = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                if query.simple_query("SELECT count(*), max(id) FROM fig WHERE id % 97 = 5").await.is_ok() {
+                    done += 1;
+                }
+            }
+            done
+        };
+        let inserts = async {
+            let (mut done, mut next) = (0u64, first_id);
+            while !stop.load(Ordering::Relaxed) {
+                let sql = format!("INSERT INTO fig SELECT value, 'probe' FROM generate_series({next}, {})", next + 99);
+                next += 100;
+                if insert.simple_query(&sql).await.is_ok() {
+                    done += 1;
+                }
+            }
+            done
+        };
+        let (q, i) = tokio::join!(queries, inserts);
+        (q, i, started.elapsed())
+    })
+}
+
+/// The figures of docs/reliability.md, outside CI (`cargo fast-test --test
+/// failover -- --ignored figures --nocapture`): time to detect a dead
+/// node, time to re-protect what it held (FOAM_FIGURES_MB per node, default
+/// 256), and query and insert throughput during re-protection and during a
+/// rebalance relative to before, measured side by side in one run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn figures_detection_reprotection_and_rebalance() {
+    let megabytes: u64 = std::env::var("FOAM_FIGURES_MB").ok().and_then(|r| r.parse().ok()).unwrap_or(256);
+    let mut cluster = Cluster::start_with(3, &["--reprotect-after-ms", "2000"]);
+    let client = cluster.client(0).await;
+    client.batch_execute("CREATE TABLE fig (id BIGINT, pad TEXT) DISTRIBUTED BY (id) PARTITIONS 12").await.unwrap();
+    // Each node holds 2/3 of the data (two copies over three nodes); a row's
+    // pad is eight different hashes, about 140 bytes once compressed.
+    let rows_total = megabytes * 1024 * 1024 * 3 / 2 / 140;
+    let pad = (0..8).map(|i| format!("md5(CAST(value + {i} AS TEXT))")).collect::<Vec<_>>().join(" || ");
+    let chunk = 100_000u64;
+    let mut start = 1u64;
+    while start <= rows_total {
+        let end = (start + chunk - 1).min(rows_total);
+        client.batch_execute(&format!("INSERT INTO fig SELECT value, {pad} FROM generate_series({start}, {end})")).await.unwrap();
+        start = end + 1;
+    }
+    let measure = async |cluster: &Cluster, seconds: u64, first_id: i64| {
+        let stop = Arc::new(AtomicBool::new(false));
+        let probe = throughput_probe(cluster.client(0).await, cluster.client(1).await, stop.clone(), first_id);
+        tokio::time::sleep(Duration::from_secs(seconds)).await;
+        stop.store(true, Ordering::Relaxed);
+        let (q, i, elapsed) = probe.await.unwrap();
+        (q as f64 / elapsed.as_secs_f64(), i as f64 / elapsed.as_secs_f64())
+    };
+    let before = measure(&cluster, 10, -1_000_000_000).await;
+
+    let victim = node_id(&cluster, &client, 2).await;
+    let held: u64 = scalar(&client, &format!("SELECT sum(bytes) FROM foam_partitions WHERE table_name = 'fig' AND node_id = {victim}"))
+        .await
+        .parse()
+        .unwrap();
+    cluster.kill(2);
+    let killed = Instant::now();
+    eventually("marked down", Duration::from_secs(30), async || {
+        scalar(&client, &format!("SELECT status FROM foam_nodes WHERE node_id = {victim}")).await == "down"
+    })
+    .await;
+    let detected = killed.elapsed();
+    let stop = Arc::new(AtomicBool::new(false));
+    let probe = throughput_probe(cluster.client(0).await, cluster.client(1).await, stop.clone(), -2_000_000_000);
+    let reprotect_started = Instant::now();
+    eventually("re-protected", Duration::from_secs(1800), async || {
+        scalar(
+            &client,
+            &format!(
+                "SELECT count(*) FROM (SELECT partition FROM foam_partitions WHERE table_name = 'fig' \
+                 AND replica_state = 'live' AND node_id <> {victim} GROUP BY partition HAVING count(*) = 2)"
+            ),
+        )
+        .await
+            == "12"
+    })
+    .await;
+    let reprotect_time = reprotect_started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let (q, i, elapsed) = probe.await.unwrap();
+    let during_reprotect = (q as f64 / elapsed.as_secs_f64(), i as f64 / elapsed.as_secs_f64());
+
+    cluster.restart(2);
+    eventually("cleaned up", Duration::from_secs(60), async || all_copies_live(&client, "fig").await).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let probe = throughput_probe(cluster.client(0).await, cluster.client(1).await, stop.clone(), -3_000_000_000);
+    let added = cluster.add_node();
+    let rebalance_started = Instant::now();
+    eventually("rebalanced", Duration::from_secs(1800), async || {
+        let per_node = query_text(&client, "SELECT count(*) FROM foam_partitions WHERE table_name = 'fig' GROUP BY node_id").await;
+        all_copies_live(&client, "fig").await && per_node.len() == 4 && per_node.iter().all(|r| r[0].as_deref() == Some("6"))
+    })
+    .await;
+    let rebalance_time = rebalance_started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let (q, i, elapsed) = probe.await.unwrap();
+    let during_rebalance = (q as f64 / elapsed.as_secs_f64(), i as f64 / elapsed.as_secs_f64());
+    let _ = added;
+
+    let mib = held as f64 / (1024.0 * 1024.0);
+    println!("| figure | value |\n|---|---|");
+    println!("| time to mark a SIGKILLed node down (node_dead_after_ms = 3000) | {:.2} s |", detected.as_secs_f64());
+    println!("| data the dead node held | {mib:.0} MiB |");
+    // The planner starts re-protecting `reprotect_after_ms` after the node was marked down.
+    let copying = reprotect_time.saturating_sub(Duration::from_millis(2000)).as_secs_f64().max(0.001);
+    println!("| time from marked down to re-protected (reprotect_after_ms = 2000 of it waiting) | {:.1} s |", reprotect_time.as_secs_f64());
+    println!("| time copying | {copying:.1} s ({:.0} MiB/s; 1 GiB at this rate: {:.0} s) |", mib / copying, 1024.0 / (mib / copying));
+    println!("| queries/s before, during re-protection, during rebalance | {:.1}, {:.1} ({:.2}x), {:.1} ({:.2}x) |",
+        before.0, during_reprotect.0, during_reprotect.0 / before.0, during_rebalance.0, during_rebalance.0 / before.0);
+    println!("| inserts/s (100 rows each) before, during re-protection, during rebalance | {:.1}, {:.1} ({:.2}x), {:.1} ({:.2}x) |",
+        before.1, during_reprotect.1, during_reprotect.1 / before.1, during_rebalance.1, during_rebalance.1 / before.1);
+    println!("| time to rebalance onto a 4th node | {:.1} s |", rebalance_time.as_secs_f64());
 }
