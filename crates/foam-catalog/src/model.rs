@@ -679,4 +679,55 @@ mod tests {
         assert_eq!(catalog.nodes.len(), 2);
         assert_eq!(catalog.node(2).unwrap().node_addr, "127.0.0.1:9999");
     }
+
+    fn hash_table(replicas: Option<u32>) -> DistributionSpec {
+        DistributionSpec::Hash { key_columns: vec![], partitions: Some(6), replicas }
+    }
+
+    #[test]
+    fn copies_go_to_distinct_nodes_and_the_last_live_copy_is_kept() {
+        let catalog = cluster(3);
+        let (catalog, _) = catalog.apply(&create("t", hash_table(None))).unwrap();
+        let table = catalog.table("t").unwrap();
+        for placement in &table.placement {
+            assert_eq!(placement.replicas.len(), REPLICAS_DEFAULT as usize);
+            assert_ne!(placement.replicas[0].node, placement.replicas[1].node);
+        }
+        let error = catalog.apply(&create("u", hash_table(Some(4)))).unwrap_err();
+        assert_eq!(error.sqlstate(), "42P16", "more copies than nodes");
+        // Node 1 down: its copies are lost, reads move to the other copy.
+        let (catalog, _) = catalog.apply(&CatalogCommand::MarkNodeDown { id: 1 }).unwrap();
+        let table = catalog.table("t").unwrap();
+        let Distribution::Hash { owners, .. } = &table.distribution else { panic!("hash expected") };
+        assert!(!owners.contains(&1), "no partition is read from the down node: {owners:?}");
+        assert!(table.write_targets(0, &catalog.nodes).unwrap().iter().all(|n| *n != 1));
+        // Node 2 down too: partitions whose other copy is on node 1 keep node 2's copy live.
+        let (catalog, _) = catalog.apply(&CatalogCommand::MarkNodeDown { id: 2 }).unwrap();
+        let table = catalog.table("t").unwrap();
+        for placement in &table.placement {
+            assert!(placement.replicas.iter().any(|r| r.state == ReplicaState::Live), "every partition keeps a live copy");
+        }
+        let stranded = table.placement.iter().position(|p| p.replicas.iter().all(|r| r.node != 3)).unwrap();
+        assert_eq!(table.write_targets(stranded as u32, &catalog.nodes).unwrap_err().sqlstate(), "57P03");
+    }
+
+    #[test]
+    fn a_copy_becoming_live_moves_the_placement_version_and_nodes_leave_only_when_empty() {
+        let catalog = cluster(3);
+        let (catalog, _) = catalog.apply(&create("t", hash_table(Some(1)))).unwrap();
+        let id = catalog.table("t").unwrap().id;
+        let holder = catalog.table("t").unwrap().placement[0].replicas[0].node;
+        let error = catalog.apply(&CatalogCommand::RemoveNode { id: holder }).unwrap_err();
+        assert_eq!(error.sqlstate(), "22023", "a node holding copies cannot be removed");
+        let target = if holder == 1 { 2 } else { 1 };
+        let (catalog, _) = catalog.apply(&CatalogCommand::MoveReplica { table_id: id, partition: 0, from: None, to: target }).unwrap();
+        let error = catalog.apply(&CatalogCommand::RemoveReplica { table_id: id, partition: 0, node: holder }).unwrap_err();
+        assert_eq!(error.sqlstate(), "57P03", "the old copy stays until the new one is live");
+        let command = CatalogCommand::SetReplicaState { table_id: id, partition: 0, node: target, state: ReplicaState::Live };
+        let (catalog, _) = catalog.apply(&command).unwrap();
+        assert_eq!(catalog.table("t").unwrap().placement_version(0), catalog.version);
+        let (catalog, _) = catalog.apply(&CatalogCommand::RemoveReplica { table_id: id, partition: 0, node: holder }).unwrap();
+        let error = catalog.apply(&CatalogCommand::RemoveReplica { table_id: id, partition: 0, node: target }).unwrap_err();
+        assert_eq!(error.sqlstate(), "57P03", "the last live copy stays");
+    }
 }
