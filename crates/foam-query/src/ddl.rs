@@ -122,32 +122,24 @@ fn parse_distribution(clause: &[Token]) -> FoamResult<DistributionSpec> {
             _ => return Err(syntax("expected BY or REPLICATED after DISTRIBUTED")),
         }
     }
-    let mut partitions = None;
-    if clause.get(position).is_some_and(|t| keyword_is(t, "partitions")) {
+    // `PARTITIONS n` then `REPLICAS n`, each optional, for hash tables only.
+    let mut number_option = |keyword: &str| -> FoamResult<Option<u32>> {
+        if !clause.get(position).is_some_and(|t| keyword_is(t, keyword)) {
+            return Ok(None);
+        }
+        let name = keyword.to_uppercase();
         if replicated {
-            return Err(syntax("PARTITIONS does not apply to a replicated table"));
+            return Err(syntax(&format!("{name} does not apply to a replicated table (it is on every node)")));
         }
-        match clause.get(position + 1) {
-            Some(Token::Number(n, _)) => {
-                partitions = Some(n.parse::<u32>().map_err(|_| syntax("PARTITIONS needs a whole number"))?);
-            }
-            _ => return Err(syntax("PARTITIONS needs a whole number")),
-        }
+        let value = match clause.get(position + 1) {
+            Some(Token::Number(n, _)) => n.parse::<u32>().map_err(|_| syntax(&format!("{name} needs a whole number")))?,
+            _ => return Err(syntax(&format!("{name} needs a whole number"))),
+        };
         position += 2;
-    }
-    let mut replicas = None;
-    if clause.get(position).is_some_and(|t| keyword_is(t, "replicas")) {
-        if replicated {
-            return Err(syntax("REPLICAS does not apply to a replicated table (it is on every node)"));
-        }
-        match clause.get(position + 1) {
-            Some(Token::Number(n, _)) => {
-                replicas = Some(n.parse::<u32>().map_err(|_| syntax("REPLICAS needs a whole number"))?);
-            }
-            _ => return Err(syntax("REPLICAS needs a whole number")),
-        }
-        position += 2;
-    }
+        Ok(Some(value))
+    };
+    let partitions = number_option("partitions")?;
+    let replicas = number_option("replicas")?;
     if let Some(extra) = clause.get(position) {
         return Err(syntax(&format!("unexpected \"{extra}\"")));
     }
