@@ -77,6 +77,18 @@ pub struct Placement {
     pub changed_at: u64,
 }
 
+impl Placement {
+    /// The nodes whose copy is live and which are up: read from and written to.
+    pub fn live_nodes<'a>(&'a self, nodes: &'a BTreeMap<NodeId, NodeInfo>) -> impl Iterator<Item = NodeId> + 'a {
+        self.replicas.iter().filter(|r| r.state == ReplicaState::Live && is_up(nodes, r.node)).map(|r| r.node)
+    }
+
+    /// Whether a node other than `node` holds a live copy and is up.
+    fn live_besides(&self, node: NodeId, nodes: &BTreeMap<NodeId, NodeInfo>) -> bool {
+        self.live_nodes(nodes).any(|n| n != node)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ColumnDef {
     pub name: String,
@@ -150,12 +162,7 @@ impl TableDef {
         let placement = self.placement.get(partition as usize).ok_or_else(|| {
             FoamError::internal(format!("partition {partition} of \"{}\" has no placement", self.name))
         })?;
-        let targets: Vec<NodeId> = placement
-            .replicas
-            .iter()
-            .filter(|r| r.state == ReplicaState::Live && is_up(nodes, r.node))
-            .map(|r| r.node)
-            .collect();
+        let targets: Vec<NodeId> = placement.live_nodes(nodes).collect();
         if targets.is_empty() {
             return Err(FoamError::PartitionUnavailable {
                 message: format!("partition {partition} of \"{}\" has no live replica on a running node", self.name),
@@ -171,20 +178,17 @@ impl TableDef {
 
     /// Re-derives the nodes queries read from after placement or node states changed.
     fn derive_read_nodes(&mut self, nodes: &BTreeMap<NodeId, NodeInfo>) {
-        let readable = |p: &Placement| -> Vec<NodeId> {
-            p.replicas.iter().filter(|r| r.state == ReplicaState::Live && is_up(nodes, r.node)).map(|r| r.node).collect()
-        };
         match &mut self.distribution {
             Distribution::Hash { owners, .. } => {
                 for (owner, placement) in owners.iter_mut().zip(&self.placement) {
                     // With no readable replica the first one stays the owner, so
                     // a read fails naming a node instead of reading nothing.
-                    *owner = readable(placement).first().copied().or(placement.replicas.first().map(|r| r.node)).unwrap_or(*owner);
+                    *owner = placement.live_nodes(nodes).next().or(placement.replicas.first().map(|r| r.node)).unwrap_or(*owner);
                 }
             }
             Distribution::Replicated { nodes: readers } => {
                 if let Some(placement) = self.placement.first() {
-                    *readers = readable(placement);
+                    *readers = placement.live_nodes(nodes).collect();
                 }
             }
         }
@@ -389,10 +393,7 @@ impl Catalog {
                 for placement in self.tables.values_mut().flat_map(|t| t.placement.iter_mut()) {
                     // The last live copy stays live: it has every write, and the
                     // partition is unavailable (not lost) until its node is back.
-                    let others_live = placement
-                        .replicas
-                        .iter()
-                        .any(|r| r.node != *id && r.state == ReplicaState::Live && is_up(&nodes, r.node));
+                    let others_live = placement.live_besides(*id, &nodes);
                     for replica in placement.replicas.iter_mut().filter(|r| r.node == *id) {
                         if others_live || replica.state != ReplicaState::Live {
                             replica.state = ReplicaState::Lost;
@@ -413,25 +414,19 @@ impl Catalog {
                 let version = self.version + 1;
                 let nodes = self.nodes.clone();
                 let placement = self.placement_mut(*table_id, *partition)?;
-                let replica = placement.replicas.iter().find(|r| r.node == *node).ok_or_else(|| {
+                let index = placement.replicas.iter().position(|r| r.node == *node).ok_or_else(|| {
                     FoamError::internal(format!("node {node} holds no replica of partition {partition} of table {table_id}"))
                 })?;
-                if replica.state == *state {
+                let current = placement.replicas[index].state;
+                if current == *state {
                     return Ok(CommandOutcome::Skipped);
                 }
-                if replica.state == ReplicaState::Live && *state != ReplicaState::Live {
-                    let others_live = placement
-                        .replicas
-                        .iter()
-                        .any(|r| r.node != *node && r.state == ReplicaState::Live && is_up(&nodes, r.node));
-                    if !others_live {
-                        return Err(FoamError::PartitionUnavailable {
-                            message: format!("partition {partition} of table {table_id} has no other live replica"),
-                        });
-                    }
+                if current == ReplicaState::Live && !placement.live_besides(*node, &nodes) {
+                    return Err(FoamError::PartitionUnavailable {
+                        message: format!("partition {partition} of table {table_id} has no other live replica"),
+                    });
                 }
-                let replica = placement.replicas.iter_mut().find(|r| r.node == *node).expect("found above");
-                replica.state = *state;
+                placement.replicas[index].state = *state;
                 if *state == ReplicaState::Live {
                     placement.changed_at = version;
                 }
@@ -443,12 +438,7 @@ impl Catalog {
                 if !placement.replicas.iter().any(|r| r.node == *node) {
                     return Ok(CommandOutcome::Skipped);
                 }
-                let live_elsewhere = placement
-                    .replicas
-                    .iter()
-                    .filter(|r| r.node != *node && r.state == ReplicaState::Live && is_up(&nodes, r.node))
-                    .count();
-                if live_elsewhere == 0 {
+                if !placement.live_besides(*node, &nodes) {
                     return Err(FoamError::PartitionUnavailable {
                         message: format!("partition {partition} of table {table_id} has no other live copy"),
                     });
@@ -503,6 +493,11 @@ impl Catalog {
         }
     }
 
+    /// Nodes new copies may go to: up and not draining, in id order.
+    pub fn placeable_nodes(&self) -> Vec<NodeId> {
+        self.nodes.values().filter(|n| n.state == NodeState::Up && !n.draining).map(|n| n.id).collect()
+    }
+
     fn placement_mut(&mut self, table_id: TableId, partition: PartitionId) -> FoamResult<&mut Placement> {
         let table = self
             .tables
@@ -540,8 +535,7 @@ impl Catalog {
                 if self.nodes.is_empty() {
                     return Err(FoamError::CatalogUnavailable { message: "the cluster has no nodes".into() });
                 }
-                let nodes: Vec<NodeId> =
-                    self.nodes.values().filter(|n| n.state == NodeState::Up && !n.draining).map(|n| n.id).collect();
+                let nodes = self.placeable_nodes();
                 let replicas = nodes.iter().map(|n| Replica { node: *n, state: ReplicaState::Live }).collect();
                 Ok((Distribution::Replicated { nodes }, vec![Placement { replicas, changed_at: 0 }]))
             }
@@ -565,8 +559,7 @@ impl Catalog {
                 }
                 // Copies go to running nodes only: one placed on a down node
                 // would count as live while missing every write.
-                let node_ids: Vec<NodeId> =
-                    self.nodes.values().filter(|n| n.state == NodeState::Up && !n.draining).map(|n| n.id).collect();
+                let node_ids = self.placeable_nodes();
                 if node_ids.is_empty() {
                     return Err(FoamError::CatalogUnavailable { message: "the cluster has no nodes".into() });
                 }

@@ -162,8 +162,7 @@ impl Membership {
     /// its replacement is live, so a move never lowers protection.
     async fn rebalance(&self, authority: &CatalogAuthority) {
         let catalog = authority.current();
-        let eligible: Vec<NodeId> =
-            catalog.nodes.values().filter(|n| n.state == NodeState::Up && !n.draining).map(|n| n.id).collect();
+        let eligible = catalog.placeable_nodes();
         if eligible.is_empty() || catalog.nodes.values().any(|n| n.state == NodeState::Down) {
             return; // re-protection first; never move data while a node is out
         }

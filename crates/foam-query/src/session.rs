@@ -280,10 +280,7 @@ impl FoamSession {
             Kind::Empty => Ok(StatementOutput::Command { tag: String::new(), rows: None }),
             Kind::Plan { plan, is_insert } => {
                 let planned_with = self.node.catalog.current();
-                let bound = match params.clone() {
-                    Some(params) => plan.clone().with_param_values(params).map_err(FoamError::from)?,
-                    None => plan.clone(),
-                };
+                let bound = bind(plan.clone(), params.clone())?;
                 if *is_insert {
                     return self.run_insert(bound).await;
                 }
@@ -292,11 +289,7 @@ impl FoamSession {
                         tracing::info!(%error, "a node or a partition copy failed during a read; retrying once on the surviving replicas");
                         let replanned_with = self.node.catalog.current();
                         let plan = self.ctx.state().create_logical_plan(&prepared.raw.sql).await.map_err(FoamError::from)?;
-                        let plan = match params {
-                            Some(params) => plan.with_param_values(params).map_err(FoamError::from)?,
-                            None => plan,
-                        };
-                        self.run_query(plan, &replanned_with).await
+                        self.run_query(bind(plan, params)?, &replanned_with).await
                     }
                     result => result,
                 }
@@ -652,6 +645,14 @@ fn relations_of<V: datafusion::sql::sqlparser::ast::Visit>(node: &V) -> Vec<Stri
         std::ops::ControlFlow::<()>::Continue(())
     });
     names
+}
+
+/// A planned statement with its `$n` parameter values filled in.
+fn bind(plan: LogicalPlan, params: Option<ParamValues>) -> FoamResult<LogicalPlan> {
+    match params {
+        Some(params) => plan.with_param_values(params).map_err(FoamError::from),
+        None => Ok(plan),
+    }
 }
 
 fn explain_schema() -> SchemaRef {
