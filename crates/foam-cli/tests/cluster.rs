@@ -323,9 +323,24 @@ async fn garbage_input_gets_errors_and_the_node_keeps_serving() {
     let rpc = foam_rpc::NodeClient::new(1, &format!("127.0.0.1:{}", cluster.nodes[0].node_port)).unwrap();
     let reply = rpc_garbage(&rpc).await;
     assert_eq!(reply.sqlstate(), "22023", "{reply}");
+    // Copy requests for data the node does not hold, or for a file its copy
+    // does not list, are refused by name; a fence without its lease changes nothing.
+    use foam_rpc::NodeRequest;
+    let unknown = NodeRequest::ListSegments { table_id: 9999, partition: 0 };
+    assert_eq!(rpc.call(&unknown, &[]).await.expect_err("unknown table").sqlstate(), "42P01");
+    // g is the fresh cluster's first table (id 1); with two nodes and two
+    // copies, node 0 holds a live copy of each of its partitions.
+    let (table_id, partition) = (1, 0);
+    let escape = NodeRequest::ReadSegment { table_id, partition, file_name: "../../catalog.json".into(), offset: 0, length: 100 };
+    let error = rpc.call(&escape, &[]).await.expect_err("a path outside the partition");
+    assert!(["22023", "57P03"].contains(&error.sqlstate()), "{error}");
+    let forged = NodeRequest::SwitchInReplica { table_id, partition, node: 2, fence_token: 42 };
+    let error = rpc.call(&forged, &[]).await.expect_err("no lease");
+    assert!(["40001", "57P03"].contains(&error.sqlstate()), "{error}");
+    client.batch_execute("INSERT INTO g VALUES (3)").await.expect("writes are not left fenced");
     // The node still answers SQL.
     let client = cluster.client(0).await;
-    assert_eq!(scalar(&client, "SELECT count(*) FROM g").await, "2");
+    assert_eq!(scalar(&client, "SELECT count(*) FROM g").await, "3");
 }
 
 async fn rpc_garbage(client: &foam_rpc::NodeClient) -> foam_common::FoamError {

@@ -45,13 +45,11 @@ pub struct Replication {
     node: Arc<NodeContext>,
     /// Fences this node holds for peers' catch-ups: token per partition.
     leases: Mutex<HashMap<PartitionKey, u64>>,
-    /// Copies in progress on this node: bytes copied and bytes to copy.
-    pub progress: Mutex<HashMap<PartitionKey, (u64, u64)>>,
 }
 
 impl Replication {
     pub fn new(node: Arc<NodeContext>) -> Arc<Self> {
-        Arc::new(Replication { node, leases: Mutex::default(), progress: Mutex::default() })
+        Arc::new(Replication { node, leases: Mutex::default() })
     }
 
     /// Sets this node's write fences from the catalog at start-up, so writes
@@ -69,6 +67,13 @@ impl Replication {
     /// Answers a peer copying a partition from this node.
     pub async fn handle(self: &Arc<Self>, request: NodeRequest) -> FoamResult<(NodeResponse, Bytes)> {
         let storage = self.node.storage.clone();
+        if let NodeRequest::ListSegments { table_id, partition }
+        | NodeRequest::ReadSegment { table_id, partition, .. }
+        | NodeRequest::FenceForCatchUp { table_id, partition }
+        | NodeRequest::SwitchInReplica { table_id, partition, .. } = &request
+        {
+            self.check_live_copy(*table_id, *partition).await?;
+        }
         match request {
             NodeRequest::ListSegments { table_id, partition } => {
                 let segments = blocking(move || storage.flush_partition(table_id, partition)).await?;
@@ -131,6 +136,28 @@ impl Replication {
         }
     }
 
+    /// A peer may copy a partition from this node only where its copy is live.
+    /// The cached catalog answers (one check per copied chunk); only a refusal
+    /// is confirmed against the newest one.
+    async fn check_live_copy(&self, table_id: TableId, partition: PartitionId) -> FoamResult<()> {
+        let holds_live = |catalog: &Catalog| {
+            catalog.table_by_id(table_id).and_then(|t| t.placement.get(partition as usize)).is_some_and(|p| {
+                p.replicas.iter().any(|r| r.node == self.node.node_id && r.state == ReplicaState::Live)
+            })
+        };
+        if holds_live(&self.node.catalog.current()) {
+            return Ok(());
+        }
+        let catalog = self.node.catalog.refresh().await?;
+        let table = catalog.table_by_id(table_id).ok_or_else(|| FoamError::UndefinedTable { name: format!("with id {table_id}") })?;
+        if !holds_live(&catalog) {
+            return Err(FoamError::PartitionUnavailable {
+                message: format!("node {} holds no live copy of partition {partition} of \"{}\"", self.node.node_id, table.name),
+            });
+        }
+        Ok(())
+    }
+
     fn take_lease(&self, key: PartitionKey, token: u64) -> bool {
         let mut leases = self.leases.lock().unwrap_or_else(|p| p.into_inner());
         if leases.get(&key) == Some(&token) {
@@ -166,7 +193,6 @@ impl Replication {
                 if let Err(error) = self.catch_up(table_id, partition).await {
                     tracing::warn!(table_id, partition, %error, "catching up a replica failed; will retry");
                 }
-                self.progress.lock().unwrap_or_else(|p| p.into_inner()).remove(&(table_id, partition));
             }
             self.remove_moved_copies(&catalog).await;
         }
@@ -201,22 +227,17 @@ impl Replication {
         .await?;
         let client = self.node.client_for(source)?;
         let listed = segments_of(&client, NodeRequest::ListSegments { table_id, partition }).await?.0;
-        let total: u64 = listed.iter().map(|s| s.bytes).sum();
-        self.set_progress((table_id, partition), 0, total);
         let mut copied = 0;
         for segment in &listed {
-            copied += self.copy_segment(&client, table_id, partition, segment, copied, total).await?;
+            copied += self.copy_segment(&client, table_id, partition, segment).await?;
         }
         let (fenced, token) = segments_of(&client, NodeRequest::FenceForCatchUp { table_id, partition }).await?;
         let token = token.ok_or_else(|| FoamError::internal("fence without a token"))?;
-        let total = total + fenced.iter().filter(|s| !listed.iter().any(|l| l.file_name == s.file_name)).map(|s| s.bytes).sum::<u64>();
         for segment in fenced.iter().filter(|s| !listed.iter().any(|l| l.file_name == s.file_name)) {
-            copied += self.copy_segment(&client, table_id, partition, segment, copied, total).await?;
+            copied += self.copy_segment(&client, table_id, partition, segment).await?;
         }
         client.call(&NodeRequest::SwitchInReplica { table_id, partition, node: me, fence_token: token }, &[]).await?;
-        let catalog = self.node.catalog.refresh().await?;
-        let version = catalog.table_by_id(table_id).map(|t| t.placement_version(partition)).unwrap_or(0);
-        self.node.storage.set_write_fence(table_id, partition, version);
+        self.lower_fence(table_id, partition).await;
         tracing::info!(table_id, partition, bytes = copied, "replica caught up and live");
         Ok(())
     }
@@ -228,8 +249,6 @@ impl Replication {
         table_id: TableId,
         partition: PartitionId,
         segment: &SegmentInfo,
-        copied_before: u64,
-        total: u64,
     ) -> FoamResult<u64> {
         let path = self.node.storage.incoming_dir().join(format!("copy-{table_id}-{partition}-{}", segment.file_name));
         let mut file = std::fs::File::create(&path).map_err(|e| FoamError::io(&path, e))?;
@@ -248,7 +267,6 @@ impl Replication {
             }
             std::io::Write::write_all(&mut file, &chunk).map_err(|e| FoamError::io(&path, e))?;
             offset += chunk.len() as u64;
-            self.set_progress((table_id, partition), copied_before + offset, total);
         }
         file.sync_all().map_err(|e| FoamError::io(&path, e))?;
         drop(file);
@@ -256,10 +274,6 @@ impl Replication {
         let info = segment.clone();
         blocking(move || storage.install_segment(table_id, partition, &path, info)).await?;
         Ok(segment.bytes)
-    }
-
-    fn set_progress(&self, key: PartitionKey, copied: u64, total: u64) {
-        self.progress.lock().unwrap_or_else(|p| p.into_inner()).insert(key, (copied, total));
     }
 
     /// Deletes copies of partitions this node no longer holds a replica of
