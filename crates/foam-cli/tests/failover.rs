@@ -351,17 +351,37 @@ async fn node_down_past_reprotect_time_gets_its_partitions_copied_elsewhere() {
     client.batch_execute("INSERT INTO guarded SELECT value, 1, 'new' FROM generate_series(120001, 121000)").await.unwrap();
     assert_eq!(query_text(&client, "SELECT count(*) FROM guarded").await[0][0].as_deref(), Some("121000"));
 
-    // The replaced node comes back and deletes the copies it no longer holds.
+    // The replaced node comes back and deletes the copies it no longer holds;
+    // the rebalancer may then give it new ones. Either way it ends up storing
+    // exactly the partitions the catalog says it holds, all live.
     let tables_dir = cluster.nodes[2].data_dir.join("tables");
-    let partition_dirs = || -> usize {
+    let partition_dirs = || -> BTreeSet<String> {
         std::fs::read_dir(&tables_dir)
-            .map(|tables| tables.filter_map(|t| std::fs::read_dir(t.ok()?.path()).ok()).map(|d| d.count()).sum())
-            .unwrap_or(0)
+            .map(|tables| {
+                tables
+                    .filter_map(|t| std::fs::read_dir(t.ok()?.path()).ok())
+                    .flatten()
+                    .filter_map(|p| p.ok()?.file_name().into_string().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
     };
-    assert!(partition_dirs() > 0, "the killed node held copies");
+    let held_before = partition_dirs();
+    assert!(!held_before.is_empty(), "the killed node held copies");
     cluster.restart(2);
-    eventually("the replaced node cleaned up", Duration::from_secs(20), async || partition_dirs() == 0).await;
-    assert_eq!(scalar(&client, &format!("SELECT count(*) FROM foam_partitions WHERE table_name = 'guarded' AND node_id = {victim}")).await, "0");
+    eventually("the returned node stores exactly what it holds", Duration::from_secs(40), async || {
+        let held: BTreeSet<String> = query_text(
+            &client,
+            &format!("SELECT partition FROM foam_partitions WHERE table_name = 'guarded' AND node_id = {victim}"),
+        )
+        .await
+        .into_iter()
+        .map(|r| r[0].clone().unwrap())
+        .collect();
+        all_copies_live(&client, "guarded").await && partition_dirs() == held
+    })
+    .await;
+    assert_eq!(diverging_copies(&client, "guarded").await, "0");
     let back = cluster.client(2).await;
     assert_eq!(scalar(&back, "SELECT count(*) FROM guarded").await, "121000");
 }
