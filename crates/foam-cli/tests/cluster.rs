@@ -486,6 +486,9 @@ async fn node_joining_later_reads_replicated_tables_from_replicas() {
         )
         .await
         .unwrap();
+    // Prepared before the node joins, executed after its copy is placed.
+    let first = cluster.client(0).await;
+    let prepared_insert = first.prepare("INSERT INTO dim VALUES ($1, $2)").await.unwrap();
     let newcomer = cluster.add_node();
     let client = cluster.client(newcomer).await;
     assert_eq!(scalar(&client, "SELECT count(*) FROM foam_nodes WHERE status = 'up'").await, "3");
@@ -515,4 +518,9 @@ async fn node_joining_later_reads_replicated_tables_from_replicas() {
         assert!(std::time::Instant::now() < deadline, "the newcomer's copy of dim: {copies:?}");
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
+    // The statement prepared under the old placement writes to every copy
+    // of the new one.
+    first.execute(&prepared_insert, &[&5i32, &"five"]).await.unwrap();
+    let copies = query_text(&client, "SELECT replica_state, row_count FROM foam_partitions WHERE table_name = 'dim'").await;
+    assert_eq!(copies, vec![vec![Some("live".into()), Some("5".into())]; 3]);
 }

@@ -34,6 +34,12 @@ use crate::ddl::{self, RawStatement};
 /// it uses was marked down (a stopped peer never answers, it does not fail).
 const QUERY_NODE_WATCH_MS: u64 = 1_000;
 
+/// How many times a statement that failed because the cluster changed under
+/// it runs again, and the first wait before it does (doubling each time, so
+/// ten retries wait about 4 s in all: longer than a copy's switch-in fence).
+const STATEMENT_RETRIES_MAX: u32 = 10;
+const STATEMENT_RETRY_BACKOFF_MS: u64 = 20;
+
 /// What a statement gives back to the client.
 pub enum StatementOutput {
     Rows { schema: SchemaRef, stream: SendableRecordBatchStream },
@@ -59,8 +65,10 @@ pub struct PreparedStatement {
 
 #[derive(Clone)]
 enum Kind {
-    /// Planned by DataFusion; may have `$n` parameters.
-    Plan { plan: LogicalPlan, is_insert: bool },
+    /// Planned by DataFusion with catalog version `catalog_version` (a newer
+    /// catalog may place partitions elsewhere: the plan is then made again);
+    /// may have `$n` parameters.
+    Plan { plan: LogicalPlan, is_insert: bool, catalog_version: u64 },
     /// FoamDB's own statement, run by this module.
     Own(Box<Statement>),
     /// `ALTER CLUSTER ...`: a change to the cluster's membership.
@@ -90,7 +98,7 @@ impl PreparedStatement {
     /// Schema of the rows the statement returns, if it returns rows.
     pub fn result_schema(&self) -> Option<SchemaRef> {
         match &self.kind {
-            Kind::Plan { plan, is_insert: false } if returns_rows(plan) => Some(Arc::new(plan.schema().as_arrow().clone())),
+            Kind::Plan { plan, is_insert: false, .. } if returns_rows(plan) => Some(Arc::new(plan.schema().as_arrow().clone())),
             Kind::Own(statement) if matches!(**statement, Statement::Explain { .. }) => Some(explain_schema()),
             _ => None,
         }
@@ -181,7 +189,7 @@ impl FoamSession {
         let count = statements.len();
         for (index, raw) in statements.into_iter().enumerate() {
             let mut result = match self.prepare_raw(raw).await {
-                Ok(prepared) => self.execute(&prepared, None).await,
+                Ok(prepared) => self.run(&prepared, None).await,
                 Err(error) => Err(error),
             };
             // A later statement must not run before this one's rows are read
@@ -256,12 +264,13 @@ impl FoamSession {
             let feature = raw.sql.split_whitespace().take(2).collect::<Vec<_>>().join(" ").to_uppercase();
             return Err(FoamError::FeatureNotSupported { feature });
         }
+        let catalog_version = self.node.catalog.current().version;
         let plan = self.ctx.state().create_logical_plan(&raw.sql).await.map_err(FoamError::from)?;
         if let LogicalPlan::Ddl(_) = plan {
             return Err(FoamError::FeatureNotSupported { feature: format!("\"{}\"", raw.sql) });
         }
         let is_insert = matches!(plan, LogicalPlan::Dml(_));
-        Ok(PreparedStatement { raw, kind: Kind::Plan { plan, is_insert } })
+        Ok(PreparedStatement { raw, kind: Kind::Plan { plan, is_insert, catalog_version } })
     }
 
     /// `SET`/`SHOW` of a setting DataFusion does not know: a client setting.
@@ -275,23 +284,40 @@ impl FoamSession {
         !(name.contains("datafusion.") || name.contains("distributed.") || name.starts_with("set time zone") || name.contains("timezone"))
     }
 
+    /// Executes a statement prepared earlier (extended protocol's Execute):
+    /// the catalog may have changed since, so it is refreshed first.
     pub async fn execute(&self, prepared: &PreparedStatement, params: Option<ParamValues>) -> FoamResult<StatementOutput> {
+        self.node.catalog.refresh().await?;
+        self.run(prepared, params).await
+    }
+
+    /// Executes a statement against the catalog this node has.
+    async fn run(&self, prepared: &PreparedStatement, params: Option<ParamValues>) -> FoamResult<StatementOutput> {
         match &prepared.kind {
             Kind::Empty => Ok(StatementOutput::Command { tag: String::new(), rows: None }),
-            Kind::Plan { plan, is_insert } => {
-                let planned_with = self.node.catalog.current();
-                let bound = bind(plan.clone(), params.clone())?;
-                if *is_insert {
-                    return self.run_insert(bound).await;
-                }
-                match self.run_query(bound, &planned_with).await {
-                    Err(error) if self.worth_retrying(&error, &planned_with).await => {
-                        tracing::info!(%error, "a node or a partition copy failed during a read; retrying once on the surviving replicas");
-                        let replanned_with = self.node.catalog.current();
-                        let plan = self.ctx.state().create_logical_plan(&prepared.raw.sql).await.map_err(FoamError::from)?;
-                        self.run_query(bind(plan, params)?, &replanned_with).await
-                    }
-                    result => result,
+            Kind::Plan { plan, is_insert, catalog_version } => {
+                let mut retries = 0;
+                loop {
+                    let planned_with = self.node.catalog.current();
+                    let plan = if planned_with.version == *catalog_version && retries == 0 {
+                        plan.clone()
+                    } else {
+                        self.ctx.state().create_logical_plan(&prepared.raw.sql).await.map_err(FoamError::from)?
+                    };
+                    let bound = bind(plan, params.clone())?;
+                    let result = if *is_insert {
+                        self.run_insert(bound).await
+                    } else {
+                        self.run_query(bound, &planned_with).await
+                    };
+                    let error = match result {
+                        Err(error) if self.worth_retrying(&error, &planned_with, *is_insert, retries).await => error,
+                        result => return result,
+                    };
+                    tracing::info!(%error, retries, "the statement failed as the cluster changed under it; running it again on the new placement");
+                    let backoff = STATEMENT_RETRY_BACKOFF_MS << retries.min(5);
+                    tokio::time::sleep(std::time::Duration::from_millis(backoff)).await;
+                    retries += 1;
                 }
             }
             Kind::Own(statement) => self.execute_own(prepared, statement).await,
@@ -302,11 +328,20 @@ impl FoamSession {
         }
     }
 
-    /// A read failed: worth running again if the cluster changed under it
-    /// (the authority, asked now, marked a node down or a copy out of service).
-    async fn worth_retrying(&self, error: &FoamError, planned_with: &foam_catalog::Catalog) -> bool {
+    /// A statement failed without any of it taking effect (a write aborts
+    /// everywhere; a read has sent no row): worth running again if the
+    /// cluster changed under it. A write refused by a copy being switched in
+    /// (40001) waits for the switch and is retried up to
+    /// [`STATEMENT_RETRIES_MAX`] times; any other failure is retried once if
+    /// the authority, asked now, marked a node down or a copy out of service.
+    async fn worth_retrying(&self, error: &FoamError, planned_with: &foam_catalog::Catalog, is_write: bool, retries: u32) -> bool {
+        // 40001 is `PlacementChanged`; compared by SQLSTATE since a refusal
+        // from a peer arrives as `Remote`.
+        if is_write && error.sqlstate() == "40001" {
+            return retries < STATEMENT_RETRIES_MAX;
+        }
         let class = &error.sqlstate()[..2];
-        if matches!(class, "22" | "23" | "42" | "0A" | "53" | "54") {
+        if retries > 0 || matches!(class, "22" | "23" | "42" | "0A" | "53" | "54") {
             return false;
         }
         match self.node.catalog.check_nodes().await {
