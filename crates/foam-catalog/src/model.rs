@@ -493,6 +493,12 @@ impl Catalog {
         }
     }
 
+    /// The nodes that hold the catalog with Raft: the [`META_NODES`] lowest
+    /// node ids (all nodes when there are fewer).
+    pub fn meta_nodes(&self) -> Vec<NodeId> {
+        self.nodes.keys().take(foam_common::limits::META_NODES).copied().collect()
+    }
+
     /// Nodes new copies may go to: up and not draining, in id order.
     pub fn placeable_nodes(&self) -> Vec<NodeId> {
         self.nodes.values().filter(|n| n.state == NodeState::Up && !n.draining).map(|n| n.id).collect()

@@ -94,7 +94,7 @@ fn main() {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,datafusion=warn,h2=warn,tonic=warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,datafusion=warn,h2=warn,tonic=warn,openraft=warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();

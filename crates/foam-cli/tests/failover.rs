@@ -641,3 +641,89 @@ async fn figures_detection_reprotection_and_rebalance() {
         before.1, during_reprotect.1, during_reprotect.1 / before.1, during_rebalance.1, during_rebalance.1 / before.1);
     println!("| time to rebalance onto a 4th node | {:.1} s |", rebalance_time.as_secs_f64());
 }
+
+/// Node 1 starts the cluster and first leads the meta nodes' Raft group:
+/// killing it must not stop DDL, failure detection or writes. The other two
+/// meta nodes elect a leader, which marks node 1 down; node 1 comes back as a
+/// follower and catches up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_first_meta_node_leaves_catalog_detection_and_writes_working() {
+    let mut cluster = Cluster::start_with(3, FAST_DETECTOR);
+    let client = cluster.client(1).await;
+    client
+        .batch_execute(
+            "CREATE TABLE before_kill (id BIGINT, v BIGINT) DISTRIBUTED BY (id) PARTITIONS 6;
+             INSERT INTO before_kill SELECT value, 1 FROM generate_series(1, 1000);",
+        )
+        .await
+        .unwrap();
+    let first = node_id(&cluster, &client, 0).await;
+    assert_eq!(first, "1", "node index 0 bootstrapped the cluster");
+    // The leader makes the joined nodes voters shortly after they register;
+    // each node's Raft state file shows the voter set it has applied.
+    wait_for_meta_group(&cluster).await;
+    cluster.kill(0);
+    // Writes and DDL resume once a new leader is elected (about a second).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match client.simple_query("CREATE TABLE after_kill (id BIGINT, v BIGINT) DISTRIBUTED BY (id) PARTITIONS 6").await {
+            Ok(_) => break,
+            Err(error) => {
+                assert!(RETRIABLE.contains(&sqlstate(&error).as_str()) || sqlstate(&error) == "57P03", "{error:?}");
+                let tail = |log: String| log.lines().rev().take(30).collect::<Vec<_>>().join("\n");
+                assert!(
+                    Instant::now() < deadline,
+                    "DDL did not resume after the first meta node died: {error:?}\nlogs, newest first:\n{}\n---\n{}",
+                    tail(cluster.log(1)),
+                    tail(cluster.log(2))
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    eventually("the new leader marks node 1 down", Duration::from_secs(15), async || {
+        scalar(&client, "SELECT status FROM foam_nodes WHERE node_id = 1").await == "down"
+    })
+    .await;
+    let mut acknowledged = 0;
+    for batch in 0..20 {
+        let sql = format!("INSERT INTO before_kill SELECT value, 2 FROM generate_series({}, {})", 1001 + batch * 100, 1000 + (batch + 1) * 100);
+        if client.simple_query(&sql).await.is_ok() {
+            acknowledged += 100;
+        }
+    }
+    assert_eq!(acknowledged, 2000, "writes go on without node 1");
+    client.batch_execute("INSERT INTO after_kill SELECT value, 3 FROM generate_series(1, 500)").await.unwrap();
+    let third = cluster.client(2).await;
+    assert_eq!(scalar(&third, "SELECT count(*) FROM after_kill").await, "500");
+
+    cluster.restart(0);
+    eventually("node 1 up and every copy live again", Duration::from_secs(40), async || {
+        scalar(&client, "SELECT count(*) FROM foam_nodes WHERE status = 'up'").await == "3"
+            && all_copies_live(&client, "before_kill").await
+            && all_copies_live(&client, "after_kill").await
+    })
+    .await;
+    assert_eq!(diverging_copies(&client, "before_kill").await, "0");
+    let back = cluster.client(0).await;
+    assert_eq!(scalar(&back, "SELECT count(*), sum(v) FROM before_kill").await, "3000");
+    assert_eq!(query_text(&back, "SELECT count(*), sum(v) FROM before_kill").await[0][1].as_deref(), Some("5000"));
+    assert_eq!(scalar(&back, "SELECT count(*) FROM after_kill").await, "500");
+    // The returned node follows: DDL through it reaches the current leader.
+    back.batch_execute("CREATE TABLE after_return (id BIGINT) DISTRIBUTED BY (id)").await.unwrap();
+    assert_eq!(scalar(&client, "SELECT count(*) FROM after_return").await, "0");
+}
+
+/// Waits until all three nodes vote in the meta group: the leader makes
+/// joined nodes voters shortly after they register, and each node's Raft
+/// state file shows the voter set it has applied.
+async fn wait_for_meta_group(cluster: &Cluster) {
+    eventually("all three nodes vote in the meta group", Duration::from_secs(15), async || {
+        (0..3).all(|index| {
+            let state = std::fs::read_to_string(cluster.nodes[index].data_dir.join("raft/state.json")).unwrap_or_default();
+            let state: serde_json::Value = serde_json::from_str(&state).unwrap_or_default();
+            state["membership"]["membership"]["configs"].as_array().and_then(|c| c.last()).map(|v| v.to_string()) == Some("[1,2,3]".into())
+        })
+    })
+    .await;
+}

@@ -10,7 +10,15 @@ pub const PARTITIONS_PER_NODE_DEFAULT: u32 = 4;
 /// at the node count): losing any one node loses no data.
 pub const REPLICAS_DEFAULT: u32 = 2;
 
-/// How often the catalog authority pings every node.
+/// How many nodes hold the catalog with Raft (the lowest node ids): any one
+/// of three may fail, and a majority (two) keeps the cluster writable.
+pub const META_NODES: usize = 3;
+
+/// How long a catalog request waits for a leader of the meta nodes (an
+/// election takes about a second) before it fails with 57P03.
+pub const CATALOG_LEADER_WAIT_MS: u64 = 5_000;
+
+/// How often the catalog leader pings every node.
 pub const HEARTBEAT_INTERVAL_MS: u64 = 250;
 
 /// Longest wait for one heartbeat's answer.

@@ -1,124 +1,309 @@
-//! The two faces of the catalog service: the authority (on the bootstrap node,
-//! applying DDL one command at a time and persisting each version, and running
-//! the failure detector, see `membership.rs`) and the cache (on every other
-//! node, refreshed from the authority before each statement).
+//! The catalog service every node's SQL and replication code calls
+//! (`CatalogService`). The catalog is Raft's state machine on the meta nodes
+//! (`consensus.rs`); its leader applies commands and runs the failure detector
+//! (`membership.rs`). Any other node, meta or not, sends its catalog requests
+//! to the leader, following `NotLeader` hints, and keeps the newest catalog it
+//! was given (saved, so a restarted node starts with it).
+//!
+//! The leader confirms with a majority of the meta nodes before a write
+//! commits (`confirm_majority`): a node cut off with a minority refuses writes.
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use foam_catalog::model::CommandOutcome;
 use foam_catalog::{Catalog, CatalogCommand, CatalogStore};
-use foam_common::{FoamError, FoamResult};
+use foam_common::limits::{CATALOG_LEADER_WAIT_MS, HEARTBEAT_TIMEOUT_MS};
+use foam_common::{FoamError, FoamResult, NodeId};
 use foam_query::CatalogService;
-use foam_rpc::{NodeClient, NodeRequest, NodeResponse};
-use tokio::sync::Mutex;
+use foam_rpc::{NodeClient, NodeClients, NodeRequest, NodeResponse};
+use openraft::error::{ClientWriteError, RaftError};
 
-pub struct CatalogAuthority {
+use crate::consensus::{Raft, StateMachine};
+
+/// How many leader hints one request follows before trying the next node.
+const LEADER_HOPS_MAX: usize = 3;
+
+pub struct ClusterCatalog {
+    node_id: NodeId,
+    pub(crate) raft: Raft,
+    machine: StateMachine,
+    /// The newest catalog a leader sent this node (nodes outside the meta
+    /// group have no other), saved in `store`.
+    cache: RwLock<Arc<Catalog>>,
     store: CatalogStore,
-    current: RwLock<Arc<Catalog>>,
-    /// Serializes DDL so each command applies to the newest version.
-    apply_lock: Mutex<()>,
-    /// What the failure detector knows; set once the node has its clients.
+    clients: Arc<NodeClients>,
+    /// This node's own node address (never asked: it is not the leader).
+    own_addr: String,
+    /// The node this one joined through: asked when no meta node answers.
+    seed: Option<String>,
+    /// Where the leader answered last.
+    leader_hint: Mutex<Option<String>>,
+    /// The failure detector, used while this node leads.
     pub(crate) membership: std::sync::OnceLock<crate::membership::Membership>,
 }
 
-impl CatalogAuthority {
-    pub fn new(store: CatalogStore, catalog: Catalog) -> Self {
-        CatalogAuthority {
+impl ClusterCatalog {
+    pub fn new(
+        node_id: NodeId,
+        raft: Raft,
+        machine: StateMachine,
+        store: CatalogStore,
+        cached: Catalog,
+        clients: Arc<NodeClients>,
+        own_addr: String,
+        seed: Option<String>,
+    ) -> Self {
+        ClusterCatalog {
+            node_id,
+            raft,
+            machine,
+            cache: RwLock::new(Arc::new(cached)),
             store,
-            current: RwLock::new(Arc::new(catalog)),
-            apply_lock: Mutex::new(()),
+            clients,
+            own_addr,
+            seed,
+            leader_hint: Mutex::new(None),
             membership: std::sync::OnceLock::new(),
         }
     }
+
+    /// True while this node leads the meta group.
+    pub fn is_leader(&self) -> bool {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        metrics.state == openraft::ServerState::Leader && metrics.current_leader == Some(self.node_id)
+    }
+
+    /// The node address of the leader this node follows, if it is a meta node
+    /// and knows one.
+    fn known_leader(&self) -> Option<String> {
+        let metrics = self.raft.metrics().borrow().clone();
+        let leader = metrics.current_leader?;
+        metrics.membership_config.membership().get_node(&leader).map(|n| n.addr.clone())
+    }
+
+    fn remember(&self, catalog: Catalog) -> Arc<Catalog> {
+        let mut cache = self.cache.write().unwrap_or_else(|p| p.into_inner());
+        if catalog.version > cache.version {
+            if let Err(error) = self.store.save(&catalog) {
+                tracing::warn!(%error, "could not save the catalog copy");
+            }
+            *cache = Arc::new(catalog);
+        }
+        drop(cache);
+        self.current()
+    }
+
+    /// Answers a catalog request from another node: only the leader does;
+    /// others point at the leader they know.
+    pub async fn serve(&self, request: NodeRequest) -> FoamResult<NodeResponse> {
+        if !self.is_leader() {
+            let leader = self.known_leader().or_else(|| self.leader_hint.lock().unwrap_or_else(|p| p.into_inner()).clone());
+            return Ok(NodeResponse::NotLeader { leader });
+        }
+        Ok(match request {
+            NodeRequest::CatalogGet { known_version } => {
+                let catalog = self.current();
+                let changed = known_version != Some(catalog.version);
+                NodeResponse::Catalog { catalog: changed.then(|| catalog.as_ref().clone()) }
+            }
+            NodeRequest::CatalogApply { command } => {
+                let (catalog, outcome) = self.apply(command).await?;
+                NodeResponse::Applied { catalog: catalog.as_ref().clone(), outcome }
+            }
+            NodeRequest::CheckNodes => NodeResponse::Catalog { catalog: Some(self.check_nodes().await?.as_ref().clone()) },
+            NodeRequest::ConfirmMajority => {
+                self.confirm_majority().await?;
+                NodeResponse::Ok
+            }
+            other => return Err(FoamError::internal(format!("{other:?} is not a catalog request"))),
+        })
+    }
+
+    /// Sends a catalog request to the leader: the one this node follows, then
+    /// the meta nodes and the seed, following `NotLeader` hints, until
+    /// [`CATALOG_LEADER_WAIT_MS`] (an election takes about a second).
+    async fn call_leader(&self, request: &NodeRequest) -> FoamResult<NodeResponse> {
+        let deadline = Instant::now() + Duration::from_millis(CATALOG_LEADER_WAIT_MS);
+        let mut last_error = String::from("no meta node known");
+        loop {
+            if self.is_leader() {
+                // Elected meanwhile.
+                return Box::pin(self.serve(request.clone())).await;
+            }
+            let mut candidates: Vec<String> = Vec::new();
+            candidates.extend(self.known_leader());
+            candidates.extend(self.leader_hint.lock().unwrap_or_else(|p| p.into_inner()).clone());
+            let catalog = self.current();
+            candidates.extend(catalog.meta_nodes().iter().filter_map(|id| catalog.nodes.get(id)).map(|n| n.node_addr.clone()));
+            candidates.extend(self.seed.clone());
+            candidates.retain(|addr| *addr != self.own_addr);
+            candidates.dedup();
+            for first in candidates {
+                let mut addr = first;
+                for _ in 0..LEADER_HOPS_MAX {
+                    let peer = catalog.nodes.values().find(|n| n.node_addr == addr).map_or(0, |n| n.id);
+                    let client = match self.clients.get(peer, &addr) {
+                        Ok(client) => client,
+                        Err(error) => {
+                            last_error = error.to_string();
+                            break;
+                        }
+                    };
+                    match client.call(request, &[]).await {
+                        Ok((NodeResponse::NotLeader { leader: Some(next) }, _)) if next != addr && next != self.own_addr => addr = next,
+                        Ok((NodeResponse::NotLeader { .. }, _)) => {
+                            last_error = format!("{addr} knows no leader");
+                            break;
+                        }
+                        Ok((response, _)) => {
+                            *self.leader_hint.lock().unwrap_or_else(|p| p.into_inner()) = Some(addr);
+                            return Ok(response);
+                        }
+                        Err(error @ FoamError::NodeUnavailable { .. }) => {
+                            last_error = error.to_string();
+                            break;
+                        }
+                        Err(error) => return Err(error),
+                    }
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(FoamError::CatalogUnavailable {
+                    message: format!(
+                        "no leader of the cluster's meta nodes is reachable from node {} ({last_error}); \
+                         a majority of them must be up and reachable; retry when it is",
+                        self.node_id
+                    ),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Applies a command through Raft on this node, which leads; `None` when
+    /// it turned out not to.
+    async fn apply_as_leader(&self, command: &CatalogCommand) -> FoamResult<Option<CommandOutcome>> {
+        let write = self.raft.client_write(command.clone());
+        let timeout = Duration::from_millis(CATALOG_LEADER_WAIT_MS);
+        match tokio::time::timeout(timeout, write).await {
+            Ok(Ok(response)) => match response.data.0 {
+                Ok(outcome) => Ok(Some(outcome)),
+                Err(wire) => Err(FoamError::from_wire(&wire)),
+            },
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_)))) => Ok(None),
+            Ok(Err(error)) => Err(FoamError::CatalogUnavailable { message: format!("the catalog change failed: {error}") }),
+            Err(_) => Err(FoamError::CatalogUnavailable {
+                message: format!(
+                    "a majority of the meta nodes did not accept the catalog change within {} ms; retry when they are reachable",
+                    timeout.as_millis()
+                ),
+            }),
+        }
+    }
 }
 
 #[async_trait]
-impl CatalogService for CatalogAuthority {
+impl CatalogService for ClusterCatalog {
     fn current(&self) -> Arc<Catalog> {
-        self.current.read().unwrap_or_else(|p| p.into_inner()).clone()
+        let cached = self.cache.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let replicated = self.machine.catalog();
+        if replicated.version >= cached.version { replicated } else { cached }
     }
 
     async fn refresh(&self) -> FoamResult<Arc<Catalog>> {
-        Ok(self.current())
-    }
-
-    async fn apply(&self, command: CatalogCommand) -> FoamResult<(Arc<Catalog>, CommandOutcome)> {
-        let _guard = self.apply_lock.lock().await;
-        let (next, outcome) = self.current().apply(&command)?;
-        if outcome != CommandOutcome::Skipped && next != *self.current() {
-            self.store.save(&next)?;
+        if self.is_leader() {
+            return Ok(self.current());
         }
-        let next = Arc::new(next);
-        *self.current.write().unwrap_or_else(|p| p.into_inner()) = next.clone();
-        Ok((next, outcome))
-    }
-
-    async fn check_nodes(&self) -> FoamResult<Arc<Catalog>> {
-        if let Some(membership) = self.membership.get() {
-            membership.check_now(self).await;
-        }
-        Ok(self.current())
-    }
-}
-
-pub struct CatalogCache {
-    authority: NodeClient,
-    current: RwLock<Arc<Catalog>>,
-}
-
-impl CatalogCache {
-    pub fn new(authority: NodeClient, catalog: Catalog) -> Self {
-        CatalogCache { authority, current: RwLock::new(Arc::new(catalog)) }
-    }
-
-    fn store(&self, catalog: Catalog) -> Arc<Catalog> {
-        let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
-        if catalog.version >= current.version {
-            *current = Arc::new(catalog);
-        }
-        current.clone()
-    }
-}
-
-#[async_trait]
-impl CatalogService for CatalogCache {
-    fn current(&self) -> Arc<Catalog> {
-        self.current.read().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    async fn refresh(&self) -> FoamResult<Arc<Catalog>> {
         let known_version = Some(self.current().version);
-        match self.authority.call(&NodeRequest::CatalogGet { known_version }, &[]).await {
-            Ok((NodeResponse::Catalog { catalog: Some(catalog) }, _)) => Ok(self.store(catalog)),
-            Ok((NodeResponse::Catalog { catalog: None }, _)) => Ok(self.current()),
-            Ok((other, _)) => Err(FoamError::internal(format!("unexpected catalog reply {other:?}"))),
+        match self.call_leader(&NodeRequest::CatalogGet { known_version }).await {
+            Ok(NodeResponse::Catalog { catalog: Some(catalog) }) => Ok(self.remember(catalog)),
+            Ok(NodeResponse::Catalog { catalog: None }) => Ok(self.current()),
+            Ok(other) => Err(FoamError::internal(format!("unexpected catalog reply {other:?}"))),
             Err(error) => {
-                // Reads may go on with the catalog this node has; DDL will fail clearly.
-                tracing::warn!(%error, "catalog authority unreachable; using the cached catalog");
+                // Reads may go on with the catalog this node has; DDL and
+                // writes will fail clearly.
+                tracing::warn!(%error, "catalog leader unreachable; using this node's catalog");
                 Ok(self.current())
             }
         }
     }
 
     async fn apply(&self, command: CatalogCommand) -> FoamResult<(Arc<Catalog>, CommandOutcome)> {
-        let reply = self.authority.call(&NodeRequest::CatalogApply { command }, &[]).await.map_err(|error| match error {
-            FoamError::NodeUnavailable { addr, message, .. } => FoamError::CatalogUnavailable {
-                message: format!("the catalog node at {addr} is unreachable ({message}); DDL needs it"),
-            },
-            other => other,
-        })?;
-        match reply {
-            (NodeResponse::Applied { catalog, outcome }, _) => Ok((self.store(catalog), outcome)),
-            (other, _) => Err(FoamError::internal(format!("unexpected catalog reply {other:?}"))),
+        if self.is_leader()
+            && let Some(outcome) = self.apply_as_leader(&command).await?
+        {
+            return Ok((self.current(), outcome));
+        }
+        match self.call_leader(&NodeRequest::CatalogApply { command }).await? {
+            NodeResponse::Applied { catalog, outcome } => Ok((self.remember(catalog), outcome)),
+            other => Err(FoamError::internal(format!("unexpected catalog reply {other:?}"))),
         }
     }
 
     async fn check_nodes(&self) -> FoamResult<Arc<Catalog>> {
-        match self.authority.call(&NodeRequest::CheckNodes, &[]).await? {
-            (NodeResponse::Catalog { catalog: Some(catalog) }, _) => Ok(self.store(catalog)),
-            (NodeResponse::Catalog { catalog: None }, _) => Ok(self.current()),
-            (other, _) => Err(FoamError::internal(format!("unexpected catalog reply {other:?}"))),
+        if self.is_leader() {
+            if let Some(membership) = self.membership.get() {
+                membership.check_now(self).await;
+            }
+            return Ok(self.current());
         }
+        match self.call_leader(&NodeRequest::CheckNodes).await? {
+            NodeResponse::Catalog { catalog: Some(catalog) } => Ok(self.remember(catalog)),
+            NodeResponse::Catalog { catalog: None } => Ok(self.current()),
+            other => Err(FoamError::internal(format!("unexpected catalog reply {other:?}"))),
+        }
+    }
+
+    async fn confirm_majority(&self) -> FoamResult<()> {
+        if self.is_leader() {
+            let check = self.raft.ensure_linearizable();
+            return match tokio::time::timeout(Duration::from_millis(HEARTBEAT_TIMEOUT_MS), check).await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(error)) => Err(FoamError::CatalogUnavailable {
+                    message: format!("node {} lost the lead of the meta nodes ({error}); retry the statement", self.node_id),
+                }),
+                Err(_) => Err(FoamError::CatalogUnavailable {
+                    message: format!(
+                        "node {} leads the meta nodes but no majority of them answered within {HEARTBEAT_TIMEOUT_MS} ms; \
+                         writes need a majority; retry when it is reachable",
+                        self.node_id
+                    ),
+                }),
+            };
+        }
+        match self.call_leader(&NodeRequest::ConfirmMajority).await? {
+            NodeResponse::Ok => Ok(()),
+            other => Err(FoamError::internal(format!("unexpected catalog reply {other:?}"))),
+        }
+    }
+}
+
+/// Registers a new node through `seed` (any member), following leader hints,
+/// retrying while the cluster is not up yet.
+pub async fn register_through(seed: &str, register: CatalogCommand, wait: Duration) -> FoamResult<(Catalog, CommandOutcome)> {
+    let deadline = Instant::now() + wait;
+    let mut addr = seed.to_string();
+    loop {
+        let client = NodeClient::new(0, &addr)?;
+        let last_error = match client.call(&NodeRequest::CatalogApply { command: register.clone() }, &[]).await {
+            Ok((NodeResponse::Applied { catalog, outcome }, _)) => return Ok((catalog, outcome)),
+            Ok((NodeResponse::NotLeader { leader: Some(next) }, _)) => {
+                addr = next;
+                continue;
+            }
+            Ok((NodeResponse::NotLeader { leader: None }, _)) => format!("{addr} knows no leader yet"),
+            Ok((other, _)) => return Err(FoamError::internal(format!("unexpected join reply {other:?}"))),
+            Err(error @ (FoamError::NodeUnavailable { .. } | FoamError::CatalogUnavailable { .. })) => error.to_string(),
+            Err(error) => return Err(error),
+        };
+        addr = seed.to_string();
+        if Instant::now() >= deadline {
+            return Err(FoamError::CatalogUnavailable { message: format!("could not join the cluster through {seed}: {last_error}") });
+        }
+        tracing::info!(addr = %seed, %last_error, "waiting for the cluster to answer");
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }

@@ -15,6 +15,7 @@ use futures::StreamExt;
 pub struct FoamNodeHandler {
     pub node: Arc<NodeContext>,
     pub replication: Arc<crate::replicas::Replication>,
+    pub catalog: Arc<crate::catalog::ClusterCatalog>,
 }
 
 #[async_trait]
@@ -27,14 +28,12 @@ impl NodeHandler for FoamNodeHandler {
                 partition_scans: node.partition_scans.load(std::sync::atomic::Ordering::Relaxed),
                 rows_sent_to_peers: node.rows_sent_to_peers.load(std::sync::atomic::Ordering::Relaxed),
             },
-            NodeRequest::CatalogGet { known_version } => {
-                let catalog = node.catalog.refresh().await?;
-                let changed = known_version != Some(catalog.version);
-                NodeResponse::Catalog { catalog: changed.then(|| catalog.as_ref().clone()) }
-            }
-            NodeRequest::CatalogApply { command } => {
-                let (catalog, outcome) = node.catalog.apply(command).await?;
-                NodeResponse::Applied { catalog: catalog.as_ref().clone(), outcome }
+            request @ (NodeRequest::CatalogGet { .. }
+            | NodeRequest::CatalogApply { .. }
+            | NodeRequest::CheckNodes
+            | NodeRequest::ConfirmMajority) => self.catalog.serve(request).await?,
+            NodeRequest::Raft { rpc } => {
+                return Ok((NodeResponse::Ok, crate::consensus::handle(&self.catalog.raft, rpc, &payload).await?));
             }
             request @ (NodeRequest::Stage { .. } | NodeRequest::Prepare { .. } | NodeRequest::Commit { .. } | NodeRequest::Abort { .. }) => {
                 foam_query::write::handle_participant_request(node, request, payload).await?
@@ -46,10 +45,6 @@ impl NodeHandler for FoamNodeHandler {
             NodeRequest::AbortTransaction { txn, participants } => {
                 foam_query::write::abort_transaction(node, txn, &participants).await;
                 NodeResponse::Ok
-            }
-            NodeRequest::CheckNodes => {
-                let catalog = node.catalog.check_nodes().await?;
-                NodeResponse::Catalog { catalog: Some(catalog.as_ref().clone()) }
             }
             request @ (NodeRequest::ListSegments { .. }
             | NodeRequest::ReadSegment { .. }

@@ -7,10 +7,12 @@
 //!                      └─ datafusion-distributed worker (query stage fragments)
 //! ```
 //! Every node can coordinate queries and keeps its partition copies whole
-//! (`replicas.rs`); the bootstrap node also holds the authoritative catalog
-//! and runs the failure detector (`membership.rs`).
+//! (`replicas.rs`); the three lowest-numbered nodes hold the catalog with Raft
+//! (`consensus.rs`, `catalog.rs`), and their leader runs the failure detector
+//! (`membership.rs`).
 
 mod catalog;
+mod consensus;
 mod handler;
 mod identity;
 mod membership;

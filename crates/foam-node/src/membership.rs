@@ -1,5 +1,6 @@
-//! The failure detector and re-protection planner, run by the catalog
-//! authority. Every [`HEARTBEAT_INTERVAL_MS`] it pings every node; a node not
+//! The failure detector, re-protection planner and rebalancer, run by the
+//! leader of the meta nodes (any meta node runs this loop; it acts only while
+//! it leads, and forgets what it heard when it stops leading). Every [`HEARTBEAT_INTERVAL_MS`] it pings every node; a node not
 //! heard from for `node_dead_after_ms` is marked down in the catalog (its
 //! replicas become lost, so queries read and writes go to the surviving ones),
 //! and one down for `reprotect_after_ms` has each of its partitions given a new
@@ -19,7 +20,7 @@ use foam_query::CatalogService;
 use foam_rpc::{NodeClients, NodeRequest};
 use tokio::task::JoinSet;
 
-use crate::catalog::CatalogAuthority;
+use crate::catalog::ClusterCatalog;
 
 /// Failure detection settings (`foam start --node-dead-after-ms --reprotect-after-ms`).
 #[derive(Debug, Clone, Copy)]
@@ -64,7 +65,7 @@ impl Membership {
 
     /// One heartbeat round: records answers, marks silent nodes down and
     /// answering ones up.
-    async fn round(&self, authority: &CatalogAuthority, refused_is_dead: bool) {
+    async fn round(&self, authority: &ClusterCatalog, refused_is_dead: bool) {
         let catalog = authority.current();
         let results = self.ping_all(&catalog).await;
         let now = Instant::now();
@@ -101,13 +102,13 @@ impl Membership {
     }
 
     /// Checks every node now (a query failed talking to one).
-    pub async fn check_now(&self, authority: &CatalogAuthority) {
+    pub async fn check_now(&self, authority: &ClusterCatalog) {
         self.round(authority, true).await;
     }
 
     /// Gives each partition that has a replica on a node down for longer
     /// than `reprotect_after` a new copy on the up node holding fewest copies.
-    async fn reprotect(&self, authority: &CatalogAuthority, down_since: &HashMap<NodeId, Instant>) {
+    async fn reprotect(&self, authority: &ClusterCatalog, down_since: &HashMap<NodeId, Instant>) {
         let catalog = authority.current();
         let long_down: Vec<NodeId> = down_since
             .iter()
@@ -160,7 +161,7 @@ impl Membership {
     /// the emptiest nodes for partitions on draining or overfull nodes, and of
     /// replicated tables on nodes that lack them. A copy is only dropped once
     /// its replacement is live, so a move never lowers protection.
-    async fn rebalance(&self, authority: &CatalogAuthority) {
+    async fn rebalance(&self, authority: &ClusterCatalog) {
         let catalog = authority.current();
         let eligible = catalog.placeable_nodes();
         if eligible.is_empty() || catalog.nodes.values().any(|n| n.state == NodeState::Down) {
@@ -238,14 +239,21 @@ impl Membership {
 /// the queries and writes running meanwhile.
 const COPIES_IN_FLIGHT_MAX: usize = 2;
 
-/// Runs the failure detector on the authority until the node stops.
-pub async fn run(authority: Arc<CatalogAuthority>) {
+/// Runs the failure detector while this node leads the meta nodes, until the
+/// node stops.
+pub async fn run(authority: Arc<ClusterCatalog>) {
     let mut interval = tokio::time::interval(Duration::from_millis(HEARTBEAT_INTERVAL_MS));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut down_since: HashMap<NodeId, Instant> = HashMap::new();
     loop {
         interval.tick().await;
         let Some(membership) = authority.membership.get() else { continue };
+        if !authority.is_leader() {
+            // A new leader judges nodes by what it hears itself.
+            membership.heard.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            down_since.clear();
+            continue;
+        }
         membership.round(&authority, false).await;
         let catalog = authority.current();
         for node in catalog.nodes.values() {
@@ -260,5 +268,47 @@ pub async fn run(authority: Arc<CatalogAuthority>) {
         }
         membership.reprotect(&authority, &down_since).await;
         membership.rebalance(&authority).await;
+    }
+}
+
+/// While this node leads, makes the Raft group's voters the catalog's meta
+/// nodes: a joining node among the three lowest ids is added (as a learner
+/// until it has the log, then as a voter), a removed one is dropped.
+pub async fn keep_meta_group(authority: Arc<ClusterCatalog>) {
+    let mut interval = tokio::time::interval(Duration::from_millis(HEARTBEAT_INTERVAL_MS * 2));
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let wait = Duration::from_millis(foam_common::limits::CATALOG_LEADER_WAIT_MS);
+    loop {
+        interval.tick().await;
+        if !authority.is_leader() {
+            continue;
+        }
+        let catalog = authority.current();
+        let wanted: std::collections::BTreeSet<NodeId> = catalog.meta_nodes().into_iter().collect();
+        let metrics = authority.raft.metrics().borrow().clone();
+        let voters: std::collections::BTreeSet<NodeId> = metrics.membership_config.membership().voter_ids().collect();
+        if wanted == voters || wanted.is_empty() {
+            continue;
+        }
+        let known: std::collections::BTreeSet<NodeId> = metrics.membership_config.membership().nodes().map(|(id, _)| *id).collect();
+        let mut ready = true;
+        for id in wanted.iter().filter(|id| !known.contains(id)) {
+            let Some(node) = catalog.nodes.get(id) else { continue };
+            let learner = authority.raft.add_learner(*id, openraft::BasicNode::new(&node.node_addr), true);
+            match tokio::time::timeout(wait, learner).await {
+                Ok(Ok(_)) => tracing::info!(node_id = id, "meta node added as a learner"),
+                outcome => {
+                    tracing::info!(node_id = id, ?outcome, "meta node not reachable yet");
+                    ready = false;
+                }
+            }
+        }
+        if !ready {
+            continue;
+        }
+        match tokio::time::timeout(wait, authority.raft.change_membership(wanted.clone(), false)).await {
+            Ok(Ok(_)) => tracing::info!(?wanted, "meta nodes changed"),
+            outcome => tracing::warn!(?wanted, ?outcome, "could not change the meta nodes yet"),
+        }
     }
 }

@@ -15,15 +15,19 @@ use foam_catalog::{Catalog, CatalogCommand, CatalogStore};
 use foam_common::limits::{IN_DOUBT_RESOLVE_INTERVAL_MS, JOIN_RETRY_FOR_MS};
 use foam_common::{FoamError, FoamResult, NodeId};
 use foam_query::{CatalogService, NodeContext};
-use foam_rpc::{NodeClient, NodeClients, NodeRequest, NodeResponse, Traffic};
+use foam_rpc::{NodeClients, NodeRequest, NodeResponse, Traffic};
 use foam_storage::{DecisionLog, StorageEngine, TxnOutcome};
 use tokio::net::TcpListener;
 
-use crate::catalog::{CatalogAuthority, CatalogCache};
+use crate::catalog::{ClusterCatalog, register_through};
+use crate::consensus::{LogStore, Network, Raft, StateMachine, raft_config};
 use crate::handler::FoamNodeHandler;
 use crate::membership::{FailurePolicy, Membership};
 use crate::replicas::Replication;
 use crate::identity::{self, Identity};
+
+/// The id of the node that starts a cluster (and, alone, its Raft group).
+const BOOTSTRAP_NODE_ID: NodeId = 1;
 
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -59,33 +63,72 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
         node_addr: config.node_addr.clone(),
         sql_addr: config.sql_addr.clone(),
     };
-    let mut authority_handle = None;
-    let (node_id, catalog): (NodeId, Arc<dyn CatalogService>) = match &join_addr {
-        None => {
-            let store = CatalogStore::new(&config.data_dir);
-            let stored = store.load()?.unwrap_or_default();
-            let authority = Arc::new(CatalogAuthority::new(store, stored));
-            let (_, outcome) = authority.apply(register).await?;
-            authority_handle = Some(authority.clone());
-            (registered_id(outcome)?, authority)
-        }
-        Some(addr) => {
-            let client = NodeClient::new(0, addr)?;
-            let (catalog, outcome) = join(&client, register).await?;
-            (registered_id(outcome)?, Arc::new(CatalogCache::new(client, catalog)))
+    let store = CatalogStore::new(&config.data_dir);
+    let log = LogStore::open(&config.data_dir)?;
+    let machine = StateMachine::open(&config.data_dir)?;
+    // A new node learns its id first: the bootstrap node is node 1 (it
+    // starts the Raft group alone), a joining one asks the cluster. A node
+    // that comes back knows its id and starts with the catalog it had.
+    let (node_id, cached, fresh_bootstrap) = match (&previous, &join_addr) {
+        (Some(identity), _) => (identity.node_id, store.load()?.unwrap_or_default(), false),
+        (None, None) => (BOOTSTRAP_NODE_ID, Catalog::default(), !log.has_state()),
+        (None, Some(addr)) => {
+            let (catalog, outcome) = register_through(addr, register.clone(), Duration::from_millis(JOIN_RETRY_FOR_MS)).await?;
+            (registered_id(outcome)?, catalog, false)
         }
     };
     identity::save(&config.data_dir, &Identity { node_id, join_addr: join_addr.clone() })?;
-    remove_dropped_tables(&storage, &catalog.current())?;
 
     let traffic = Arc::new(Traffic::default());
     let clients = Arc::new(NodeClients::counted(node_id, traffic.clone()));
+    // Raft's own heartbeats (ten a second) are not counted as query traffic
+    // in foam_cluster_stats.
+    let network = Network { clients: Arc::new(NodeClients::default()) };
+    let raft = Raft::new(node_id, raft_config()?, network, log, machine.clone())
+        .await
+        .map_err(|e| FoamError::internal(format!("raft failed to start: {e}")))?;
+    let catalog = Arc::new(ClusterCatalog::new(
+        node_id,
+        raft.clone(),
+        machine,
+        store,
+        cached,
+        clients.clone(),
+        config.node_addr.clone(),
+        join_addr.clone(),
+    ));
+    if fresh_bootstrap {
+        let members = std::collections::BTreeMap::from([(node_id, openraft::BasicNode::new(&config.node_addr))]);
+        raft.initialize(members).await.map_err(|e| FoamError::internal(format!("raft failed to initialize: {e}")))?;
+    }
+    if previous.is_none() && join_addr.is_none() {
+        // The bootstrap node registers itself once it leads its group of one.
+        let (_, outcome) = apply_when_led(&catalog, register.clone()).await?;
+        if registered_id(outcome)? != node_id {
+            return Err(FoamError::internal("the bootstrap node was not registered as node 1"));
+        }
+    }
+    // A node that comes back tells the cluster its addresses again and gets
+    // the newest catalog; if no majority answers yet (the whole cluster is
+    // starting), it goes on with the catalog it has and retries meanwhile.
+    let registered = match &previous {
+        None => true,
+        Some(_) => match catalog.apply(register.clone()).await {
+            Ok(_) => true,
+            Err(error) => {
+                tracing::info!(%error, "the cluster does not answer yet; starting with this node's catalog");
+                false
+            }
+        },
+    };
+    remove_dropped_tables(&storage, &catalog.current())?;
+
     let node = Arc::new(NodeContext {
         node_id,
         storage,
         decisions,
         clients,
-        catalog,
+        catalog: catalog.clone(),
         traffic,
         worker_channels: Default::default(),
         partition_scans: Default::default(),
@@ -94,13 +137,24 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
     let runtime = query_runtime(&config)?;
     let replication = Replication::new(node.clone());
     replication.init_fences(&node.catalog.current());
-    let detector = authority_handle.map(|authority| {
-        let _ = authority.membership.set(Membership::new(node_id, node.clients.clone(), config.failure_policy));
-        tokio::spawn(crate::membership::run(authority))
+    let _ = catalog.membership.set(Membership::new(node_id, node.clients.clone(), config.failure_policy));
+    let detector = tokio::spawn(crate::membership::run(catalog.clone()));
+    let meta_group = tokio::spawn(crate::membership::keep_meta_group(catalog.clone()));
+    let reregister = (!registered).then(|| {
+        let (catalog, storage) = (catalog.clone(), node.storage.clone());
+        tokio::spawn(async move {
+            while let Err(error) = catalog.apply(register.clone()).await {
+                tracing::info!(%error, "waiting for the cluster to register this node again");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            if let Err(error) = remove_dropped_tables(&storage, &catalog.current()) {
+                tracing::warn!(%error, "could not remove the data of dropped tables");
+            }
+        })
     });
     let keeper = tokio::spawn(replication.clone().run_keeper());
 
-    let handler = Arc::new(FoamNodeHandler { node: node.clone(), replication });
+    let handler = Arc::new(FoamNodeHandler { node: node.clone(), replication, catalog: catalog.clone() });
     let worker = foam_query::distributed::worker(node.clone(), runtime.clone());
     let grpc = tonic::transport::Server::builder()
         .add_service(foam_rpc::node_flight_server(handler))
@@ -126,9 +180,12 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
     resolver.abort();
     sampler.abort();
     keeper.abort();
-    if let Some(detector) = detector {
-        detector.abort();
+    detector.abort();
+    meta_group.abort();
+    if let Some(reregister) = reregister {
+        reregister.abort();
     }
+    let _ = raft.shutdown().await;
     tracing::info!(node_id, "node stopping");
     outcome
 }
@@ -149,22 +206,16 @@ fn registered_id(outcome: CommandOutcome) -> FoamResult<NodeId> {
     }
 }
 
-/// Registers with the cluster through `client`, retrying while it is not up yet.
-async fn join(client: &NodeClient, register: CatalogCommand) -> FoamResult<(Catalog, CommandOutcome)> {
+/// Applies `command` once this node's Raft group has elected a leader.
+async fn apply_when_led(catalog: &ClusterCatalog, command: CatalogCommand) -> FoamResult<(Arc<Catalog>, CommandOutcome)> {
     let deadline = Instant::now() + Duration::from_millis(JOIN_RETRY_FOR_MS);
     loop {
-        match client.call(&NodeRequest::CatalogApply { command: register.clone() }, &[]).await {
-            Ok((NodeResponse::Applied { catalog, outcome }, _)) => return Ok((catalog, outcome)),
-            Ok((other, _)) => return Err(FoamError::internal(format!("unexpected join reply {other:?}"))),
-            Err(FoamError::NodeUnavailable { message, .. }) if Instant::now() < deadline => {
-                tracing::info!(addr = client.addr(), %message, "waiting for the cluster to answer");
-                tokio::time::sleep(Duration::from_millis(250)).await;
+        match catalog.apply(command.clone()).await {
+            Err(FoamError::CatalogUnavailable { message }) if Instant::now() < deadline => {
+                tracing::info!(%message, "waiting for the meta nodes to elect a leader");
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            Err(error) => {
-                return Err(FoamError::CatalogUnavailable {
-                    message: format!("could not join the cluster through {}: {error}", client.addr()),
-                });
-            }
+            result => return result,
         }
     }
 }

@@ -13,8 +13,8 @@ use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TableId};
 use foam_rpc::{NodeClient, NodeClients};
 use foam_storage::{DecisionLog, StorageEngine};
 
-/// Access to the cluster catalog: the authority on the bootstrap node, a
-/// versioned cache elsewhere.
+/// Access to the cluster catalog, which the meta nodes replicate with Raft
+/// (foam-node's `catalog.rs`).
 #[async_trait]
 pub trait CatalogService: Send + Sync {
     /// The newest catalog this node has seen, without any I/O.
@@ -27,6 +27,10 @@ pub trait CatalogService: Send + Sync {
     /// connections down (a query just failed talking to a peer); returns the
     /// catalog after.
     async fn check_nodes(&self) -> FoamResult<Arc<Catalog>>;
+    /// Succeeds only while a majority of the meta nodes follows the catalog
+    /// leader this node reaches: a write commits only then (57P03 otherwise,
+    /// so a node cut off with a minority refuses writes).
+    async fn confirm_majority(&self) -> FoamResult<()>;
 }
 
 /// Takes a damaged copy of a partition on this node out of service.

@@ -339,11 +339,15 @@ async fn run_commit_protocol(node: &Arc<NodeContext>, txn: TxnId, participants: 
     node.decisions.begin(txn);
     let nodes: Vec<NodeId> = participants.iter().map(|(n, _)| *n).collect();
     let rows_of = |target: NodeId| participants.iter().find(|(n, _)| *n == target).map(|(_, r)| *r).unwrap_or(0);
-    for (_, result) in on_participants(node, &nodes, |target| NodeRequest::Prepare { txn, rows: rows_of(target) }).await {
-        if let Err(error) = result {
-            abort_on(node, txn, &nodes).await;
-            return Err(error);
-        }
+    // A commit needs a majority of the meta nodes behind the catalog leader:
+    // a coordinator cut off with a minority must not commit (its catalog may
+    // be stale). Asked while the participants prepare.
+    let prepare = on_participants(node, &nodes, |target| NodeRequest::Prepare { txn, rows: rows_of(target) });
+    let (prepared, majority) = tokio::join!(prepare, node.catalog.confirm_majority());
+    let failed = prepared.into_iter().find_map(|(_, result)| result.err()).or(majority.err());
+    if let Some(error) = failed {
+        abort_on(node, txn, &nodes).await;
+        return Err(error);
     }
     if let Err(error) = node.decisions.decide_commit(txn) {
         // decide_commit rolls back a failed write, so no decision is on disk.

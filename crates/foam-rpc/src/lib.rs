@@ -20,6 +20,6 @@ pub mod server;
 pub mod traffic;
 
 pub use client::{NodeClient, NodeClients};
-pub use messages::{NodeRequest, NodeResponse, ScanRequest};
+pub use messages::{NodeRequest, NodeResponse, RaftRpc, ScanRequest};
 pub use server::{NodeHandler, node_flight_server};
 pub use traffic::{PeerTraffic, Traffic, TrafficRates, TrafficSnapshot};

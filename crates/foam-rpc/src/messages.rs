@@ -62,6 +62,21 @@ pub enum NodeRequest {
     /// Catch-up, step 3: `node` has every listed segment; the fenced replica
     /// makes it live in the catalog and lowers its fence to the new placement.
     SwitchInReplica { table_id: TableId, partition: PartitionId, node: NodeId, fence_token: u64 },
+    /// A Raft message between meta nodes; the payload is its JSON, and so is
+    /// the reply's (`consensus.rs` in foam-node).
+    Raft { rpc: RaftRpc },
+    /// Asks the catalog leader to confirm that a majority of the meta nodes
+    /// still follows it (a write's coordinator asks before it commits).
+    ConfirmMajority,
+}
+
+/// The kinds of Raft message.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RaftRpc {
+    AppendEntries,
+    Vote,
+    InstallSnapshot,
 }
 
 impl NodeRequest {
@@ -71,6 +86,9 @@ impl NodeRequest {
         use foam_common::limits::{HEARTBEAT_TIMEOUT_MS, RPC_REQUEST_TIMEOUT_MS};
         let ms = match self {
             NodeRequest::Ping => HEARTBEAT_TIMEOUT_MS,
+            // Catalog reads and the majority check go to the catalog leader;
+            // one that stopped answering must not hold a statement long.
+            NodeRequest::CatalogGet { .. } | NodeRequest::ConfirmMajority => HEARTBEAT_TIMEOUT_MS * 2,
             // Coordinating a bulk load's commit finishes its staged files everywhere.
             NodeRequest::CommitTransaction { .. } => RPC_REQUEST_TIMEOUT_MS * 60,
             _ => RPC_REQUEST_TIMEOUT_MS,
@@ -90,6 +108,9 @@ pub enum NodeResponse {
     Stats { stats: Vec<(PartitionId, PartitionStats)> },
     Traffic { snapshot: TrafficSnapshot },
     Segments { segments: Vec<SegmentInfo>, fence_token: Option<u64> },
+    /// This node does not lead the catalog's Raft group; `leader` is the node
+    /// address of the one it follows, when it knows one.
+    NotLeader { leader: Option<String> },
 }
 
 /// Asks the owner of a partition to stream its committed rows.
