@@ -139,8 +139,8 @@ impl ClusterCatalog {
             let catalog = self.current();
             candidates.extend(catalog.meta_nodes().iter().filter_map(|id| catalog.nodes.get(id)).map(|n| n.node_addr.clone()));
             candidates.extend(self.seed.clone());
-            candidates.retain(|addr| *addr != self.own_addr);
-            candidates.dedup();
+            let mut seen = std::collections::HashSet::new();
+            candidates.retain(|addr| *addr != self.own_addr && seen.insert(addr.clone()));
             for first in candidates {
                 let mut addr = first;
                 for _ in 0..LEADER_HOPS_MAX {

@@ -247,7 +247,10 @@ pub struct MachineState {
 #[derive(Clone)]
 pub struct StateMachine {
     path: PathBuf,
-    pub state: Arc<RwLock<MachineState>>,
+    state: Arc<RwLock<MachineState>>,
+    /// The state's catalog, shared as is: the catalog service reads it on
+    /// every statement, so it is not cloned per read.
+    published: Arc<RwLock<Arc<Catalog>>>,
 }
 
 impl StateMachine {
@@ -255,12 +258,21 @@ impl StateMachine {
         let dir = raft_dir(data_dir);
         foam_common::fs::create_dir_all(&dir)?;
         let path = dir.join(STATE_FILE_NAME);
-        let state = read_json(&path)?.unwrap_or_default();
-        Ok(StateMachine { path, state: Arc::new(RwLock::new(state)) })
+        let state: MachineState = read_json(&path)?.unwrap_or_default();
+        let published = Arc::new(RwLock::new(Arc::new(state.catalog.clone())));
+        Ok(StateMachine { path, state: Arc::new(RwLock::new(state)), published })
     }
 
     pub fn catalog(&self) -> Arc<Catalog> {
-        Arc::new(self.read().catalog.clone())
+        self.published.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Saves `state` and makes it the current one.
+    fn replace(&self, state: MachineState) -> Result<(), StorageError<NodeId>> {
+        self.save(&state)?;
+        *self.published.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(state.catalog.clone());
+        *self.state.write().unwrap_or_else(|p| p.into_inner()) = state;
+        Ok(())
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, MachineState> {
@@ -323,8 +335,7 @@ impl RaftStateMachine<CatalogRaft> for StateMachine {
             };
             replies.push(CommandReply(reply));
         }
-        self.save(&next)?;
-        *self.state.write().unwrap_or_else(|p| p.into_inner()) = next;
+        self.replace(next)?;
         Ok(replies)
     }
 
@@ -343,9 +354,7 @@ impl RaftStateMachine<CatalogRaft> for StateMachine {
     ) -> Result<(), StorageError<NodeId>> {
         let state: MachineState = serde_json::from_slice(snapshot.get_ref())
             .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
-        self.save(&state)?;
-        *self.state.write().unwrap_or_else(|p| p.into_inner()) = state;
-        Ok(())
+        self.replace(state)
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<CatalogRaft>>, StorageError<NodeId>> {
