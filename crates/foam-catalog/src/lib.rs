@@ -1,10 +1,10 @@
 //! The cluster catalog: which nodes exist, which tables and views exist, and the
 //! partition map saying which node owns each hash partition of each table.
 //!
-//! One node (the bootstrap node, until replication lands) holds the authoritative
-//! copy in its data directory and applies DDL to it one command at a time; every
-//! other node keeps a versioned read-only copy fetched over RPC. Types here are
-//! plain data that serialize to JSON for the catalog file and for RPC.
+//! The meta nodes replicate it with Raft (foam-node's `consensus.rs`) and apply
+//! each command with [`Catalog::apply`] in log order; every other node keeps a
+//! versioned read-only copy fetched from the leader. Types here are plain data
+//! that serialize to JSON for the Raft log, the catalog file and RPC.
 
 pub mod model;
 pub mod store;

@@ -47,7 +47,7 @@ enum Command {
         #[arg(long, default_value_t = NODE_MEMORY_LIMIT_MB_DEFAULT)]
         memory_limit_mb: usize,
         /// Milliseconds without heartbeats after which a node is marked down
-        /// (used by the bootstrap node, which runs the failure detector).
+        /// (used by the leader of the meta nodes, which runs the failure detector).
         #[arg(long, default_value_t = foam_common::limits::NODE_DEAD_AFTER_MS_DEFAULT)]
         node_dead_after_ms: u64,
         /// Milliseconds a node stays down before its partitions get new copies elsewhere.

@@ -18,7 +18,7 @@ pub const META_NODES: usize = 3;
 /// election takes about a second) before it fails with 57P03.
 pub const CATALOG_LEADER_WAIT_MS: u64 = 5_000;
 
-/// How often the catalog leader pings every node.
+/// How often the leader of the meta nodes pings every node.
 pub const HEARTBEAT_INTERVAL_MS: u64 = 250;
 
 /// Longest wait for one heartbeat's answer.
@@ -98,7 +98,8 @@ pub const TXN_IDLE_TIMEOUT_MS: u64 = 120_000;
 /// outcome it does not know (after its own restart or a coordinator crash).
 pub const IN_DOUBT_RESOLVE_INTERVAL_MS: u64 = 1_000;
 
-/// How long a node keeps retrying to reach the bootstrap node when it starts,
+/// How long a new node keeps retrying to reach the node it joins through (and
+/// the first node to elect itself) when it starts,
 /// so a whole cluster can be started in any order.
 pub const JOIN_RETRY_FOR_MS: u64 = 60_000;
 

@@ -65,8 +65,8 @@ impl Membership {
 
     /// One heartbeat round: records answers, marks silent nodes down and
     /// answering ones up.
-    async fn round(&self, authority: &ClusterCatalog, refused_is_dead: bool) {
-        let catalog = authority.current();
+    async fn round(&self, leader: &ClusterCatalog, refused_is_dead: bool) {
+        let catalog = leader.current();
         let results = self.ping_all(&catalog).await;
         let now = Instant::now();
         let mut changes = Vec::new();
@@ -95,21 +95,21 @@ impl Membership {
             }
         }
         for command in changes {
-            if let Err(error) = authority.apply(command).await {
+            if let Err(error) = leader.apply(command).await {
                 tracing::warn!(%error, "failure detector could not update the catalog");
             }
         }
     }
 
     /// Checks every node now (a query failed talking to one).
-    pub async fn check_now(&self, authority: &ClusterCatalog) {
-        self.round(authority, true).await;
+    pub async fn check_now(&self, leader: &ClusterCatalog) {
+        self.round(leader, true).await;
     }
 
     /// Gives each partition that has a replica on a node down for longer
     /// than `reprotect_after` a new copy on the up node holding fewest copies.
-    async fn reprotect(&self, authority: &ClusterCatalog, down_since: &HashMap<NodeId, Instant>) {
-        let catalog = authority.current();
+    async fn reprotect(&self, leader: &ClusterCatalog, down_since: &HashMap<NodeId, Instant>) {
+        let catalog = leader.current();
         let long_down: Vec<NodeId> = down_since
             .iter()
             .filter(|(_, since)| since.elapsed() >= self.policy.reprotect_after)
@@ -142,7 +142,7 @@ impl Membership {
                 };
                 let command =
                     CatalogCommand::MoveReplica { table_id: table.id, partition: partition as u32, from: Some(lost.node), to: target };
-                match authority.apply(command).await {
+                match leader.apply(command).await {
                     Ok(_) => {
                         tracing::info!(table = %table.name, partition, from = lost.node, to = target, "re-protecting a partition");
                         *load.entry(target).or_default() += 1;
@@ -161,8 +161,8 @@ impl Membership {
     /// the emptiest nodes for partitions on draining or overfull nodes, and of
     /// replicated tables on nodes that lack them. A copy is only dropped once
     /// its replacement is live, so a move never lowers protection.
-    async fn rebalance(&self, authority: &ClusterCatalog) {
-        let catalog = authority.current();
+    async fn rebalance(&self, leader: &ClusterCatalog) {
+        let catalog = leader.current();
         let eligible = catalog.placeable_nodes();
         if eligible.is_empty() || catalog.nodes.values().any(|n| n.state == NodeState::Down) {
             return; // re-protection first; never move data while a node is out
@@ -228,7 +228,7 @@ impl Membership {
         }
         for command in commands {
             tracing::info!(?command, "rebalancing");
-            if let Err(error) = authority.apply(command).await {
+            if let Err(error) = leader.apply(command).await {
                 tracing::warn!(%error, "rebalancing could not update the catalog");
             }
         }
@@ -241,21 +241,21 @@ const COPIES_IN_FLIGHT_MAX: usize = 2;
 
 /// Runs the failure detector while this node leads the meta nodes, until the
 /// node stops.
-pub async fn run(authority: Arc<ClusterCatalog>) {
+pub async fn run(leader: Arc<ClusterCatalog>) {
     let mut interval = tokio::time::interval(Duration::from_millis(HEARTBEAT_INTERVAL_MS));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut down_since: HashMap<NodeId, Instant> = HashMap::new();
     loop {
         interval.tick().await;
-        let Some(membership) = authority.membership.get() else { continue };
-        if !authority.is_leader() {
+        let Some(membership) = leader.membership.get() else { continue };
+        if !leader.is_leader() {
             // A new leader judges nodes by what it hears itself.
             membership.heard.lock().unwrap_or_else(|p| p.into_inner()).clear();
             down_since.clear();
             continue;
         }
-        membership.round(&authority, false).await;
-        let catalog = authority.current();
+        membership.round(&leader, false).await;
+        let catalog = leader.current();
         for node in catalog.nodes.values() {
             match node.state {
                 NodeState::Down => {
@@ -266,26 +266,26 @@ pub async fn run(authority: Arc<ClusterCatalog>) {
                 }
             }
         }
-        membership.reprotect(&authority, &down_since).await;
-        membership.rebalance(&authority).await;
+        membership.reprotect(&leader, &down_since).await;
+        membership.rebalance(&leader).await;
     }
 }
 
 /// While this node leads, makes the Raft group's voters the catalog's meta
 /// nodes: a joining node among the three lowest ids is added (as a learner
 /// until it has the log, then as a voter), a removed one is dropped.
-pub async fn keep_meta_group(authority: Arc<ClusterCatalog>) {
+pub async fn keep_meta_group(leader: Arc<ClusterCatalog>) {
     let mut interval = tokio::time::interval(Duration::from_millis(HEARTBEAT_INTERVAL_MS * 2));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let wait = Duration::from_millis(foam_common::limits::CATALOG_LEADER_WAIT_MS);
     loop {
         interval.tick().await;
-        if !authority.is_leader() {
+        if !leader.is_leader() {
             continue;
         }
-        let catalog = authority.current();
+        let catalog = leader.current();
         let wanted: std::collections::BTreeSet<NodeId> = catalog.meta_nodes().into_iter().collect();
-        let metrics = authority.raft.metrics().borrow().clone();
+        let metrics = leader.raft.metrics().borrow().clone();
         let voters: std::collections::BTreeSet<NodeId> = metrics.membership_config.membership().voter_ids().collect();
         if wanted == voters || wanted.is_empty() {
             continue;
@@ -294,7 +294,7 @@ pub async fn keep_meta_group(authority: Arc<ClusterCatalog>) {
         let mut ready = true;
         for id in wanted.iter().filter(|id| !known.contains(id)) {
             let Some(node) = catalog.nodes.get(id) else { continue };
-            let learner = authority.raft.add_learner(*id, openraft::BasicNode::new(&node.node_addr), true);
+            let learner = leader.raft.add_learner(*id, openraft::BasicNode::new(&node.node_addr), true);
             match tokio::time::timeout(wait, learner).await {
                 Ok(Ok(_)) => tracing::info!(node_id = id, "meta node added as a learner"),
                 outcome => {
@@ -306,7 +306,7 @@ pub async fn keep_meta_group(authority: Arc<ClusterCatalog>) {
         if !ready {
             continue;
         }
-        match tokio::time::timeout(wait, authority.raft.change_membership(wanted.clone(), false)).await {
+        match tokio::time::timeout(wait, leader.raft.change_membership(wanted.clone(), false)).await {
             Ok(Ok(_)) => tracing::info!(?wanted, "meta nodes changed"),
             outcome => tracing::warn!(?wanted, ?outcome, "could not change the meta nodes yet"),
         }

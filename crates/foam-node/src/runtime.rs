@@ -38,7 +38,7 @@ pub struct NodeConfig {
     pub join: Option<String>,
     /// Memory the query engine may use before it spills to disk.
     pub memory_limit_bytes: usize,
-    /// When the failure detector (on the bootstrap node) marks nodes down and
+    /// When the failure detector (on the meta nodes' leader) marks nodes down and
     /// re-protects their partitions.
     pub failure_policy: FailurePolicy,
 }

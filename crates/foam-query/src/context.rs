@@ -21,9 +21,9 @@ pub trait CatalogService: Send + Sync {
     fn current(&self) -> Arc<Catalog>;
     /// Makes sure this node sees every change committed before the call.
     async fn refresh(&self) -> FoamResult<Arc<Catalog>>;
-    /// Applies a DDL command on the authority; returns the new catalog.
+    /// Applies a DDL command through the catalog leader; returns the new catalog.
     async fn apply(&self, command: CatalogCommand) -> FoamResult<(Arc<Catalog>, CommandOutcome)>;
-    /// Has the authority ping every node now and mark the ones that refuse
+    /// Has the leader ping every node now and mark the ones that refuse
     /// connections down (a query just failed talking to a peer); returns the
     /// catalog after.
     async fn check_nodes(&self) -> FoamResult<Arc<Catalog>>;

@@ -1,7 +1,7 @@
 //! FoamDB's query tier: DataFusion and datafusion-distributed, taught where data lives.
 //!
 //! ```text
-//!  SQL ─▶ session (statement dispatch) ─▶ DDL ─▶ catalog authority
+//!  SQL ─▶ session (statement dispatch) ─▶ DDL ─▶ catalog leader (Raft)
 //!                 │                     ─▶ COPY / INSERT ─▶ write (2PC coordinator) ─▶ owner nodes
 //!                 ▼
 //!        DataFusion plan over FoamTable ─▶ FoamScanExec leaves

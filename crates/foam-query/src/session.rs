@@ -333,7 +333,7 @@ impl FoamSession {
     /// cluster changed under it. A write refused by a copy being switched in
     /// (40001) waits for the switch and is retried up to
     /// [`STATEMENT_RETRIES_MAX`] times; any other failure is retried once if
-    /// the authority, asked now, marked a node down or a copy out of service.
+    /// the catalog leader, asked now, marked a node down or a copy out of service.
     async fn worth_retrying(&self, error: &FoamError, planned_with: &foam_catalog::Catalog, is_write: bool, retries: u32) -> bool {
         // 40001 is `PlacementChanged`; compared by SQLSTATE since a refusal
         // from a peer arrives as `Remote`.

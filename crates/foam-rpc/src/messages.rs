@@ -17,7 +17,7 @@ pub enum NodeRequest {
     Ping,
     /// Returns the catalog when the caller's `known_version` is not current.
     CatalogGet { known_version: Option<u64> },
-    /// Applies DDL (or a node registration) on the catalog authority.
+    /// Applies DDL (or a node registration) through the catalog leader.
     CatalogApply { command: CatalogCommand },
     /// Rows for one partition of `txn`; the payload is Arrow IPC in the table's
     /// schema. `placement_version` is the partition's placement the
@@ -48,7 +48,7 @@ pub enum NodeRequest {
     DropTableData { table_id: TableId },
     /// This node's traffic counters; `reset` clears them after reading.
     Traffic { reset: bool },
-    /// Asks the catalog authority to ping every node now and mark the
+    /// Asks the catalog leader to ping every node now and mark the
     /// unreachable ones down (a query failed talking to a peer).
     CheckNodes,
     /// Catch-up, step 1 on a live replica: flush and list the partition's segments.
