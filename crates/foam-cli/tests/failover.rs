@@ -75,6 +75,17 @@ async fn diverging_copies(client: &tokio_postgres::Client, table: &str) -> Strin
     .await
 }
 
+/// Runs `sql` until it succeeds, within `timeout`; every failure meanwhile
+/// must carry a retriable SQLSTATE.
+async fn until_ok(client: &tokio_postgres::Client, sql: &str, timeout: Duration, what: &str) {
+    let deadline = Instant::now() + timeout;
+    while let Err(error) = client.simple_query(sql).await {
+        assert!(RETRIABLE.contains(&sqlstate(&error).as_str()), "{what}: {error:?}");
+        assert!(Instant::now() < deadline, "{what}: still failing after {timeout:?}: {error:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// The cluster's id of the node at `index` (ids follow registration order).
 async fn node_id(cluster: &Cluster, client: &tokio_postgres::Client, index: usize) -> String {
     let addr = format!("127.0.0.1:{}", cluster.nodes[index].node_port);
@@ -255,18 +266,8 @@ async fn sigstop_past_the_dead_time_then_sigcont_catches_up_without_split_brain(
     })
     .await;
     // Writes and reads go on with the surviving copies.
-    let mut inserted = false;
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !inserted {
-        match client.simple_query("INSERT INTO paused SELECT value, 2 FROM generate_series(1001, 2000)").await {
-            Ok(_) => inserted = true,
-            Err(error) => {
-                assert!(RETRIABLE.contains(&sqlstate(&error).as_str()), "{error:?}");
-                assert!(Instant::now() < deadline, "writes did not resume while a node was stopped: {error:?}");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-    }
+    let insert = "INSERT INTO paused SELECT value, 2 FROM generate_series(1001, 2000)";
+    until_ok(&client, insert, Duration::from_secs(15), "writes resume while a node is stopped").await;
     assert_eq!(scalar(&client, "SELECT count(*), sum(v) FROM paused").await, "2000");
     cluster.signal(2, "CONT");
     eventually("every copy live after SIGCONT", Duration::from_secs(40), async || all_copies_live(&client, "paused").await).await;
@@ -664,23 +665,8 @@ async fn killing_the_first_meta_node_leaves_catalog_detection_and_writes_working
     wait_for_meta_group(&cluster).await;
     cluster.kill(0);
     // Writes and DDL resume once a new leader is elected (about a second).
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        match client.simple_query("CREATE TABLE after_kill (id BIGINT, v BIGINT) DISTRIBUTED BY (id) PARTITIONS 6").await {
-            Ok(_) => break,
-            Err(error) => {
-                assert!(RETRIABLE.contains(&sqlstate(&error).as_str()) || sqlstate(&error) == "57P03", "{error:?}");
-                let tail = |log: String| log.lines().rev().take(30).collect::<Vec<_>>().join("\n");
-                assert!(
-                    Instant::now() < deadline,
-                    "DDL did not resume after the first meta node died: {error:?}\nlogs, newest first:\n{}\n---\n{}",
-                    tail(cluster.log(1)),
-                    tail(cluster.log(2))
-                );
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-    }
+    let create = "CREATE TABLE after_kill (id BIGINT, v BIGINT) DISTRIBUTED BY (id) PARTITIONS 6";
+    until_ok(&client, create, Duration::from_secs(20), "DDL resumes after the first meta node died").await;
     eventually("the new leader marks node 1 down", Duration::from_secs(15), async || {
         scalar(&client, "SELECT status FROM foam_nodes WHERE node_id = 1").await == "down"
     })
