@@ -21,6 +21,14 @@ pub const CATALOG_LEADER_WAIT_MS: u64 = 5_000;
 /// How often the leader of the meta nodes pings every node.
 pub const HEARTBEAT_INTERVAL_MS: u64 = 250;
 
+/// How long a node may go without word from the leader of the meta nodes (or,
+/// on the leader, without a majority of them answering) before it takes
+/// itself to be cut off with a minority: it then refuses writes and reads at
+/// once (57P03) instead of waiting on peers it cannot reach or serving a
+/// catalog the majority may have changed. Longer than an election (at most
+/// 1.2 s) plus a few heartbeats, so a change of leader is not taken for a cut.
+pub const CUT_OFF_AFTER_MS: u64 = 3_000;
+
 /// Longest wait for one heartbeat's answer.
 pub const HEARTBEAT_TIMEOUT_MS: u64 = 1_000;
 
@@ -107,6 +115,14 @@ pub const JOIN_RETRY_FOR_MS: u64 = 60_000;
 /// error instead of hanging the statement.
 pub const PEER_CONNECT_TIMEOUT_MS: u64 = 3_000;
 
+/// How often an idle connection to a peer is probed with an HTTP/2 ping, and
+/// how long the answer may take: a peer that vanished without closing its
+/// connections (a cut cable, a stopped process) then fails the calls in flight
+/// within seconds instead of at their request timeout. Generous enough for a
+/// peer whose cores are busy with a query.
+pub const PEER_KEEPALIVE_INTERVAL_MS: u64 = 2_000;
+pub const PEER_KEEPALIVE_TIMEOUT_MS: u64 = 5_000;
+
 /// Longest accepted identifier (table, column, view names), as in PostgreSQL.
 pub const IDENTIFIER_BYTES_MAX: usize = 63;
 
@@ -118,4 +134,6 @@ const _: () = assert!(PARTITIONS_PER_NODE_DEFAULT >= 1);
 const _: () = assert!(REPLICAS_DEFAULT >= 1);
 const _: () = assert!(HEARTBEAT_INTERVAL_MS * 4 <= NODE_DEAD_AFTER_MS_DEFAULT);
 const _: () = assert!(HEARTBEAT_TIMEOUT_MS < NODE_DEAD_AFTER_MS_DEFAULT);
+const _: () = assert!(HEARTBEAT_INTERVAL_MS * 8 <= CUT_OFF_AFTER_MS);
+const _: () = assert!(PEER_KEEPALIVE_INTERVAL_MS + PEER_KEEPALIVE_TIMEOUT_MS < RPC_REQUEST_TIMEOUT_MS);
 const _: () = assert!(REPLICA_COPY_CHUNK_BYTES < RPC_MESSAGE_BYTES_MAX);

@@ -7,6 +7,9 @@
 //!
 //! The leader confirms with a majority of the meta nodes before a write
 //! commits (`confirm_majority`): a node cut off with a minority refuses writes.
+//! A node also watches for that itself, for free: one that has not heard from
+//! the leader (or, leading, from a majority) for [`CUT_OFF_AFTER_MS`] refuses
+//! statements at once instead of waiting on peers it cannot reach.
 
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -14,7 +17,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use foam_catalog::model::CommandOutcome;
 use foam_catalog::{Catalog, CatalogCommand, CatalogStore};
-use foam_common::limits::{CATALOG_LEADER_WAIT_MS, HEARTBEAT_TIMEOUT_MS};
+use foam_common::limits::{CATALOG_LEADER_WAIT_MS, CUT_OFF_AFTER_MS, HEARTBEAT_TIMEOUT_MS};
 use foam_common::{FoamError, FoamResult, NodeId};
 use foam_query::CatalogService;
 use foam_rpc::{NodeClient, NodeClients, NodeRequest, NodeResponse};
@@ -40,6 +43,9 @@ pub struct ClusterCatalog {
     seed: Option<String>,
     /// Where the leader answered last.
     leader_hint: Mutex<Option<String>>,
+    /// When the leader last reached this node (a heartbeat, an answer) or,
+    /// while this node leads, last found a majority behind it.
+    leader_heard: Mutex<Instant>,
     /// The failure detector, used while this node leads.
     pub(crate) membership: std::sync::OnceLock<crate::membership::Membership>,
 }
@@ -65,6 +71,8 @@ impl ClusterCatalog {
             own_addr,
             seed,
             leader_hint: Mutex::new(None),
+            // Start-up counts as heard: the leader pings a new node within a heartbeat.
+            leader_heard: Mutex::new(Instant::now()),
             membership: std::sync::OnceLock::new(),
         }
     }
@@ -82,6 +90,43 @@ impl ClusterCatalog {
         let metrics = self.raft.metrics().borrow().clone();
         let leader = metrics.current_leader?;
         metrics.membership_config.membership().get_node(&leader).map(|n| n.addr.clone())
+    }
+
+    /// The leader reached this node just now.
+    pub fn heard_from_leader(&self) {
+        *self.leader_heard.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+
+    /// Why this node seems cut off from the majority of the meta nodes, if it
+    /// does: it leads, but no majority has acknowledged it for
+    /// [`CUT_OFF_AFTER_MS`], or it follows and has not heard from a leader for
+    /// as long. Costs no I/O; a write's commit still asks the leader.
+    pub(crate) fn cut_off(&self) -> Option<String> {
+        if self.is_leader() {
+            let metrics = self.raft.metrics().borrow().clone();
+            let voters = metrics.membership_config.membership().voter_ids().count();
+            return match metrics.millis_since_quorum_ack {
+                Some(silent) if voters > 1 && silent > CUT_OFF_AFTER_MS => {
+                    Some(format!("node {} leads the meta nodes but no majority of them has answered it for {silent} ms", self.node_id))
+                }
+                _ => {
+                    self.heard_from_leader();
+                    None
+                }
+            };
+        }
+        let silent = self.leader_heard.lock().unwrap_or_else(|p| p.into_inner()).elapsed().as_millis();
+        (silent > CUT_OFF_AFTER_MS as u128)
+            .then(|| format!("node {} has not heard from the leader of the meta nodes for {silent} ms", self.node_id))
+    }
+
+    fn cut_off_error(reason: String) -> FoamError {
+        FoamError::CatalogUnavailable {
+            message: format!(
+                "{reason}: it may be cut off from the majority, so it refuses statements; \
+                 retry through another node or when the network heals"
+            ),
+        }
     }
 
     fn remember(&self, catalog: Catalog) -> Arc<Catalog> {
@@ -160,6 +205,7 @@ impl ClusterCatalog {
                         }
                         Ok((response, _)) => {
                             *self.leader_hint.lock().unwrap_or_else(|p| p.into_inner()) = Some(addr);
+                            self.heard_from_leader();
                             return Ok(response);
                         }
                         Err(error @ FoamError::NodeUnavailable { .. }) => {
@@ -214,6 +260,10 @@ impl CatalogService for ClusterCatalog {
     }
 
     async fn refresh(&self) -> FoamResult<Arc<Catalog>> {
+        // Cut off, a node must not serve its catalog as the newest (the
+        // majority may have changed it), nor wait on peers it cannot reach:
+        // the leader's next heartbeat after the cut heals ends the refusal.
+        self.refuse_if_cut_off()?;
         if self.is_leader() {
             return Ok(self.current());
         }
@@ -223,11 +273,19 @@ impl CatalogService for ClusterCatalog {
             Ok(NodeResponse::Catalog { catalog: None }) => Ok(self.current()),
             Ok(other) => Err(FoamError::internal(format!("unexpected catalog reply {other:?}"))),
             Err(error) => {
-                // Reads may go on with the catalog this node has; DDL and
-                // writes will fail clearly.
+                self.refuse_if_cut_off()?;
+                // Between leaders (an election): reads go on with the catalog
+                // this node has; DDL and writes fail clearly.
                 tracing::warn!(%error, "catalog leader unreachable; using this node's catalog");
                 Ok(self.current())
             }
+        }
+    }
+
+    fn refuse_if_cut_off(&self) -> FoamResult<()> {
+        match self.cut_off() {
+            Some(reason) => Err(Self::cut_off_error(reason)),
+            None => Ok(()),
         }
     }
 
@@ -245,6 +303,8 @@ impl CatalogService for ClusterCatalog {
 
     async fn check_nodes(&self) -> FoamResult<Arc<Catalog>> {
         if self.is_leader() {
+            // Cut off, it could not mark anyone down (a majority must accept it).
+            self.refuse_if_cut_off()?;
             if let Some(membership) = self.membership.get() {
                 membership.check_now(self).await;
             }

@@ -23,11 +23,16 @@ impl NodeHandler for FoamNodeHandler {
     async fn handle(&self, request: NodeRequest, payload: Bytes) -> FoamResult<(NodeResponse, Bytes)> {
         let node = &self.node;
         let response = match request {
-            NodeRequest::Ping => NodeResponse::Pong {
-                node_id: node.node_id,
-                partition_scans: node.partition_scans.load(std::sync::atomic::Ordering::Relaxed),
-                rows_sent_to_peers: node.rows_sent_to_peers.load(std::sync::atomic::Ordering::Relaxed),
-            },
+            NodeRequest::Ping { from_leader } => {
+                if from_leader {
+                    self.catalog.heard_from_leader();
+                }
+                NodeResponse::Pong {
+                    node_id: node.node_id,
+                    partition_scans: node.partition_scans.load(std::sync::atomic::Ordering::Relaxed),
+                    rows_sent_to_peers: node.rows_sent_to_peers.load(std::sync::atomic::Ordering::Relaxed),
+                }
+            }
             request @ (NodeRequest::CatalogGet { .. }
             | NodeRequest::CatalogApply { .. }
             | NodeRequest::CheckNodes

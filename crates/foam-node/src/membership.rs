@@ -50,7 +50,7 @@ impl Membership {
             let id = node.id;
             pings.spawn(async move {
                 let result = match client {
-                    Ok(client) => client.call(&NodeRequest::Ping, &[]).await.map(|_| ()),
+                    Ok(client) => client.call(&NodeRequest::Ping { from_leader: true }, &[]).await.map(|_| ()),
                     Err(error) => Err(error),
                 };
                 (id, result)
@@ -93,6 +93,14 @@ impl Membership {
                     }
                 }
             }
+        }
+        if !changes.is_empty()
+            && let Some(reason) = leader.cut_off()
+        {
+            // No majority would accept the change; waiting for it would only
+            // hold up the caller.
+            tracing::warn!(%reason, "not marking nodes up or down while cut off from the majority");
+            return;
         }
         for command in changes {
             if let Err(error) = leader.apply(command).await {
@@ -255,6 +263,9 @@ pub async fn run(leader: Arc<ClusterCatalog>) {
             continue;
         }
         membership.round(&leader, false).await;
+        if leader.cut_off().is_some() {
+            continue; // copies cannot be planned without a majority
+        }
         let catalog = leader.current();
         for node in catalog.nodes.values() {
             match node.state {

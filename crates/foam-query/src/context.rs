@@ -31,6 +31,10 @@ pub trait CatalogService: Send + Sync {
     /// leader this node reaches: a write commits only then (57P03 otherwise,
     /// so a node cut off with a minority refuses writes).
     async fn confirm_majority(&self) -> FoamResult<()>;
+    /// Fails at once (57P03) when this node, by what it heard lately, seems
+    /// cut off from the majority of the meta nodes: a write then need not
+    /// wait on peers it cannot reach before its commit is refused anyway.
+    fn refuse_if_cut_off(&self) -> FoamResult<()>;
 }
 
 /// Takes a damaged copy of a partition on this node out of service.

@@ -65,7 +65,7 @@ pub async fn copy_from_file(node: Arc<NodeContext>, table: TableDef, path: Strin
             let _ = sender.blocking_send(Err(error));
         }
     });
-    let mut writer = TableWriter::begin(node, table);
+    let mut writer = TableWriter::begin(node, table)?;
     while let Some(batch) = receiver.recv().await {
         let written = match batch {
             Ok(batch) => writer.write(batch).await,

@@ -41,7 +41,7 @@ async fn ping(node: &Arc<NodeContext>, id: NodeId) -> Option<(u64, u64)> {
         let ordering = std::sync::atomic::Ordering::Relaxed;
         return Some((node.partition_scans.load(ordering), node.rows_sent_to_peers.load(ordering)));
     }
-    match ask(node, id, &NodeRequest::Ping).await {
+    match ask(node, id, &NodeRequest::Ping { from_leader: false }).await {
         Ok(NodeResponse::Pong { partition_scans, rows_sent_to_peers, .. }) => Some((partition_scans, rows_sent_to_peers)),
         _ => None,
     }

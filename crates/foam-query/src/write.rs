@@ -266,14 +266,17 @@ pub struct TableWriter {
 }
 
 impl TableWriter {
-    pub fn begin(node: Arc<NodeContext>, table: TableDef) -> Self {
+    /// Starts a statement's write; refused at once (57P03) on a node that
+    /// seems cut off from the majority, before any row is shipped.
+    pub fn begin(node: Arc<NodeContext>, table: TableDef) -> FoamResult<Self> {
+        node.catalog.refuse_if_cut_off()?;
         // The decision log hears of the transaction when its commit protocol
         // starts (participants can only be in doubt after Prepare), so a
         // statement dropped before commit leaves nothing "running" behind.
         let txn: TxnId = uuid::Uuid::new_v4().as_u128();
         let nodes = node.catalog.current().nodes.clone();
         let router = RowRouter::new(Arc::new(NodeStageTarget(node.clone())), table, nodes, txn);
-        TableWriter { node, router }
+        Ok(TableWriter { node, router })
     }
 
     pub fn rows(&self) -> u64 {
@@ -344,7 +347,9 @@ async fn run_commit_protocol(node: &Arc<NodeContext>, txn: TxnId, participants: 
     // be stale). Asked while the participants prepare.
     let prepare = on_participants(node, &nodes, |target| NodeRequest::Prepare { txn, rows: rows_of(target) });
     let (prepared, majority) = tokio::join!(prepare, node.catalog.confirm_majority());
-    let failed = prepared.into_iter().find_map(|(_, result)| result.err()).or(majority.err());
+    // Without a majority, that is the cause to report (a participant on the
+    // other side of a cut fails too, but only as a consequence).
+    let failed = majority.err().or_else(|| prepared.into_iter().find_map(|(_, result)| result.err()));
     if let Some(error) = failed {
         abort_on(node, txn, &nodes).await;
         return Err(error);
@@ -483,7 +488,7 @@ impl DataSink for FoamSink {
     }
 
     async fn write_all(&self, mut data: SendableRecordBatchStream, _context: &Arc<TaskContext>) -> DfResult<u64> {
-        let mut writer = TableWriter::begin(self.node.clone(), self.table.clone());
+        let mut writer = TableWriter::begin(self.node.clone(), self.table.clone())?;
         while let Some(batch) = data.next().await {
             let written = match batch {
                 Ok(batch) => writer.write(batch).await,

@@ -9,7 +9,7 @@ use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::{Action, Ticket};
 use bytes::Bytes;
-use foam_common::limits::{PEER_CONNECT_TIMEOUT_MS, RPC_MESSAGE_BYTES_MAX};
+use foam_common::limits::{PEER_CONNECT_TIMEOUT_MS, PEER_KEEPALIVE_INTERVAL_MS, PEER_KEEPALIVE_TIMEOUT_MS, RPC_MESSAGE_BYTES_MAX};
 use foam_common::{FoamError, FoamResult, NodeId};
 use futures::{StreamExt, TryStreamExt};
 use tonic::transport::{Channel, Endpoint};
@@ -34,6 +34,9 @@ impl NodeClient {
         let endpoint = Endpoint::from_shared(format!("http://{addr}"))
             .map_err(|e| FoamError::InvalidParameter { message: format!("bad node address {addr}: {e}") })?
             .connect_timeout(Duration::from_millis(PEER_CONNECT_TIMEOUT_MS))
+            .http2_keep_alive_interval(Duration::from_millis(PEER_KEEPALIVE_INTERVAL_MS))
+            .keep_alive_timeout(Duration::from_millis(PEER_KEEPALIVE_TIMEOUT_MS))
+            .keep_alive_while_idle(true)
             .tcp_nodelay(true);
         let inner = FlightServiceClient::new(endpoint.connect_lazy())
             .max_decoding_message_size(RPC_MESSAGE_BYTES_MAX)

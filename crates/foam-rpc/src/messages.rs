@@ -14,7 +14,9 @@ use crate::traffic::TrafficSnapshot;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NodeRequest {
-    Ping,
+    /// Are you there? `from_leader` when the leader of the meta nodes sends
+    /// it as a heartbeat: the receiver then knows it is not cut off.
+    Ping { from_leader: bool },
     /// Returns the catalog when the caller's `known_version` is not current.
     CatalogGet { known_version: Option<u64> },
     /// Applies DDL (or a node registration) through the catalog leader.
@@ -85,7 +87,7 @@ impl NodeRequest {
     pub fn timeout(&self) -> std::time::Duration {
         use foam_common::limits::{HEARTBEAT_TIMEOUT_MS, RPC_REQUEST_TIMEOUT_MS};
         let ms = match self {
-            NodeRequest::Ping => HEARTBEAT_TIMEOUT_MS,
+            NodeRequest::Ping { .. } => HEARTBEAT_TIMEOUT_MS,
             // Catalog reads and the majority check go to the catalog leader;
             // one that stopped answering must not hold a statement long.
             NodeRequest::CatalogGet { .. } | NodeRequest::ConfirmMajority => HEARTBEAT_TIMEOUT_MS * 2,
