@@ -1,5 +1,6 @@
 //! Losing nodes on purpose: real node processes on 127.0.0.1, killed with
-//! SIGKILL, paused with SIGSTOP, their files corrupted, while statements run.
+//! SIGKILL, paused with SIGSTOP, cut off the network (each in a network
+//! namespace of its own), their files corrupted, while statements run.
 //! Every acknowledged row must survive, reads must keep answering correctly,
 //! and copies must come back whole. Random choices print their seed
 //! (`FOAM_TEST_SEED=n` replays one).
@@ -88,7 +89,7 @@ async fn until_ok(client: &tokio_postgres::Client, sql: &str, timeout: Duration,
 
 /// The cluster's id of the node at `index` (ids follow registration order).
 async fn node_id(cluster: &Cluster, client: &tokio_postgres::Client, index: usize) -> String {
-    let addr = format!("127.0.0.1:{}", cluster.nodes[index].node_port);
+    let addr = cluster.nodes[index].node_addr();
     scalar(client, &format!("SELECT node_id FROM foam_nodes WHERE node_addr = '{addr}'")).await
 }
 
@@ -698,6 +699,95 @@ async fn killing_the_first_meta_node_leaves_catalog_detection_and_writes_working
     // The returned node follows: DDL through it reaches the current leader.
     back.batch_execute("CREATE TABLE after_return (id BIGINT) DISTRIBUTED BY (id)").await.unwrap();
     assert_eq!(scalar(&client, "SELECT count(*) FROM after_return").await, "0");
+}
+
+/// Cuts node 0 off the network with network namespaces (its messages to the
+/// other nodes and theirs to it are dropped, while the test still reaches it
+/// over its own SQL link): first while it leads the meta nodes, then again,
+/// healed, as a follower.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_cut_off_refuses_writes_while_the_majority_goes_on_then_heals_and_catches_up() {
+    // No re-protection during a cut: the cut-off node's copies are to catch up when it is back.
+    let cluster = Cluster::start_isolated(3, &["--node-dead-after-ms", "1500", "--reprotect-after-ms", "600000"]);
+    let network = cluster.network.as_ref().expect("isolated cluster");
+    let (cut, majority, other) = (cluster.client(0).await, cluster.client(1).await, cluster.client(2).await);
+    majority
+        .batch_execute(
+            "CREATE TABLE cut (id BIGINT, v BIGINT) DISTRIBUTED BY (id) PARTITIONS 6;
+             INSERT INTO cut SELECT value, 1 FROM generate_series(1, 1000);",
+        )
+        .await
+        .unwrap();
+    wait_for_meta_group(&cluster).await;
+    let cut_id = node_id(&cluster, &majority, 0).await;
+    assert_eq!(cut_id, "1", "node index 0 bootstrapped the cluster and leads it");
+    let mut rows = (1000, 1000); // count and sum(v) the cluster must hold
+    for (round, how) in [(0, "leads the meta nodes but no majority"), (1, "has not heard from the leader")] {
+        network.cut(0);
+        let cut_at = Instant::now();
+        // The cut-off node acknowledges no write; soon it refuses them at
+        // once, saying why, with a retriable SQLSTATE. So does DDL.
+        let refused = refused_writes(&cut, 100_000 * (round + 1), cut_at).await;
+        assert!(refused.contains(how) && refused.contains("cut off from the majority"), "round {round}: {refused}");
+        let (code, _) = common::error_of(&cut, "CREATE TABLE not_on_a_minority (id BIGINT)").await;
+        assert_eq!(code, "57P03", "DDL on the cut-off node");
+
+        // The majority (electing a leader first, when the cut one led) marks
+        // the node down and goes on writing; so does its DDL.
+        let first = 10_000 * (round + 1);
+        let insert = format!("INSERT INTO cut SELECT value, 3 FROM generate_series({first}, {})", first + 999);
+        until_ok(&majority, &insert, Duration::from_secs(30), "writes resume on the majority side").await;
+        for batch in 1..=10 {
+            let sql = format!("INSERT INTO cut SELECT value, 3 FROM generate_series({}, {})", first + batch * 100, first + batch * 100 + 99);
+            majority.batch_execute(&sql).await.unwrap_or_else(|e| panic!("majority write {batch}: {e:?}"));
+        }
+        rows = (rows.0 + 2000, rows.1 + 6000);
+        let expected = [Some(rows.0.to_string()), Some(rows.1.to_string())];
+        assert_eq!(scalar(&majority, &format!("SELECT status FROM foam_nodes WHERE node_id = {cut_id}")).await, "down");
+        assert_eq!(query_text(&other, "SELECT count(*), sum(v) FROM cut").await[0], expected);
+        other.batch_execute(&format!("CREATE TABLE during_cut_{round} (id BIGINT) DISTRIBUTED BY (id)")).await.unwrap();
+        println!("round {round}: the majority wrote 2,000 rows and created a table within {:?} of the cut", cut_at.elapsed());
+
+        network.heal(0);
+        let healed_at = Instant::now();
+        eventually("the healed node up and every copy live", Duration::from_secs(60), async || {
+            scalar(&majority, "SELECT count(*) FROM foam_nodes WHERE status = 'up'").await == "3" && all_copies_live(&majority, "cut").await
+        })
+        .await;
+        println!("round {round}: caught up {:?} after healing", healed_at.elapsed());
+        assert_eq!(diverging_copies(&majority, "cut").await, "0");
+        // The healed node follows the majority's catalog and writes again;
+        // no row it refused was kept anywhere.
+        let insert = format!("INSERT INTO cut VALUES ({}, 4)", 1_000_000 + round);
+        until_ok(&cut, &insert, Duration::from_secs(20), "writes through the healed node").await;
+        rows = (rows.0 + 1, rows.1 + 4);
+        let expected = [Some(rows.0.to_string()), Some(rows.1.to_string())];
+        assert_eq!(query_text(&cut, "SELECT count(*), sum(v) FROM cut").await[0], expected);
+        assert_eq!(scalar(&other, "SELECT count(*) FROM cut WHERE v = 2").await, "0");
+        assert_eq!(scalar(&cut, &format!("SELECT count(*) FROM during_cut_{round}")).await, "0");
+        cut.batch_execute(&format!("CREATE TABLE after_heal_{round} (id BIGINT) DISTRIBUTED BY (id)")).await.unwrap();
+        assert_eq!(scalar(&other, &format!("SELECT count(*) FROM after_heal_{round}")).await, "0");
+    }
+}
+
+/// Inserts through a node just cut off until it refuses at once (within a
+/// second) with 57P03; every attempt must fail with a retriable SQLSTATE.
+/// Returns the refusal's message.
+async fn refused_writes(client: &tokio_postgres::Client, first_id: i64, cut_at: Instant) -> String {
+    for attempt in 0.. {
+        let first = first_id + attempt * 10;
+        let sql = format!("INSERT INTO cut SELECT value, 2 FROM generate_series({first}, {})", first + 9);
+        let started = Instant::now();
+        let error = client.simple_query(&sql).await.expect_err("a node cut off from the majority acknowledged a write");
+        let (code, message) = (sqlstate(&error), error.as_db_error().map(|e| e.message().to_string()).unwrap_or_default());
+        println!("write {attempt} on the cut-off node: {code} after {:?}: {message}", started.elapsed());
+        assert!(RETRIABLE.contains(&code.as_str()), "cut-off write failed with {error:?}");
+        if code == "57P03" && started.elapsed() < Duration::from_secs(1) {
+            return message;
+        }
+        assert!(cut_at.elapsed() < Duration::from_secs(60), "the cut-off node still does not refuse writes at once");
+    }
+    unreachable!()
 }
 
 /// Waits until all three nodes vote in the meta group: the leader makes

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod netns;
+
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -16,11 +18,23 @@ const TEST_NODE_MEMORY_MB: &str = "1024";
 pub struct Node {
     /// "ready" lines in the node's log before its latest start.
     ready_lines_before: usize,
+    /// The addresses the node listens on: 127.0.0.1, or its own in a network namespace.
+    pub sql_host: String,
     pub sql_port: u16,
+    pub node_host: String,
     pub node_port: u16,
+    /// The network namespace the node runs in, if any.
+    netns: Option<String>,
     pub data_dir: PathBuf,
     join: Option<String>,
     child: Option<Child>,
+}
+
+impl Node {
+    /// The address other nodes reach this one at (`--node-addr`).
+    pub fn node_addr(&self) -> String {
+        format!("{}:{}", self.node_host, self.node_port)
+    }
 }
 
 pub struct Cluster {
@@ -28,6 +42,8 @@ pub struct Cluster {
     pub nodes: Vec<Node>,
     /// Extra `foam start` arguments for every node (failure detector timings).
     args: Vec<String>,
+    /// Each node in a network namespace of its own, when the test cuts links.
+    pub network: Option<netns::Network>,
 }
 
 /// Ports handed to test nodes: below the kernel's ephemeral range, so an
@@ -65,22 +81,20 @@ impl Cluster {
 
     /// Starts `count` nodes passing `args` to every `foam start`.
     pub fn start_with(count: usize, args: &[&str]) -> Cluster {
+        Cluster::start_in(count, args, None)
+    }
+
+    /// Starts `count` nodes, each in a network namespace of its own, so the
+    /// test can cut them off (`network.cut`); needs root.
+    pub fn start_isolated(count: usize, args: &[&str]) -> Cluster {
+        Cluster::start_in(count, args, Some(netns::Network::create()))
+    }
+
+    fn start_in(count: usize, args: &[&str], network: Option<netns::Network>) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut cluster = Cluster { dir, nodes: Vec::new(), args: args.iter().map(|a| a.to_string()).collect() };
-        let mut join = None;
-        for index in 0..count {
-            let node = Node {
-                ready_lines_before: 0,
-                sql_port: free_port(),
-                node_port: free_port(),
-                data_dir: cluster.dir.path().join(format!("node-{index}")),
-                join: join.clone(),
-                child: None,
-            };
-            if index == 0 {
-                join = Some(format!("127.0.0.1:{}", node.node_port));
-            }
-            cluster.nodes.push(node);
+        let mut cluster = Cluster { dir, nodes: Vec::new(), args: args.iter().map(|a| a.to_string()).collect(), network };
+        for _ in 0..count {
+            let index = cluster.new_node();
             cluster.spawn(index);
         }
         for index in 0..count {
@@ -89,18 +103,35 @@ impl Cluster {
         cluster
     }
 
-    /// Starts one more node that joins the cluster through node 0.
-    pub fn add_node(&mut self) -> usize {
+    /// Adds a node (not started yet) that joins through node 0, or
+    /// bootstraps the cluster when it is node 0.
+    fn new_node(&mut self) -> usize {
         let index = self.nodes.len();
+        let (sql_host, node_host, netns) = match &mut self.network {
+            Some(network) => {
+                network.add_node();
+                (network.client_ip(index), network.cluster_ip(index), Some(network.namespace(index)))
+            }
+            None => ("127.0.0.1".to_string(), "127.0.0.1".to_string(), None),
+        };
         let node = Node {
             ready_lines_before: 0,
+            sql_host,
             sql_port: free_port(),
+            node_host,
             node_port: free_port(),
+            netns,
             data_dir: self.dir.path().join(format!("node-{index}")),
-            join: Some(format!("127.0.0.1:{}", self.nodes[0].node_port)),
+            join: self.nodes.first().map(|first| first.node_addr()),
             child: None,
         };
         self.nodes.push(node);
+        index
+    }
+
+    /// Starts one more node that joins the cluster through node 0.
+    pub fn add_node(&mut self) -> usize {
+        let index = self.new_node();
         self.spawn(index);
         self.wait_ready(index);
         index
@@ -111,12 +142,21 @@ impl Cluster {
         let node = &self.nodes[index];
         std::fs::create_dir_all(&node.data_dir).expect("node dir");
         let log = std::fs::OpenOptions::new().create(true).append(true).open(node.data_dir.join("node.log")).expect("log");
-        let mut command = Command::new(foam_binary());
+        // `ip netns exec` enters the namespace and then becomes `foam`, so
+        // the child's pid is the node's.
+        let mut command = match &node.netns {
+            Some(ns) => {
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", ns, foam_binary()]);
+                command
+            }
+            None => Command::new(foam_binary()),
+        };
         command
             .args(["start", "--data-dir"])
             .arg(&node.data_dir)
-            .args(["--sql-addr", &format!("127.0.0.1:{}", node.sql_port)])
-            .args(["--node-addr", &format!("127.0.0.1:{}", node.node_port)])
+            .args(["--sql-addr", &format!("{}:{}", node.sql_host, node.sql_port)])
+            .args(["--node-addr", &node.node_addr()])
             .args(["--memory-limit-mb", TEST_NODE_MEMORY_MB])
             .args(&self.args)
             .stdin(Stdio::null())
@@ -136,8 +176,8 @@ impl Cluster {
     /// replay, so an open port alone does not mean the node is serving.
     pub fn wait_ready(&mut self, index: usize) {
         let deadline = Instant::now() + NODE_START_TIMEOUT;
-        let port = self.nodes[index].sql_port;
-        while self.ready_lines(index) <= self.nodes[index].ready_lines_before || TcpStream::connect(("127.0.0.1", port)).is_err() {
+        let (host, port) = (self.nodes[index].sql_host.clone(), self.nodes[index].sql_port);
+        while self.ready_lines(index) <= self.nodes[index].ready_lines_before || TcpStream::connect((host.as_str(), port)).is_err() {
             if let Some(child) = self.nodes[index].child.as_mut()
                 && let Ok(Some(status)) = child.try_wait()
             {
@@ -175,7 +215,7 @@ impl Cluster {
     }
 
     pub fn url(&self, index: usize) -> String {
-        format!("host=127.0.0.1 port={} user=foam dbname=foam", self.nodes[index].sql_port)
+        format!("host={} port={} user=foam dbname=foam", self.nodes[index].sql_host, self.nodes[index].sql_port)
     }
 
     pub async fn client(&self, index: usize) -> tokio_postgres::Client {
