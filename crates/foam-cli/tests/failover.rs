@@ -99,6 +99,8 @@ struct WriteLog {
     failed: BTreeSet<i64>,
     failures: Vec<String>,
     acknowledged_after_kill: usize,
+    /// Statements whose connection broke: committed or not, all or nothing.
+    unknown: Vec<Vec<i64>>,
 }
 
 /// Inserts `batch` fresh ids at a time into `table` until `stop`, logging which
@@ -477,25 +479,31 @@ async fn soak_randomized_kill_restart_rounds() {
     let mut rng = Rng(seed() | 1);
     let rounds: usize = std::env::var("FOAM_SOAK_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(100);
     let mut cluster = Cluster::start_with(3, FAST_DETECTOR);
-    let client = cluster.client(0).await;
-    client.batch_execute("CREATE TABLE soak (id BIGINT, note TEXT) DISTRIBUTED BY (id) PARTITIONS 6").await.unwrap();
+    cluster.client(0).await.batch_execute("CREATE TABLE soak (id BIGINT, note TEXT) DISTRIBUTED BY (id) PARTITIONS 6").await.unwrap();
+    wait_for_meta_group(&cluster).await;
     let stop = Arc::new(AtomicBool::new(false));
     let log = Arc::new(Mutex::new(WriteLog::default()));
-    let writer = spawn_writer(cluster.client(0).await, "soak", 50, stop.clone(), log.clone(), Arc::default());
+    let urls = (0..3).map(|index| cluster.url(index)).collect();
+    let writer = spawn_roaming_writer(urls, "soak", 50, stop.clone(), log.clone());
     let started = Instant::now();
+    let mut killed = [0usize; 3];
     for round in 1..=rounds {
         tokio::time::sleep(Duration::from_millis(200 + rng.below(1300))).await;
-        let victim = 1 + rng.below(2) as usize;
+        // Any node, the leader of the meta nodes and the writer's coordinators included.
+        let victim = rng.below(3) as usize;
+        killed[victim] += 1;
         let down_for = Duration::from_millis(rng.below(3000));
         cluster.kill(victim);
         tokio::time::sleep(down_for).await;
         cluster.restart(victim);
+        let client = cluster.client(victim).await;
         eventually("every copy live again", Duration::from_secs(60), async || all_copies_live(&client, "soak").await).await;
         let acknowledged = log.lock().unwrap().acknowledged.len();
-        println!("round {round}: killed node {victim} for {down_for:?}; {acknowledged} rows acknowledged so far");
+        println!("round {round}: killed node index {victim} for {down_for:?}; {acknowledged} rows acknowledged so far");
     }
     stop.store(true, Ordering::Relaxed);
     writer.await.unwrap();
+    let client = cluster.client(0).await;
     let log = log.lock().unwrap();
     let stored: Vec<i64> =
         query_text(&client, "SELECT id FROM soak").await.into_iter().map(|r| r[0].as_deref().unwrap().parse().unwrap()).collect();
@@ -503,18 +511,79 @@ async fn soak_randomized_kill_restart_rounds() {
     let lost = log.acknowledged.difference(&stored_set).count();
     let duplicated = stored.len() - stored_set.len();
     let half_applied = log.failed.intersection(&stored_set).count();
+    // A statement whose coordinator died under it may have committed or not,
+    // but all of it or none.
+    let torn = log.unknown.iter().filter(|ids| !matches!(ids.iter().filter(|id| stored_set.contains(id)).count(), 0 | 50)).count();
+    let unknown_committed = log.unknown.iter().filter(|ids| stored_set.contains(&ids[0])).count();
     println!(
-        "SOAK {rounds} rounds in {:?}: {} rows acknowledged, {lost} lost, {duplicated} duplicated, {half_applied} rows of failed statements stored; {} statements failed: {:?}",
+        "SOAK {rounds} rounds in {:?} (kills per node index {killed:?}): {} rows acknowledged, {lost} lost, {duplicated} duplicated, \
+         {half_applied} rows of failed statements stored; {} statements cut by their coordinator's death ({unknown_committed} committed, \
+         {torn} torn); {} statements failed: {:?}",
         started.elapsed(),
         log.acknowledged.len(),
+        log.unknown.len(),
         log.failures.len(),
         log.failures.iter().fold(std::collections::BTreeMap::<&str, usize>::new(), |mut m, c| {
             *m.entry(c.as_str()).or_default() += 1;
             m
         })
     );
-    assert_eq!((lost, duplicated, half_applied), (0, 0, 0));
+    assert_eq!((lost, duplicated, half_applied, torn), (0, 0, 0, 0));
+    for code in &log.failures {
+        assert!(RETRIABLE.contains(&code.as_str()), "a write failed with {code}, not a retriable SQLSTATE");
+    }
     assert_eq!(diverging_copies(&client, "soak").await, "0");
+}
+
+/// Inserts `batch` fresh ids at a time into `table` until `stop`, through
+/// each node in turn (skipping one that is down, reconnecting after a
+/// restart). A statement whose connection broke (its coordinator died) has an
+/// unknown outcome and is logged apart.
+fn spawn_roaming_writer(
+    urls: Vec<String>,
+    table: &'static str,
+    batch: i64,
+    stop: Arc<AtomicBool>,
+    log: Arc<Mutex<WriteLog>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut clients: Vec<Option<tokio_postgres::Client>> = urls.iter().map(|_| None).collect();
+        let mut next = 1i64;
+        for turn in 0.. {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let index = turn % urls.len();
+            if clients[index].as_ref().is_none_or(|c| c.is_closed()) {
+                clients[index] = match tokio_postgres::connect(&urls[index], tokio_postgres::NoTls).await {
+                    Ok((client, connection)) => {
+                        tokio::spawn(connection);
+                        Some(client)
+                    }
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                };
+            }
+            let ids: Vec<i64> = (next..next + batch).collect();
+            next += batch;
+            let sql = format!("INSERT INTO {table} SELECT value, 'row' FROM generate_series({}, {})", ids[0], next - 1);
+            let result = clients[index].as_ref().expect("connected").simple_query(&sql).await;
+            let mut log = log.lock().unwrap();
+            match result {
+                Ok(_) => log.acknowledged.extend(&ids),
+                Err(error) if error.as_db_error().is_some() => {
+                    log.failed.extend(&ids);
+                    log.failures.push(sqlstate(&error));
+                }
+                Err(_) => {
+                    log.unknown.push(ids);
+                    clients[index] = None;
+                }
+            }
+        }
+    })
 }
 
 /// Counts queries and inserts per second on two connections until `stop`.
