@@ -199,7 +199,7 @@ impl StorageEngine {
         };
         if staged.file.is_none() {
             let file_name = format!("seg-{txn:032x}-{table_id}-{partition}.parquet");
-            let writer = segment::create_writer(&self.staging_dir.join(&file_name), &schema)?;
+            let writer = segment::create_writer(&self.staging_dir.join(&file_name), &schema, staged.batches.first())?;
             staged.file = Some((file_name, writer));
         }
         let (file_name, writer) = staged.file.as_mut().expect("file was just set");

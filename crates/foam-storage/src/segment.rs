@@ -3,11 +3,14 @@
 //! it is written and checked before each read, so a torn or bit-flipped file is
 //! reported (and repaired from a replica) instead of served.
 
+use std::collections::HashSet;
 use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 
+use arrow::array::ArrayRef;
 use arrow::datatypes::SchemaRef;
+use arrow::row::{RowConverter, SortField};
 use arrow::record_batch::RecordBatch;
 use foam_common::limits::BATCH_ROWS;
 use foam_common::{FoamError, FoamResult};
@@ -16,6 +19,7 @@ use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
+use parquet::schema::types::ColumnPath;
 
 /// Rows per Parquet row group: large enough for good compression, small enough
 /// that a reader's memory per file stays modest.
@@ -24,19 +28,54 @@ const ROW_GROUP_ROWS_MAX: usize = 128 * 1024;
 /// Read size while checksumming a segment.
 const CHECKSUM_READ_BYTES: usize = 1024 * 1024;
 
+/// Rows of a segment's first batch looked at to choose its columns' encodings.
+const DICTIONARY_SAMPLE_ROWS: usize = 4096;
+
+/// A column whose sampled values are more than this share distinct is written
+/// without a dictionary: Parquet would otherwise hash every value into a
+/// dictionary that ends up nearly as large as the column (comments, prices,
+/// foreign keys), which was a third of a node's CPU while loading TPC-H.
+const DICTIONARY_DISTINCT_SHARE_MAX: f64 = 0.5;
+
 /// Snappy: a fraction of zstd's cost to write and to read back, which both
 /// loads and scans pay on every row (files written with zstd by earlier
-/// versions still read: each file names its codec).
-pub fn writer_properties() -> WriterProperties {
-    WriterProperties::builder()
-        .set_compression(Compression::SNAPPY)
-        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS_MAX))
-        .build()
+/// versions still read: each file names its codec). Dictionaries only for
+/// the columns of `sample` (the first rows written) that repeat enough.
+pub fn writer_properties(sample: Option<&RecordBatch>) -> WriterProperties {
+    let mut builder =
+        WriterProperties::builder().set_compression(Compression::SNAPPY).set_max_row_group_row_count(Some(ROW_GROUP_ROWS_MAX));
+    if let Some(sample) = sample {
+        for (field, column) in sample.schema().fields().iter().zip(sample.columns()) {
+            if !repeats_enough_for_a_dictionary(column) {
+                builder = builder.set_column_dictionary_enabled(ColumnPath::new(vec![field.name().clone()]), false);
+            }
+        }
+    }
+    builder.build()
 }
 
-pub fn create_writer(path: &Path, schema: &SchemaRef) -> FoamResult<ArrowWriter<File>> {
+/// Whether at most [`DICTIONARY_DISTINCT_SHARE_MAX`] of the column's first
+/// [`DICTIONARY_SAMPLE_ROWS`] values are distinct (true when too few to tell).
+fn repeats_enough_for_a_dictionary(column: &ArrayRef) -> bool {
+    let rows = column.len().min(DICTIONARY_SAMPLE_ROWS);
+    if rows < 64 {
+        return true;
+    }
+    let sample = column.slice(0, rows);
+    let Ok(converter) = RowConverter::new(vec![SortField::new(sample.data_type().clone())]) else {
+        return true;
+    };
+    let Ok(converted) = converter.convert_columns(&[sample]) else {
+        return true;
+    };
+    let distinct: HashSet<&[u8]> = converted.iter().map(|row| row.data()).collect();
+    distinct.len() as f64 <= rows as f64 * DICTIONARY_DISTINCT_SHARE_MAX
+}
+
+/// A segment writer whose encodings suit `sample`, the first rows it will get.
+pub fn create_writer(path: &Path, schema: &SchemaRef, sample: Option<&RecordBatch>) -> FoamResult<ArrowWriter<File>> {
     let file = File::create(path).map_err(|e| FoamError::io(path, e))?;
-    ArrowWriter::try_new(file, schema.clone(), Some(writer_properties())).map_err(|e| parquet_error(path, e))
+    ArrowWriter::try_new(file, schema.clone(), Some(writer_properties(sample))).map_err(|e| parquet_error(path, e))
 }
 
 /// Size and checksum of a finished segment file.
@@ -85,7 +124,7 @@ pub fn verify(path: &Path, crc32: u32) -> FoamResult<()> {
 
 /// Writes `batches` as one durable segment file; returns its size and checksum.
 pub fn write_segment(path: &Path, schema: &SchemaRef, batches: &[RecordBatch]) -> FoamResult<SegmentSum> {
-    let mut writer = create_writer(path, schema)?;
+    let mut writer = create_writer(path, schema, batches.first())?;
     for batch in batches {
         writer.write(batch).map_err(|e| parquet_error(path, e))?;
     }
@@ -112,4 +151,49 @@ pub fn read_segment(path: &Path, crc32: Option<u32>, projection: Option<&[usize]
 
 fn parquet_error(path: &Path, error: parquet::errors::ParquetError) -> FoamError {
     FoamError::Corrupted { path: path.display().to_string(), message: error.to_string() }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+
+    use super::*;
+
+    /// Which columns of a written segment have a dictionary page.
+    fn dictionary_columns(path: &Path) -> Vec<bool> {
+        let reader = SerializedFileReader::new(File::open(path).unwrap()).unwrap();
+        let row_group = reader.metadata().row_group(0);
+        row_group.columns().iter().map(|c| c.dictionary_page_offset().is_some()).collect()
+    }
+
+    #[test]
+    fn only_columns_that_repeat_get_a_dictionary_and_all_read_back() {
+        let rows = 10_000i64;
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("flag", DataType::Utf8, false),
+            Field::new("comment", DataType::Utf8, false),
+            Field::new("bucket", DataType::Int64, false),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int64Array::from_iter_values(0..rows)),
+                Arc::new(StringArray::from_iter_values((0..rows).map(|i| ["A", "N", "R"][i as usize % 3]))),
+                Arc::new(StringArray::from_iter_values((0..rows).map(|i| format!("comment number {i}")))),
+                Arc::new(Int64Array::from_iter_values((0..rows).map(|i| i % 100))),
+            ],
+        )
+        .unwrap();
+        let path = std::env::temp_dir().join(format!("foam-segment-dictionary-{}.parquet", std::process::id()));
+        write_segment(&path, &schema, &[batch.clone()]).unwrap();
+        assert_eq!(dictionary_columns(&path), [false, true, false, true]);
+        let read: Vec<RecordBatch> = read_segment(&path, None, None).unwrap().collect::<Result<_, _>>().unwrap();
+        assert_eq!(arrow::compute::concat_batches(&schema, &read).unwrap(), batch);
+        let _ = std::fs::remove_file(&path);
+    }
 }
