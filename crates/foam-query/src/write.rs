@@ -42,7 +42,49 @@ use crate::context::NodeContext;
 /// which is not a node, ships everything by RPC.
 #[async_trait]
 pub trait StageTarget: Send + Sync + 'static {
-    async fn stage(&self, target: NodeId, txn: TxnId, route: Route, batches: Arc<Vec<RecordBatch>>) -> FoamResult<()>;
+    async fn stage(&self, target: NodeId, shipment: Arc<Shipment>) -> FoamResult<()>;
+}
+
+/// One partition's rows of a transaction, on their way to each of its live
+/// replicas: encoded into a `Stage` message at most once, however many peers
+/// receive it.
+pub struct Shipment {
+    pub txn: TxnId,
+    pub route: Route,
+    pub batches: Vec<RecordBatch>,
+    message: std::sync::Mutex<Option<bytes::Bytes>>,
+}
+
+impl Shipment {
+    pub fn new(txn: TxnId, route: Route, batches: Vec<RecordBatch>) -> Self {
+        Shipment { txn, route, batches, message: Default::default() }
+    }
+
+    /// The `Stage` request, naming `coordinator` (the same for every target
+    /// of a statement).
+    pub fn request(&self, coordinator: NodeId) -> NodeRequest {
+        let Route { table_id, partition, placement_version } = self.route;
+        NodeRequest::Stage { txn: self.txn, coordinator, table_id, partition, placement_version }
+    }
+
+    /// The framed `Stage` message with the rows as Arrow IPC, built on first use.
+    pub fn message(&self, coordinator: NodeId) -> FoamResult<bytes::Bytes> {
+        let mut message = self.message.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(built) = message.as_ref() {
+            return Ok(built.clone());
+        }
+        let built = foam_rpc::frame::encode_with(&self.request(coordinator), foam_storage::ipc::encoded_size_hint(&self.batches), |bytes| {
+            foam_storage::ipc::encode_batches_into(&self.batches, bytes)
+        })?;
+        *message = Some(built.clone());
+        Ok(built)
+    }
+
+    /// Sends this shipment to `target`'s RPC endpoint.
+    pub async fn send(&self, client: &foam_rpc::NodeClient, coordinator: NodeId) -> FoamResult<()> {
+        let message = self.message(coordinator)?;
+        client.call_encoded(&self.request(coordinator), message).await.map(|_| ())
+    }
 }
 
 /// Which partition a shipment is for, and the placement version it was routed with.
@@ -58,20 +100,18 @@ pub struct NodeStageTarget(pub Arc<NodeContext>);
 
 #[async_trait]
 impl StageTarget for NodeStageTarget {
-    async fn stage(&self, target: NodeId, txn: TxnId, route: Route, batches: Arc<Vec<RecordBatch>>) -> FoamResult<()> {
+    async fn stage(&self, target: NodeId, shipment: Arc<Shipment>) -> FoamResult<()> {
         let node = &self.0;
-        let Route { table_id, partition, placement_version } = route;
         if target == node.node_id {
             let storage = node.storage.clone();
             let coordinator = node.node_id;
-            let batches = batches.as_ref().clone();
+            let Route { table_id, partition, placement_version } = shipment.route;
+            let (txn, batches) = (shipment.txn, shipment.batches.clone());
             tokio::task::spawn_blocking(move || storage.stage(txn, coordinator, table_id, partition, placement_version, batches))
                 .await
                 .map_err(|e| FoamError::internal(e.to_string()))?
         } else {
-            let payload = foam_storage::ipc::encode_batches(&batches)?;
-            let request = NodeRequest::Stage { txn, coordinator: node.node_id, table_id, partition, placement_version };
-            node.client_for(target)?.call(&request, &payload).await.map(|_| ())
+            shipment.send(&node.client_for(target)?, node.node_id).await
         }
     }
 }
@@ -216,15 +256,14 @@ impl RowRouter {
         let targets = self.table.write_targets(partition, &self.nodes)?;
         let route = Route { table_id: self.table.id, partition, placement_version: self.table.placement_version(partition) };
         let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
-        let batches = Arc::new(batches);
+        let shipment = Arc::new(Shipment::new(self.txn, route, batches));
         for node in targets {
             while self.in_flight.len() >= WRITE_STREAM_BATCHES_IN_FLIGHT {
                 self.join_one().await?;
             }
             *self.participants.entry(node).or_default() += rows;
-            let target = self.target.clone();
-            let (txn, batches) = (self.txn, batches.clone());
-            self.in_flight.spawn(async move { target.stage(node, txn, route, batches).await });
+            let (target, shipment) = (self.target.clone(), shipment.clone());
+            self.in_flight.spawn(async move { target.stage(node, shipment).await });
         }
         Ok(())
     }

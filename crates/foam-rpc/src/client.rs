@@ -55,8 +55,14 @@ impl NodeClient {
     }
 
     pub async fn call(&self, request: &NodeRequest, payload: &[u8]) -> FoamResult<(NodeResponse, Bytes)> {
+        self.call_encoded(request, frame::encode(request, payload)?).await
+    }
+
+    /// Sends `message`, already framed from `request` and its payload (one
+    /// encoding shared by every peer a message goes to).
+    pub async fn call_encoded(&self, request: &NodeRequest, message: Bytes) -> FoamResult<(NodeResponse, Bytes)> {
         let timeout = request.timeout();
-        match tokio::time::timeout(timeout, self.call_raw(frame::encode(request, payload)?)).await {
+        match tokio::time::timeout(timeout, self.call_raw(message)).await {
             Ok(result) => result,
             Err(_) => Err(FoamError::NodeUnavailable {
                 node_id: self.node_id,

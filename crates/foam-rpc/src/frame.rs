@@ -6,11 +6,24 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub fn encode<T: Serialize>(header: &T, payload: &[u8]) -> FoamResult<Bytes> {
+    encode_with(header, payload.len(), |bytes| {
+        bytes.extend_from_slice(payload);
+        Ok(())
+    })
+}
+
+/// A message whose payload `write` appends in place (about `payload_hint`
+/// bytes), so a large payload is not copied once more into the frame.
+pub fn encode_with<T: Serialize>(
+    header: &T,
+    payload_hint: usize,
+    write: impl FnOnce(&mut Vec<u8>) -> FoamResult<()>,
+) -> FoamResult<Bytes> {
     let header = serde_json::to_vec(header).map_err(|e| FoamError::internal(e.to_string()))?;
-    let mut bytes = Vec::with_capacity(4 + header.len() + payload.len());
+    let mut bytes = Vec::with_capacity(4 + header.len() + payload_hint);
     bytes.extend_from_slice(&(header.len() as u32).to_le_bytes());
     bytes.extend_from_slice(&header);
-    bytes.extend_from_slice(payload);
+    write(&mut bytes)?;
     Ok(Bytes::from(bytes))
 }
 

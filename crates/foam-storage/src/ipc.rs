@@ -7,17 +7,27 @@ use arrow::record_batch::RecordBatch;
 use foam_common::{FoamError, FoamResult};
 
 pub fn encode_batches(batches: &[RecordBatch]) -> FoamResult<Vec<u8>> {
+    let mut bytes = Vec::with_capacity(encoded_size_hint(batches));
+    encode_batches_into(batches, &mut bytes)?;
+    Ok(bytes)
+}
+
+/// About the bytes `batches` take encoded, to size the buffer once: growing
+/// it by doubling copies the rows again at every step.
+pub fn encoded_size_hint(batches: &[RecordBatch]) -> usize {
+    batches.iter().map(|b| b.get_array_memory_size() + 1024).sum()
+}
+
+/// Appends the IPC stream of `batches` (nothing when empty) to `bytes`.
+pub fn encode_batches_into(batches: &[RecordBatch], bytes: &mut Vec<u8>) -> FoamResult<()> {
     let Some(first) = batches.first() else {
-        return Ok(Vec::new());
+        return Ok(());
     };
-    let mut bytes = Vec::new();
-    let mut writer = StreamWriter::try_new(&mut bytes, &first.schema()).map_err(arrow_error)?;
+    let mut writer = StreamWriter::try_new(bytes, &first.schema()).map_err(arrow_error)?;
     for batch in batches {
         writer.write(batch).map_err(arrow_error)?;
     }
-    writer.finish().map_err(arrow_error)?;
-    drop(writer);
-    Ok(bytes)
+    writer.finish().map_err(arrow_error)
 }
 
 pub fn decode_batches(bytes: &[u8]) -> FoamResult<Vec<RecordBatch>> {

@@ -1,6 +1,7 @@
 //! `foam tpch load`: creates the TPC-H tables through SQL, then generates each
-//! table in parallel parts and routes every batch straight to the node that
-//! owns its rows (Stage RPCs); one node then commits the table's load with
+//! table in parallel parts and routes every batch straight to the nodes that
+//! hold its rows (one Stage message per partition buffer, encoded once and
+//! sent to each replica); one node then commits the table's load with
 //! two-phase commit, so each table appears whole or not at all.
 
 use std::collections::BTreeMap;
@@ -11,7 +12,7 @@ use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use foam_catalog::Catalog;
 use foam_common::{FoamError, FoamResult, NodeId, TxnId};
-use foam_query::write::{Route, RowRouter, StageTarget};
+use foam_query::write::{RowRouter, Shipment, StageTarget};
 use foam_rpc::{NodeClient, NodeClients, NodeRequest, NodeResponse};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
@@ -53,12 +54,9 @@ struct RemoteStageTarget {
 
 #[async_trait]
 impl StageTarget for RemoteStageTarget {
-    async fn stage(&self, target: NodeId, txn: TxnId, route: Route, batches: Arc<Vec<RecordBatch>>) -> FoamResult<()> {
+    async fn stage(&self, target: NodeId, shipment: Arc<Shipment>) -> FoamResult<()> {
         let node = self.catalog.node(target)?;
-        let payload = foam_storage::ipc::encode_batches(&batches)?;
-        let Route { table_id, partition, placement_version } = route;
-        let request = NodeRequest::Stage { txn, coordinator: self.coordinator, table_id, partition, placement_version };
-        self.clients.get(node.id, &node.node_addr)?.call(&request, &payload).await.map(|_| ())
+        shipment.send(&self.clients.get(node.id, &node.node_addr)?, self.coordinator).await
     }
 }
 
