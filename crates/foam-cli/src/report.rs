@@ -530,6 +530,14 @@ fn report_markdown(
             }
         }
     }
+    let _ = writeln!(
+        md,
+        "\nA load writes every row to each copy of its partition: {} copies on {} nodes (the default, `REPLICAS {}`), one on a single node. \
+         Nation and region are on every node.",
+        foam_common::limits::REPLICAS_DEFAULT.min(args.nodes as u32),
+        args.nodes,
+        foam_common::limits::REPLICAS_DEFAULT
+    );
     let _ = writeln!(md, "\n## Queries (milliseconds)\n");
     if let Some(chart) = chart {
         let _ = writeln!(md, "![chart]({})\n", chart.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default());
