@@ -479,8 +479,9 @@ async fn soak_randomized_kill_restart_rounds() {
     let mut rng = Rng(seed() | 1);
     let rounds: usize = std::env::var("FOAM_SOAK_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(100);
     let mut cluster = Cluster::start_with(3, FAST_DETECTOR);
-    cluster.client(0).await.batch_execute("CREATE TABLE soak (id BIGINT, note TEXT) DISTRIBUTED BY (id) PARTITIONS 6").await.unwrap();
-    wait_for_meta_group(&cluster).await;
+    let first = cluster.client(0).await;
+    first.batch_execute("CREATE TABLE soak (id BIGINT, note TEXT) DISTRIBUTED BY (id) PARTITIONS 6").await.unwrap();
+    wait_for_meta_group(&first).await;
     let stop = Arc::new(AtomicBool::new(false));
     let log = Arc::new(Mutex::new(WriteLog::default()));
     let urls = (0..3).map(|index| cluster.url(index)).collect();
@@ -730,9 +731,7 @@ async fn killing_the_first_meta_node_leaves_catalog_detection_and_writes_working
         .unwrap();
     let first = node_id(&cluster, &client, 0).await;
     assert_eq!(first, "1", "node index 0 bootstrapped the cluster");
-    // The leader makes the joined nodes voters shortly after they register;
-    // each node's Raft state file shows the voter set it has applied.
-    wait_for_meta_group(&cluster).await;
+    wait_for_meta_group(&client).await;
     cluster.kill(0);
     // Writes and DDL resume once a new leader is elected (about a second).
     let create = "CREATE TABLE after_kill (id BIGINT, v BIGINT) DISTRIBUTED BY (id) PARTITIONS 6";
@@ -787,7 +786,8 @@ async fn node_cut_off_refuses_writes_while_the_majority_goes_on_then_heals_and_c
         )
         .await
         .unwrap();
-    wait_for_meta_group(&cluster).await;
+    wait_for_meta_group(&majority).await;
+    assert_eq!(scalar(&majority, "SELECT meta_role FROM foam_nodes WHERE node_id = 1").await, "leader");
     let cut_id = node_id(&cluster, &majority, 0).await;
     assert_eq!(cut_id, "1", "node index 0 bootstrapped the cluster and leads it");
     let mut rows = (1000, 1000); // count and sum(v) the cluster must hold
@@ -824,6 +824,13 @@ async fn node_cut_off_refuses_writes_while_the_majority_goes_on_then_heals_and_c
         })
         .await;
         println!("round {round}: caught up {:?} after healing", healed_at.elapsed());
+        // No split brain: one leader, and the healed node follows it (as
+        // every node reports itself).
+        eventually("one leader, the healed node a follower", Duration::from_secs(10), async || {
+            meta_roles(&majority).await == "follower,follower,leader"
+                && scalar(&majority, &format!("SELECT meta_role FROM foam_nodes WHERE node_id = {cut_id}")).await == "follower"
+        })
+        .await;
         assert_eq!(diverging_copies(&majority, "cut").await, "0");
         // The healed node follows the majority's catalog and writes again;
         // no row it refused was kept anywhere.
@@ -859,16 +866,17 @@ async fn refused_writes(client: &tokio_postgres::Client, first_id: i64, cut_at: 
     unreachable!()
 }
 
-/// Waits until all three nodes vote in the meta group: the leader makes
-/// joined nodes voters shortly after they register, and each node's Raft
-/// state file shows the voter set it has applied.
-async fn wait_for_meta_group(cluster: &Cluster) {
+/// Waits until all three nodes vote in the meta group (the leader makes
+/// joined nodes voters shortly after they register), as `foam_nodes` shows.
+async fn wait_for_meta_group(client: &tokio_postgres::Client) {
     eventually("all three nodes vote in the meta group", Duration::from_secs(15), async || {
-        (0..3).all(|index| {
-            let state = std::fs::read_to_string(cluster.nodes[index].data_dir.join("raft/state.json")).unwrap_or_default();
-            let state: serde_json::Value = serde_json::from_str(&state).unwrap_or_default();
-            state["membership"]["membership"]["configs"].as_array().and_then(|c| c.last()).map(|v| v.to_string()) == Some("[1,2,3]".into())
-        })
+        meta_roles(client).await == "follower,follower,leader"
     })
     .await;
+}
+
+/// The meta roles `foam_nodes` shows, sorted and comma-separated.
+async fn meta_roles(client: &tokio_postgres::Client) -> String {
+    let sql = "SELECT string_agg(meta_role, ',' ORDER BY meta_role) FROM foam_nodes WHERE meta_role IS NOT NULL";
+    try_query_text(client, sql).await.ok().and_then(|rows| rows[0][0].clone()).unwrap_or_default()
 }

@@ -282,6 +282,24 @@ impl CatalogService for ClusterCatalog {
         }
     }
 
+    fn meta_role(&self) -> Option<String> {
+        let metrics = self.raft.metrics().borrow().clone();
+        let membership = metrics.membership_config.membership();
+        if membership.get_node(&self.node_id).is_none() {
+            return None;
+        }
+        Some(
+            match metrics.state {
+                openraft::ServerState::Leader => "leader",
+                openraft::ServerState::Candidate => "candidate",
+                openraft::ServerState::Learner => "learner",
+                openraft::ServerState::Follower if membership.voter_ids().any(|id| id == self.node_id) => "follower",
+                _ => "learner",
+            }
+            .to_string(),
+        )
+    }
+
     fn refuse_if_cut_off(&self) -> FoamResult<()> {
         match self.cut_off() {
             Some(reason) => Err(Self::cut_off_error(reason)),

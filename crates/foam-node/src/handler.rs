@@ -31,6 +31,7 @@ impl NodeHandler for FoamNodeHandler {
                     node_id: node.node_id,
                     partition_scans: node.partition_scans.load(std::sync::atomic::Ordering::Relaxed),
                     rows_sent_to_peers: node.rows_sent_to_peers.load(std::sync::atomic::Ordering::Relaxed),
+                    meta_role: node.catalog.meta_role(),
                 }
             }
             request @ (NodeRequest::CatalogGet { .. }

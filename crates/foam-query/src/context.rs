@@ -35,6 +35,9 @@ pub trait CatalogService: Send + Sync {
     /// cut off from the majority of the meta nodes: a write then need not
     /// wait on peers it cannot reach before its commit is refused anyway.
     fn refuse_if_cut_off(&self) -> FoamResult<()>;
+    /// This node's part in the catalog's Raft group ("leader", "follower",
+    /// "candidate", "learner"), `None` when it is not a meta node.
+    fn meta_role(&self) -> Option<String>;
 }
 
 /// Takes a damaged copy of a partition on this node out of service.

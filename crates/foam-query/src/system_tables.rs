@@ -34,15 +34,17 @@ pub async fn build(name: &str, node: &Arc<NodeContext>) -> FoamResult<Option<Arc
     Ok(Some(Arc::new(table)))
 }
 
-/// The node's (partition scans, rows sent to peers) if it answers within the
-/// connect timeout.
-async fn ping(node: &Arc<NodeContext>, id: NodeId) -> Option<(u64, u64)> {
+/// The node's (partition scans, rows sent to peers, meta role) if it answers
+/// within the connect timeout.
+async fn ping(node: &Arc<NodeContext>, id: NodeId) -> Option<(u64, u64, Option<String>)> {
     if id == node.node_id {
         let ordering = std::sync::atomic::Ordering::Relaxed;
-        return Some((node.partition_scans.load(ordering), node.rows_sent_to_peers.load(ordering)));
+        return Some((node.partition_scans.load(ordering), node.rows_sent_to_peers.load(ordering), node.catalog.meta_role()));
     }
     match ask(node, id, &NodeRequest::Ping { from_leader: false }).await {
-        Ok(NodeResponse::Pong { partition_scans, rows_sent_to_peers, .. }) => Some((partition_scans, rows_sent_to_peers)),
+        Ok(NodeResponse::Pong { partition_scans, rows_sent_to_peers, meta_role, .. }) => {
+            Some((partition_scans, rows_sent_to_peers, meta_role))
+        }
         _ => None,
     }
 }
@@ -64,6 +66,7 @@ async fn nodes(node: &Arc<NodeContext>) -> FoamResult<RecordBatch> {
     let mut reachable = Vec::new();
     let mut scans = Vec::new();
     let mut rows_sent = Vec::new();
+    let mut roles = Vec::new();
     for id in catalog.nodes.keys() {
         ids.push(*id);
         let answer = match catalog.nodes[id].state {
@@ -75,8 +78,9 @@ async fn nodes(node: &Arc<NodeContext>) -> FoamResult<RecordBatch> {
             foam_catalog::model::NodeState::Down => "down",
         });
         reachable.push(answer.is_some());
-        scans.push(answer.map(|a| a.0));
-        rows_sent.push(answer.map(|a| a.1));
+        scans.push(answer.as_ref().map(|a| a.0));
+        rows_sent.push(answer.as_ref().map(|a| a.1));
+        roles.push(answer.and_then(|a| a.2));
     }
     let schema = Arc::new(Schema::new(vec![
         Field::new("node_id", DataType::UInt32, false),
@@ -86,6 +90,9 @@ async fn nodes(node: &Arc<NodeContext>) -> FoamResult<RecordBatch> {
         Field::new("answers", DataType::Boolean, false),
         Field::new("partition_scans", DataType::UInt64, true),
         Field::new("rows_sent_to_peers", DataType::UInt64, true),
+        // Its part in the catalog's Raft group, as it says itself; NULL for
+        // a node outside the meta group or one that does not answer.
+        Field::new("meta_role", DataType::Utf8, true),
     ]));
     let columns: Vec<ArrayRef> = vec![
         Arc::new(UInt32Array::from(ids)),
@@ -95,6 +102,7 @@ async fn nodes(node: &Arc<NodeContext>) -> FoamResult<RecordBatch> {
         Arc::new(BooleanArray::from(reachable)),
         Arc::new(UInt64Array::from(scans)),
         Arc::new(UInt64Array::from(rows_sent)),
+        Arc::new(StringArray::from(roles)),
     ];
     RecordBatch::try_new(schema, columns).map_err(|e| FoamError::internal(e.to_string()))
 }

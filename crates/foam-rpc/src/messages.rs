@@ -103,7 +103,15 @@ impl NodeRequest {
 #[serde(rename_all = "snake_case")]
 pub enum NodeResponse {
     Ok,
-    Pong { node_id: NodeId, partition_scans: u64, rows_sent_to_peers: u64 },
+    /// `meta_role`: the node's part in the catalog's Raft group ("leader",
+    /// "follower", "candidate", "learner"), `None` outside it.
+    Pong {
+        node_id: NodeId,
+        partition_scans: u64,
+        rows_sent_to_peers: u64,
+        #[serde(default)]
+        meta_role: Option<String>,
+    },
     Catalog { catalog: Option<Catalog> },
     Applied { catalog: Catalog, outcome: CommandOutcome },
     Outcome { outcome: TxnOutcome },
