@@ -165,6 +165,10 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
     let resolver = tokio::spawn(resolve_in_doubt(node.clone()));
     let sampler = tokio::spawn(sample_traffic(node.traffic.clone()));
 
+    // Serving starts now: the leader's heartbeats can reach this node only
+    // from here on, so the wait for them starts here too (a node restarting
+    // with the whole cluster may have spent seconds looking for a leader).
+    catalog.heard_from_leader();
     tracing::info!(node_id, sql_addr = %config.sql_addr, node_addr = %config.node_addr, "node ready");
     println!("FoamDB node {node_id} ready: SQL on {}, cluster traffic on {}", config.sql_addr, config.node_addr);
 
