@@ -81,13 +81,20 @@ async fn co_located_join_moves_no_table_data_and_a_shuffled_one_does() {
     assert_eq!(rows, vec![vec![Some(ROWS.to_string())]]);
     assert!(grouped_bytes < 5_000, "grouping by the key moves no groups: {grouped_bytes} bytes");
 
-    // Smaller exchange batches mean more messages for the same rows.
+    // Smaller exchange batches mean more messages for the same rows. The
+    // counters also see the leader's heartbeats, which land in some runs and
+    // not others, so each setting counts its quietest of three runs.
     let mut messages = Vec::new();
     for bytes in [1_000_000, 480] {
         client.batch_execute(&format!("SET foam.exchange_batch_bytes = {bytes}")).await.expect("set");
-        let (_, rows) = bytes_between_nodes(&client, shuffled).await;
-        assert_eq!(rows[0][0].as_deref(), Some(matches.len().to_string().as_str()));
-        messages.push(scalar(&client, "SELECT messages_sent FROM foam_cluster_stats WHERE node_id IS NULL").await.parse::<u64>().unwrap());
+        let mut fewest = u64::MAX;
+        for _ in 0..3 {
+            let (_, rows) = bytes_between_nodes(&client, shuffled).await;
+            assert_eq!(rows[0][0].as_deref(), Some(matches.len().to_string().as_str()));
+            let sent = scalar(&client, "SELECT messages_sent FROM foam_cluster_stats WHERE node_id IS NULL").await;
+            fewest = fewest.min(sent.parse::<u64>().unwrap());
+        }
+        messages.push(fewest);
     }
     println!("messages with 1 MB and 480-byte exchange batches: {messages:?}");
     assert!(messages[1] > messages[0], "480-byte batches (about 20 rows) need more messages than 1 MB ones: {messages:?}");

@@ -241,7 +241,10 @@ pub async fn connect(url: &str) -> tokio_postgres::Client {
 
 /// Runs a query over the simple protocol and returns its rows as text.
 pub async fn query_text(client: &tokio_postgres::Client, sql: &str) -> Vec<Vec<Option<String>>> {
-    try_query_text(client, sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"))
+    try_query_text(client, sql).await.unwrap_or_else(|e| match e.as_db_error() {
+        Some(db) => panic!("{sql}: [{}] {}", db.code().code(), db.message()),
+        None => panic!("{sql}: {e}"),
+    })
 }
 
 pub async fn try_query_text(client: &tokio_postgres::Client, sql: &str) -> Result<Vec<Vec<Option<String>>>, tokio_postgres::Error> {
