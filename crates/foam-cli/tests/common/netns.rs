@@ -21,10 +21,7 @@ pub struct Network {
 }
 
 fn ip(args: &[&str]) {
-    let output = Command::new("ip")
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("ip {}: {e} (is iproute2 installed?)", args.join(" ")));
+    let output = Command::new("ip").args(args).output().unwrap_or_else(|e| panic!("ip {}: {e} (is iproute2 installed?)", args.join(" ")));
     assert!(
         output.status.success(),
         "ip {} failed (network namespace tests need root): {}",
@@ -37,10 +34,7 @@ impl Network {
     /// A hub namespace with a bridge; nodes are added with [`add_node`](Self::add_node).
     pub fn create() -> Network {
         remove_stale();
-        let network = Network {
-            tag: format!("fdb{}", std::process::id()),
-            nodes: 0,
-        };
+        let network = Network { tag: format!("fdb{}", std::process::id()), nodes: 0 };
         let hub = network.hub();
         ip(&["netns", "add", &hub]);
         ip(&["-n", &hub, "link", "set", "lo", "up"]);
@@ -77,51 +71,15 @@ impl Network {
         let client_end = format!("{}c{index}", self.tag);
         ip(&["netns", "add", &ns]);
         ip(&["-n", &ns, "link", "set", "lo", "up"]);
-        ip(&[
-            "link", "add", &port, "netns", &hub, "type", "veth", "peer", "name", "eth0", "netns",
-            &ns,
-        ]);
+        ip(&["link", "add", &port, "netns", &hub, "type", "veth", "peer", "name", "eth0", "netns", &ns]);
         ip(&["-n", &hub, "link", "set", &port, "master", "br0"]);
         ip(&["-n", &hub, "link", "set", &port, "up"]);
-        ip(&[
-            "-n",
-            &ns,
-            "addr",
-            "add",
-            &format!("{}/24", self.cluster_ip(index)),
-            "dev",
-            "eth0",
-        ]);
+        ip(&["-n", &ns, "addr", "add", &format!("{}/24", self.cluster_ip(index)), "dev", "eth0"]);
         ip(&["-n", &ns, "link", "set", "eth0", "up"]);
-        ip(&[
-            "link",
-            "add",
-            &client_end,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "client",
-            "netns",
-            &ns,
-        ]);
-        ip(&[
-            "addr",
-            "add",
-            &format!("{CLIENT_SUBNET}.{index}.1/30"),
-            "dev",
-            &client_end,
-        ]);
+        ip(&["link", "add", &client_end, "type", "veth", "peer", "name", "client", "netns", &ns]);
+        ip(&["addr", "add", &format!("{CLIENT_SUBNET}.{index}.1/30"), "dev", &client_end]);
         ip(&["link", "set", &client_end, "up"]);
-        ip(&[
-            "-n",
-            &ns,
-            "addr",
-            "add",
-            &format!("{}/30", self.client_ip(index)),
-            "dev",
-            "client",
-        ]);
+        ip(&["-n", &ns, "addr", "add", &format!("{}/30", self.client_ip(index)), "dev", "client"]);
         ip(&["-n", &ns, "link", "set", "client", "up"]);
         self.nodes += 1;
         index
@@ -129,14 +87,7 @@ impl Network {
 
     /// Cuts node `index` off from every other node (its SQL link stays).
     pub fn cut(&self, index: usize) {
-        ip(&[
-            "-n",
-            &self.hub(),
-            "link",
-            "set",
-            &format!("p{index}"),
-            "down",
-        ]);
+        ip(&["-n", &self.hub(), "link", "set", &format!("p{index}"), "down"]);
     }
 
     /// Reconnects node `index` to the other nodes.
@@ -150,16 +101,10 @@ impl Drop for Network {
     /// it down late, so the client links' ends here are deleted first.
     fn drop(&mut self) {
         for index in 0..self.nodes {
-            let _ = Command::new("ip")
-                .args(["link", "del", &format!("{}c{index}", self.tag)])
-                .status();
-            let _ = Command::new("ip")
-                .args(["netns", "del", &self.namespace(index)])
-                .status();
+            let _ = Command::new("ip").args(["link", "del", &format!("{}c{index}", self.tag)]).status();
+            let _ = Command::new("ip").args(["netns", "del", &self.namespace(index)]).status();
         }
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.hub()])
-            .status();
+        let _ = Command::new("ip").args(["netns", "del", &self.hub()]).status();
     }
 }
 
@@ -167,39 +112,20 @@ impl Drop for Network {
 /// before their `Network` was dropped (their addresses would clash).
 fn remove_stale() {
     let dead = |name: &str| {
-        let pid: String = name
-            .strip_prefix("fdb")
-            .unwrap_or_default()
-            .chars()
-            .take_while(|c| c.is_ascii_digit())
-            .collect();
+        let pid: String = name.strip_prefix("fdb").unwrap_or_default().chars().take_while(|c| c.is_ascii_digit()).collect();
         !pid.is_empty() && !std::path::Path::new(&format!("/proc/{pid}")).exists()
     };
     let listed = |args: &[&str]| {
-        let output = Command::new("ip")
-            .args(args)
-            .output()
-            .map(|o| o.stdout)
-            .unwrap_or_default();
+        let output = Command::new("ip").args(args).output().map(|o| o.stdout).unwrap_or_default();
         String::from_utf8_lossy(&output)
             .lines()
-            .filter_map(|l| {
-                l.split_whitespace()
-                    .next()
-                    .map(|n| n.split('@').next().unwrap_or(n).to_string())
-            })
+            .filter_map(|l| l.split_whitespace().next().map(|n| n.split('@').next().unwrap_or(n).to_string()))
             .collect::<Vec<_>>()
     };
-    for link in listed(&["-br", "link"])
-        .into_iter()
-        .filter(|name| dead(name))
-    {
+    for link in listed(&["-br", "link"]).into_iter().filter(|name| dead(name)) {
         let _ = Command::new("ip").args(["link", "del", &link]).status();
     }
-    for ns in listed(&["netns", "list"])
-        .into_iter()
-        .filter(|name| dead(name))
-    {
+    for ns in listed(&["netns", "list"]).into_iter().filter(|name| dead(name)) {
         let _ = Command::new("ip").args(["netns", "del", &ns]).status();
     }
 }
