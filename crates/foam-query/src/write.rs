@@ -209,7 +209,14 @@ impl RowRouter {
                 _ => continue,
             };
             if let Some(strings) = array.as_string_opt::<i32>() {
-                if let Some(long) = strings.iter().flatten().find(|s| s.chars().count() > length_max as usize) {
+                // A value has at least as many bytes as characters: when no
+                // value has more bytes than the limit, none need decoding.
+                let limit = length_max as usize;
+                let longest_bytes = strings.value_offsets().windows(2).map(|w| (w[1] - w[0]) as usize).max().unwrap_or(0);
+                if longest_bytes <= limit {
+                    continue;
+                }
+                if let Some(long) = strings.iter().flatten().find(|s| s.len() > limit && s.chars().count() > limit) {
                     return Err(FoamError::Query {
                         message: format!(
                             "value too long for type {} in column \"{}\": \"{}\"",
