@@ -76,6 +76,17 @@ async fn diverging_copies(client: &tokio_postgres::Client, table: &str) -> Strin
     .await
 }
 
+/// Creates `table` (id, v), 6 partitions, holding ids 1 to 1000 with v = 1.
+async fn create_thousand_rows(client: &tokio_postgres::Client, table: &str) {
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE {table} (id BIGINT, v BIGINT) DISTRIBUTED BY (id) PARTITIONS 6;
+             INSERT INTO {table} SELECT value, 1 FROM generate_series(1, 1000);"
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("creating {table}: {e:?}"));
+}
+
 /// Runs `sql` until it succeeds, within `timeout`; every failure meanwhile
 /// must carry a retriable SQLSTATE.
 async fn until_ok(client: &tokio_postgres::Client, sql: &str, timeout: Duration, what: &str) {
@@ -255,13 +266,7 @@ async fn sigkill_during_insert_and_query_streams_loses_no_acknowledged_row() {
 async fn sigstop_past_the_dead_time_then_sigcont_catches_up_without_split_brain() {
     let cluster = Cluster::start_with(3, FAST_DETECTOR);
     let client = cluster.client(0).await;
-    client
-        .batch_execute(
-            "CREATE TABLE paused (id BIGINT, v BIGINT) DISTRIBUTED BY (id) PARTITIONS 6;
-             INSERT INTO paused SELECT value, 1 FROM generate_series(1, 1000);",
-        )
-        .await
-        .unwrap();
+    create_thousand_rows(&client, "paused").await;
     let stopped = node_id(&cluster, &client, 2).await;
     cluster.signal(2, "STOP");
     eventually("the stopped node marked down", Duration::from_secs(15), async || {
@@ -722,13 +727,7 @@ async fn figures_detection_reprotection_and_rebalance() {
 async fn killing_the_first_meta_node_leaves_catalog_detection_and_writes_working() {
     let mut cluster = Cluster::start_with(3, FAST_DETECTOR);
     let client = cluster.client(1).await;
-    client
-        .batch_execute(
-            "CREATE TABLE before_kill (id BIGINT, v BIGINT) DISTRIBUTED BY (id) PARTITIONS 6;
-             INSERT INTO before_kill SELECT value, 1 FROM generate_series(1, 1000);",
-        )
-        .await
-        .unwrap();
+    create_thousand_rows(&client, "before_kill").await;
     let first = node_id(&cluster, &client, 0).await;
     assert_eq!(first, "1", "node index 0 bootstrapped the cluster");
     wait_for_meta_group(&client).await;
@@ -779,13 +778,7 @@ async fn node_cut_off_refuses_writes_while_the_majority_goes_on_then_heals_and_c
     let cluster = Cluster::start_isolated(3, &["--node-dead-after-ms", "1500", "--reprotect-after-ms", "600000"]);
     let network = cluster.network.as_ref().expect("isolated cluster");
     let (cut, majority, other) = (cluster.client(0).await, cluster.client(1).await, cluster.client(2).await);
-    majority
-        .batch_execute(
-            "CREATE TABLE cut (id BIGINT, v BIGINT) DISTRIBUTED BY (id) PARTITIONS 6;
-             INSERT INTO cut SELECT value, 1 FROM generate_series(1, 1000);",
-        )
-        .await
-        .unwrap();
+    create_thousand_rows(&majority, "cut").await;
     wait_for_meta_group(&majority).await;
     assert_eq!(scalar(&majority, "SELECT meta_role FROM foam_nodes WHERE node_id = 1").await, "leader");
     let cut_id = node_id(&cluster, &majority, 0).await;

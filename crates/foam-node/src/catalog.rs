@@ -100,16 +100,24 @@ impl ClusterCatalog {
     /// Why this node seems cut off from the majority of the meta nodes, if it
     /// does: it leads, but no majority has acknowledged it for
     /// [`CUT_OFF_AFTER_MS`], or it follows and has not heard from a leader for
-    /// as long. Costs no I/O; a write's commit still asks the leader.
+    /// as long. Costs no I/O (checked on every statement); a write's commit
+    /// still asks the leader.
     pub(crate) fn cut_off(&self) -> Option<String> {
-        if self.is_leader() {
-            let metrics = self.raft.metrics().borrow().clone();
+        let leading_silence = {
+            let metrics = self.raft.metrics();
+            let metrics = metrics.borrow();
+            let leads = metrics.state == openraft::ServerState::Leader && metrics.current_leader == Some(self.node_id);
             let voters = metrics.membership_config.membership().voter_ids().count();
-            return match metrics.millis_since_quorum_ack {
-                Some(silent) if voters > 1 && silent > CUT_OFF_AFTER_MS => {
+            leads.then(|| metrics.millis_since_quorum_ack.filter(|_| voters > 1))
+        };
+        if let Some(silence) = leading_silence {
+            return match silence {
+                Some(silent) if silent > CUT_OFF_AFTER_MS => {
                     Some(format!("node {} leads the meta nodes but no majority of them has answered it for {silent} ms", self.node_id))
                 }
                 _ => {
+                    // A leader backed by a majority counts as heard, so if it
+                    // steps down it waits for its successor's heartbeats afresh.
                     self.heard_from_leader();
                     None
                 }
@@ -126,6 +134,15 @@ impl ClusterCatalog {
                 "{reason}: it may be cut off from the majority, so it refuses statements; \
                  retry through another node or when the network heals"
             ),
+        }
+    }
+
+    /// The catalog a leader's `Catalog` reply carries (none: this node's is current).
+    fn catalog_reply(&self, reply: NodeResponse) -> FoamResult<Arc<Catalog>> {
+        match reply {
+            NodeResponse::Catalog { catalog: Some(catalog) } => Ok(self.remember(catalog)),
+            NodeResponse::Catalog { catalog: None } => Ok(self.current()),
+            other => Err(FoamError::internal(format!("unexpected catalog reply {other:?}"))),
         }
     }
 
@@ -269,9 +286,7 @@ impl CatalogService for ClusterCatalog {
         }
         let known_version = Some(self.current().version);
         match self.call_leader(&NodeRequest::CatalogGet { known_version }).await {
-            Ok(NodeResponse::Catalog { catalog: Some(catalog) }) => Ok(self.remember(catalog)),
-            Ok(NodeResponse::Catalog { catalog: None }) => Ok(self.current()),
-            Ok(other) => Err(FoamError::internal(format!("unexpected catalog reply {other:?}"))),
+            Ok(reply) => self.catalog_reply(reply),
             Err(error) => {
                 self.refuse_if_cut_off()?;
                 // Between leaders (an election): reads go on with the catalog
@@ -283,7 +298,8 @@ impl CatalogService for ClusterCatalog {
     }
 
     fn meta_role(&self) -> Option<String> {
-        let metrics = self.raft.metrics().borrow().clone();
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
         let membership = metrics.membership_config.membership();
         if membership.get_node(&self.node_id).is_none() {
             return None;
@@ -328,11 +344,8 @@ impl CatalogService for ClusterCatalog {
             }
             return Ok(self.current());
         }
-        match self.call_leader(&NodeRequest::CheckNodes).await? {
-            NodeResponse::Catalog { catalog: Some(catalog) } => Ok(self.remember(catalog)),
-            NodeResponse::Catalog { catalog: None } => Ok(self.current()),
-            other => Err(FoamError::internal(format!("unexpected catalog reply {other:?}"))),
-        }
+        let reply = self.call_leader(&NodeRequest::CheckNodes).await?;
+        self.catalog_reply(reply)
     }
 
     async fn confirm_majority(&self) -> FoamResult<()> {

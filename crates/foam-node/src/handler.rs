@@ -27,12 +27,7 @@ impl NodeHandler for FoamNodeHandler {
                 if from_leader {
                     self.catalog.heard_from_leader();
                 }
-                NodeResponse::Pong {
-                    node_id: node.node_id,
-                    partition_scans: node.partition_scans.load(std::sync::atomic::Ordering::Relaxed),
-                    rows_sent_to_peers: node.rows_sent_to_peers.load(std::sync::atomic::Ordering::Relaxed),
-                    meta_role: node.catalog.meta_role(),
-                }
+                node.pong()
             }
             request @ (NodeRequest::CatalogGet { .. }
             | NodeRequest::CatalogApply { .. }

@@ -1,12 +1,13 @@
 //! The failure detector, re-protection planner and rebalancer, run by the
 //! leader of the meta nodes (any meta node runs this loop; it acts only while
-//! it leads, and forgets what it heard when it stops leading). Every [`HEARTBEAT_INTERVAL_MS`] it pings every node; a node not
-//! heard from for `node_dead_after_ms` is marked down in the catalog (its
-//! replicas become lost, so queries read and writes go to the surviving ones),
-//! and one down for `reprotect_after_ms` has each of its partitions given a new
-//! copy on another node, which that node's replica keeper then fills
-//! (`replicas.rs`). A node heard again is marked up; its keeper catches its
-//! lost copies up.
+//! it leads, and forgets what it heard when it stops leading). Every
+//! [`HEARTBEAT_INTERVAL_MS`] it pings every node (the pings tell each node it
+//! is not cut off); a node not heard from for `node_dead_after_ms` is marked
+//! down in the catalog (its replicas become lost, so queries read and writes
+//! go to the surviving ones), and one down for `reprotect_after_ms` has each
+//! of its partitions given a new copy on another node, which that node's
+//! replica keeper then fills (`replicas.rs`). A node heard again is marked up;
+//! its keeper catches its lost copies up.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};

@@ -10,7 +10,7 @@ use foam_catalog::model::CommandOutcome;
 use foam_catalog::model::ReplicaState;
 use foam_catalog::{Catalog, CatalogCommand, NodeInfo};
 use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TableId};
-use foam_rpc::{NodeClient, NodeClients};
+use foam_rpc::{NodeClient, NodeClients, NodeResponse};
 use foam_storage::{DecisionLog, StorageEngine};
 
 /// Access to the cluster catalog, which the meta nodes replicate with Raft
@@ -90,6 +90,17 @@ impl NodeContext {
     pub fn client_for(&self, node_id: NodeId) -> FoamResult<NodeClient> {
         let catalog = self.catalog.current();
         self.client(catalog.node(node_id)?)
+    }
+
+    /// This node's answer to a `Ping`: its counters and its meta role.
+    pub fn pong(&self) -> NodeResponse {
+        let ordering = std::sync::atomic::Ordering::Relaxed;
+        NodeResponse::Pong {
+            node_id: self.node_id,
+            partition_scans: self.partition_scans.load(ordering),
+            rows_sent_to_peers: self.rows_sent_to_peers.load(ordering),
+            meta_role: self.catalog.meta_role(),
+        }
     }
 
     pub fn damage_reporter(&self) -> DamageReporter {

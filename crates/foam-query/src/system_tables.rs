@@ -37,11 +37,8 @@ pub async fn build(name: &str, node: &Arc<NodeContext>) -> FoamResult<Option<Arc
 /// The node's (partition scans, rows sent to peers, meta role) if it answers
 /// within the connect timeout.
 async fn ping(node: &Arc<NodeContext>, id: NodeId) -> Option<(u64, u64, Option<String>)> {
-    if id == node.node_id {
-        let ordering = std::sync::atomic::Ordering::Relaxed;
-        return Some((node.partition_scans.load(ordering), node.rows_sent_to_peers.load(ordering), node.catalog.meta_role()));
-    }
-    match ask(node, id, &NodeRequest::Ping { from_leader: false }).await {
+    let answer = if id == node.node_id { Ok(node.pong()) } else { ask(node, id, &NodeRequest::Ping { from_leader: false }).await };
+    match answer {
         Ok(NodeResponse::Pong { partition_scans, rows_sent_to_peers, meta_role, .. }) => {
             Some((partition_scans, rows_sent_to_peers, meta_role))
         }
