@@ -132,6 +132,7 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
         traffic,
         worker_channels: Default::default(),
         partition_scans: Default::default(),
+        segment_statistics: Default::default(),
         rows_sent_to_peers: Default::default(),
     });
     let runtime = query_runtime(&config)?;

@@ -74,6 +74,8 @@ pub struct NodeContext {
     pub partition_scans: std::sync::atomic::AtomicU64,
     /// Rows this node streamed to peers from its partitions, since start.
     pub rows_sent_to_peers: std::sync::atomic::AtomicU64,
+    /// Its segments' footer statistics, which planning reads (`statistics.rs`).
+    pub segment_statistics: crate::statistics::SegmentStatistics,
 }
 
 impl std::fmt::Debug for NodeContext {

@@ -24,6 +24,7 @@ pub mod explain;
 pub mod route;
 pub mod scan_exec;
 pub mod session;
+pub mod statistics;
 pub mod system_tables;
 pub mod table;
 pub mod write;

@@ -75,6 +75,11 @@ pub struct ScanSpec {
     /// broadcast (collect) joins for small inputs.
     #[serde(default)]
     pub estimated_rows: Option<u64>,
+    /// The whole table's statistics for a scan of `estimated_rows` (every
+    /// column, before projection; see `statistics.rs`). Only the planning
+    /// node uses them, so they are not sent to workers.
+    #[serde(skip)]
+    pub statistics: Option<Arc<datafusion::common::Statistics>>,
 }
 
 /// How a hash-distributed table is split: two scans with equal layouts put
@@ -177,19 +182,23 @@ impl ExecutionPlan for FoamScanExec {
         _input_stats: &[Arc<datafusion::common::Statistics>],
         args: &datafusion::physical_plan::statistics::StatisticsArgs,
     ) -> Result<Arc<datafusion::common::Statistics>> {
-        let mut statistics = datafusion::common::Statistics::new_unknown(&self.schema);
-        if let Some(rows) = self.spec.estimated_rows {
-            let reads = self.reads().count().max(1) as u64;
-            let rows = match args.partition() {
-                Some(partition) => {
-                    let here = self.spec.groups.get(partition).map(|g| g.len() as u64).unwrap_or(0);
-                    rows * here / reads
-                }
-                None => rows,
-            };
-            statistics.num_rows = datafusion::common::stats::Precision::Inexact(rows as usize);
-        }
-        Ok(Arc::new(statistics))
+        let Some(rows) = self.spec.estimated_rows else {
+            return Ok(Arc::new(datafusion::common::Statistics::new_unknown(&self.schema)));
+        };
+        // The share of the scan's partitions that DataFusion partition reads.
+        let reads = self.reads().count().max(1) as u64;
+        let share = match args.partition() {
+            Some(partition) => self.spec.groups.get(partition).map(|g| g.len() as u64).unwrap_or(0) as f64 / reads as f64,
+            None => 1.0,
+        };
+        Ok(Arc::new(match &self.spec.statistics {
+            Some(table) => crate::statistics::scaled(table.as_ref().clone(), share).project(self.spec.projection.as_ref()),
+            None => {
+                let mut statistics = datafusion::common::Statistics::new_unknown(&self.schema);
+                statistics.num_rows = datafusion::common::stats::Precision::Inexact((rows as f64 * share) as usize);
+                statistics
+            }
+        }))
     }
 
     fn properties(&self) -> &Arc<PlanProperties> {

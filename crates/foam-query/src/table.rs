@@ -152,24 +152,25 @@ impl FoamTable {
     /// Rows the partitions in `groups` hold, extrapolated from the ones this
     /// node stores (no network round trip); `None` when it stores none.
     fn estimate_rows(&self, groups: &[Vec<PartitionRead>]) -> Option<u64> {
-        let reads: Vec<&PartitionRead> = groups.iter().flatten().collect();
-        let local: Vec<u64> = match &self.table.distribution {
-            Distribution::Hash { owners, .. } => owners
-                .iter()
-                .enumerate()
-                .filter(|(_, owner)| **owner == self.node.node_id)
-                .map(|(p, _)| self.node.storage.stats(self.table.id, p as PartitionId).rows)
-                .collect(),
-            Distribution::Replicated { nodes } if nodes.contains(&self.node.node_id) => {
-                vec![self.node.storage.stats(self.table.id, 0).rows]
-            }
-            Distribution::Replicated { .. } => Vec::new(),
-        };
+        let local = self.local_partitions();
         if local.is_empty() {
             return None;
         }
-        let average = local.iter().sum::<u64>() / local.len() as u64;
-        Some(average * reads.len() as u64)
+        let rows: u64 = local.iter().map(|p| self.node.storage.stats(self.table.id, *p).rows).sum();
+        let reads = groups.iter().flatten().count() as u64;
+        Some(rows / local.len() as u64 * reads)
+    }
+
+    /// The partitions of this table this node stores (the copy of a
+    /// replicated table counts as partition 0).
+    fn local_partitions(&self) -> Vec<PartitionId> {
+        match &self.table.distribution {
+            Distribution::Hash { owners, .. } => (0..owners.len() as PartitionId)
+                .filter(|p| owners[*p as usize] == self.node.node_id)
+                .collect(),
+            Distribution::Replicated { nodes } if nodes.contains(&self.node.node_id) => vec![0],
+            Distribution::Replicated { .. } => Vec::new(),
+        }
     }
 }
 
@@ -212,6 +213,10 @@ impl TableProvider for FoamTable {
             }
         };
         let estimated_rows = self.estimate_rows(&groups);
+        let statistics = estimated_rows.and_then(|rows| {
+            let local = self.local_partitions();
+            self.node.segment_statistics.table(&self.node.storage, self.table.id, &local, &self.schema, rows).map(Arc::new)
+        });
         let spec = ScanSpec {
             table_id: self.table.id,
             table_name: self.table.name.clone(),
@@ -223,6 +228,7 @@ impl TableProvider for FoamTable {
             filters: crate::scan_exec::encode_filters(filters),
             layout,
             estimated_rows,
+            statistics,
         };
         Ok(Arc::new(FoamScanExec::try_new(spec)?))
     }

@@ -149,6 +149,15 @@ pub fn read_segment(path: &Path, crc32: Option<u32>, projection: Option<&[usize]
     builder.build().map_err(|e| parquet_error(path, e))
 }
 
+/// The segment's Parquet footer: row counts and each row group's column
+/// statistics (min, max, nulls), which the query planner sums up into a
+/// table's statistics. Only the footer is read, not the column data.
+pub fn read_metadata(path: &Path) -> FoamResult<std::sync::Arc<parquet::file::metadata::ParquetMetaData>> {
+    let file = File::open(path).map_err(|e| FoamError::io(path, e))?;
+    let metadata = parquet::file::metadata::ParquetMetaDataReader::new().parse_and_finish(&file).map_err(|e| parquet_error(path, e))?;
+    Ok(std::sync::Arc::new(metadata))
+}
+
 fn parquet_error(path: &Path, error: parquet::errors::ParquetError) -> FoamError {
     FoamError::Corrupted { path: path.display().to_string(), message: error.to_string() }
 }
