@@ -27,6 +27,7 @@
 use std::sync::Arc;
 
 use arrow::datatypes::Schema;
+use datafusion::common::JoinType;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
@@ -213,7 +214,13 @@ fn route_one_side(
 /// (and datafusion-distributed then broadcasts it to every task). When both
 /// inputs are FoamDB tables distributed on the join keys with one layout,
 /// joining partition by partition where they are stored moves nothing:
-/// prefer that.
+/// prefer that. When only the probe side is, route the small side to its
+/// owners. When only the collected side is and the join emits that side's
+/// unmatched rows (left, full, left semi and anti joins), a broadcast would
+/// emit them once per task, so datafusion-distributed would shuffle both
+/// sides: route the probe side to the collected side's owners instead
+/// (TPC-H Q22's `NOT EXISTS` over orders moves only `o_custkey`). A single
+/// node keeps such a join collected: one process shares the collected side.
 fn collect_join_to_co_located(node: &Arc<dyn ExecutionPlan>, workers: u64) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     let Some(join) = node.downcast_ref::<HashJoinExec>() else { return Ok(None) };
     if join.mode != PartitionMode::CollectLeft || join.null_aware {
@@ -226,23 +233,19 @@ fn collect_join_to_co_located(node: &Arc<dyn ExecutionPlan>, workers: u64) -> Re
     let right = join.right().clone();
     let required: Vec<Vec<Arc<dyn PhysicalExpr>>> =
         vec![join.on().iter().map(|(l, _)| l.clone()).collect(), join.on().iter().map(|(_, r)| r.clone()).collect()];
-    let left = if co_located(&[&left, &right], &required) {
-        left
-    } else {
-        // The probe side is a FoamDB table distributed on the join keys:
-        // routing the small side to its owners sends each of its rows once,
+    let (left, right) = if co_located(&[&left, &right], &required) {
+        (left, right)
+    } else if let Some(routed) = route_toward(&right, &required[1], left.clone(), &required[0], workers)? {
+        // Routing the small side to the owners sends each of its rows once,
         // a broadcast sends every row to every task.
-        let HashOrigin::Foam { owners } = origin(&right) else { return Ok(None) };
-        let Some(conditions) = key_conditions(&right, &required[1]) else { return Ok(None) };
-        let Partitioning::Hash(probe_keys, _) = right.output_partitioning() else { return Ok(None) };
-        let build_keys: Vec<Arc<dyn PhysicalExpr>> = conditions.iter().map(|c| required[0][*c].clone()).collect();
-        if !same_kind(probe_keys, &right.schema(), &build_keys, &left.schema()) {
-            return Ok(None);
-        }
-        match crate::route::routed_shuffle(left, &build_keys, &owners, workers)? {
-            Some(routed) => routed,
-            None => return Ok(None),
-        }
+        (routed, right)
+    } else if workers > 1
+        && !emits_only_probe_rows(join.join_type())
+        && let Some(routed) = route_toward(&left, &required[0], right.clone(), &required[1], workers)?
+    {
+        (left, routed)
+    } else {
+        return Ok(None);
     };
     let rebuilt = join
         .builder()
@@ -252,6 +255,33 @@ fn collect_join_to_co_located(node: &Arc<dyn ExecutionPlan>, workers: u64) -> Re
         .reset_state()
         .build_exec()?;
     Ok(Some(rebuilt))
+}
+
+/// Join types whose output never includes an unmatched build-side row, so
+/// copying the build side to every task stays correct (the types
+/// datafusion-distributed broadcasts).
+fn emits_only_probe_rows(join_type: &JoinType) -> bool {
+    matches!(join_type, JoinType::Inner | JoinType::Right | JoinType::RightSemi | JoinType::RightAnti | JoinType::RightMark)
+}
+
+/// `moves` shuffled to the tasks that hold `stays`'s partitions, when
+/// `stays` is FoamDB-hashed on its join keys (`stay_keys`, paired with
+/// `move_keys` by position) and the keys hash alike.
+fn route_toward(
+    stays: &Arc<dyn ExecutionPlan>,
+    stay_keys: &[Arc<dyn PhysicalExpr>],
+    moves: Arc<dyn ExecutionPlan>,
+    move_keys: &[Arc<dyn PhysicalExpr>],
+    workers: u64,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let HashOrigin::Foam { owners } = origin(stays) else { return Ok(None) };
+    let Some(conditions) = key_conditions(stays, stay_keys) else { return Ok(None) };
+    let Partitioning::Hash(hashed_keys, _) = stays.output_partitioning() else { return Ok(None) };
+    let routed_keys: Vec<Arc<dyn PhysicalExpr>> = conditions.iter().map(|c| move_keys[*c].clone()).collect();
+    if !same_kind(hashed_keys, &stays.schema(), &routed_keys, &moves.schema()) {
+        return Ok(None);
+    }
+    crate::route::routed_shuffle(moves, &routed_keys, &owners, workers)
 }
 
 /// Whether keys hash alike: FoamDB's partition hash is over canonical
