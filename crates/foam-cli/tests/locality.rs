@@ -118,8 +118,15 @@ async fn co_located_join_moves_no_table_data_and_a_shuffled_one_does() {
     assert_eq!(received.len(), 3, "one traffic line per node: {analyzed}");
     assert!(received.iter().sum::<u64>() > 50_000, "the routed rows are counted: {received:?}");
 
-    // A replicated table joins with every node's rows.
-    let replicated = "SELECT count(*) FROM a JOIN small ON a.other = small.id";
-    let (_, rows) = bytes_between_nodes(&client, replicated).await;
-    assert_eq!(rows, vec![vec![Some(ROWS.to_string())]]);
+    // A replicated table joins with every node's rows, on each node against
+    // its own copy: neither table's rows cross the network.
+    let replicated = "SELECT count(*), sum(length(label)) FROM a JOIN small ON a.other = small.id";
+    let (replicated_bytes, rows) = bytes_between_nodes(&client, replicated).await;
+    let label_bytes: u64 = (1..=ROWS).map(|k| format!("label {}", k % 97).len() as u64).sum();
+    assert_eq!(rows, vec![vec![Some(ROWS.to_string()), Some(label_bytes.to_string())]]);
+    let plan = explain(&client, replicated).await;
+    println!("{plan}\nreplicated join: {replicated_bytes} bytes between nodes");
+    assert!(plan.contains("FoamReplicaJoinExec") && plan.contains("exchange: none (replicated"), "{plan}");
+    assert!(!plan.contains("NetworkBroadcastExec") && !plan.contains("NetworkShuffleExec"), "nothing is sent for the join:\n{plan}");
+    assert!(replicated_bytes < 5_000, "only partial aggregates cross: {replicated_bytes} bytes");
 }

@@ -22,12 +22,12 @@
 //! pairing is shuffled as DataFusion would. A join DataFusion chose to run by
 //! collecting its small side (broadcast) becomes co-located or routed too when
 //! that moves less: never more than a broadcast, which copies the small side
-//! to every task.
+//! to every task. One that collects only replicated tables joins each node's
+//! own copy (`replica_join.rs`) and moves nothing.
 
 use std::sync::Arc;
 
 use arrow::datatypes::Schema;
-use datafusion::common::JoinType;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
@@ -36,6 +36,7 @@ use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
 use datafusion::physical_plan::union::InterleaveExec;
 use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ExecutionPlanProperties, ReplaceChildrenOptions};
 use foam_common::NodeId;
@@ -219,7 +220,8 @@ fn route_one_side(
 /// unmatched rows (left, full, left semi and anti joins), a broadcast would
 /// emit them once per task, so datafusion-distributed would shuffle both
 /// sides: route the probe side to the collected side's owners instead
-/// (TPC-H Q22's `NOT EXISTS` over orders moves only `o_custkey`). A single
+/// (TPC-H Q22's `NOT EXISTS` over orders moves only `o_custkey`); for other
+/// joins, do so when that moves fewer rows than the broadcast. A single
 /// node keeps such a join collected: one process shares the collected side.
 fn collect_join_to_co_located(node: &Arc<dyn ExecutionPlan>, workers: u64) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     let Some(join) = node.downcast_ref::<HashJoinExec>() else { return Ok(None) };
@@ -240,7 +242,7 @@ fn collect_join_to_co_located(node: &Arc<dyn ExecutionPlan>, workers: u64) -> Re
         // a broadcast sends every row to every task.
         (routed, right)
     } else if workers > 1
-        && !emits_only_probe_rows(join.join_type())
+        && (!crate::replica_join::emits_only_probe_rows(join.join_type()) || routing_moves_less(&left, &right, workers))
         && let Some(routed) = route_toward(&left, &required[0], right.clone(), &required[1], workers)?
     {
         (left, routed)
@@ -257,11 +259,19 @@ fn collect_join_to_co_located(node: &Arc<dyn ExecutionPlan>, workers: u64) -> Re
     Ok(Some(rebuilt))
 }
 
-/// Join types whose output never includes an unmatched build-side row, so
-/// copying the build side to every task stays correct (the types
-/// datafusion-distributed broadcasts).
-fn emits_only_probe_rows(join_type: &JoinType) -> bool {
-    matches!(join_type, JoinType::Inner | JoinType::Right | JoinType::RightSemi | JoinType::RightAnti | JoinType::RightMark)
+/// Whether routing the probe side to the collected side's owners sends fewer
+/// rows than broadcasting the collected side: a broadcast copies every
+/// collected row to each of the other tasks, routing sends each probe row
+/// once, unless it is already on its owner (one time in `workers`). Unknown
+/// sizes keep the broadcast DataFusion chose.
+fn routing_moves_less(collected: &Arc<dyn ExecutionPlan>, probe: &Arc<dyn ExecutionPlan>, workers: u64) -> bool {
+    let rows = |plan: &Arc<dyn ExecutionPlan>| {
+        StatisticsContext::new().compute(plan.as_ref(), &StatisticsArgs::new()).ok().and_then(|s| s.num_rows.get_value().copied())
+    };
+    match (rows(collected), rows(probe)) {
+        (Some(collected), Some(probe)) => (probe as u64) * (workers - 1) / workers < (collected as u64) * (workers - 1),
+        _ => false,
+    }
 }
 
 /// `moves` shuffled to the tasks that hold `stays`'s partitions, when
@@ -319,6 +329,13 @@ impl PhysicalOptimizerRule for CoPartitioning {
 }
 
 fn fix(node: Arc<dyn ExecutionPlan>, target: usize, workers: u64) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
+    // A join collecting only replicated tables joins each node's own copy:
+    // nothing moves (one node joins its copy anyway).
+    if workers > 1
+        && let Some(local) = crate::replica_join::replica_join(&node)?
+    {
+        return Ok(Transformed::yes(local));
+    }
     if let Some(co_located) = collect_join_to_co_located(&node, workers)? {
         return Ok(Transformed::yes(co_located));
     }

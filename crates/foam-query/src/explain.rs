@@ -8,6 +8,8 @@
 //!     a shuffle on both sides        ─▶ shuffle-both
 //!     a broadcast                    ─▶ broadcast
 //!     a gather to one task           ─▶ gather
+//!   a join collecting only replicated tables, against each node's own copy
+//!                                    ─▶ none (replicated)
 //!   every network boundary           ─▶ its kind and the tasks on both ends
 //! ```
 //! The plan snapshot tests pin these lines for the 22 TPC-H queries, so a
@@ -67,7 +69,10 @@ fn is_join(plan: &dyn ExecutionPlan) -> bool {
 pub fn exchanges(plan: &Arc<dyn ExecutionPlan>) -> Vec<String> {
     let mut lines = Vec::new();
     let _ = plan.apply(|node| {
-        if is_join(node.as_ref()) {
+        if node.name() == "FoamReplicaJoinExec" {
+            let line = displayable(node.as_ref()).one_line().to_string();
+            lines.push(format!("{}  ─ exchange: none (replicated, each node's own copy)", line.trim_end()));
+        } else if is_join(node.as_ref()) {
             let inputs: Vec<Input> = node.children().into_iter().map(input_of).collect();
             let line = displayable(node.as_ref()).one_line().to_string();
             let line = line.split(", projection=").next().unwrap_or(&line).trim_end().to_string();
