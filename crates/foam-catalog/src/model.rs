@@ -180,10 +180,21 @@ impl TableDef {
     fn derive_read_nodes(&mut self, nodes: &BTreeMap<NodeId, NodeInfo>) {
         match &mut self.distribution {
             Distribution::Hash { owners, .. } => {
-                for (owner, placement) in owners.iter_mut().zip(&self.placement) {
+                // Partition `p`'s home is the `p mod n`-th up node, where a
+                // new table puts its first copy: reading from the home when it
+                // holds a live copy spreads reads evenly again after copies
+                // were moved away and back (re-protection, rebalancing), and
+                // tables with the same layout keep reading each partition on
+                // the same node (co-located joins).
+                let up: Vec<NodeId> = nodes.values().filter(|n| n.state == NodeState::Up).map(|n| n.id).collect();
+                for (p, (owner, placement)) in owners.iter_mut().zip(&self.placement).enumerate() {
+                    let home = (!up.is_empty()).then(|| up[p % up.len()]);
+                    let mut live = placement.live_nodes(nodes);
+                    let first_live = live.next();
+                    let at_home = home.filter(|h| first_live == Some(*h) || placement.live_nodes(nodes).any(|n| n == *h));
                     // With no readable replica the first one stays the owner, so
                     // a read fails naming a node instead of reading nothing.
-                    *owner = placement.live_nodes(nodes).next().or(placement.replicas.first().map(|r| r.node)).unwrap_or(*owner);
+                    *owner = at_home.or(first_live).or(placement.replicas.first().map(|r| r.node)).unwrap_or(*owner);
                 }
             }
             Distribution::Replicated { nodes: readers } => {
@@ -692,6 +703,13 @@ mod tests {
             assert_eq!(placement.replicas.len(), REPLICAS_DEFAULT as usize);
             assert_ne!(placement.replicas[0].node, placement.replicas[1].node);
         }
+        // A copy moved away and back is listed last, yet its home node reads it.
+        let mut moved = catalog.table("t").unwrap().clone();
+        let home = moved.placement[0].replicas[0].node;
+        moved.placement[0].replicas.reverse();
+        moved.derive_read_nodes(&catalog.nodes);
+        let Distribution::Hash { owners, .. } = &moved.distribution else { panic!("hash expected") };
+        assert_eq!(owners[0], home, "partition 0 is read on its home node wherever its copy is listed");
         let error = catalog.apply(&create("u", hash_table(Some(4)))).unwrap_err();
         assert_eq!(error.sqlstate(), "42P16", "more copies than nodes");
         // Node 1 down: its copies are lost, reads move to the other copy.
