@@ -52,6 +52,28 @@ pub struct LocalCluster {
     nodes: Vec<NodeProcess>,
 }
 
+/// The file in a local cluster's data directory naming the `--sql-port` it
+/// was created with.
+const SQL_PORT_FILE: &str = "sql-port";
+
+/// Nodes register their addresses in the catalog (and the meta nodes in their
+/// Raft group) when a cluster is created; started again on other ports they
+/// would look for each other at the old ones and never form a majority. So a
+/// data directory remembers its port and refuses another with a clear error.
+fn check_sql_port(data_dir: &std::path::Path, sql_port: u16) -> Result<(), String> {
+    let path = data_dir.join(SQL_PORT_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(found) => match found.trim().parse::<u16>() {
+            Ok(created) if created != sql_port => Err(format!(
+                "{} was created with --sql-port {created}; its nodes are registered at those ports, so start it with --sql-port {created}",
+                data_dir.display()
+            )),
+            _ => Ok(()),
+        },
+        Err(_) => std::fs::write(&path, sql_port.to_string()).map_err(|e| format!("cannot write {}: {e}", path.display())),
+    }
+}
+
 impl LocalCluster {
     /// Starts `nodes` node processes and waits until each serves SQL; gives up
     /// early when `stop` is set.
@@ -65,6 +87,7 @@ impl LocalCluster {
         }
         std::fs::create_dir_all(data_dir).map_err(|e| format!("cannot create {}: {e}", data_dir.display()))?;
         let data_dir = data_dir.canonicalize().map_err(|e| e.to_string())?;
+        check_sql_port(&data_dir, sql_port)?;
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let memory_mb = memory_per_node_mb(nodes);
         let first_node_addr = format!("127.0.0.1:{}", sql_port + NODE_PORT_OFFSET);

@@ -429,6 +429,17 @@ async fn whole_local_cluster_restarts_with_its_data() {
     );
     unsafe { libc_kill(local.id() as i32, 15) };
     local.wait().unwrap();
+
+    // On other ports its nodes would look for each other at the registered
+    // ones and never form a majority: refused at once, naming the port.
+    let elsewhere = std::process::Command::new(common::foam_binary())
+        .args(["local", "--nodes", "3", "--sql-port", &(sql_port + 3).to_string(), "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .expect("foam local");
+    let stderr = String::from_utf8_lossy(&elsewhere.stderr);
+    assert!(!elsewhere.status.success(), "a data dir started on other ports is refused: {stderr}");
+    assert!(stderr.contains(&format!("created with --sql-port {sql_port}")), "{stderr}");
 }
 
 unsafe extern "C" {
