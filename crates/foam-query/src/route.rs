@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use arrow::array::{ArrayRef, UInt64Array};
+use arrow::array::{ArrayRef, UInt32Array};
 use arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::common::hash_utils::create_hashes;
 use datafusion::common::{ScalarValue, tree_node::TreeNodeRecursion};
@@ -52,6 +52,8 @@ const ROUTE_COLUMN: &str = "__foam_route";
 /// Most hashes the route table of one `(N, W)` may take to find; beyond it
 /// (very wide clusters with many partitions) joins shuffle both sides.
 const ROUTE_SEARCH_HASHES_MAX: u64 = 20_000_000;
+// Route values are the candidates tried, stored as UInt32.
+const _: () = assert!(ROUTE_SEARCH_HASHES_MAX < u32::MAX as u64);
 
 fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 { a } else { gcd(b, a % b) }
@@ -63,8 +65,9 @@ pub fn task_period(workers: u64) -> u64 {
     (1..=workers.max(1)).fold(1u64, |l, t| l / gcd(l, t) * t)
 }
 
-/// The DataFusion repartition hash of `values` as a UInt64 column.
-fn df_hashes(values: &UInt64Array) -> Result<Vec<u64>> {
+/// The DataFusion repartition hash of `values` as a UInt32 column (route
+/// values travel with every routed row, so they take 4 bytes, not 8).
+fn df_hashes(values: &UInt32Array) -> Result<Vec<u64>> {
     let mut hashes = vec![0u64; values.len()];
     let column: ArrayRef = Arc::new(values.clone());
     create_hashes(&[column], REPARTITION_RANDOM_STATE.random_state(), &mut hashes)?;
@@ -73,29 +76,29 @@ fn df_hashes(values: &UInt64Array) -> Result<Vec<u64>> {
 
 /// For each (task index < workers, partition < n): a value whose DataFusion
 /// hash `H` has `H mod n = partition` and `(H div n) mod period = task index`.
-fn route_table(n: u64, workers: u64) -> Result<Arc<Vec<u64>>> {
-    static TABLES: OnceLock<Mutex<HashMap<(u64, u64), Arc<Vec<u64>>>>> = OnceLock::new();
+fn route_table(n: u64, workers: u64) -> Result<Arc<Vec<u32>>> {
+    static TABLES: OnceLock<Mutex<HashMap<(u64, u64), Arc<Vec<u32>>>>> = OnceLock::new();
     let tables = TABLES.get_or_init(Default::default);
     if let Some(table) = tables.lock().unwrap_or_else(|p| p.into_inner()).get(&(n, workers)) {
         return Ok(table.clone());
     }
     let period = task_period(workers);
     let slots = (n * workers) as usize;
-    let mut table = vec![u64::MAX; slots];
+    let mut table = vec![u32::MAX; slots];
     let mut missing = slots;
-    let mut next = 0u64;
-    const CHUNK: u64 = 4096;
+    let mut next = 0u32;
+    const CHUNK: u32 = 4096;
     while missing > 0 {
-        if next > ROUTE_SEARCH_HASHES_MAX {
+        if u64::from(next) > ROUTE_SEARCH_HASHES_MAX {
             return Err(DataFusionError::Plan(format!("no route table for {n} partitions and {workers} workers")));
         }
-        let candidates = UInt64Array::from_iter_values(next..next + CHUNK);
+        let candidates = UInt32Array::from_iter_values(next..next + CHUNK);
         for (value, hash) in (next..next + CHUNK).zip(df_hashes(&candidates)?) {
             let partition = hash % n;
             let task = (hash / n) % period;
             if task < workers {
                 let slot = (task * n + partition) as usize;
-                if table[slot] == u64::MAX {
+                if table[slot] == u32::MAX {
                     table[slot] = value;
                     missing -= 1;
                 }
@@ -145,7 +148,7 @@ impl ScalarUDFImpl for FoamRoute {
     }
 
     fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
-        Ok(DataType::UInt64)
+        Ok(DataType::UInt32)
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
@@ -171,7 +174,7 @@ impl ScalarUDFImpl for FoamRoute {
             args.args[..count - 3].iter().map(|k| k.to_array(args.number_rows)).collect::<Result<_>>()?;
         let table = route_table(n, workers)?;
         let hashes = foam_common::hash::hash_rows(&keys).map_err(|e| DataFusionError::Execution(e.to_string()))?;
-        let values: UInt64Array = hashes
+        let values: UInt32Array = hashes
             .into_iter()
             .map(|hash| {
                 let partition = foam_common::hash::partition_of_hash(hash, n as u32) as u64;
@@ -338,7 +341,7 @@ mod tests {
     fn route_values_land_on_the_owners_task_for_every_task_count() {
         for (n, workers) in [(12u64, 3u64), (16, 4), (7, 5)] {
             let table = route_table(n, workers).unwrap();
-            let values = UInt64Array::from(table.as_ref().clone());
+            let values = UInt32Array::from(table.as_ref().clone());
             let hashes = df_hashes(&values).unwrap();
             for task in 0..workers {
                 for partition in 0..n {
