@@ -189,9 +189,8 @@ impl TableDef {
                 let up: Vec<NodeId> = nodes.values().filter(|n| n.state == NodeState::Up).map(|n| n.id).collect();
                 for (p, (owner, placement)) in owners.iter_mut().zip(&self.placement).enumerate() {
                     let home = (!up.is_empty()).then(|| up[p % up.len()]);
-                    let mut live = placement.live_nodes(nodes);
-                    let first_live = live.next();
-                    let at_home = home.filter(|h| first_live == Some(*h) || placement.live_nodes(nodes).any(|n| n == *h));
+                    let at_home = home.filter(|h| placement.live_nodes(nodes).any(|n| n == *h));
+                    let first_live = placement.live_nodes(nodes).next();
                     // With no readable replica the first one stays the owner, so
                     // a read fails naming a node instead of reading nothing.
                     *owner = at_home.or(first_live).or(placement.replicas.first().map(|r| r.node)).unwrap_or(*owner);

@@ -179,28 +179,18 @@ fn route_one_side(
         let moves = 1 - stays;
         // The staying side may already be wrapped in a repartition on its own
         // keys (DataFusion adds one when partition counts differ): unwrap it.
-        let (stay_child, stay_origin) = match &origins[stays] {
-            HashOrigin::Foam { .. } => (children[stays].clone(), origins[stays].clone()),
+        let stay_child = match &origins[stays] {
+            HashOrigin::Foam { .. } => children[stays].clone(),
             _ => match foam_under_repartition(&children[stays]) {
-                Some(input) => {
-                    let found = origin(&input);
-                    (input, found)
-                }
+                Some(input) => input,
                 None => continue,
             },
         };
-        let HashOrigin::Foam { owners } = &stay_origin else { continue };
         if origins[moves] != HashOrigin::DataFusion {
             continue;
         }
         let Some(repartition) = children[moves].downcast_ref::<RepartitionExec>() else { continue };
-        let Some(conditions) = key_conditions(&stay_child, &required[stays]) else { continue };
-        let Partitioning::Hash(stay_keys, _) = stay_child.output_partitioning() else { continue };
-        let move_keys: Vec<Arc<dyn PhysicalExpr>> = conditions.iter().map(|c| required[moves][*c].clone()).collect();
-        if !same_kind(stay_keys, &stay_child.schema(), &move_keys, &repartition.input().schema()) {
-            continue;
-        }
-        let Some(routed) = crate::route::routed_shuffle(repartition.input().clone(), &move_keys, owners, workers)? else {
+        let Some(routed) = route_toward(&stay_child, &required[stays], repartition.input().clone(), &required[moves], workers)? else {
             continue;
         };
         let mut new_children = children.to_vec();

@@ -97,8 +97,8 @@ impl SegmentStatistics {
     }
 
     /// Statistics of a scan that reads `rows` rows of the table (estimated by
-    /// the caller), from the segments of `local` (this node's partitions of
-    /// it): `None` when this node stores none of its rows.
+    /// the caller), from the segments and memtables of `local` (this node's
+    /// partitions of it): `None` when this node stores none of its rows.
     pub fn table(
         &self,
         storage: &StorageEngine,

@@ -151,8 +151,7 @@ fn equality_preserving(from: &DataType, to: &DataType) -> bool {
 impl FoamTable {
     /// Rows the partitions in `groups` hold, extrapolated from the ones this
     /// node stores (no network round trip); `None` when it stores none.
-    fn estimate_rows(&self, groups: &[Vec<PartitionRead>]) -> Option<u64> {
-        let local = self.local_partitions();
+    fn estimate_rows(&self, groups: &[Vec<PartitionRead>], local: &[PartitionId]) -> Option<u64> {
         if local.is_empty() {
             return None;
         }
@@ -212,11 +211,10 @@ impl TableProvider for FoamTable {
                 (vec![vec![PartitionRead { partition: 0, owner: replica }]], None)
             }
         };
-        let estimated_rows = self.estimate_rows(&groups);
-        let statistics = estimated_rows.and_then(|rows| {
-            let local = self.local_partitions();
-            self.node.segment_statistics.table(&self.node.storage, self.table.id, &local, &self.schema, rows).map(Arc::new)
-        });
+        let local = self.local_partitions();
+        let estimated_rows = self.estimate_rows(&groups, &local);
+        let statistics = estimated_rows
+            .and_then(|rows| self.node.segment_statistics.table(&self.node.storage, self.table.id, &local, &self.schema, rows).map(Arc::new));
         let spec = ScanSpec {
             table_id: self.table.id,
             table_name: self.table.name.clone(),
