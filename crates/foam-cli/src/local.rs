@@ -68,7 +68,8 @@ fn check_sql_port(data_dir: &std::path::Path, sql_port: u16) -> Result<(), Strin
                 "{} was created with --sql-port {created}; its nodes are registered at those ports, so start it with --sql-port {created}",
                 data_dir.display()
             )),
-            _ => Ok(()),
+            Ok(_) => Ok(()),
+            Err(e) => Err(format!("{} should hold the --sql-port this data directory was created with: {e}", path.display())),
         },
         Err(_) => std::fs::write(&path, sql_port.to_string()).map_err(|e| format!("cannot write {}: {e}", path.display())),
     }
@@ -288,4 +289,21 @@ fn memory_per_node_mb(nodes: u16) -> usize {
         })
         .unwrap_or(8 * 1024 * 1024);
     (total_kb * MEMORY_SHARE_PERCENT / 100 / 1024 / nodes.max(1) as u64) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_data_directory_keeps_the_sql_port_it_was_created_with() {
+        let dir = tempfile::tempdir().unwrap();
+        check_sql_port(dir.path(), 7000).unwrap();
+        check_sql_port(dir.path(), 7000).unwrap();
+        let error = check_sql_port(dir.path(), 7100).unwrap_err();
+        assert!(error.contains("created with --sql-port 7000"), "{error}");
+        std::fs::write(dir.path().join(SQL_PORT_FILE), "not a port").unwrap();
+        let error = check_sql_port(dir.path(), 7000).unwrap_err();
+        assert!(error.contains(SQL_PORT_FILE) && error.contains("should hold"), "{error}");
+    }
 }
