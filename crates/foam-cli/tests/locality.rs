@@ -81,6 +81,28 @@ async fn co_located_join_moves_no_table_data_and_a_shuffled_one_does() {
     assert_eq!(rows, vec![vec![Some(ROWS.to_string())]]);
     assert!(grouped_bytes < 5_000, "grouping by the key moves no groups: {grouped_bytes} bytes");
 
+    // Grouped by another column, partial groups are shuffled. A node that
+    // reads its partitions in two streams (regroup.rs) sends each group at
+    // most twice; one stream per partition sent it once per partition.
+    client.batch_execute("SET datafusion.execution.target_partitions = 2").await.expect("set");
+    let by_other = "SELECT count(*), sum(s) FROM (SELECT other, sum(v) AS s FROM a GROUP BY other) t";
+    let v_sum = (1..=ROWS).map(|k| 2 * k).sum::<u64>().to_string();
+    let mut by_other_bytes = Vec::new();
+    for regroup in [false, true] {
+        client.batch_execute(&format!("SET foam.regroup_scans = {regroup}")).await.expect("set");
+        let mut fewest = u64::MAX;
+        for _ in 0..3 {
+            let (bytes, rows) = bytes_between_nodes(&client, by_other).await;
+            assert_eq!(rows, vec![vec![Some("97".to_string()), Some(v_sum.clone())]], "regroup_scans = {regroup}");
+            fewest = fewest.min(bytes);
+        }
+        by_other_bytes.push(fewest);
+    }
+    println!("partial groups shuffled, one stream per partition vs two per node: {by_other_bytes:?} bytes");
+    assert!(by_other_bytes[1] * 4 < by_other_bytes[0] * 3, "regrouped scans send fewer partial groups: {by_other_bytes:?}");
+    // The co-located join still keeps its partitions with regrouping on.
+    assert!(explain(&client, co_located).await.contains("exchange: co-located"));
+
     // Smaller exchange batches mean more messages for the same rows. The
     // counters also see the leader's heartbeats, which land in some runs and
     // not others, so each setting counts its quietest of three runs.

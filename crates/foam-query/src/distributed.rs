@@ -277,6 +277,9 @@ datafusion::common::extensions_options! {
         /// Estimated rows per task before a scan is spread over more of its
         /// owner nodes (see `SCAN_ROWS_PER_TASK`).
         pub scan_rows_per_task: u64, default = SCAN_ROWS_PER_TASK
+        /// Whether a scan whose hash partitioning nothing relies on reads its
+        /// partitions in `target_partitions` streams per task (`regroup.rs`).
+        pub regroup_scans: bool, default = true
     }
 }
 
@@ -303,6 +306,7 @@ pub fn coordinator_state_builder(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv
         .with_default_features()
         .with_runtime_env(runtime)
         .with_physical_optimizer_rule(Arc::new(crate::copartition::CoPartitioning { node: node.clone() }))
+        .with_physical_optimizer_rule(Arc::new(crate::regroup::ScanRegrouping))
         .with_distributed_planner()
         .with_distributed_worker_resolver(FoamWorkerResolver { node: node.clone() })
         .with_distributed_user_codec(FoamCodec)

@@ -21,6 +21,7 @@ pub mod copy;
 pub mod ddl;
 pub mod distributed;
 pub mod explain;
+pub mod regroup;
 pub mod replica_join;
 pub mod route;
 pub mod scan_exec;
