@@ -252,14 +252,26 @@ async fn cluster_counts(client: &tokio_postgres::Client) -> Option<(u64, u64)> {
 /// Q13 and the self-join with each exchange batch size, as Virtuoso's TPC-H
 /// cluster tests varied theirs.
 async fn batch_size_cases(url: &str, self_join: bool) -> Vec<BatchSizeCase> {
-    let Ok(client) = foam_tpch::load::connect(url).await else { return Vec::new() };
+    let failed = |rows: u64, error: String| BatchSizeCase {
+        query: "all".to_string(),
+        batch_rows: rows,
+        elapsed: std::time::Duration::ZERO,
+        messages: None,
+        bytes: None,
+        error: Some(error),
+    };
+    let client = match foam_tpch::load::connect(url).await {
+        Ok(client) => client,
+        Err(error) => return vec![failed(0, error.to_string())],
+    };
     let mut queries = vec![("Q13".to_string(), QUERIES[12].to_string())];
     if self_join {
         queries.push(("self-join".to_string(), SELF_JOIN_SQL.to_string()));
     }
     let mut cases = Vec::new();
     for rows in EXCHANGE_BATCH_ROWS {
-        if client.simple_query(&format!("SET foam.exchange_batch_rows = {rows}")).await.is_err() {
+        if let Err(error) = client.simple_query(&format!("SET foam.exchange_batch_rows = {rows}")).await {
+            cases.push(failed(rows, error.as_db_error().map(|d| d.message().to_string()).unwrap_or(error.to_string())));
             return cases;
         }
         for (name, sql) in &queries {

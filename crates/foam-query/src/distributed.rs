@@ -306,7 +306,7 @@ pub fn coordinator_state_builder(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv
         .with_default_features()
         .with_runtime_env(runtime)
         .with_physical_optimizer_rule(Arc::new(crate::copartition::CoPartitioning { node: node.clone() }))
-        .with_physical_optimizer_rule(Arc::new(crate::regroup::ScanRegrouping))
+        .with_physical_optimizer_rule(Arc::new(crate::regroup::ScanRegrouping { node: node.clone() }))
         .with_distributed_planner()
         .with_distributed_worker_resolver(FoamWorkerResolver { node: node.clone() })
         .with_distributed_user_codec(FoamCodec)

@@ -20,7 +20,8 @@
 //! plan sanity check), so a co-located join or an aggregate grouped by the
 //! distribution key keeps its partitions. Each owner's partitions are dealt
 //! round-robin over `target_partitions` groups, so every task still reads its
-//! own node's partitions in that many parallel streams.
+//! own node's partitions in that many parallel streams. A single node keeps
+//! one stream per partition: it has no network traffic to save.
 
 use std::sync::Arc;
 
@@ -33,12 +34,19 @@ use datafusion::physical_plan::ExecutionPlan;
 use crate::scan_exec::{FoamScanExec, PartitionRead};
 
 /// The physical optimizer rule (see the module documentation).
-#[derive(Debug, Default)]
-pub struct ScanRegrouping;
+#[derive(Debug)]
+pub struct ScanRegrouping {
+    /// The node planning. On a single node nothing is shuffled over a
+    /// network, and one stream per partition overlaps reading with computing
+    /// better, so the rule only acts in a cluster of several nodes.
+    pub node: Arc<crate::context::NodeContext>,
+}
 
 impl PhysicalOptimizerRule for ScanRegrouping {
     fn optimize(&self, plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
-        if config.extensions.get::<crate::distributed::FoamOptions>().is_some_and(|o| !o.regroup_scans) {
+        if self.node.catalog.current().nodes.len() < 2
+            || config.extensions.get::<crate::distributed::FoamOptions>().is_some_and(|o| !o.regroup_scans)
+        {
             return Ok(plan);
         }
         let streams = config.execution.target_partitions.max(1);
