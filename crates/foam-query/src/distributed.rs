@@ -110,6 +110,8 @@ impl DesiredTaskCountHandler for DesiredTasks {
 /// partition `p`, empty in the tasks that do not read it), so two scans with
 /// the same layout in one stage give each task the same partitions at the
 /// same positions: a co-located join pairs partition `p` with partition `p`.
+/// A regrouped scan (`regroup.rs`) keeps its groups instead, each filtered
+/// to the task's partitions.
 fn scale_up(event: ScaleUpLeafNodeEvent) -> Option<Result<ScaleUpLeafNodeEventResponse>> {
     let scan = event.plan.downcast_ref::<FoamScanExec>()?;
     Some(scale_up_scan(scan, event.plan, event.task_count))

@@ -67,7 +67,10 @@ pub struct ScanSpec {
     /// A hash-distributed table's layout. Then `groups[p]` is FoamDB
     /// partition `p` (empty when pruned or read by another task), so the
     /// scan's DataFusion partition `p` holds exactly the rows whose key
-    /// hashes to `p`, and the scan declares that partitioning.
+    /// hashes to `p`, and the scan declares that partitioning. A scan
+    /// `regroup.rs` regrouped has fewer groups than the layout has
+    /// partitions: it declares no partitioning, and the layout only decides
+    /// which task reads which partition.
     #[serde(default)]
     pub layout: Option<HashLayout>,
     /// Rows the whole scan is expected to read (before filters), estimated by
@@ -136,7 +139,8 @@ impl FoamScanExec {
 }
 
 /// The key columns of a hash-distributed table as columns of the scan's
-/// output, when the projection keeps all of them.
+/// output, when the projection keeps all of them and group `p` is still
+/// partition `p` (not so after `regroup.rs`).
 fn key_partitioning(spec: &ScanSpec, schema: &SchemaRef) -> Option<Vec<Arc<dyn PhysicalExpr>>> {
     let layout = spec.layout.as_ref()?;
     if layout.owners.len() != spec.groups.len() {
