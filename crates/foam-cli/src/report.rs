@@ -249,6 +249,11 @@ async fn cluster_counts(client: &tokio_postgres::Client) -> Option<(u64, u64)> {
     Some((row.first()?.parse().ok()?, row.get(1)?.parse().ok()?))
 }
 
+/// The server's message for a failed statement, else the client's error.
+fn server_message(error: &tokio_postgres::Error) -> String {
+    error.as_db_error().map(|d| d.message().to_string()).unwrap_or_else(|| error.to_string())
+}
+
 /// Q13 and the self-join with each exchange batch size, as Virtuoso's TPC-H
 /// cluster tests varied theirs.
 async fn batch_size_cases(url: &str, self_join: bool) -> Vec<BatchSizeCase> {
@@ -271,14 +276,14 @@ async fn batch_size_cases(url: &str, self_join: bool) -> Vec<BatchSizeCase> {
     let mut cases = Vec::new();
     for rows in EXCHANGE_BATCH_ROWS {
         if let Err(error) = client.simple_query(&format!("SET foam.exchange_batch_rows = {rows}")).await {
-            cases.push(failed(rows, error.as_db_error().map(|d| d.message().to_string()).unwrap_or(error.to_string())));
+            cases.push(failed(rows, server_message(&error)));
             return cases;
         }
         for (name, sql) in &queries {
             let _ = client.simple_query(sql).await; // warm-up
             let _ = client.simple_query("SELECT foam_cluster_stats_reset()").await;
             let started = Instant::now();
-            let error = client.simple_query(sql).await.err().map(|e| e.as_db_error().map(|d| d.message().to_string()).unwrap_or(e.to_string()));
+            let error = client.simple_query(sql).await.err().map(|e| server_message(&e));
             let elapsed = started.elapsed();
             let counts = cluster_counts(&client).await;
             cases.push(BatchSizeCase {
