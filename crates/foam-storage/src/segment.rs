@@ -37,13 +37,18 @@ const DICTIONARY_SAMPLE_ROWS: usize = 4096;
 /// foreign keys), which was a third of a node's CPU while loading TPC-H.
 const DICTIONARY_DISTINCT_SHARE_MAX: f64 = 0.5;
 
-/// Snappy: a fraction of zstd's cost to write and to read back, which both
-/// loads and scans pay on every row (files written with zstd by earlier
-/// versions still read: each file names its codec). Dictionaries only for
-/// the columns of `sample` (the first rows written) that repeat enough.
+/// The codec of segment pages. LZ4 (raw blocks) makes TPC-H files as small
+/// as Snappy does, but decompresses faster: on 4 nodes at SF1, Snappy was 14%
+/// of all CPU over the 22 queries, and the queries took about 13% less time
+/// with LZ4 (loads a little less too). Uncompressed pages were no faster than
+/// LZ4 and twice the size. Files written with Snappy or zstd by earlier
+/// versions still read: each file names its codec.
+pub const CODEC: Compression = Compression::LZ4_RAW;
+
+/// Pages compressed with [`CODEC`]; dictionaries only for the columns of
+/// `sample` (the first rows written) that repeat enough.
 pub fn writer_properties(sample: Option<&RecordBatch>) -> WriterProperties {
-    let mut builder =
-        WriterProperties::builder().set_compression(Compression::SNAPPY).set_max_row_group_row_count(Some(ROW_GROUP_ROWS_MAX));
+    let mut builder = WriterProperties::builder().set_compression(CODEC).set_max_row_group_row_count(Some(ROW_GROUP_ROWS_MAX));
     if let Some(sample) = sample {
         for (field, column) in sample.schema().fields().iter().zip(sample.columns()) {
             if !repeats_enough_for_a_dictionary(column) {

@@ -5,7 +5,8 @@
 //! load benchmark: how fast tpchgen alone generates the data in memory.
 //!
 //! ```text
-//!   tpchgen ─▶ Parquet files (DIR/<table>/part-<i>.parquet, FoamDB's column types)
+//!   tpchgen ─▶ Parquet files (DIR/<table>/part-<i>.parquet, FoamDB's column types
+//!              and page codec, so engines are compared, not codecs)
 //!                 ├─▶ DataFusion, one process
 //!                 ├─▶ datafusion-distributed: coordinator + N workers (gRPC on 127.0.0.1),
 //!                 │     bytes between workers counted like FoamDB counts them
@@ -44,11 +45,16 @@ pub async fn foam_schema(table: TpchTable) -> Result<SchemaRef> {
 }
 
 /// Writes every table at `scale_factor` as Parquet under `dir` (one file per
-/// generator part, written in parallel), unless `dir` already has them.
+/// generator part, written in parallel) with FoamDB's segment codec, unless
+/// `dir` already has them with that codec.
 pub async fn write_parquet(scale_factor: f64, dir: &Path) -> Result<()> {
     let done = dir.join("complete");
-    if done.exists() {
+    let codec = foam_storage::segment::CODEC.to_string();
+    if std::fs::read_to_string(&done).is_ok_and(|written| written == codec) {
         return Ok(());
+    }
+    if dir.exists() {
+        std::fs::remove_dir_all(dir)?;
     }
     let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     for table in ALL_TABLES {
@@ -63,7 +69,7 @@ pub async fn write_parquet(scale_factor: f64, dir: &Path) -> Result<()> {
                 let file = std::fs::File::create(&path)?;
                 let props = parquet::file::properties::WriterProperties::builder()
                     .set_max_row_group_row_count(Some(PARQUET_ROW_GROUP_ROWS))
-                    .set_compression(parquet::basic::Compression::SNAPPY)
+                    .set_compression(foam_storage::segment::CODEC)
                     .build();
                 let mut writer = parquet::arrow::ArrowWriter::try_new(file, schema.clone(), Some(props))?;
                 for batch in table.generate(scale_factor, part, parts) {
@@ -77,7 +83,7 @@ pub async fn write_parquet(scale_factor: f64, dir: &Path) -> Result<()> {
             handle.await.map_err(|e| DataFusionError::External(Box::new(e)))??;
         }
     }
-    std::fs::write(done, b"")?;
+    std::fs::write(done, codec)?;
     Ok(())
 }
 
