@@ -322,7 +322,7 @@ fn send_segment(
         }
         None => (None, None),
     };
-    let reader = foam_storage::segment::read_segment(path, segment.crc32, sorted.as_deref())?;
+    let reader = foam_storage::segment::read_segment(path, &segment.checksums, sorted.as_deref())?;
     for batch in reader {
         let batch = batch.map_err(|e| FoamError::Corrupted { path: path.display().to_string(), message: e.to_string() })?;
         let batch = match &reorder {

@@ -250,7 +250,7 @@ impl StorageEngine {
                     let sum = segment::finish_writer(&path, writer)?;
                     inline.push(None);
                     staged_files.push(path);
-                    EntryData::Segment { file_name, bytes: sum.bytes, crc32: Some(sum.crc32) }
+                    EntryData::Segment { file_name, bytes: sum.bytes, crc32: Some(sum.crc32), block_crc32: sum.blocks }
                 }
                 None => {
                     let encoded = ipc::encode_batches(&staged.batches)?;
@@ -550,8 +550,14 @@ impl StorageEngine {
                         partition.flush()?;
                     }
                 }
-                (EntryData::Segment { file_name, bytes, crc32 }, _) => {
-                    let info = SegmentInfo { file_name: file_name.clone(), rows: entry.rows, bytes: *bytes, crc32: *crc32 };
+                (EntryData::Segment { file_name, bytes, crc32, block_crc32 }, _) => {
+                    let info = SegmentInfo {
+                        file_name: file_name.clone(),
+                        rows: entry.rows,
+                        bytes: *bytes,
+                        crc32: *crc32,
+                        block_crc32: block_crc32.clone(),
+                    };
                     partition.add_segment(lsn, &self.staging_dir.join(file_name), info)?;
                 }
                 (EntryData::Inline { .. }, None) => {
@@ -702,7 +708,7 @@ mod tests {
         let snapshot = engine.snapshot(table, partition);
         let mut rows: u64 = snapshot.memtable.iter().map(|b| b.num_rows() as u64).sum();
         for segment in snapshot.segments {
-            for batch in segment::read_segment(&segment.path, segment.crc32, None).unwrap() {
+            for batch in segment::read_segment(&segment.path, &segment.checksums, None).unwrap() {
                 rows += batch.unwrap().num_rows() as u64;
             }
         }

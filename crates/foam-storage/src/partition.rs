@@ -29,13 +29,23 @@ pub struct SegmentInfo {
     /// CRC-32 of the whole file (absent in files written before checksums).
     #[serde(default)]
     pub crc32: Option<u32>,
+    /// CRC-32 of each block of the file (empty in files written before block
+    /// checksums), which reads check; see [`segment::CHECKSUM_BLOCK_BYTES`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub block_crc32: Vec<u32>,
 }
 
-/// One segment file a scan reads, with the checksum to verify first.
+impl SegmentInfo {
+    pub fn new(file_name: String, rows: u64, sum: segment::SegmentSum) -> Self {
+        SegmentInfo { file_name, rows, bytes: sum.bytes, crc32: Some(sum.crc32), block_crc32: sum.blocks }
+    }
+}
+
+/// One segment file a scan reads, with the checksums to verify.
 #[derive(Debug, Clone)]
 pub struct SegmentRef {
     pub path: PathBuf,
-    pub crc32: Option<u32>,
+    pub checksums: segment::Checksums,
 }
 
 /// What a scan reads: immutable segment files and the memtable as of one moment.
@@ -185,7 +195,7 @@ impl Partition {
         let sum = segment::write_segment(&path, &schema, &self.memtable)?;
         foam_common::fs::sync_dir(&self.dir)?;
         let mut next = self.manifest.clone();
-        next.segments.push(SegmentInfo { file_name, rows: self.memtable_rows as u64, bytes: sum.bytes, crc32: Some(sum.crc32) });
+        next.segments.push(SegmentInfo::new(file_name, self.memtable_rows as u64, sum));
         next.applied_lsn = next.applied_lsn.max(self.memtable_lsn_max);
         self.save_manifest(next)?;
         self.memtable.clear();
@@ -200,7 +210,10 @@ impl Partition {
                 .manifest
                 .segments
                 .iter()
-                .map(|s| SegmentRef { path: self.dir.join(&s.file_name), crc32: s.crc32 })
+                .map(|s| SegmentRef {
+                    path: self.dir.join(&s.file_name),
+                    checksums: segment::Checksums { crc32: s.crc32, blocks: s.block_crc32.clone() },
+                })
                 .collect(),
             memtable: self.memtable.clone(),
         }

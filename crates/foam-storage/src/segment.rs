@@ -1,17 +1,25 @@
 //! Immutable Parquet segment files: writing a set of batches once, and reading
-//! them back with a column projection. Every segment's CRC-32 is recorded when
-//! it is written and checked before each read, so a torn or bit-flipped file is
-//! reported (and repaired from a replica) instead of served.
+//! them back with a column projection. A segment's checksums are recorded when
+//! it is written: a CRC-32 of the whole file, which a copy received from a
+//! replica is checked against, and one per [`CHECKSUM_BLOCK_BYTES`] block. A
+//! read maps the file into memory and checks the blocks of the footer and of
+//! the column chunks it decodes, so a torn or bit-flipped file is reported (and
+//! repaired from a replica) instead of served, at a cost in proportion to the
+//! columns read rather than to the file.
+//!
+//! Segment files are never changed in place: they are written once, made
+//! durable, and afterwards only read, unlinked or replaced by a rename. That is
+//! what makes mapping them safe (a mapped file that is unlinked stays intact).
 
 use std::collections::HashSet;
 use std::fs::File;
-use std::io::Read;
 use std::path::Path;
 
 use arrow::array::ArrayRef;
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
 use arrow::record_batch::RecordBatch;
+use bytes::Bytes;
 use foam_common::limits::BATCH_ROWS;
 use foam_common::{FoamError, FoamResult};
 use parquet::arrow::ArrowWriter;
@@ -25,8 +33,10 @@ use parquet::schema::types::ColumnPath;
 /// that a reader's memory per file stays modest.
 const ROW_GROUP_ROWS_MAX: usize = 128 * 1024;
 
-/// Read size while checksumming a segment.
-const CHECKSUM_READ_BYTES: usize = 1024 * 1024;
+/// Bytes of a segment covered by one block checksum: a read checks every
+/// block that holds part of a column chunk it decodes (a TPC-H column chunk of
+/// 128K rows is tens of KiB to a few MiB).
+pub const CHECKSUM_BLOCK_BYTES: usize = 64 * 1024;
 
 /// Rows of a segment's first batch looked at to choose its columns' encodings.
 const DICTIONARY_SAMPLE_ROWS: usize = 4096;
@@ -83,14 +93,25 @@ pub fn create_writer(path: &Path, schema: &SchemaRef, sample: Option<&RecordBatc
     ArrowWriter::try_new(file, schema.clone(), Some(writer_properties(sample))).map_err(|e| parquet_error(path, e))
 }
 
-/// Size and checksum of a finished segment file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Size and checksums of a finished segment file.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SegmentSum {
     pub bytes: u64,
     pub crc32: u32,
+    /// CRC-32 of each [`CHECKSUM_BLOCK_BYTES`] block, in file order.
+    pub blocks: Vec<u32>,
 }
 
-/// Finishes a segment and makes it durable; returns its size and checksum.
+/// The checksums a segment is read against: both absent for files written
+/// before checksums, `blocks` empty for files written before block checksums
+/// (those are checked whole).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Checksums {
+    pub crc32: Option<u32>,
+    pub blocks: Vec<u32>,
+}
+
+/// Finishes a segment and makes it durable; returns its size and checksums.
 pub fn finish_writer(path: &Path, writer: ArrowWriter<File>) -> FoamResult<SegmentSum> {
     writer.close().map_err(|e| parquet_error(path, e))?;
     let file = File::open(path).map_err(|e| FoamError::io(path, e))?;
@@ -98,31 +119,82 @@ pub fn finish_writer(path: &Path, writer: ArrowWriter<File>) -> FoamResult<Segme
     checksum(path)
 }
 
-/// Reads a whole file once (in large chunks, so memory stays flat) for its CRC-32.
-pub fn checksum(path: &Path) -> FoamResult<SegmentSum> {
-    let mut file = File::open(path).map_err(|e| FoamError::io(path, e))?;
-    let mut hasher = crc32fast::Hasher::new();
-    let mut buffer = vec![0u8; CHECKSUM_READ_BYTES];
-    let mut bytes = 0u64;
-    loop {
-        let read = file.read(&mut buffer).map_err(|e| FoamError::io(path, e))?;
-        if read == 0 {
-            break;
-        }
-        hasher.update(&buffer[..read]);
-        bytes += read as u64;
+/// A whole segment file as bytes, mapped rather than copied: Parquet then
+/// decodes pages straight from the page cache.
+fn map(path: &Path) -> FoamResult<Bytes> {
+    let file = File::open(path).map_err(|e| FoamError::io(path, e))?;
+    let length = file.metadata().map_err(|e| FoamError::io(path, e))?.len();
+    if length == 0 {
+        return Ok(Bytes::new());
     }
-    Ok(SegmentSum { bytes, crc32: hasher.finalize() })
+    // SAFETY: segment files are never changed in place (see the module doc),
+    // so the mapped bytes cannot change or shrink under the reader.
+    let mapped = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| FoamError::io(path, e))?;
+    Ok(Bytes::from_owner(mapped))
+}
+
+/// The size and checksums of a whole file.
+pub fn checksum(path: &Path) -> FoamResult<SegmentSum> {
+    let data = map(path)?;
+    let mut whole = crc32fast::Hasher::new();
+    let mut blocks = Vec::with_capacity(data.len().div_ceil(CHECKSUM_BLOCK_BYTES));
+    for block in data.chunks(CHECKSUM_BLOCK_BYTES) {
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(block);
+        whole.combine(&hasher);
+        blocks.push(hasher.finalize());
+    }
+    Ok(SegmentSum { bytes: data.len() as u64, crc32: whole.finalize(), blocks })
+}
+
+fn corrupted(path: &Path, message: String) -> FoamError {
+    FoamError::Corrupted { path: path.display().to_string(), message }
 }
 
 /// Fails with [`FoamError::Corrupted`] unless the file has the recorded checksum.
 pub fn verify(path: &Path, crc32: u32) -> FoamResult<()> {
-    let found = checksum(path)?;
-    if found.crc32 != crc32 {
-        return Err(FoamError::Corrupted {
-            path: path.display().to_string(),
-            message: format!("segment checksum is {:08x}, {crc32:08x} was written", found.crc32),
-        });
+    let found = crc32fast::hash(&map(path)?);
+    if found != crc32 {
+        return Err(corrupted(path, format!("segment checksum is {found:08x}, {crc32:08x} was written")));
+    }
+    Ok(())
+}
+
+/// The footer's byte range: Parquet's metadata and the 8 bytes after it (its
+/// length and the magic). A damaged length makes the range reach further
+/// back, which only checks more.
+fn footer_range(data: &[u8]) -> (u64, u64) {
+    let length = data.len();
+    let Some(tail) = length.checked_sub(8) else {
+        return (0, length as u64);
+    };
+    let metadata = u32::from_le_bytes([data[tail], data[tail + 1], data[tail + 2], data[tail + 3]]) as usize;
+    let start = tail.saturating_sub(metadata);
+    (start as u64, (length - start) as u64)
+}
+
+/// Checks every block that overlaps one of `ranges` (offset, length) once.
+fn check_blocks(path: &Path, data: &[u8], blocks: &[u32], checked: &mut [bool], ranges: impl IntoIterator<Item = (u64, u64)>) -> FoamResult<()> {
+    for (start, length) in ranges {
+        let end = start.saturating_add(length).min(data.len() as u64) as usize;
+        let start = start as usize;
+        if start >= end {
+            continue;
+        }
+        for block in start / CHECKSUM_BLOCK_BYTES..=(end - 1) / CHECKSUM_BLOCK_BYTES {
+            if std::mem::replace(&mut checked[block], true) {
+                continue;
+            }
+            let offset = block * CHECKSUM_BLOCK_BYTES;
+            let bytes = &data[offset..(offset + CHECKSUM_BLOCK_BYTES).min(data.len())];
+            let found = crc32fast::hash(bytes);
+            if found != blocks[block] {
+                return Err(corrupted(
+                    path,
+                    format!("block {block} (bytes {offset}..{}) has checksum {found:08x}, {:08x} was written", offset + bytes.len(), blocks[block]),
+                ));
+            }
+        }
     }
     Ok(())
 }
@@ -136,22 +208,39 @@ pub fn write_segment(path: &Path, schema: &SchemaRef, batches: &[RecordBatch]) -
     finish_writer(path, writer)
 }
 
-/// Opens a segment for reading `projection` (column indices; `None` for all),
-/// after checking its checksum when one was recorded (segments written before
-/// checksums existed have none).
-pub fn read_segment(path: &Path, crc32: Option<u32>, projection: Option<&[usize]>) -> FoamResult<ParquetRecordBatchReader> {
-    if let Some(crc32) = crc32 {
-        verify(path, crc32)?;
+/// Opens a segment for reading `projection` (column indices; `None` for all).
+/// With block checksums, the footer's blocks are checked before it is parsed
+/// and the projected column chunks' blocks before any is decoded; without,
+/// the whole file is checked against its CRC-32 when it has one.
+pub fn read_segment(path: &Path, checksums: &Checksums, projection: Option<&[usize]>) -> FoamResult<ParquetRecordBatchReader> {
+    let data = map(path)?;
+    let blocks = checksums.blocks.as_slice();
+    let mut checked = vec![false; blocks.len()];
+    if blocks.is_empty() {
+        if let Some(crc32) = checksums.crc32 {
+            let found = crc32fast::hash(&data);
+            if found != crc32 {
+                return Err(corrupted(path, format!("segment checksum is {found:08x}, {crc32:08x} was written")));
+            }
+        }
+    } else {
+        if blocks.len() != data.len().div_ceil(CHECKSUM_BLOCK_BYTES) {
+            return Err(corrupted(path, format!("segment is {} bytes, but {} blocks of it were written", data.len(), blocks.len())));
+        }
+        check_blocks(path, &data, blocks, &mut checked, [footer_range(&data)])?;
     }
-    let file = File::open(path).map_err(|e| FoamError::io(path, e))?;
-    let mut builder = ParquetRecordBatchReaderBuilder::try_new(file)
-        .map_err(|e| parquet_error(path, e))?
-        .with_batch_size(BATCH_ROWS);
-    if let Some(columns) = projection {
-        let mask = ProjectionMask::roots(builder.parquet_schema(), columns.iter().copied());
-        builder = builder.with_projection(mask);
+    let builder = ParquetRecordBatchReaderBuilder::try_new(data.clone()).map_err(|e| parquet_error(path, e))?.with_batch_size(BATCH_ROWS);
+    let mask = match projection {
+        Some(columns) => ProjectionMask::roots(builder.parquet_schema(), columns.iter().copied()),
+        None => ProjectionMask::all(),
+    };
+    if !blocks.is_empty() {
+        let chunks = builder.metadata().row_groups().iter().flat_map(|row_group| {
+            row_group.columns().iter().enumerate().filter(|(leaf, _)| mask.leaf_included(*leaf)).map(|(_, chunk)| chunk.byte_range())
+        });
+        check_blocks(path, &data, blocks, &mut checked, chunks)?;
     }
-    builder.build().map_err(|e| parquet_error(path, e))
+    builder.with_projection(mask).build().map_err(|e| parquet_error(path, e))
 }
 
 /// The segment's Parquet footer: row counts and each row group's column
@@ -206,8 +295,98 @@ mod tests {
         let path = std::env::temp_dir().join(format!("foam-segment-dictionary-{}.parquet", std::process::id()));
         write_segment(&path, &schema, &[batch.clone()]).unwrap();
         assert_eq!(dictionary_columns(&path), [false, true, false, true]);
-        let read: Vec<RecordBatch> = read_segment(&path, None, None).unwrap().collect::<Result<_, _>>().unwrap();
+        let read: Vec<RecordBatch> = read_segment(&path, &Checksums::default(), None).unwrap().collect::<Result<_, _>>().unwrap();
         assert_eq!(arrow::compute::concat_batches(&schema, &read).unwrap(), batch);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// A segment of two columns whose chunks each span several checksum
+    /// blocks: `id` (distinct integers) and `pad` (distinct text).
+    fn two_column_segment(name: &str) -> (std::path::PathBuf, SegmentSum, RecordBatch) {
+        let rows = 60_000i64;
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("pad", DataType::Utf8, false)]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int64Array::from_iter_values((0..rows).map(|i| i * 7919 % 1_000_003))),
+                Arc::new(StringArray::from_iter_values((0..rows).map(|i| format!("pad {} of row {i}", i * 104_729 % 999_983)))),
+            ],
+        )
+        .unwrap();
+        let path = std::env::temp_dir().join(format!("foam-segment-{name}-{}.parquet", std::process::id()));
+        let sum = write_segment(&path, &schema, &[batch.clone()]).unwrap();
+        (path, sum, batch)
+    }
+
+    fn read_all(path: &Path, checksums: &Checksums, projection: Option<&[usize]>) -> FoamResult<Vec<RecordBatch>> {
+        read_segment(path, checksums, projection)?.collect::<Result<_, _>>().map_err(|e| parquet_error(path, e.into()))
+    }
+
+    /// Flips one byte of the file at `at`.
+    fn damage(path: &Path, at: u64) {
+        let mut bytes = std::fs::read(path).unwrap();
+        bytes[at as usize] ^= 0x5a;
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    #[test]
+    fn block_checksums_cover_the_file_and_combine_into_its_crc() {
+        let (path, sum, _) = two_column_segment("sums");
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(sum.bytes, bytes.len() as u64);
+        assert_eq!(sum.crc32, crc32fast::hash(&bytes));
+        assert!(sum.blocks.len() > 4, "the test file spans several blocks");
+        let expected: Vec<u32> = bytes.chunks(CHECKSUM_BLOCK_BYTES).map(crc32fast::hash).collect();
+        assert_eq!(sum.blocks, expected);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_read_checks_the_blocks_of_the_columns_it_decodes() {
+        let (path, sum, batch) = two_column_segment("columns");
+        let checksums = Checksums { crc32: Some(sum.crc32), blocks: sum.blocks.clone() };
+        let metadata = read_metadata(&path).unwrap();
+        let (pad_start, pad_length) = metadata.row_group(0).column(1).byte_range();
+        let (id_start, id_length) = metadata.row_group(0).column(0).byte_range();
+        // A byte in the middle of `pad`'s chunk, in a block no `id` byte shares.
+        let at = pad_start + pad_length / 2;
+        let block = at as usize / CHECKSUM_BLOCK_BYTES;
+        assert!(((id_start + id_length - 1) as usize / CHECKSUM_BLOCK_BYTES) < block);
+        damage(&path, at);
+
+        let ids = read_all(&path, &checksums, Some(&[0])).expect("the id column is intact");
+        let ids = arrow::compute::concat_batches(&ids[0].schema(), &ids).unwrap();
+        assert_eq!(ids.column(0), batch.column(0));
+        for projection in [Some(&[1usize][..]), None] {
+            let error = read_all(&path, &checksums, projection).expect_err("pad is damaged");
+            let FoamError::Corrupted { message, .. } = &error else { panic!("not a corruption error: {error}") };
+            assert!(message.contains(&format!("block {block} ")), "{message}");
+        }
+        // A file with no block checksums is checked whole.
+        let whole = Checksums { crc32: Some(sum.crc32), blocks: Vec::new() };
+        assert!(matches!(read_all(&path, &whole, Some(&[0])), Err(FoamError::Corrupted { .. })));
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_damaged_footer_or_length_is_reported_before_any_column_is_read() {
+        let (path, sum, _) = two_column_segment("footer");
+        let checksums = Checksums { crc32: Some(sum.crc32), blocks: sum.blocks.clone() };
+        let length = sum.bytes;
+        // The footer's metadata (a statistic, an offset, ...) and its length field.
+        for at in [length - 8 - 20, length - 7] {
+            damage(&path, at);
+            let error = read_all(&path, &checksums, Some(&[0])).expect_err("the footer is damaged");
+            assert!(matches!(&error, FoamError::Corrupted { message, .. } if message.contains("checksum")), "{error}");
+            damage(&path, at);
+            read_all(&path, &checksums, Some(&[0])).expect("repaired");
+        }
+        // A file that grew by a block no longer matches its block count.
+        let mut grown = std::fs::read(&path).unwrap();
+        grown.extend(std::iter::repeat_n(0u8, CHECKSUM_BLOCK_BYTES));
+        std::fs::write(&path, grown).unwrap();
+        let error = read_all(&path, &checksums, None).expect_err("the file grew");
+        assert!(error.to_string().contains("blocks of it were written"), "{error}");
         let _ = std::fs::remove_file(&path);
     }
 }

@@ -52,6 +52,8 @@ pub enum EntryData {
         bytes: u64,
         #[serde(default)]
         crc32: Option<u32>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        block_crc32: Vec<u32>,
     },
 }
 
