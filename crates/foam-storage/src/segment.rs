@@ -153,7 +153,12 @@ fn corrupted(path: &Path, message: String) -> FoamError {
 
 /// Fails with [`FoamError::Corrupted`] unless the file has the recorded checksum.
 pub fn verify(path: &Path, crc32: u32) -> FoamResult<()> {
-    let found = crc32fast::hash(&map(path)?);
+    check_whole(path, &map(path)?, crc32)
+}
+
+/// Fails with [`FoamError::Corrupted`] unless `data`, the file at `path`, has CRC-32 `crc32`.
+fn check_whole(path: &Path, data: &[u8], crc32: u32) -> FoamResult<()> {
+    let found = crc32fast::hash(data);
     if found != crc32 {
         return Err(corrupted(path, format!("segment checksum is {found:08x}, {crc32:08x} was written")));
     }
@@ -218,10 +223,7 @@ pub fn read_segment(path: &Path, checksums: &Checksums, projection: Option<&[usi
     let mut checked = vec![false; blocks.len()];
     if blocks.is_empty() {
         if let Some(crc32) = checksums.crc32 {
-            let found = crc32fast::hash(&data);
-            if found != crc32 {
-                return Err(corrupted(path, format!("segment checksum is {found:08x}, {crc32:08x} was written")));
-            }
+            check_whole(path, &data, crc32)?;
         }
     } else {
         if blocks.len() != data.len().div_ceil(CHECKSUM_BLOCK_BYTES) {
