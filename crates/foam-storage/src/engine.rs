@@ -378,9 +378,7 @@ impl StorageEngine {
     /// Adds a segment file copied from a replica (already durable at `path`,
     /// under [`Self::incoming_dir`]) to this node's copy of a partition.
     pub fn install_segment(&self, table_id: TableId, partition: PartitionId, path: &Path, info: SegmentInfo) -> FoamResult<()> {
-        if let Some(crc32) = info.crc32 {
-            segment::verify(path, crc32)?;
-        }
+        segment::verify(path, &info.checksums())?;
         let partition = self.partition(table_id, partition)?;
         let mut partition = lock(&partition);
         partition.install_segment(path, info)

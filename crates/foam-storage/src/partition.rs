@@ -39,6 +39,11 @@ impl SegmentInfo {
     pub fn new(file_name: String, rows: u64, sum: segment::SegmentSum) -> Self {
         SegmentInfo { file_name, rows, bytes: sum.bytes, crc32: Some(sum.crc32), block_crc32: sum.blocks }
     }
+
+    /// The checksums the file is read and received against.
+    pub fn checksums(&self) -> segment::Checksums {
+        segment::Checksums { crc32: self.crc32, blocks: self.block_crc32.clone() }
+    }
 }
 
 /// One segment file a scan reads, with the checksums to verify.
@@ -210,10 +215,7 @@ impl Partition {
                 .manifest
                 .segments
                 .iter()
-                .map(|s| SegmentRef {
-                    path: self.dir.join(&s.file_name),
-                    checksums: segment::Checksums { crc32: s.crc32, blocks: s.block_crc32.clone() },
-                })
+                .map(|s| SegmentRef { path: self.dir.join(&s.file_name), checksums: s.checksums() })
                 .collect(),
             memtable: self.memtable.clone(),
         }

@@ -135,7 +135,11 @@ fn map(path: &Path) -> FoamResult<Bytes> {
 
 /// The size and checksums of a whole file.
 pub fn checksum(path: &Path) -> FoamResult<SegmentSum> {
-    let data = map(path)?;
+    Ok(sum_of(&map(path)?))
+}
+
+/// The size and checksums of `data`, a whole file.
+fn sum_of(data: &[u8]) -> SegmentSum {
     let mut whole = crc32fast::Hasher::new();
     let mut blocks = Vec::with_capacity(data.len().div_ceil(CHECKSUM_BLOCK_BYTES));
     for block in data.chunks(CHECKSUM_BLOCK_BYTES) {
@@ -144,16 +148,25 @@ pub fn checksum(path: &Path) -> FoamResult<SegmentSum> {
         whole.combine(&hasher);
         blocks.push(hasher.finalize());
     }
-    Ok(SegmentSum { bytes: data.len() as u64, crc32: whole.finalize(), blocks })
+    SegmentSum { bytes: data.len() as u64, crc32: whole.finalize(), blocks }
 }
 
 fn corrupted(path: &Path, message: String) -> FoamError {
     FoamError::Corrupted { path: path.display().to_string(), message }
 }
 
-/// Fails with [`FoamError::Corrupted`] unless the file has the recorded checksum.
-pub fn verify(path: &Path, crc32: u32) -> FoamResult<()> {
-    check_whole(path, &map(path)?, crc32)
+/// Fails with [`FoamError::Corrupted`] unless the whole file has the recorded
+/// checksums: its CRC-32 and, when recorded, every block's. A copy received
+/// from a replica is checked so, since reads later trust its block list.
+pub fn verify(path: &Path, expected: &Checksums) -> FoamResult<()> {
+    let data = map(path)?;
+    if let Some(crc32) = expected.crc32 {
+        check_whole(path, &data, crc32)?;
+    }
+    if !expected.blocks.is_empty() && sum_of(&data).blocks != expected.blocks {
+        return Err(corrupted(path, format!("the file's {} block checksums are not the {} recorded for it", data.len().div_ceil(CHECKSUM_BLOCK_BYTES), expected.blocks.len())));
+    }
+    Ok(())
 }
 
 /// Fails with [`FoamError::Corrupted`] unless `data`, the file at `path`, has CRC-32 `crc32`.
@@ -367,6 +380,25 @@ mod tests {
         // A file with no block checksums is checked whole.
         let whole = Checksums { crc32: Some(sum.crc32), blocks: Vec::new() };
         assert!(matches!(read_all(&path, &whole, Some(&[0])), Err(FoamError::Corrupted { .. })));
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_received_copy_is_checked_against_its_whole_crc_and_every_block() {
+        let (path, sum, _) = two_column_segment("received");
+        let recorded = Checksums { crc32: Some(sum.crc32), blocks: sum.blocks.clone() };
+        verify(&path, &recorded).expect("an intact copy");
+        // A block list that does not belong to the file (a garbled message).
+        let mut wrong = recorded.clone();
+        wrong.blocks[1] ^= 1;
+        let error = verify(&path, &wrong).expect_err("the block list is wrong");
+        assert!(error.to_string().contains("block checksums are not the"), "{error}");
+        wrong.blocks = sum.blocks[1..].to_vec();
+        assert!(matches!(verify(&path, &wrong), Err(FoamError::Corrupted { .. })));
+        // A damaged file fails its whole CRC.
+        damage(&path, sum.bytes / 2);
+        let error = verify(&path, &recorded).expect_err("the file is damaged");
+        assert!(error.to_string().contains("segment checksum is"), "{error}");
         let _ = std::fs::remove_file(&path);
     }
 
