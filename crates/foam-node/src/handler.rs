@@ -36,7 +36,11 @@ impl NodeHandler for FoamNodeHandler {
             NodeRequest::Raft { rpc } => {
                 return Ok((NodeResponse::Ok, crate::consensus::handle(&self.catalog.raft, rpc, &payload).await?));
             }
-            request @ (NodeRequest::Stage { .. } | NodeRequest::Prepare { .. } | NodeRequest::Commit { .. } | NodeRequest::Abort { .. }) => {
+            request @ (NodeRequest::Stage { .. }
+            | NodeRequest::StageSegment { .. }
+            | NodeRequest::Prepare { .. }
+            | NodeRequest::Commit { .. }
+            | NodeRequest::Abort { .. }) => {
                 foam_query::write::handle_participant_request(node, request, payload).await?
             }
             NodeRequest::CommitTransaction { txn, participants } => {

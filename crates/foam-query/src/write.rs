@@ -164,73 +164,12 @@ impl RowRouter {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        let batch = self.conform(batch)?;
+        let batch = conform_rows(&self.table, &self.schema, batch)?;
         self.rows += batch.num_rows() as u64;
-        match &self.table.distribution {
-            Distribution::Replicated { .. } => self.buffer(0, batch).await?,
-            Distribution::Hash { key_columns, owners } => {
-                let keys: Vec<ArrayRef> = key_columns.iter().map(|i| batch.column(*i).clone()).collect();
-                let hashes = foam_common::hash::hash_rows(&keys)?;
-                let partition_count = owners.len() as u32;
-                let mut rows_of: HashMap<PartitionId, Vec<u32>> = HashMap::new();
-                for (row, hash) in hashes.iter().enumerate() {
-                    rows_of.entry(foam_common::hash::partition_of_hash(*hash, partition_count)).or_default().push(row as u32);
-                }
-                for (partition, rows) in rows_of {
-                    let part = take_record_batch(&batch, &UInt32Array::from(rows))
-                        .map_err(|e| FoamError::internal(e.to_string()))?;
-                    self.buffer(partition, part).await?;
-                }
-            }
+        for (partition, part) in split_by_partition(&self.table, &batch)? {
+            self.buffer(partition, part).await?;
         }
         Ok(())
-    }
-
-    /// Checks the rows against the table: column count, NOT NULL, string lengths.
-    fn conform(&self, batch: RecordBatch) -> FoamResult<RecordBatch> {
-        if batch.num_columns() != self.table.columns.len() {
-            return Err(FoamError::internal(format!(
-                "{} columns written to \"{}\", which has {}",
-                batch.num_columns(),
-                self.table.name,
-                self.table.columns.len()
-            )));
-        }
-        for (column, array) in self.table.columns.iter().zip(batch.columns()) {
-            if !column.nullable && array.null_count() > 0 {
-                return Err(FoamError::Query {
-                    message: format!("null value in column \"{}\" of relation \"{}\" violates not-null constraint", column.name, self.table.name),
-                    sqlstate: "23502",
-                });
-            }
-            let length_max = match column.sql_type {
-                SqlType::Varchar { length_max: Some(n) } => n,
-                SqlType::Char { length } => length,
-                _ => continue,
-            };
-            if let Some(strings) = array.as_string_opt::<i32>() {
-                // A value has at least as many bytes as characters: when no
-                // value has more bytes than the limit, none need decoding.
-                let limit = length_max as usize;
-                let longest_bytes = strings.value_offsets().windows(2).map(|w| (w[1] - w[0]) as usize).max().unwrap_or(0);
-                if longest_bytes <= limit {
-                    continue;
-                }
-                if let Some(long) = strings.iter().flatten().find(|s| s.len() > limit && s.chars().count() > limit) {
-                    return Err(FoamError::Query {
-                        message: format!(
-                            "value too long for type {} in column \"{}\": \"{}\"",
-                            column.sql_type.sql_name(),
-                            column.name,
-                            long.chars().take(40).collect::<String>()
-                        ),
-                        sqlstate: "22001",
-                    });
-                }
-            }
-        }
-        RecordBatch::try_new(self.schema.clone(), batch.columns().to_vec())
-            .map_err(|e| FoamError::DataException { message: e.to_string() })
     }
 
     async fn buffer(&mut self, partition: PartitionId, batch: RecordBatch) -> FoamResult<()> {
@@ -302,6 +241,70 @@ impl RowRouter {
         while self.in_flight.join_next().await.is_some() {}
         self.participants.keys().copied().collect()
     }
+}
+
+/// Checks rows written to `table` (whose Arrow schema is `schema`): column
+/// count, NOT NULL, string lengths; returns them with the table's schema.
+pub fn conform_rows(table: &TableDef, schema: &SchemaRef, batch: RecordBatch) -> FoamResult<RecordBatch> {
+    if batch.num_columns() != table.columns.len() {
+        return Err(FoamError::internal(format!("{} columns written to \"{}\", which has {}", batch.num_columns(), table.name, table.columns.len())));
+    }
+    for (column, array) in table.columns.iter().zip(batch.columns()) {
+        if !column.nullable && array.null_count() > 0 {
+            return Err(FoamError::Query {
+                message: format!("null value in column \"{}\" of relation \"{}\" violates not-null constraint", column.name, table.name),
+                sqlstate: "23502",
+            });
+        }
+        let length_max = match column.sql_type {
+            SqlType::Varchar { length_max: Some(n) } => n,
+            SqlType::Char { length } => length,
+            _ => continue,
+        };
+        if let Some(strings) = array.as_string_opt::<i32>() {
+            // A value has at least as many bytes as characters: when no
+            // value has more bytes than the limit, none need decoding.
+            let limit = length_max as usize;
+            let longest_bytes = strings.value_offsets().windows(2).map(|w| (w[1] - w[0]) as usize).max().unwrap_or(0);
+            if longest_bytes <= limit {
+                continue;
+            }
+            if let Some(long) = strings.iter().flatten().find(|s| s.len() > limit && s.chars().count() > limit) {
+                return Err(FoamError::Query {
+                    message: format!(
+                        "value too long for type {} in column \"{}\": \"{}\"",
+                        column.sql_type.sql_name(),
+                        column.name,
+                        long.chars().take(40).collect::<String>()
+                    ),
+                    sqlstate: "22001",
+                });
+            }
+        }
+    }
+    RecordBatch::try_new(schema.clone(), batch.columns().to_vec()).map_err(|e| FoamError::DataException { message: e.to_string() })
+}
+
+/// Splits rows of `table` by the partition that holds them (all in partition
+/// 0 for a replicated table).
+pub fn split_by_partition(table: &TableDef, batch: &RecordBatch) -> FoamResult<Vec<(PartitionId, RecordBatch)>> {
+    let Distribution::Hash { key_columns, owners } = &table.distribution else {
+        return Ok(vec![(0, batch.clone())]);
+    };
+    let keys: Vec<ArrayRef> = key_columns.iter().map(|i| batch.column(*i).clone()).collect();
+    let hashes = foam_common::hash::hash_rows(&keys)?;
+    let partition_count = owners.len() as u32;
+    let mut rows_of: HashMap<PartitionId, Vec<u32>> = HashMap::new();
+    for (row, hash) in hashes.iter().enumerate() {
+        rows_of.entry(foam_common::hash::partition_of_hash(*hash, partition_count)).or_default().push(row as u32);
+    }
+    rows_of
+        .into_iter()
+        .map(|(partition, rows)| {
+            let part = take_record_batch(batch, &UInt32Array::from(rows)).map_err(|e| FoamError::internal(e.to_string()))?;
+            Ok((partition, part))
+        })
+        .collect()
 }
 
 /// One statement's rows on a node that coordinates it: routes them and
@@ -489,6 +492,21 @@ pub async fn handle_participant_request(node: &Arc<NodeContext>, request: NodeRe
             tokio::task::spawn_blocking(move || {
                 let batches = foam_storage::ipc::decode_batches(&payload)?;
                 storage.stage(txn, coordinator, table_id, partition, placement_version, batches)
+            })
+            .await
+            .map_err(|e| FoamError::internal(e.to_string()))??;
+        }
+        NodeRequest::StageSegment { txn, coordinator, table_id, partition, placement_version, rows, crc32, block_crc32 } => {
+            let schema = node
+                .catalog
+                .current()
+                .table_by_id(table_id)
+                .map(|t| t.arrow_schema())
+                .ok_or_else(|| FoamError::TransactionAborted { message: format!("table {table_id} no longer exists") })?;
+            let storage = node.storage.clone();
+            let checksums = foam_storage::segment::Checksums { crc32: Some(crc32), blocks: block_crc32 };
+            tokio::task::spawn_blocking(move || {
+                storage.stage_segment(txn, coordinator, table_id, partition, placement_version, rows, &payload, &checksums, &schema)
             })
             .await
             .map_err(|e| FoamError::internal(e.to_string()))??;

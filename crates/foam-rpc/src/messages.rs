@@ -32,6 +32,19 @@ pub enum NodeRequest {
         #[serde(default)]
         placement_version: u64,
     },
+    /// A whole segment file of `rows` rows for one partition of `txn`, built by
+    /// a bulk loader (the payload); the node checks it against the checksums,
+    /// the table's columns and `rows` before staging it.
+    StageSegment {
+        txn: TxnId,
+        coordinator: NodeId,
+        table_id: TableId,
+        partition: PartitionId,
+        placement_version: u64,
+        rows: u64,
+        crc32: u32,
+        block_crc32: Vec<u32>,
+    },
     /// Make the staged rows durable; `rows` is how many the coordinator shipped
     /// to this node, so a participant that lost some votes no.
     Prepare { txn: TxnId, rows: u64 },

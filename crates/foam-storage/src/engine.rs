@@ -65,9 +65,24 @@ struct StagedPartition {
     placement_version: u64,
     batches: Vec<RecordBatch>,
     batch_bytes: usize,
+    /// Rows staged, in `batches`, `file` and `received` together.
     rows: u64,
     /// Set once the rows outgrew [`STAGE_INLINE_BYTES_MAX`].
     file: Option<(String, ArrowWriter<File>)>,
+    /// Whole segments a bulk loader built, already durable in the staging directory.
+    received: Vec<ReceivedSegment>,
+}
+
+impl StagedPartition {
+    fn new(placement_version: u64) -> Self {
+        StagedPartition { placement_version, batches: Vec::new(), batch_bytes: 0, rows: 0, file: None, received: Vec::new() }
+    }
+}
+
+struct ReceivedSegment {
+    file_name: String,
+    rows: u64,
+    sum: segment::SegmentSum,
 }
 
 /// A transaction that is durable here and waits for its outcome.
@@ -151,23 +166,10 @@ impl StorageEngine {
         placement_version: u64,
         batches: Vec<RecordBatch>,
     ) -> FoamResult<()> {
-        let staging = {
-            let mut all = lock(&self.staging);
-            all.entry(txn)
-                .or_insert_with(|| {
-                    Arc::new(Mutex::new(Staging { coordinator, last_activity: Instant::now(), partitions: HashMap::new() }))
-                })
-                .clone()
-        };
+        let staging = self.staging_of(txn, coordinator);
         let mut staging = lock(&staging);
         staging.last_activity = Instant::now();
-        let staged = staging.partitions.entry((table_id, partition)).or_insert_with(|| StagedPartition {
-            placement_version,
-            batches: Vec::new(),
-            batch_bytes: 0,
-            rows: 0,
-            file: None,
-        });
+        let staged = staging.partitions.entry((table_id, partition)).or_insert_with(|| StagedPartition::new(placement_version));
         for batch in batches {
             staged.rows += batch.num_rows() as u64;
             staged.batch_bytes += batch.get_array_memory_size();
@@ -189,6 +191,51 @@ impl StorageEngine {
             let largest = staging.partitions.get_mut(&(largest_table, largest_partition)).expect("key just found");
             self.spill_to_file(txn, largest_table, largest_partition, largest)?;
         }
+        Ok(())
+    }
+
+    /// The rows staged so far for `txn`, created on its first rows.
+    fn staging_of(&self, txn: TxnId, coordinator: NodeId) -> Arc<Mutex<Staging>> {
+        lock(&self.staging)
+            .entry(txn)
+            .or_insert_with(|| Arc::new(Mutex::new(Staging { coordinator, last_activity: Instant::now(), partitions: HashMap::new() })))
+            .clone()
+    }
+
+    /// Stages a whole segment file of `rows` rows that a bulk loader built for
+    /// one partition of `txn` (see [`segment::SegmentBuilder`]). The bytes are
+    /// checked against `checksums` and the table's `schema` and made durable
+    /// before this returns; prepare then only lists the file.
+    #[allow(clippy::too_many_arguments)]
+    pub fn stage_segment(
+        &self,
+        txn: TxnId,
+        coordinator: NodeId,
+        table_id: TableId,
+        partition: PartitionId,
+        placement_version: u64,
+        rows: u64,
+        data: &bytes::Bytes,
+        checksums: &segment::Checksums,
+        schema: &arrow::datatypes::SchemaRef,
+    ) -> FoamResult<()> {
+        let file_name = format!("seg-{txn:032x}-{table_id}-{partition}-{}.parquet", uuid::Uuid::new_v4().simple());
+        let sum = segment::check_received(&file_name, data, checksums, schema, rows)?;
+        let path = self.staging_dir.join(&file_name);
+        let written = File::create(&path).and_then(|mut file| {
+            std::io::Write::write_all(&mut file, data)?;
+            file.sync_all()
+        });
+        if let Err(error) = written {
+            let _ = std::fs::remove_file(&path);
+            return Err(FoamError::io(&path, error));
+        }
+        let staging = self.staging_of(txn, coordinator);
+        let mut staging = lock(&staging);
+        staging.last_activity = Instant::now();
+        let staged = staging.partitions.entry((table_id, partition)).or_insert_with(|| StagedPartition::new(placement_version));
+        staged.rows += rows;
+        staged.received.push(ReceivedSegment { file_name, rows, sum });
         Ok(())
     }
 
@@ -238,6 +285,17 @@ impl StorageEngine {
         let mut inline = Vec::new();
         let mut staged_files = Vec::new();
         for ((table_id, partition), mut staged) in staging.partitions {
+            for received in staged.received.drain(..) {
+                staged.rows -= received.rows;
+                staged_files.push(self.staging_dir.join(&received.file_name));
+                inline.push(None);
+                let ReceivedSegment { file_name, rows, sum } = received;
+                let data = EntryData::Segment { file_name, bytes: sum.bytes, crc32: Some(sum.crc32), block_crc32: sum.blocks };
+                entries.push(PreparedEntry { table_id, partition, rows, data });
+            }
+            if staged.file.is_none() && staged.batches.is_empty() {
+                continue;
+            }
             let data = match staged.file.take() {
                 Some((file_name, mut writer)) => {
                     let path = self.staging_dir.join(&file_name);
@@ -590,7 +648,8 @@ impl StorageEngine {
     /// Deletes the staged segment files of an unprepared transaction.
     fn discard_staged_files(&self, staging: &Staging) {
         for staged in staging.partitions.values() {
-            if let Some((file_name, _)) = &staged.file {
+            let received = staged.received.iter().map(|r| &r.file_name);
+            for file_name in staged.file.iter().map(|(name, _)| name).chain(received) {
                 let _ = std::fs::remove_file(self.staging_dir.join(file_name));
             }
         }
@@ -766,6 +825,73 @@ mod tests {
         }
         let engine = StorageEngine::open(&dir).unwrap();
         assert_eq!(rows_in(&engine, 11, 3), 200_000);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A segment as the bulk loader builds it: bytes and their checksums.
+    fn built_segment(start: i64, rows: usize) -> (bytes::Bytes, segment::Checksums) {
+        let rows = batch(start, rows);
+        let mut builder = segment::SegmentBuilder::new(&rows.schema(), &rows).unwrap();
+        builder.write(&rows).unwrap();
+        let (data, sum) = builder.finish().unwrap();
+        (data, segment::Checksums { crc32: Some(sum.crc32), blocks: sum.blocks })
+    }
+
+    #[test]
+    fn segments_built_by_a_loader_commit_beside_rows_and_vanish_on_abort() {
+        let dir = temp_dir("received");
+        let schema = batch(0, 1).schema();
+        {
+            let engine = StorageEngine::open(&dir).unwrap();
+            let (first, first_sums) = built_segment(0, 300);
+            let (second, second_sums) = built_segment(300, 200);
+            engine.stage_segment(31, 1, 16, 2, 0, 300, &first, &first_sums, &schema).unwrap();
+            engine.stage_segment(31, 1, 16, 2, 0, 200, &second, &second_sums, &schema).unwrap();
+            engine.stage(31, 1, 16, 2, 0, vec![batch(500, 5)]).unwrap();
+            engine.prepare(31, 505).unwrap();
+            engine.commit(31).unwrap();
+            assert_eq!(rows_in(&engine, 16, 2), 505);
+            assert_eq!(engine.snapshot(16, 2).segments.len(), 2, "each received segment is listed as it came");
+
+            engine.stage_segment(32, 1, 16, 2, 0, 300, &first, &first_sums, &schema).unwrap();
+            assert_eq!(std::fs::read_dir(dir.join("staging")).unwrap().count(), 1, "a received segment is on disk before prepare");
+            engine.abort(32).unwrap();
+            assert_eq!(std::fs::read_dir(dir.join("staging")).unwrap().count(), 0, "an abort deletes what was received");
+
+            engine.stage_segment(33, 1, 16, 2, 0, 300, &first, &first_sums, &schema).unwrap();
+            engine.prepare(33, 300).unwrap();
+        }
+        // Restarted, the prepared segment is in doubt and still commits.
+        let engine = StorageEngine::open(&dir).unwrap();
+        assert_eq!(rows_in(&engine, 16, 2), 505);
+        assert_eq!(engine.in_doubt(), vec![(33, 1)]);
+        engine.commit(33).unwrap();
+        assert_eq!(rows_in(&engine, 16, 2), 805);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_received_segment_that_does_not_fit_the_table_is_refused_and_not_staged() {
+        let dir = temp_dir("refused");
+        let engine = StorageEngine::open(&dir).unwrap();
+        let schema = batch(0, 1).schema();
+        let (data, sums) = built_segment(0, 100);
+        let refused = |rows: u64, data: &bytes::Bytes, sums: &segment::Checksums, schema: &arrow::datatypes::SchemaRef| {
+            let error = engine.stage_segment(41, 1, 17, 0, 0, rows, data, sums, schema).unwrap_err();
+            assert_eq!(error.sqlstate(), "XX001", "{error}");
+            error.to_string()
+        };
+        assert!(refused(99, &data, &sums, &schema).contains("holds 100 rows, 99 were sent"));
+        let mut damaged = data.to_vec();
+        damaged[10] ^= 1;
+        assert!(refused(100, &bytes::Bytes::from(damaged), &sums, &schema).contains("checksums"));
+        let other = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false), Field::new("v", DataType::Int64, true)]));
+        assert!(refused(100, &data, &sums, &other).contains("columns are not the table's"));
+        // A column the table declares NOT NULL must be stored as one that cannot hold nulls.
+        let stricter = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false), Field::new("v", DataType::Utf8, false)]));
+        assert!(refused(100, &data, &sums, &stricter).contains("columns are not the table's"));
+        assert_eq!(std::fs::read_dir(dir.join("staging")).unwrap().count(), 0, "nothing refused is kept");
+        engine.prepare(41, 0).unwrap_err();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

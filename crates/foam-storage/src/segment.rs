@@ -139,7 +139,7 @@ pub fn checksum(path: &Path) -> FoamResult<SegmentSum> {
 }
 
 /// The size and checksums of `data`, a whole file.
-fn sum_of(data: &[u8]) -> SegmentSum {
+pub fn sum_of(data: &[u8]) -> SegmentSum {
     let mut whole = crc32fast::Hasher::new();
     let mut blocks = Vec::with_capacity(data.len().div_ceil(CHECKSUM_BLOCK_BYTES));
     for block in data.chunks(CHECKSUM_BLOCK_BYTES) {
@@ -224,6 +224,70 @@ pub fn write_segment(path: &Path, schema: &SchemaRef, batches: &[RecordBatch]) -
         writer.write(batch).map_err(|e| parquet_error(path, e))?;
     }
     finish_writer(path, writer)
+}
+
+/// A segment encoded in memory by a bulk loader, which ships the finished
+/// file to every replica of its partition: each row is encoded once, not once
+/// per copy, and the nodes only check and store the bytes.
+pub struct SegmentBuilder {
+    writer: ArrowWriter<Vec<u8>>,
+    rows: u64,
+}
+
+impl SegmentBuilder {
+    /// A segment of `schema`, with encodings chosen from `sample` (its first rows).
+    pub fn new(schema: &SchemaRef, sample: &RecordBatch) -> FoamResult<Self> {
+        let writer = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(writer_properties(Some(sample)))).map_err(encode_error)?;
+        Ok(SegmentBuilder { writer, rows: 0 })
+    }
+
+    pub fn write(&mut self, batch: &RecordBatch) -> FoamResult<()> {
+        self.writer.write(batch).map_err(encode_error)?;
+        self.rows += batch.num_rows() as u64;
+        Ok(())
+    }
+
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// The whole file and its checksums.
+    pub fn finish(self) -> FoamResult<(Bytes, SegmentSum)> {
+        let data = Bytes::from(self.writer.into_inner().map_err(encode_error)?);
+        let sum = sum_of(&data);
+        Ok((data, sum))
+    }
+}
+
+fn encode_error(error: parquet::errors::ParquetError) -> FoamError {
+    FoamError::internal(format!("encoding a segment: {error}"))
+}
+
+/// Checks a whole segment file received from a bulk loader before it is
+/// staged: it must have the checksums the loader computed, be Parquet with
+/// exactly `schema`'s columns (a NOT NULL column stored as a required one, so
+/// it cannot hold a null), and hold `rows` rows. `name` names it in errors.
+pub fn check_received(name: &str, data: &Bytes, expected: &Checksums, schema: &SchemaRef, rows: u64) -> FoamResult<SegmentSum> {
+    let path = Path::new(name);
+    let sum = sum_of(data);
+    if expected.crc32 != Some(sum.crc32) || expected.blocks != sum.blocks {
+        return Err(corrupted(path, "the segment's bytes do not have the checksums sent with them".into()));
+    }
+    let metadata = parquet::file::metadata::ParquetMetaDataReader::new().parse_and_finish(data).map_err(|e| parquet_error(path, e))?;
+    let file = metadata.file_metadata();
+    let found = parquet::arrow::parquet_to_arrow_schema(file.schema_descr(), file.key_value_metadata()).map_err(|e| parquet_error(path, e))?;
+    let describe = |s: &arrow::datatypes::Schema| -> Vec<(String, arrow::datatypes::DataType, bool)> {
+        s.fields().iter().map(|f| (f.name().clone(), f.data_type().clone(), f.is_nullable())).collect()
+    };
+    let required_leaves = (0..file.schema_descr().num_columns()).map(|i| !file.schema_descr().column(i).self_type().is_optional());
+    let declared_not_null = schema.fields().iter().map(|f| !f.is_nullable());
+    if describe(&found) != describe(schema) || file.schema_descr().num_columns() != schema.fields().len() || !required_leaves.eq(declared_not_null) {
+        return Err(corrupted(path, format!("the segment's columns are not the table's: {found:?}")));
+    }
+    if file.num_rows() as u64 != rows {
+        return Err(corrupted(path, format!("the segment holds {} rows, {rows} were sent", file.num_rows())));
+    }
+    Ok(sum)
 }
 
 /// Opens a segment for reading `projection` (column indices; `None` for all).

@@ -1,25 +1,39 @@
 //! `foam tpch load`: creates the TPC-H tables through SQL, then generates each
-//! table in parallel parts and routes every batch straight to the nodes that
-//! hold its rows (one Stage message per partition buffer, encoded once and
-//! sent to each replica); one node then commits the table's load with
-//! two-phase commit, so each table appears whole or not at all.
+//! table in parallel parts. Each generator thread checks its rows as any write
+//! is checked, splits them by partition and encodes them into that
+//! partition's segment (a Parquet file built in memory); a finished segment
+//! goes whole to every replica of its partition (`StageSegment`), which checks
+//! and stores it, so each row is encoded once however many copies it has. One
+//! node then commits the table's load with two-phase commit, so each table
+//! appears whole or not at all.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
-use async_trait::async_trait;
+use bytes::Bytes;
 use foam_catalog::Catalog;
-use foam_common::{FoamError, FoamResult, NodeId, TxnId};
-use foam_query::write::{RowRouter, Shipment, StageTarget};
+use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TxnId};
+use foam_query::write::{conform_rows, split_by_partition};
 use foam_rpc::{NodeClient, NodeClients, NodeRequest, NodeResponse};
+use foam_storage::segment::{SegmentBuilder, SegmentSum};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use tokio::task::JoinSet;
 
 use crate::schema::{ALL_TABLES, TpchTable, conform};
 
-/// Generated batches buffered between the generator threads and the router.
-const GENERATED_BATCHES_AHEAD: usize = 16;
+/// Rows a segment built by the loader holds at most before it is shipped.
+/// Each partition's unfinished segment is held in the loader's memory (at
+/// most about 50 MB for TPC-H's widest table).
+const LOAD_SEGMENT_ROWS_MAX: u64 = 1 << 20;
+
+/// Finished segments waiting to be shipped when the generators outrun the network.
+const SEGMENTS_AHEAD: usize = 8;
+
+/// Stage messages on their way to nodes at once.
+const SEGMENTS_IN_FLIGHT: usize = 8;
 
 #[derive(Debug, Clone)]
 pub struct TableLoad {
@@ -41,22 +55,6 @@ impl LoadReport {
 
     pub fn rows_per_second(&self) -> f64 {
         self.rows() as f64 / self.elapsed.as_secs_f64().max(1e-9)
-    }
-}
-
-/// Ships rows by RPC from outside the cluster, naming `coordinator` as the
-/// node that will commit.
-struct RemoteStageTarget {
-    coordinator: NodeId,
-    catalog: Arc<Catalog>,
-    clients: Arc<NodeClients>,
-}
-
-#[async_trait]
-impl StageTarget for RemoteStageTarget {
-    async fn stage(&self, target: NodeId, shipment: Arc<Shipment>) -> FoamResult<()> {
-        let node = self.catalog.node(target)?;
-        shipment.send(&self.clients.get(node.id, &node.node_addr)?, self.coordinator).await
     }
 }
 
@@ -93,6 +91,9 @@ pub async fn load(url: &str, scale_factor: f64, show_progress: bool) -> FoamResu
     if !(scale_factor > 0.0) {
         return Err(FoamError::InvalidParameter { message: format!("scale factor must be positive, got {scale_factor}") });
     }
+    // tpchgen builds its text pool (about 300 MB) the first time any table is
+    // generated; start that now, while the tables are created.
+    let text_pool = tokio::task::spawn_blocking(move || drop(TpchTable::Nation.generate(scale_factor, 0, 1)));
     let client = connect(url).await?;
     for table in ALL_TABLES {
         client.batch_execute(table.create_sql()).await.map_err(sql_error)?;
@@ -113,6 +114,7 @@ pub async fn load(url: &str, scale_factor: f64, show_progress: bool) -> FoamResu
     let clients = Arc::new(NodeClients::default());
     let catalog = fetch_catalog(&clients.get(first_id, first_addr)?).await?;
     let coordinator = first_id;
+    text_pool.await.map_err(|e| FoamError::internal(e.to_string()))?;
 
     let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
     let progress = MultiProgress::new();
@@ -145,6 +147,103 @@ async fn fetch_catalog(client: &NodeClient) -> FoamResult<Arc<Catalog>> {
     }
 }
 
+/// A segment the loader finished for one partition, to ship to its replicas.
+struct FinishedSegment {
+    partition: PartitionId,
+    rows: u64,
+    data: Bytes,
+    sum: SegmentSum,
+}
+
+/// The segments being built, one slot per partition, shared by the generator
+/// threads: whichever thread has rows of a partition appends them.
+struct SegmentSlots {
+    schema: SchemaRef,
+    slots: Vec<Mutex<Option<SegmentBuilder>>>,
+}
+
+impl SegmentSlots {
+    fn new(schema: SchemaRef, partitions: u32) -> Self {
+        SegmentSlots { schema, slots: (0..partitions).map(|_| Mutex::new(None)).collect() }
+    }
+
+    /// Appends one partition's rows; returns the segment when it is full.
+    fn append(&self, partition: PartitionId, rows: &RecordBatch) -> FoamResult<Option<FinishedSegment>> {
+        let slot = self.slots.get(partition as usize).ok_or_else(|| FoamError::internal(format!("no partition {partition}")))?;
+        let full = {
+            let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+            let builder = match slot.as_mut() {
+                Some(builder) => builder,
+                None => slot.insert(SegmentBuilder::new(&self.schema, rows)?),
+            };
+            builder.write(rows)?;
+            if builder.rows() < LOAD_SEGMENT_ROWS_MAX { None } else { slot.take() }
+        };
+        full.map(|builder| finish(partition, builder)).transpose()
+    }
+
+    /// Takes the unfinished segment of `partition`, if it has one.
+    fn take(&self, partition: PartitionId) -> Option<SegmentBuilder> {
+        self.slots.get(partition as usize)?.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+fn finish(partition: PartitionId, builder: SegmentBuilder) -> FoamResult<FinishedSegment> {
+    let rows = builder.rows();
+    let (data, sum) = builder.finish()?;
+    Ok(FinishedSegment { partition, rows, data, sum })
+}
+
+/// Generates a table in parallel parts; each generator thread checks its rows
+/// as any write of the table is checked, splits them by partition and
+/// appends them to the partitions' segments, which go to `finished` when full
+/// and at the end.
+fn generate_segments(
+    table: TpchTable,
+    scale_factor: f64,
+    workers: usize,
+    definition: &foam_catalog::TableDef,
+    bar: &ProgressBar,
+    finished: tokio::sync::mpsc::Sender<FoamResult<FinishedSegment>>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let schema = definition.arrow_schema();
+    let slots = Arc::new(SegmentSlots::new(schema.clone(), definition.partition_count()));
+    let parts = table.parts(scale_factor, workers);
+    let parts_left = Arc::new(std::sync::atomic::AtomicI32::new(parts));
+    (0..parts)
+        .map(|part| {
+            let (slots, parts_left, finished, schema, definition, bar) =
+                (slots.clone(), parts_left.clone(), finished.clone(), schema.clone(), definition.clone(), bar.clone());
+            tokio::task::spawn_blocking(move || {
+                let generated = (|| -> FoamResult<()> {
+                    for batch in table.generate(scale_factor, part, parts) {
+                        let batch = batch.and_then(|b| conform(&b, &schema)).map_err(|e| FoamError::internal(format!("TPC-H batch: {e}")))?;
+                        let batch = conform_rows(&definition, &schema, batch)?;
+                        bar.inc(batch.num_rows() as u64);
+                        for (partition, rows) in split_by_partition(&definition, &batch)? {
+                            if let Some(segment) = slots.append(partition, &rows)? {
+                                finished.blocking_send(Ok(segment)).map_err(|_| FoamError::internal("the loader stopped"))?;
+                            }
+                        }
+                    }
+                    // The last part to finish ships what every partition has left.
+                    if parts_left.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
+                        for partition in 0..definition.partition_count() {
+                            if let Some(builder) = slots.take(partition) {
+                                finished.blocking_send(finish(partition, builder)).map_err(|_| FoamError::internal("the loader stopped"))?;
+                            }
+                        }
+                    }
+                    Ok(())
+                })();
+                if let Err(error) = generated {
+                    let _ = finished.blocking_send(Err(error));
+                }
+            })
+        })
+        .collect()
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn load_table(
     table: TpchTable,
@@ -156,48 +255,63 @@ async fn load_table(
     coordinator: NodeId,
     bar: &ProgressBar,
 ) -> FoamResult<u64> {
-    let schema = definition.arrow_schema();
-    let parts = table.parts(scale_factor, workers);
-    let (sender, mut receiver) = tokio::sync::mpsc::channel::<FoamResult<RecordBatch>>(GENERATED_BATCHES_AHEAD);
-    let mut generators = Vec::new();
-    for part in 0..parts {
-        let sender = sender.clone();
-        let schema = schema.clone();
-        generators.push(tokio::task::spawn_blocking(move || {
-            for batch in table.generate(scale_factor, part, parts) {
-                let batch = batch.and_then(|b| conform(&b, &schema)).map_err(|e| FoamError::internal(format!("TPC-H batch: {e}")));
-                if sender.blocking_send(batch).is_err() {
-                    return;
-                }
-            }
-        }));
-    }
-    drop(sender);
+    let (sender, mut receiver) = tokio::sync::mpsc::channel::<FoamResult<FinishedSegment>>(SEGMENTS_AHEAD);
+    let generators = generate_segments(table, scale_factor, workers, definition, bar, sender);
     let txn: TxnId = uuid::Uuid::new_v4().as_u128();
-    let target = Arc::new(RemoteStageTarget { coordinator, catalog: catalog.clone(), clients: clients.clone() });
-    let mut router = RowRouter::new(target, definition.clone(), catalog.nodes.clone(), txn);
-    let coordinator_node = catalog.node(coordinator)?;
-    let coordinator_client = clients.get(coordinator, &coordinator_node.node_addr)?;
-    let routed = async {
-        while let Some(batch) = receiver.recv().await {
-            let batch = batch?;
-            bar.inc(batch.num_rows() as u64);
-            router.write(batch).await?;
+    let mut participants: BTreeMap<NodeId, u64> = BTreeMap::new();
+    let mut in_flight = JoinSet::new();
+    let mut rows = 0;
+    let shipped = async {
+        while let Some(segment) = receiver.recv().await {
+            let segment = segment?;
+            rows += segment.rows;
+            let request = NodeRequest::StageSegment {
+                txn,
+                coordinator,
+                table_id: definition.id,
+                partition: segment.partition,
+                placement_version: definition.placement_version(segment.partition),
+                rows: segment.rows,
+                crc32: segment.sum.crc32,
+                block_crc32: segment.sum.blocks.clone(),
+            };
+            let message = foam_rpc::frame::encode(&request, &segment.data)?;
+            for node in definition.write_targets(segment.partition, &catalog.nodes)? {
+                while in_flight.len() >= SEGMENTS_IN_FLIGHT {
+                    joined(in_flight.join_next().await)?;
+                }
+                *participants.entry(node).or_default() += segment.rows;
+                let client = clients.get(node, &catalog.node(node)?.node_addr)?;
+                let (request, message) = (request.clone(), message.clone());
+                in_flight.spawn(async move { client.call_encoded(&request, message).await.map(|_| ()) });
+            }
         }
-        router.finish().await
+        while let Some(result) = in_flight.join_next().await {
+            joined(Some(result))?;
+        }
+        Ok::<_, FoamError>(())
     }
     .await;
-    let participants = match routed {
-        Ok(participants) => participants,
-        Err(error) => {
-            let participants = router.cancel().await;
-            let _ = coordinator_client.call(&NodeRequest::AbortTransaction { txn, participants }, &[]).await;
-            return Err(error);
-        }
-    };
+    let coordinator_client = clients.get(coordinator, &catalog.node(coordinator)?.node_addr)?;
+    if let Err(error) = shipped {
+        drop(receiver);
+        in_flight.abort_all();
+        let participants = participants.keys().copied().collect();
+        let _ = coordinator_client.call(&NodeRequest::AbortTransaction { txn, participants }, &[]).await;
+        return Err(error);
+    }
     for generator in generators {
         generator.await.map_err(|e| FoamError::internal(e.to_string()))?;
     }
+    let participants = participants.into_iter().collect();
     coordinator_client.call(&NodeRequest::CommitTransaction { txn, participants }, &[]).await?;
-    Ok(router.rows())
+    Ok(rows)
+}
+
+fn joined(result: Option<Result<FoamResult<()>, tokio::task::JoinError>>) -> FoamResult<()> {
+    match result {
+        Some(Ok(result)) => result,
+        Some(Err(join_error)) => Err(FoamError::internal(join_error.to_string())),
+        None => Ok(()),
+    }
 }
