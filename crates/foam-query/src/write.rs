@@ -497,12 +497,16 @@ pub async fn handle_participant_request(node: &Arc<NodeContext>, request: NodeRe
             .map_err(|e| FoamError::internal(e.to_string()))??;
         }
         NodeRequest::StageSegment { txn, coordinator, table_id, partition, placement_version, rows, crc32, block_crc32 } => {
-            let schema = node
-                .catalog
-                .current()
+            // A table created a moment ago may not have reached this node's
+            // copy of the catalog yet: ask again before giving up on it.
+            let mut catalog = node.catalog.current();
+            if catalog.table_by_id(table_id).is_none() {
+                catalog = node.catalog.refresh().await?;
+            }
+            let schema = catalog
                 .table_by_id(table_id)
                 .map(|t| t.arrow_schema())
-                .ok_or_else(|| FoamError::TransactionAborted { message: format!("table {table_id} no longer exists") })?;
+                .ok_or_else(|| FoamError::TransactionAborted { message: format!("table {table_id} does not exist") })?;
             let storage = node.storage.clone();
             let checksums = foam_storage::segment::Checksums { crc32: Some(crc32), blocks: block_crc32 };
             tokio::task::spawn_blocking(move || {
