@@ -78,11 +78,7 @@ impl NodeHandler for FoamNodeHandler {
     }
 
     async fn scan(&self, request: ScanRequest) -> FoamResult<(SchemaRef, BatchStream)> {
-        let mut catalog = self.node.catalog.current();
-        if catalog.table_by_id(request.table_id).is_none() {
-            catalog = self.node.catalog.refresh().await?;
-        }
-        let table = catalog.table_by_id(request.table_id).ok_or_else(|| FoamError::UndefinedTable {
+        let table = self.node.table_by_id(request.table_id).await?.ok_or_else(|| FoamError::UndefinedTable {
             name: format!("with id {}", request.table_id),
         })?;
         let schema = table.arrow_schema();
@@ -95,7 +91,7 @@ impl NodeHandler for FoamNodeHandler {
         let node = self.node.clone();
         let stream = foam_query::scan_exec::read_local_partition_filtered(
             &self.node,
-            table,
+            &table,
             request.partition,
             request.projection,
             &request.filters,

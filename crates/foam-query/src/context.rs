@@ -8,7 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use foam_catalog::model::CommandOutcome;
 use foam_catalog::model::ReplicaState;
-use foam_catalog::{Catalog, CatalogCommand, NodeInfo};
+use foam_catalog::{Catalog, CatalogCommand, NodeInfo, TableDef};
 use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TableId};
 use foam_rpc::{NodeClient, NodeClients, NodeResponse};
 use foam_storage::{DecisionLog, StorageEngine};
@@ -92,6 +92,17 @@ impl NodeContext {
     pub fn client_for(&self, node_id: NodeId) -> FoamResult<NodeClient> {
         let catalog = self.catalog.current();
         self.client(catalog.node(node_id)?)
+    }
+
+    /// The table with `id`. A table created a moment ago through another node
+    /// may not have reached this node's catalog yet, so an unknown id asks the
+    /// catalog leader once before it counts as unknown.
+    pub async fn table_by_id(&self, id: TableId) -> FoamResult<Option<TableDef>> {
+        let mut catalog = self.catalog.current();
+        if catalog.table_by_id(id).is_none() {
+            catalog = self.catalog.refresh().await?;
+        }
+        Ok(catalog.table_by_id(id).cloned())
     }
 
     /// This node's answer to a `Ping`: its counters and its meta role.

@@ -215,11 +215,7 @@ impl RowRouter {
     }
 
     async fn join_one(&mut self) -> FoamResult<()> {
-        match self.in_flight.join_next().await {
-            Some(Ok(result)) => result,
-            Some(Err(join_error)) => Err(FoamError::internal(join_error.to_string())),
-            None => Ok(()),
-        }
+        join_next(&mut self.in_flight).await
     }
 
     /// Ships every buffered row and waits until all participants staged them;
@@ -240,6 +236,16 @@ impl RowRouter {
         self.in_flight.abort_all();
         while self.in_flight.join_next().await.is_some() {}
         self.participants.keys().copied().collect()
+    }
+}
+
+/// Waits for one of the shipments in `in_flight` (none left is Ok) and
+/// returns how it went.
+pub async fn join_next(in_flight: &mut JoinSet<FoamResult<()>>) -> FoamResult<()> {
+    match in_flight.join_next().await {
+        Some(Ok(result)) => result,
+        Some(Err(join_error)) => Err(FoamError::internal(join_error.to_string())),
+        None => Ok(()),
     }
 }
 
@@ -497,14 +503,9 @@ pub async fn handle_participant_request(node: &Arc<NodeContext>, request: NodeRe
             .map_err(|e| FoamError::internal(e.to_string()))??;
         }
         NodeRequest::StageSegment { txn, coordinator, table_id, partition, placement_version, rows, crc32, block_crc32 } => {
-            // A table created a moment ago may not have reached this node's
-            // copy of the catalog yet: ask again before giving up on it.
-            let mut catalog = node.catalog.current();
-            if catalog.table_by_id(table_id).is_none() {
-                catalog = node.catalog.refresh().await?;
-            }
-            let schema = catalog
+            let schema = node
                 .table_by_id(table_id)
+                .await?
                 .map(|t| t.arrow_schema())
                 .ok_or_else(|| FoamError::TransactionAborted { message: format!("table {table_id} does not exist") })?;
             let storage = node.storage.clone();

@@ -16,7 +16,7 @@ use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
 use foam_catalog::Catalog;
 use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TxnId};
-use foam_query::write::{conform_rows, split_by_partition};
+use foam_query::write::{conform_rows, join_next, split_by_partition};
 use foam_rpc::{NodeClient, NodeClients, NodeRequest, NodeResponse};
 use foam_storage::segment::{SegmentBuilder, SegmentSum};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
@@ -278,7 +278,7 @@ async fn load_table(
             let message = foam_rpc::frame::encode(&request, &segment.data)?;
             for node in definition.write_targets(segment.partition, &catalog.nodes)? {
                 while in_flight.len() >= SEGMENTS_IN_FLIGHT {
-                    joined(in_flight.join_next().await)?;
+                    join_next(&mut in_flight).await?;
                 }
                 *participants.entry(node).or_default() += segment.rows;
                 let client = clients.get(node, &catalog.node(node)?.node_addr)?;
@@ -286,8 +286,8 @@ async fn load_table(
                 in_flight.spawn(async move { client.call_encoded(&request, message).await.map(|_| ()) });
             }
         }
-        while let Some(result) = in_flight.join_next().await {
-            joined(Some(result))?;
+        while !in_flight.is_empty() {
+            join_next(&mut in_flight).await?;
         }
         Ok::<_, FoamError>(())
     }
@@ -306,12 +306,4 @@ async fn load_table(
     let participants = participants.into_iter().collect();
     coordinator_client.call(&NodeRequest::CommitTransaction { txn, participants }, &[]).await?;
     Ok(rows)
-}
-
-fn joined(result: Option<Result<FoamResult<()>, tokio::task::JoinError>>) -> FoamResult<()> {
-    match result {
-        Some(Ok(result)) => result,
-        Some(Err(join_error)) => Err(FoamError::internal(join_error.to_string())),
-        None => Ok(()),
-    }
 }
