@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use arrow::record_batch::RecordBatch;
 use foam_common::limits::{
-    MEMTABLE_FLUSH_ROWS, STAGE_INLINE_BYTES_MAX, STAGE_INLINE_BYTES_PER_TXN_MAX, TXN_IDLE_TIMEOUT_MS, WAL_CHECKPOINT_BYTES,
+    BATCH_ROWS, MEMTABLE_FLUSH_ROWS, STAGE_INLINE_BYTES_MAX, STAGE_INLINE_BYTES_PER_TXN_MAX, TXN_IDLE_TIMEOUT_MS, WAL_CHECKPOINT_BYTES,
 };
 use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TableId, TxnId};
 use parquet::arrow::ArrowWriter;
@@ -77,6 +77,49 @@ impl StagedPartition {
     fn new(placement_version: u64) -> Self {
         StagedPartition { placement_version, batches: Vec::new(), batch_bytes: 0, rows: 0, file: None, received: Vec::new() }
     }
+}
+
+/// Joins runs of small batches into batches of up to [`BATCH_ROWS`] rows,
+/// copying each of their rows once; batches of at least half that pass as
+/// they are. A writer splits every batch it routes across all partitions, so
+/// one partition's share of it is small (512 rows of an 8192-row batch over 16
+/// partitions); kept so, they would stay small in the WAL and the memtable,
+/// and every later scan of the partition would pay per-batch costs on them.
+fn coalesce_small(batches: Vec<RecordBatch>) -> FoamResult<Vec<RecordBatch>> {
+    let mut out = Vec::with_capacity(batches.len());
+    let mut run: Vec<RecordBatch> = Vec::new();
+    let mut run_rows = 0;
+    let flush = |run: &mut Vec<RecordBatch>, out: &mut Vec<RecordBatch>| -> FoamResult<()> {
+        match run.len() {
+            0 => {}
+            1 => out.extend(run.drain(..)),
+            _ => {
+                out.push(arrow::compute::concat_batches(&run[0].schema(), run.iter()).map_err(|e| FoamError::internal(format!("joining staged batches: {e}")))?);
+                run.clear();
+            }
+        }
+        Ok(())
+    };
+    for batch in batches {
+        let rows = batch.num_rows();
+        if rows == 0 {
+            continue;
+        }
+        if rows >= BATCH_ROWS / 2 {
+            flush(&mut run, &mut out)?;
+            run_rows = 0;
+            out.push(batch);
+            continue;
+        }
+        if run_rows + rows > BATCH_ROWS {
+            flush(&mut run, &mut out)?;
+            run_rows = 0;
+        }
+        run_rows += rows;
+        run.push(batch);
+    }
+    flush(&mut run, &mut out)?;
+    Ok(out)
 }
 
 struct ReceivedSegment {
@@ -170,7 +213,7 @@ impl StorageEngine {
         let mut staging = lock(&staging);
         staging.last_activity = Instant::now();
         let staged = staging.partitions.entry((table_id, partition)).or_insert_with(|| StagedPartition::new(placement_version));
-        for batch in batches {
+        for batch in coalesce_small(batches)? {
             staged.rows += batch.num_rows() as u64;
             staged.batch_bytes += batch.get_array_memory_size();
             staged.batches.push(batch);
@@ -793,6 +836,36 @@ mod tests {
         assert_eq!(rows_in(&engine, 10, 0), 100);
         assert_eq!(rows_in(&engine, 10, 1), 50);
         assert!(engine.in_doubt().is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn small_staged_batches_are_joined_before_they_reach_the_memtable_and_the_wal() {
+        let dir = temp_dir("coalesce");
+        let keys_of = |batches: &[RecordBatch]| -> Vec<i64> {
+            batches.iter().flat_map(|b| b.column(0).as_any().downcast_ref::<Int64Array>().unwrap().values().to_vec()).collect()
+        };
+        // 40 pieces of 500 rows (as a writer's split leaves them), one large
+        // batch, then 3 more small pieces: 20,000 + 6,000 + 1,500 rows.
+        let mut pieces: Vec<RecordBatch> = (0..40).map(|i| batch(i * 500, 500)).collect();
+        pieces.push(batch(20_000, 6_000));
+        pieces.extend((0..3).map(|i| batch(26_000 + i * 500, 500)));
+        let expected = keys_of(&pieces);
+        {
+            let engine = StorageEngine::open(&dir).unwrap();
+            engine.stage(31, 1, 16, 0, 0, pieces).unwrap();
+            engine.prepare(31, 27_500).unwrap();
+            engine.commit(31).unwrap();
+            let memtable = engine.snapshot(16, 0).memtable;
+            let sizes: Vec<usize> = memtable.iter().map(|b| b.num_rows()).collect();
+            assert_eq!(sizes, vec![8_000, 8_000, 4_000, 6_000, 1_500], "runs of small pieces joined up to BATCH_ROWS, the large batch as it was");
+            assert_eq!(keys_of(&memtable), expected, "same rows, same order");
+        }
+        // Replayed from the WAL after a restart: the joined batches again.
+        let engine = StorageEngine::open(&dir).unwrap();
+        let memtable = engine.snapshot(16, 0).memtable;
+        assert_eq!(memtable.len(), 5);
+        assert_eq!(keys_of(&memtable), expected);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
