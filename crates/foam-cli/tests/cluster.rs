@@ -334,6 +334,30 @@ async fn garbage_input_gets_errors_and_the_node_keeps_serving() {
     let escape = NodeRequest::ReadSegment { table_id, partition, file_name: "../../catalog.json".into(), offset: 0, length: 100 };
     let error = rpc.call(&escape, &[]).await.expect_err("a path outside the partition");
     assert!(["22023", "57P03"].contains(&error.sqlstate()), "{error}");
+    // A bulk loader's segment for a table that does not exist, or whose bytes
+    // are not the file its checksum names, is refused by name and not staged.
+    let payload = b"PAR1 not a parquet file PAR1";
+    let segment = |table_id| NodeRequest::StageSegment {
+        txn: 77,
+        coordinator: 0,
+        table_id,
+        partition: 0,
+        placement_version: 0,
+        rows: 1,
+        crc32: crc32fast::hash(payload),
+        block_crc32: vec![crc32fast::hash(payload)],
+    };
+    let error = rpc.call(&segment(9999), payload).await.expect_err("unknown table");
+    assert_eq!(error.sqlstate(), "40000", "{error}");
+    assert!(error.to_string().contains("table 9999 does not exist"), "{error}");
+    let error = rpc.call(&segment(table_id), payload).await.expect_err("not a Parquet file");
+    assert_eq!(error.sqlstate(), "XX001", "{error}");
+    let mut torn = segment(table_id);
+    if let NodeRequest::StageSegment { crc32, .. } = &mut torn {
+        *crc32 ^= 1;
+    }
+    let error = rpc.call(&torn, payload).await.expect_err("a checksum that does not match");
+    assert_eq!(error.sqlstate(), "XX001", "{error}");
     let forged = NodeRequest::SwitchInReplica { table_id, partition, node: 2, fence_token: 42 };
     let error = rpc.call(&forged, &[]).await.expect_err("no lease");
     assert!(["40001", "57P03"].contains(&error.sqlstate()), "{error}");
