@@ -60,6 +60,15 @@ struct Staging {
     partitions: HashMap<PartitionKey, StagedPartition>,
 }
 
+impl Staging {
+    /// Notes activity on the transaction and returns what it staged for one
+    /// partition so far, created on its first rows.
+    fn partition(&mut self, key: PartitionKey, placement_version: u64) -> &mut StagedPartition {
+        self.last_activity = Instant::now();
+        self.partitions.entry(key).or_insert_with(|| StagedPartition::new(placement_version))
+    }
+}
+
 struct StagedPartition {
     /// Placement version of the partition the coordinator routed with.
     placement_version: u64,
@@ -211,8 +220,7 @@ impl StorageEngine {
     ) -> FoamResult<()> {
         let staging = self.staging_of(txn, coordinator);
         let mut staging = lock(&staging);
-        staging.last_activity = Instant::now();
-        let staged = staging.partitions.entry((table_id, partition)).or_insert_with(|| StagedPartition::new(placement_version));
+        let staged = staging.partition((table_id, partition), placement_version);
         for batch in coalesce_small(batches)? {
             staged.rows += batch.num_rows() as u64;
             staged.batch_bytes += batch.get_array_memory_size();
@@ -275,8 +283,7 @@ impl StorageEngine {
         }
         let staging = self.staging_of(txn, coordinator);
         let mut staging = lock(&staging);
-        staging.last_activity = Instant::now();
-        let staged = staging.partitions.entry((table_id, partition)).or_insert_with(|| StagedPartition::new(placement_version));
+        let staged = staging.partition((table_id, partition), placement_version);
         staged.rows += rows;
         staged.received.push(ReceivedSegment { file_name, rows, sum });
         Ok(())
@@ -328,11 +335,10 @@ impl StorageEngine {
         let mut inline = Vec::new();
         let mut staged_files = Vec::new();
         for ((table_id, partition), mut staged) in staging.partitions {
-            for received in staged.received.drain(..) {
-                staged.rows -= received.rows;
-                staged_files.push(self.staging_dir.join(&received.file_name));
+            for ReceivedSegment { file_name, rows, sum } in staged.received.drain(..) {
+                staged.rows -= rows;
+                staged_files.push(self.staging_dir.join(&file_name));
                 inline.push(None);
-                let ReceivedSegment { file_name, rows, sum } = received;
                 let data = EntryData::Segment { file_name, bytes: sum.bytes, crc32: Some(sum.crc32), block_crc32: sum.blocks };
                 entries.push(PreparedEntry { table_id, partition, rows, data });
             }

@@ -160,18 +160,20 @@ fn corrupted(path: &Path, message: String) -> FoamError {
 /// from a replica is checked so, since reads later trust its block list.
 pub fn verify(path: &Path, expected: &Checksums) -> FoamResult<()> {
     let data = map(path)?;
+    // One pass over the file yields both the CRC-32 and the block checksums.
+    let found = sum_of(&data);
     if let Some(crc32) = expected.crc32 {
-        check_whole(path, &data, crc32)?;
+        check_crc(path, found.crc32, crc32)?;
     }
-    if !expected.blocks.is_empty() && sum_of(&data).blocks != expected.blocks {
+    if !expected.blocks.is_empty() && found.blocks != expected.blocks {
         return Err(corrupted(path, format!("the file's {} block checksums are not the {} recorded for it", data.len().div_ceil(CHECKSUM_BLOCK_BYTES), expected.blocks.len())));
     }
     Ok(())
 }
 
-/// Fails with [`FoamError::Corrupted`] unless `data`, the file at `path`, has CRC-32 `crc32`.
-fn check_whole(path: &Path, data: &[u8], crc32: u32) -> FoamResult<()> {
-    let found = crc32fast::hash(data);
+/// Fails with [`FoamError::Corrupted`] unless `found`, the CRC-32 of the
+/// file at `path`, is `crc32`, the one written.
+fn check_crc(path: &Path, found: u32, crc32: u32) -> FoamResult<()> {
     if found != crc32 {
         return Err(corrupted(path, format!("segment checksum is {found:08x}, {crc32:08x} was written")));
     }
@@ -300,7 +302,7 @@ pub fn read_segment(path: &Path, checksums: &Checksums, projection: Option<&[usi
     let mut checked = vec![false; blocks.len()];
     if blocks.is_empty() {
         if let Some(crc32) = checksums.crc32 {
-            check_whole(path, &data, crc32)?;
+            check_crc(path, crc32fast::hash(&data), crc32)?;
         }
     } else {
         if blocks.len() != data.len().div_ceil(CHECKSUM_BLOCK_BYTES) {
