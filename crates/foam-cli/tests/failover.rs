@@ -768,6 +768,12 @@ async fn killing_the_first_meta_node_leaves_catalog_detection_and_writes_working
     // The returned node follows: DDL through it reaches the current leader.
     back.batch_execute("CREATE TABLE after_return (id BIGINT) DISTRIBUTED BY (id)").await.unwrap();
     assert_eq!(scalar(&client, "SELECT count(*) FROM after_return").await, "0");
+    // The bulk loader asks the lowest-numbered node (node 1, now a follower)
+    // for the catalog and follows its hint to the leader.
+    assert_eq!(scalar(&client, "SELECT meta_role FROM foam_nodes WHERE node_id = 1").await, "follower");
+    let report = foam_tpch::load::load(&cluster.url(0), 0.001, false).await.expect("load through a follower");
+    let loaded = report.tables.iter().find(|t| t.table == "orders").map(|t| t.rows.to_string());
+    assert_eq!(Some(scalar(&back, "SELECT count(*) FROM orders").await), loaded);
 }
 
 /// Cuts node 0 off the network with network namespaces (its messages to the

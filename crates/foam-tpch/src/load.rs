@@ -17,7 +17,7 @@ use bytes::Bytes;
 use foam_catalog::Catalog;
 use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TxnId};
 use foam_query::write::{conform_rows, join_next, split_by_partition};
-use foam_rpc::{NodeClient, NodeClients, NodeRequest, NodeResponse};
+use foam_rpc::{NodeClients, NodeRequest, NodeResponse};
 use foam_storage::segment::{SegmentBuilder, SegmentSum};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use tokio::task::JoinSet;
@@ -77,16 +77,46 @@ fn sql_error(error: tokio_postgres::Error) -> FoamError {
     }
 }
 
-/// Whether the TPC-H tables already exist (a cluster loaded earlier).
-pub async fn is_loaded(client: &tokio_postgres::Client) -> FoamResult<bool> {
-    let rows = client
-        .simple_query("SELECT count(*) FROM information_schema.tables WHERE table_name = 'lineitem'")
+/// Rows in `lineitem`, or None unless all eight TPC-H tables exist (a load
+/// creates all eight before it fills any). The loader fills lineitem last,
+/// in one transaction, so rows there mean every table committed.
+async fn lineitem_rows(client: &tokio_postgres::Client) -> FoamResult<Option<u64>> {
+    let first = |rows: Vec<tokio_postgres::SimpleQueryMessage>| {
+        rows.iter().find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).and_then(|v| v.parse::<u64>().ok()),
+            _ => None,
+        })
+    };
+    let names: Vec<String> = ALL_TABLES.iter().map(|t| format!("'{}'", t.name())).collect();
+    let exists = client
+        .simple_query(&format!(
+            "SELECT count(DISTINCT table_name) FROM information_schema.tables WHERE table_name IN ({})",
+            names.join(", ")
+        ))
         .await
         .map_err(sql_error)?;
-    Ok(rows.iter().any(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(r) if r.get(0) == Some("1"))))
+    if first(exists) != Some(ALL_TABLES.len() as u64) {
+        return Ok(None);
+    }
+    Ok(first(client.simple_query("SELECT count(*) FROM lineitem").await.map_err(sql_error)?))
 }
 
-/// Creates and loads the eight tables at `scale_factor`.
+/// Whether an earlier load finished (its last table, lineitem, has rows).
+pub async fn is_loaded(client: &tokio_postgres::Client) -> FoamResult<bool> {
+    Ok(lineitem_rows(client).await?.is_some_and(|rows| rows > 0))
+}
+
+async fn drop_tables(client: &tokio_postgres::Client, tables: &[TpchTable]) -> FoamResult<()> {
+    for table in tables {
+        client.batch_execute(&format!("DROP TABLE IF EXISTS {}", table.name())).await.map_err(sql_error)?;
+    }
+    Ok(())
+}
+
+/// Creates and loads the eight tables at `scale_factor`, all or nothing: a
+/// load that fails drops the tables it created, and one that finds an
+/// earlier load's tables with lineitem empty (that load was stopped before
+/// its last commit) drops them first.
 pub async fn load(url: &str, scale_factor: f64, show_progress: bool) -> FoamResult<LoadReport> {
     if !(scale_factor > 0.0) {
         return Err(FoamError::InvalidParameter { message: format!("scale factor must be positive, got {scale_factor}") });
@@ -95,10 +125,32 @@ pub async fn load(url: &str, scale_factor: f64, show_progress: bool) -> FoamResu
     // generated; start that now, while the tables are created.
     let text_pool = tokio::task::spawn_blocking(move || drop(TpchTable::Nation.generate(scale_factor, 0, 1)));
     let client = connect(url).await?;
-    for table in ALL_TABLES {
-        client.batch_execute(table.create_sql()).await.map_err(sql_error)?;
+    if lineitem_rows(&client).await? == Some(0) {
+        eprintln!("An earlier TPC-H load did not finish; dropping its tables.");
+        drop_tables(&client, &ALL_TABLES).await?;
     }
-    // The node we are connected to coordinates; its RPC address comes from foam_nodes.
+    for (created, table) in ALL_TABLES.iter().enumerate() {
+        if let Err(error) = client.batch_execute(table.create_sql()).await {
+            let _ = drop_tables(&client, &ALL_TABLES[..created]).await;
+            return Err(sql_error(error));
+        }
+    }
+    let loaded = fill_tables(&client, scale_factor, show_progress, text_pool).await;
+    if loaded.is_err() {
+        let _ = drop_tables(&client, &ALL_TABLES).await;
+    }
+    loaded
+}
+
+/// Generates and commits every table's rows, one table after another.
+async fn fill_tables(
+    client: &tokio_postgres::Client,
+    scale_factor: f64,
+    show_progress: bool,
+    text_pool: tokio::task::JoinHandle<()>,
+) -> FoamResult<LoadReport> {
+    // The lowest-numbered node that is up coordinates the commits; node
+    // addresses come from foam_nodes.
     let nodes = client.simple_query("SELECT node_id, node_addr, status FROM foam_nodes").await.map_err(sql_error)?;
     let node_addrs: BTreeMap<NodeId, String> = nodes
         .iter()
@@ -112,7 +164,7 @@ pub async fn load(url: &str, scale_factor: f64, show_progress: bool) -> FoamResu
     let (&first_id, first_addr) =
         node_addrs.iter().next().ok_or_else(|| FoamError::CatalogUnavailable { message: "no node is up".into() })?;
     let clients = Arc::new(NodeClients::default());
-    let catalog = fetch_catalog(&clients.get(first_id, first_addr)?).await?;
+    let catalog = fetch_catalog(&clients, &node_addrs, first_id, first_addr).await?;
     let coordinator = first_id;
     text_pool.await.map_err(|e| FoamError::internal(e.to_string()))?;
 
@@ -140,11 +192,30 @@ pub async fn load(url: &str, scale_factor: f64, show_progress: bool) -> FoamResu
     Ok(LoadReport { tables: report, elapsed: started.elapsed() })
 }
 
-async fn fetch_catalog(client: &NodeClient) -> FoamResult<Arc<Catalog>> {
-    match client.call(&NodeRequest::CatalogGet { known_version: None }, &[]).await? {
-        (NodeResponse::Catalog { catalog: Some(catalog) }, _) => Ok(Arc::new(catalog)),
-        (other, _) => Err(FoamError::internal(format!("unexpected catalog reply {other:?}"))),
+/// Fetches the cluster catalog from the leader of the meta nodes (only it
+/// answers `CatalogGet`), starting at `first` and following `NotLeader`
+/// hints: the leader moves when a node restarts or fails.
+async fn fetch_catalog(
+    clients: &NodeClients,
+    node_addrs: &BTreeMap<NodeId, String>,
+    first_id: NodeId,
+    first_addr: &str,
+) -> FoamResult<Arc<Catalog>> {
+    let (mut id, mut addr) = (first_id, first_addr.to_string());
+    for _ in 0..=node_addrs.len() {
+        match clients.get(id, &addr)?.call(&NodeRequest::CatalogGet { known_version: None }, &[]).await? {
+            (NodeResponse::Catalog { catalog: Some(catalog) }, _) => return Ok(Arc::new(catalog)),
+            (NodeResponse::NotLeader { leader: Some(leader) }, _) if leader != addr => {
+                id = node_addrs.iter().find(|(_, a)| **a == leader).map_or(0, |(id, _)| *id);
+                addr = leader;
+            }
+            (NodeResponse::NotLeader { .. }, _) => break,
+            (other, _) => return Err(FoamError::internal(format!("unexpected catalog reply {other:?}"))),
+        }
     }
+    Err(FoamError::CatalogUnavailable {
+        message: format!("no leader of the meta nodes answered the loader (last asked {addr}); retry when one is elected"),
+    })
 }
 
 /// A segment the loader finished for one partition, to ship to its replicas.
