@@ -48,6 +48,32 @@ async fn tpch_answers_match_single_process_datafusion() {
     check_plan_snapshots(&cluster.client(0).await).await;
 }
 
+/// A load stopped before its last commit (tables created, a row in one,
+/// lineitem empty) is not taken for a finished one: loading again drops its
+/// tables and starts clean. A load into a cluster that already holds TPC-H
+/// is refused and leaves the data whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unfinished_load_is_redone_and_a_finished_one_kept() {
+    let cluster = Cluster::start(1);
+    let client = cluster.client(0).await;
+    for table in foam_tpch::schema::ALL_TABLES {
+        client.batch_execute(table.create_sql()).await.expect("create");
+    }
+    client.batch_execute("INSERT INTO nation VALUES (99, 'LEFT OVER', 0, 'from the stopped load')").await.expect("insert");
+    assert!(!foam_tpch::load::is_loaded(&client).await.expect("is_loaded"), "empty lineitem: not loaded");
+
+    let report = foam_tpch::load::load(&cluster.url(0), 0.001, false).await.expect("a new load replaces the stopped one");
+    assert!(foam_tpch::load::is_loaded(&client).await.expect("is_loaded"));
+    let nation = query_text(&client, "SELECT count(*), count(*) FILTER (WHERE n_nationkey = 99) FROM nation").await;
+    assert_eq!(nation, vec![vec![Some("25".to_string()), Some("0".to_string())]], "the stopped load's row is gone");
+    let orders = report.tables.iter().find(|t| t.table == "orders").map(|t| t.rows.to_string());
+    assert_eq!(query_text(&client, "SELECT count(*) FROM orders").await[0][0], orders);
+
+    let again = foam_tpch::load::load(&cluster.url(0), 0.001, false).await.err().expect("a second load is refused");
+    assert_eq!(again.sqlstate(), "42P07", "{again}");
+    assert_eq!(query_text(&client, "SELECT count(*) FROM orders").await[0][0], orders, "the loaded data stays");
+}
+
 /// The exchange lines of `EXPLAIN`, without partition and task counts (which
 /// follow the machine's cores).
 async fn exchanges(client: &tokio_postgres::Client, sql: &str) -> String {
