@@ -300,11 +300,34 @@ pub fn base_config(node: Arc<NodeContext>) -> SessionConfig {
         .set_str("datafusion.sql_parser.dialect", "PostgreSQL")
 }
 
+/// At most this factor below DataFusion's one-node key density does a
+/// cluster still join through a perfect-hash array: the array costs 4 bytes
+/// per key of the build side's range, so at DataFusion's default (0.15) a
+/// build row may cost up to about 27 bytes of array on one node and, with
+/// this cap, 107 on a cluster of any size, a few times a hash table's.
+pub const JOIN_DENSITY_SCALE_MAX: f64 = 4.0;
+
+/// DataFusion joins through a perfect-hash array instead of a hash table when
+/// the build side's keys are dense: rows / (max - min + 1) above
+/// `perfect_hash_join_min_key_density`. FoamDB's hash partitioning deals a key
+/// range over every node's partitions, so on N nodes each partition holds 1/N
+/// of the rows of a one-node partition over the same range. Dividing the
+/// threshold by the node count (up to [`JOIN_DENSITY_SCALE_MAX`]) makes the
+/// join the one a single node chooses for the same data. The array is
+/// reserved from the memory pool like a hash table.
+fn scale_join_density_to_cluster(config: &mut SessionConfig, node: &NodeContext) {
+    let nodes = node.catalog.current().nodes.len() as f64;
+    let one_node = datafusion::config::ExecutionOptions::default().perfect_hash_join_min_key_density;
+    config.options_mut().execution.perfect_hash_join_min_key_density = one_node / nodes.clamp(1.0, JOIN_DENSITY_SCALE_MAX);
+}
+
 /// A coordinating session state: plans with the distributed planner and the
 /// FoamDB handlers above.
 pub fn coordinator_state_builder(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>) -> SessionStateBuilder {
+    let mut config = base_config(node.clone());
+    scale_join_density_to_cluster(&mut config, &node);
     SessionStateBuilder::new()
-        .with_config(base_config(node.clone()))
+        .with_config(config)
         .with_default_features()
         .with_runtime_env(runtime)
         .with_physical_optimizer_rule(Arc::new(crate::copartition::CoPartitioning { node: node.clone() }))
@@ -329,6 +352,7 @@ pub fn worker(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>) -> Worker {
                 .with_distributed_user_codec(FoamCodec)
                 .with_distributed_channel_resolver(FoamChannelResolver { node: node.clone() });
             if let Some(config) = builder.config().as_mut() {
+                scale_join_density_to_cluster(config, &node);
                 config.set_extension(node);
             }
             let mut state = builder.build();
