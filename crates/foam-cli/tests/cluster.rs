@@ -399,8 +399,11 @@ async fn statement_touching_a_dead_node_fails_cleanly() {
         (message.contains(&dead_addr) && message.contains("unreachable")) || message.contains("no live replica"),
         "the error names the node or the partition: {message}"
     );
+    // On a machine loaded by the whole suite, the meta leader may also miss
+    // its surviving follower's acknowledgements for a while and refuse
+    // statements as cut off (57P03): a clean refusal too.
     let (code, message) = error_of(&client, "SELECT count(*) FROM w").await;
-    assert!(code == "08006" || code == "XX000", "{code} {message}");
+    assert!(code == "08006" || code == "XX000" || code == "57P03", "{code} {message}");
     cluster.restart(2);
     let client = cluster.client(0).await;
     assert_eq!(scalar(&client, "SELECT count(*), sum(v) FROM w").await, "300");
