@@ -95,6 +95,16 @@ async fn co_located_join_moves_no_table_data_and_a_shuffled_one_does() {
     assert!(shuffled_bytes > 50_000, "the shuffle is counted: {shuffled_bytes} bytes");
     assert!(co_bytes < 5_000, "only partial aggregates cross for a co-located join: {co_bytes} bytes");
 
+    // Grouped by the key of the side that stays, the aggregate after that
+    // join runs where the groups are: the routed rows are the only shuffle.
+    let grouped_after = "SELECT count(*), sum(c) FROM (SELECT b.k, count(a.v) AS c FROM b LEFT JOIN a ON a.other = b.k GROUP BY b.k) t";
+    let rows = query_text(&client, grouped_after).await;
+    assert_eq!(rows, vec![vec![Some(ROWS.to_string()), Some(matches.len().to_string())]]);
+    let plan = explain(&client, grouped_after).await;
+    let shuffles = plan.lines().filter(|l| l.ends_with("exchange: shuffle")).count();
+    assert!(plan.contains("exchange: shuffle-one-side"), "{plan}");
+    assert_eq!(shuffles, 1, "no shuffle between the routed join and its aggregate:\n{plan}");
+
     // A join on dense integer keys probes an array, not a hash table, on a
     // cluster as on one node, though each partition holds a twelfth of the
     // key range's rows (distributed.rs scales DataFusion's density limit).

@@ -23,7 +23,9 @@
 //! collecting its small side (broadcast) becomes co-located or routed too when
 //! that moves less: never more than a broadcast, which copies the small side
 //! to every task. One that collects only replicated tables joins each node's
-//! own copy (`replica_join.rs`) and moves nothing.
+//! own copy (`replica_join.rs`) and moves nothing. An aggregate grouped by
+//! the keys such a join left its output partitioned on runs in one step where
+//! the rows are, without the shuffle DataFusion planned before the rewrite.
 
 use std::sync::Arc;
 
@@ -31,8 +33,9 @@ use arrow::datatypes::Schema;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
-use datafusion::physical_expr::{Distribution, Partitioning, PhysicalExpr};
+use datafusion::physical_expr::{Distribution, Partitioning, PhysicalExpr, physical_exprs_equal};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::repartition::RepartitionExec;
@@ -318,7 +321,63 @@ impl PhysicalOptimizerRule for CoPartitioning {
     }
 }
 
+/// An aggregate DataFusion split into partial and final with a hash
+/// repartition on the group keys between them, over an input that this
+/// rule's join rewrites left hash-partitioned on some of those keys already
+/// (a join routed to the owners of its FoamDB side is partitioned like that
+/// side): every group's rows are in one partition, so the aggregate runs in
+/// one step where they are and the repartition, a network shuffle once
+/// distributed, goes. Any hash function will do here, as long as rows with
+/// equal keys share a partition. TPC-H Q13 counts each customer's orders on
+/// the customer's node.
+fn aggregate_in_place(node: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let Some(last) = node.downcast_ref::<AggregateExec>() else { return Ok(None) };
+    if *last.mode() != AggregateMode::FinalPartitioned {
+        return Ok(None);
+    }
+    let Some(repartition) = last.input().downcast_ref::<RepartitionExec>() else { return Ok(None) };
+    let Some(first) = repartition.input().downcast_ref::<AggregateExec>() else { return Ok(None) };
+    // Order-sensitive aggregates keep DataFusion's plan (their sort
+    // requirements were placed for it).
+    if *first.mode() != AggregateMode::Partial
+        || !first.group_expr().is_single()
+        || first.aggr_expr().iter().any(|a| !a.order_bys().is_empty())
+    {
+        return Ok(None);
+    }
+    let Partitioning::Hash(keys, _) = first.input().output_partitioning() else { return Ok(None) };
+    let groups = first.group_expr().input_exprs();
+    if keys.is_empty() || !keys.iter().all(|k| groups.iter().any(|g| g.eq(k))) {
+        return Ok(None);
+    }
+    let same_aggregate = physical_exprs_equal(&first.group_expr().output_exprs(), &last.group_expr().input_exprs())
+        && last.aggr_expr().len() == first.aggr_expr().len()
+        && last.aggr_expr().iter().zip(first.aggr_expr()).all(|(a, b)| a.eq(b))
+        && last.filter_expr().len() == first.filter_expr().len()
+        && last.filter_expr().iter().zip(first.filter_expr()).all(|(a, b)| match (a, b) {
+            (Some(a), Some(b)) => a.eq(b),
+            (None, None) => true,
+            _ => false,
+        });
+    if !same_aggregate {
+        return Ok(None);
+    }
+    let single = AggregateExec::try_new(
+        AggregateMode::SinglePartitioned,
+        first.group_expr().clone(),
+        first.aggr_expr().to_vec(),
+        first.filter_expr().to_vec(),
+        first.input().clone(),
+        first.input_schema(),
+    )?
+    .with_limit_options(last.limit_options());
+    Ok(Some(Arc::new(single)))
+}
+
 fn fix(node: Arc<dyn ExecutionPlan>, target: usize, workers: u64) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
+    if let Some(in_place) = aggregate_in_place(&node)? {
+        return Ok(Transformed::yes(in_place));
+    }
     // A join collecting only replicated tables joins each node's own copy:
     // nothing moves (one node joins its copy anyway).
     if workers > 1
