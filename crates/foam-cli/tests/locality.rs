@@ -97,9 +97,18 @@ async fn co_located_join_moves_no_table_data_and_a_shuffled_one_does() {
 
     // Grouped by the key of the side that stays, the aggregate after that
     // join runs where the groups are: the routed rows are the only shuffle.
+    // a's rows are counted per join key where they are stored
+    // (eager_count.rs), so one row per key and node crosses, not every row;
+    // count(*) counts each of the 19,904 b rows no a row matches as one, is
+    // not rewritten, and moves every a row.
     let grouped_after = "SELECT count(*), sum(c) FROM (SELECT b.k, count(a.v) AS c FROM b LEFT JOIN a ON a.other = b.k GROUP BY b.k) t";
-    let rows = query_text(&client, grouped_after).await;
+    let (counted_bytes, rows) = bytes_between_nodes(&client, grouped_after).await;
     assert_eq!(rows, vec![vec![Some(ROWS.to_string()), Some(matches.len().to_string())]]);
+    let every_row = grouped_after.replace("count(a.v)", "count(*)");
+    let (every_row_bytes, rows) = bytes_between_nodes(&client, &every_row).await;
+    assert_eq!(rows, vec![vec![Some(ROWS.to_string()), Some((matches.len() as u64 + ROWS - 96).to_string())]]);
+    println!("counted before the join: {counted_bytes} bytes; every row: {every_row_bytes} bytes");
+    assert!(counted_bytes * 10 < every_row_bytes, "{counted_bytes} bytes counted first vs {every_row_bytes}");
     let plan = explain(&client, grouped_after).await;
     let shuffles = plan.lines().filter(|l| l.ends_with("exchange: shuffle")).count();
     assert!(plan.contains("exchange: shuffle-one-side"), "{plan}");

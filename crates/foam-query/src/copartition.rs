@@ -33,6 +33,7 @@ use arrow::datatypes::Schema;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
+use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{Distribution, Partitioning, PhysicalExpr, physical_exprs_equal};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
@@ -192,8 +193,11 @@ fn route_one_side(
         if origins[moves] != HashOrigin::DataFusion {
             continue;
         }
-        let Some(repartition) = children[moves].downcast_ref::<RepartitionExec>() else { continue };
-        let Some(routed) = route_toward(&stay_child, &required[stays], repartition.input().clone(), &required[moves], workers)? else {
+        // The moving side: DataFusion's repartition of it, or a final
+        // aggregate whose own shuffle already partitions it on the keys.
+        let repartition = children[moves].downcast_ref::<RepartitionExec>();
+        let moving = repartition.map_or(&children[moves], |r| r.input());
+        let Some(routed) = route_to_owners(&stay_child, &required[stays], moving, &required[moves], workers, repartition.is_some())? else {
             continue;
         };
         let mut new_children = children.to_vec();
@@ -202,6 +206,56 @@ fn route_one_side(
         return Ok(Some(node.clone().replace_children(new_children, ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute))?));
     }
     Ok(None)
+}
+
+/// `moves` sent to the tasks that hold `stays`'s partitions. A final
+/// aggregate over DataFusion's shuffle of its partial aggregate, joined on
+/// group keys, is finished there instead: its partial states are routed to
+/// the owners, so they cross the network once (a second shuffle would carry
+/// the finished groups). Routing on some of the group keys keeps every group
+/// in one partition. TPC-H Q13's per-customer order counts
+/// (`eager_count.rs`) travel this way. Anything else is routed as it is when
+/// `route_as_is`.
+fn route_to_owners(
+    stays: &Arc<dyn ExecutionPlan>,
+    stay_keys: &[Arc<dyn PhysicalExpr>],
+    moves: &Arc<dyn ExecutionPlan>,
+    move_keys: &[Arc<dyn PhysicalExpr>],
+    workers: u64,
+    route_as_is: bool,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    if let Some((last, partial, _)) = split_aggregate(moves) {
+        // Group column i is column i of both the partial and the final output.
+        let groups = last.group_expr().expr().len();
+        let partial_schema = partial.schema();
+        let keys: Option<Vec<Arc<dyn PhysicalExpr>>> = move_keys
+            .iter()
+            .map(|key| {
+                let column = key.downcast_ref::<Column>()?;
+                (column.index() < groups)
+                    .then(|| Arc::new(Column::new(partial_schema.field(column.index()).name(), column.index())) as Arc<dyn PhysicalExpr>)
+            })
+            .collect();
+        if let Some(keys) = keys
+            && let Some(routed) = route_toward(stays, stay_keys, partial.clone(), &keys, workers)?
+        {
+            return Ok(Some(moves.clone().replace_children(vec![routed], ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute))?));
+        }
+    }
+    if route_as_is { route_toward(stays, stay_keys, moves.clone(), move_keys, workers) } else { Ok(None) }
+}
+
+/// An aggregate DataFusion split into a final aggregate over a hash
+/// repartition of its partial aggregate (one grouping, no grouping sets):
+/// the final one, the partial plan and the partial aggregate.
+fn split_aggregate(plan: &Arc<dyn ExecutionPlan>) -> Option<(&AggregateExec, &Arc<dyn ExecutionPlan>, &AggregateExec)> {
+    let last = plan.downcast_ref::<AggregateExec>()?;
+    if *last.mode() != AggregateMode::FinalPartitioned {
+        return None;
+    }
+    let partial = last.input().downcast_ref::<RepartitionExec>()?.input();
+    let first = partial.downcast_ref::<AggregateExec>()?;
+    (*first.mode() == AggregateMode::Partial && first.group_expr().is_single()).then_some((last, partial, first))
 }
 
 /// DataFusion collects the smaller input of a join whole when it looks small
@@ -230,13 +284,13 @@ fn collect_join_to_co_located(node: &Arc<dyn ExecutionPlan>, workers: u64) -> Re
         vec![join.on().iter().map(|(l, _)| l.clone()).collect(), join.on().iter().map(|(_, r)| r.clone()).collect()];
     let (left, right) = if co_located(&[&left, &right], &required) {
         (left, right)
-    } else if let Some(routed) = route_toward(&right, &required[1], left.clone(), &required[0], workers)? {
+    } else if let Some(routed) = route_to_owners(&right, &required[1], &left, &required[0], workers, true)? {
         // Routing the small side to the owners sends each of its rows once,
         // a broadcast sends every row to every task.
         (routed, right)
     } else if workers > 1
         && (!crate::replica_join::emits_only_probe_rows(join.join_type()) || routing_moves_less(&left, &right, workers))
-        && let Some(routed) = route_toward(&left, &required[0], right.clone(), &required[1], workers)?
+        && let Some(routed) = route_to_owners(&left, &required[0], &right, &required[1], workers, true)?
     {
         (left, routed)
     } else {
@@ -331,18 +385,10 @@ impl PhysicalOptimizerRule for CoPartitioning {
 /// equal keys share a partition. TPC-H Q13 counts each customer's orders on
 /// the customer's node.
 fn aggregate_in_place(node: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>> {
-    let Some(last) = node.downcast_ref::<AggregateExec>() else { return Ok(None) };
-    if *last.mode() != AggregateMode::FinalPartitioned {
-        return Ok(None);
-    }
-    let Some(repartition) = last.input().downcast_ref::<RepartitionExec>() else { return Ok(None) };
-    let Some(first) = repartition.input().downcast_ref::<AggregateExec>() else { return Ok(None) };
+    let Some((last, _, first)) = split_aggregate(node) else { return Ok(None) };
     // Order-sensitive aggregates keep DataFusion's plan (their sort
     // requirements were placed for it).
-    if *first.mode() != AggregateMode::Partial
-        || !first.group_expr().is_single()
-        || first.aggr_expr().iter().any(|a| !a.order_bys().is_empty())
-    {
+    if first.aggr_expr().iter().any(|a| !a.order_bys().is_empty()) {
         return Ok(None);
     }
     let Partitioning::Hash(keys, _) = first.input().output_partitioning() else { return Ok(None) };
