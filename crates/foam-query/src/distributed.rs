@@ -330,6 +330,7 @@ pub fn coordinator_state_builder(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv
         .with_config(config)
         .with_default_features()
         .with_runtime_env(runtime)
+        .with_optimizer_rule(Arc::new(crate::early_replica_join::EarlyReplicaJoin))
         .with_optimizer_rule(Arc::new(crate::eager_count::EagerCount))
         .with_physical_optimizer_rule(Arc::new(crate::copartition::CoPartitioning { node: node.clone() }))
         .with_physical_optimizer_rule(Arc::new(crate::regroup::ScanRegrouping { node: node.clone() }))

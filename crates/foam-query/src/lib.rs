@@ -21,6 +21,7 @@ pub mod copy;
 pub mod ddl;
 pub mod distributed;
 pub mod eager_count;
+pub mod early_replica_join;
 pub mod explain;
 pub mod regroup;
 pub mod replica_join;

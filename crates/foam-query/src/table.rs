@@ -149,6 +149,11 @@ fn equality_preserving(from: &DataType, to: &DataType) -> bool {
 }
 
 impl FoamTable {
+    /// True for a `DISTRIBUTED REPLICATED` table (a copy on every node).
+    pub fn is_replicated(&self) -> bool {
+        self.table.is_replicated()
+    }
+
     /// Rows the partitions in `groups` hold, extrapolated from the ones this
     /// node stores (no network round trip); `None` when it stores none.
     fn estimate_rows(&self, groups: &[Vec<PartitionRead>], local: &[PartitionId]) -> Option<u64> {
