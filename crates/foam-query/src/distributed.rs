@@ -282,6 +282,9 @@ datafusion::common::extensions_options! {
         /// Whether a scan whose hash partitioning nothing relies on reads its
         /// partitions in `target_partitions` streams per task (`regroup.rs`).
         pub regroup_scans: bool, default = true
+        /// Whether a join with a filtered replicated table moves down to the
+        /// input its key comes from (`early_replica_join.rs`).
+        pub early_replica_joins: bool, default = true
     }
 }
 

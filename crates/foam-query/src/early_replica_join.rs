@@ -20,7 +20,8 @@
 //! input of a left/right outer, semi or anti join, never through a full
 //! join. `D` stops above an input whose columns `J`'s other condition (Q7's
 //! pairing of the two nations) would not all meet there. A projection on top
-//! restores `J`'s column order.
+//! restores `J`'s column order. `SET foam.early_replica_joins = false` turns
+//! the rule off.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -32,6 +33,7 @@ use datafusion::logical_expr::{Expr, Join, JoinType, LogicalPlan, LogicalPlanBui
 use datafusion::optimizer::optimizer::ApplyOrder;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 
+use crate::distributed::FoamOptions;
 use crate::table::FoamTable;
 
 /// The optimizer rule (see the module documentation).
@@ -51,8 +53,11 @@ impl OptimizerRule for EarlyReplicaJoin {
         true
     }
 
-    fn rewrite(&self, plan: LogicalPlan, _config: &dyn OptimizerConfig) -> Result<Transformed<LogicalPlan>> {
+    fn rewrite(&self, plan: LogicalPlan, config: &dyn OptimizerConfig) -> Result<Transformed<LogicalPlan>> {
         let LogicalPlan::Join(join) = &plan else { return Ok(Transformed::no(plan)) };
+        if config.options().extensions.get::<FoamOptions>().is_some_and(|o| !o.early_replica_joins) {
+            return Ok(Transformed::no(plan));
+        }
         let Some(moved) = move_down(join, None, MOVES_MAX)? else { return Ok(Transformed::no(plan)) };
         // The original column order, for the plans above.
         let columns: Vec<Expr> = plan.schema().columns().into_iter().map(Expr::Column).collect();
