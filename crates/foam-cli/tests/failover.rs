@@ -427,16 +427,20 @@ async fn fourth_node_joins_under_write_load_then_drains_and_leaves() {
     let added = cluster.add_node();
     let new_id = node_id(&cluster, &client, added).await;
     let started = Instant::now();
+    let acknowledged = || log.lock().unwrap().acknowledged.len();
+    let before_move = acknowledged();
     eventually("the new node holds an even share", Duration::from_secs(90), async || {
         all_copies_live(&client, "grow").await && copies_per_node(&client).await.iter().all(|(_, copies)| *copies == 6)
     })
     .await;
-    println!("rebalanced onto node {new_id} in {:?}", started.elapsed());
+    let during_move = acknowledged() - before_move;
+    println!("rebalanced onto node {new_id} in {:?}, {during_move} writes acknowledged meanwhile", started.elapsed());
     stop.store(true, Ordering::Relaxed);
     writer.await.unwrap();
     let expected_rows = {
         let log = log.lock().unwrap();
-        assert!(log.acknowledged.len() > 1000, "writes went on during the move: {:?}", log.failures);
+        // However fast the move was, writes were acknowledged while it ran.
+        assert!(during_move > 0, "writes went on during the move: {:?}", log.failures);
         // No node was lost: a write meeting a copy being switched in waits
         // and is run again on the new placement, so none fails.
         assert!(log.failures.is_empty(), "writes failed while copies moved: {:?}", log.failures);
