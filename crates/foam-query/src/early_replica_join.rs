@@ -69,15 +69,14 @@ impl OptimizerRule for EarlyReplicaJoin {
 /// one level down; a bound keeps a pathological plan from looping).
 const MOVES_MAX: usize = 64;
 
-/// What is moved: the replicated side of `J`, its keys and its condition.
+/// What is moved: `J` and its replicated side, with `J`'s keys oriented.
 struct Moving<'a> {
+    join: &'a Join,
     replicated: &'a Arc<LogicalPlan>,
     /// True when the replicated side was `J`'s left input (kept so).
     replicated_left: bool,
     /// `(key of the other side, key of the replicated side)` pairs.
     on: Vec<(Expr, Expr)>,
-    filter: Option<&'a Expr>,
-    join: &'a Join,
 }
 
 /// `join` with a filtered replicated input moved as deep into its other
@@ -101,7 +100,7 @@ fn move_down(join: &Join, side: Option<bool>, budget: usize) -> Result<Option<Lo
         return Ok(None);
     };
     let on = join.on.iter().map(|(l, r)| if replicated_left { (r.clone(), l.clone()) } else { (l.clone(), r.clone()) }).collect();
-    let moving = Moving { replicated, replicated_left, on, filter: join.filter.as_ref(), join };
+    let moving = Moving { join, replicated, replicated_left, on };
     push_into(other, &moving, budget - 1)
 }
 
@@ -131,7 +130,7 @@ fn push_into(target: &LogicalPlan, moving: &Moving, budget: usize) -> Result<Opt
     let fits = |input: &LogicalPlan| {
         let seen = |c: &Column| input.schema().has_column(c) || moving.replicated.schema().has_column(c);
         moving.on.iter().all(|(key, _)| reads_only(key, input.schema()))
-            && moving.filter.is_none_or(|f| f.column_refs().into_iter().all(seen))
+            && moving.join.filter.as_ref().is_none_or(|f| f.column_refs().into_iter().all(seen))
     };
     let left = into_left && fits(&join.left);
     let right = !left && into_right && fits(&join.right);
@@ -168,7 +167,7 @@ fn joined_with_replicated(input: &Arc<LogicalPlan>, moving: &Moving) -> Result<L
     } else {
         (Arc::clone(input), Arc::clone(moving.replicated), moving.on.clone())
     };
-    Ok(LogicalPlan::Join(Join::try_new(left, right, on, moving.filter.cloned(), JoinType::Inner, j.join_constraint, j.null_equality, false)?))
+    Ok(LogicalPlan::Join(Join::try_new(left, right, on, j.filter.clone(), JoinType::Inner, j.join_constraint, j.null_equality, false)?))
 }
 
 fn reads_only(expr: &Expr, schema: &DFSchema) -> bool {
