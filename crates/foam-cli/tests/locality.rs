@@ -208,4 +208,20 @@ async fn co_located_join_moves_no_table_data_and_a_shuffled_one_does() {
     }
     println!("filtered replicated join last, then first: {bytes:?} bytes between nodes");
     assert!(bytes[1] * 5 < bytes[0], "joining the filtered replicated table first sends less: {bytes:?}");
+
+    // An aggregate of a's values grouped by b's key is summed per a.other
+    // before the join (eager_aggregate.rs): one partial sum per key and
+    // node is routed to b's owners instead of all 20,000 a rows.
+    let grouped_far = "SELECT count(*), sum(s) FROM (SELECT b.k, sum(a.v) AS s, count(a.k) AS n FROM b JOIN a ON b.k = a.other GROUP BY b.k) WHERE n > 0";
+    let matched: Vec<u64> = (1..=ROWS).filter(|k| k % 97 != 0).collect();
+    let expected = vec![vec![Some("96".to_string()), Some(matched.iter().map(|k| 2 * k).sum::<u64>().to_string())]];
+    let mut bytes = Vec::new();
+    for eager in [false, true] {
+        client.batch_execute(&format!("SET foam.eager_aggregates = {eager}")).await.expect("set");
+        let (sent, rows) = bytes_between_nodes(&client, grouped_far).await;
+        assert_eq!(rows, expected, "eager_aggregates = {eager}");
+        bytes.push(sent);
+    }
+    println!("aggregate after, then before the join: {bytes:?} bytes between nodes");
+    assert!(bytes[1] * 5 < bytes[0], "aggregating before the join sends less: {bytes:?}");
 }

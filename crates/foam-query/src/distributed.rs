@@ -285,6 +285,9 @@ datafusion::common::extensions_options! {
         /// Whether a join with a filtered replicated table moves down to the
         /// input its key comes from (`early_replica_join.rs`).
         pub early_replica_joins: bool, default = true
+        /// Whether an aggregate of one side of an inner join tree runs
+        /// before the join, grouped by the join keys (`eager_aggregate.rs`).
+        pub eager_aggregates: bool, default = true
     }
 }
 
@@ -335,6 +338,7 @@ pub fn coordinator_state_builder(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv
         .with_runtime_env(runtime)
         .with_optimizer_rule(Arc::new(crate::early_replica_join::EarlyReplicaJoin))
         .with_optimizer_rule(Arc::new(crate::eager_count::EagerCount))
+        .with_optimizer_rule(Arc::new(crate::eager_aggregate::EagerAggregate))
         .with_physical_optimizer_rule(Arc::new(crate::copartition::CoPartitioning { node: node.clone() }))
         .with_physical_optimizer_rule(Arc::new(crate::regroup::ScanRegrouping { node: node.clone() }))
         .with_distributed_planner()

@@ -20,6 +20,7 @@ pub mod copartition;
 pub mod copy;
 pub mod ddl;
 pub mod distributed;
+pub mod eager_aggregate;
 pub mod eager_count;
 pub mod early_replica_join;
 pub mod explain;
