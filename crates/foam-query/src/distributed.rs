@@ -288,6 +288,9 @@ datafusion::common::extensions_options! {
         /// Whether an aggregate of one side of an inner join tree runs
         /// before the join, grouped by the join keys (`eager_aggregate.rs`).
         pub eager_aggregates: bool, default = true
+        /// Whether a semi or anti join moves below inner joins with whole
+        /// tables, to the input its keys come from (`early_semi_join.rs`).
+        pub early_semi_joins: bool, default = true
     }
 }
 
@@ -337,6 +340,7 @@ pub fn coordinator_state_builder(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv
         .with_default_features()
         .with_runtime_env(runtime)
         .with_optimizer_rule(Arc::new(crate::early_replica_join::EarlyReplicaJoin))
+        .with_optimizer_rule(Arc::new(crate::early_semi_join::EarlySemiJoin))
         .with_optimizer_rule(Arc::new(crate::eager_count::EagerCount))
         .with_optimizer_rule(Arc::new(crate::eager_aggregate::EagerAggregate))
         .with_physical_optimizer_rule(Arc::new(crate::copartition::CoPartitioning { node: node.clone() }))

@@ -237,7 +237,7 @@ fn inner_join(left: Arc<LogicalPlan>, right: Arc<LogicalPlan>, on: Vec<(Expr, Ex
 
 /// True when `plan` reads a whole table: a scan without filters or limit,
 /// under aliases and projections of plain columns.
-fn unfiltered_table(plan: &LogicalPlan) -> bool {
+pub(crate) fn unfiltered_table(plan: &LogicalPlan) -> bool {
     match plan {
         LogicalPlan::TableScan(scan) => scan.filters.is_empty() && scan.fetch.is_none(),
         LogicalPlan::SubqueryAlias(alias) => unfiltered_table(&alias.input),

@@ -23,6 +23,7 @@ pub mod distributed;
 pub mod eager_aggregate;
 pub mod eager_count;
 pub mod early_replica_join;
+pub mod early_semi_join;
 pub mod explain;
 pub mod regroup;
 pub mod replica_join;
