@@ -40,10 +40,9 @@ use std::sync::Arc;
 use arrow::datatypes::DataType;
 use datafusion::common::tree_node::Transformed;
 use datafusion::common::{Column, NullEquality, Result};
-use datafusion::functions::expr_fn::coalesce;
 use datafusion::functions_aggregate::expr_fn::{count, max, min, sum};
 use datafusion::logical_expr::{
-    Aggregate, Expr, ExprSchemable, Join, JoinConstraint, JoinType, LogicalPlan, LogicalPlanBuilder, Projection, cast, lit,
+    Aggregate, Expr, ExprSchemable, Join, JoinConstraint, JoinType, LogicalPlan, LogicalPlanBuilder, Projection, cast,
 };
 use datafusion::optimizer::optimizer::ApplyOrder;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
@@ -334,22 +333,22 @@ fn aggregate_before_join(aggregate: &Aggregate) -> Result<Option<LogicalPlan>> {
     let merged = LogicalPlanBuilder::from(joined).aggregate(aggregate.group_expr.clone(), merges)?.build()?;
 
     // The original output: the group columns as they were, each aggregate
-    // under its own name and type (a count over no rows is 0, not NULL).
+    // under its own name and type. (Every group met at least one
+    // pre-aggregated row, so a sum of counts is never NULL; and an aggregate
+    // without GROUP BY is never rewritten, as every leaf is then in `A`.)
     let groups = aggregate.group_expr.len();
     let mut output = Vec::with_capacity(aggregate.schema.fields().len());
     for (i, (qualifier, field)) in aggregate.schema.iter().enumerate() {
         let expr = if i < groups {
             Expr::Column(merged.schema().columns()[i].clone())
         } else {
-            let split = splits[i - groups].0;
             let column = Expr::Column(Column::new_unqualified(pre_name(i - groups)));
             let merged_type = column.get_type(merged.schema())?;
-            let column = match (&merged_type, field.data_type()) {
+            match (&merged_type, field.data_type()) {
                 (a, b) if a == b => column,
                 (DataType::Decimal128(..), DataType::Decimal128(..)) => cast(column, field.data_type().clone()),
                 _ => return Ok(None),
-            };
-            if split == Split::Count { coalesce(vec![column, lit(0i64)]) } else { column }
+            }
         };
         output.push(expr.alias_qualified(qualifier.cloned(), field.name()));
     }
