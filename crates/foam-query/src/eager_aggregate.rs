@@ -42,17 +42,19 @@ use datafusion::common::tree_node::Transformed;
 use datafusion::common::{Column, NullEquality, Result};
 use datafusion::functions_aggregate::expr_fn::{count, max, min, sum};
 use datafusion::logical_expr::{
-    Aggregate, Expr, ExprSchemable, Join, JoinConstraint, JoinType, LogicalPlan, LogicalPlanBuilder, Projection, cast,
+    Aggregate, Expr, ExprSchemable, Join, JoinConstraint, JoinType, LogicalPlan, LogicalPlanBuilder, cast,
 };
 use datafusion::optimizer::optimizer::ApplyOrder;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 
 use crate::distributed::FoamOptions;
+use crate::eager_count::PRE_COUNT_PREFIX;
+use crate::plan_shape::{columns_only, unfiltered_table};
 
 /// Prefix of the pre-aggregates' column names (internal; never in a result).
-/// An aggregate of such a column was made by this rule (or `eager_count.rs`)
-/// and is not rewritten again.
-const PRE_AGGREGATE_PREFIX: &str = "__foam_pre_";
+/// An aggregate of such a column (or of `eager_count.rs`'s pre-counts) was
+/// made by a rule and is not rewritten again.
+const PRE_AGGREGATE_PREFIX: &str = "__foam_pre_aggregate_";
 
 /// Most leaves of one join tree the rule looks at; a bigger tree is left alone.
 const LEAVES_MAX: usize = 16;
@@ -87,7 +89,7 @@ impl OptimizerRule for EagerAggregate {
 }
 
 /// The aggregate functions the rule splits, and how each is merged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 enum Split {
     Sum,
     Min,
@@ -96,7 +98,8 @@ enum Split {
 }
 
 impl Split {
-    fn of(expr: &Expr) -> Option<(Split, &[Expr])> {
+    /// The split of `expr` and the one argument it aggregates.
+    fn of(expr: &Expr) -> Option<(Split, &Expr)> {
         let function = match expr {
             Expr::AggregateFunction(function) => function,
             // The name is the original output's, restored at the end.
@@ -118,7 +121,7 @@ impl Split {
             _ => return None,
         };
         match params.args.as_slice() {
-            [_] => Some((split, params.args.as_slice())),
+            [arg] => Some((split, arg)),
             _ => None,
         }
     }
@@ -143,23 +146,39 @@ impl Split {
     }
 }
 
-/// An inner join tree: its leaves and the column pairs it joins them on.
+/// One equi-condition of a join tree: the leaves of its two columns.
+struct Edge {
+    left: usize,
+    right: usize,
+    left_column: Column,
+    right_column: Column,
+}
+
+/// An inner join tree: its leaves and the conditions joining them.
 struct JoinTree {
     leaves: Vec<Arc<LogicalPlan>>,
-    on: Vec<(Column, Column)>,
+    edges: Vec<Edge>,
 }
 
 impl JoinTree {
     /// `plan` as inner equi-joins of leaves, through projections of plain
-    /// columns, or `None` when a join has another condition or a key that
-    /// is not a column.
+    /// columns, or `None` when a join has another condition, a key that is
+    /// not a column, or a column no single leaf has.
     fn of(plan: &Arc<LogicalPlan>) -> Option<JoinTree> {
-        let mut tree = JoinTree { leaves: Vec::new(), on: Vec::new() };
-        tree.add(plan)?;
-        (tree.leaves.len() >= 2 && tree.leaves.len() <= LEAVES_MAX).then_some(tree)
+        let mut tree = JoinTree { leaves: Vec::new(), edges: Vec::new() };
+        let mut on = Vec::new();
+        tree.add(plan, &mut on)?;
+        if tree.leaves.len() < 2 || tree.leaves.len() > LEAVES_MAX {
+            return None;
+        }
+        for (left_column, right_column) in on {
+            let (left, right) = (tree.leaf_of(&left_column)?, tree.leaf_of(&right_column)?);
+            tree.edges.push(Edge { left, right, left_column, right_column });
+        }
+        Some(tree)
     }
 
-    fn add(&mut self, plan: &Arc<LogicalPlan>) -> Option<()> {
+    fn add(&mut self, plan: &Arc<LogicalPlan>, on: &mut Vec<(Column, Column)>) -> Option<()> {
         match plan.as_ref() {
             LogicalPlan::Join(join) if join.join_type == JoinType::Inner => {
                 if join.filter.is_some() || join.null_aware || join.null_equality != NullEquality::NullEqualsNothing || join.on.is_empty() {
@@ -167,14 +186,12 @@ impl JoinTree {
                 }
                 for (l, r) in &join.on {
                     let (Expr::Column(l), Expr::Column(r)) = (l, r) else { return None };
-                    self.on.push((l.clone(), r.clone()));
+                    on.push((l.clone(), r.clone()));
                 }
-                self.add(&join.left)?;
-                self.add(&join.right)
+                self.add(&join.left, on)?;
+                self.add(&join.right, on)
             }
-            LogicalPlan::Projection(Projection { expr, input, .. }) if expr.iter().all(|e| matches!(e, Expr::Column(_))) => {
-                self.add(input)
-            }
+            LogicalPlan::Projection(projection) if columns_only(projection) => self.add(&projection.input, on),
             _ => {
                 self.leaves.push(Arc::clone(plan));
                 Some(())
@@ -194,27 +211,23 @@ impl JoinTree {
         expr.column_refs().into_iter().map(|c| self.leaf_of(c)).collect()
     }
 
-    /// The join pairs as leaf numbers, each with its two columns.
-    fn edges(&self) -> Option<Vec<(usize, usize, &Column, &Column)>> {
-        self.on.iter().map(|(l, r)| Some((self.leaf_of(l)?, self.leaf_of(r)?, l, r))).collect()
-    }
-
     /// The leaves in `set` joined in their original order (each next leaf
     /// the first that joins those already taken), or `None` when they are
     /// not connected by the tree's conditions.
     fn join_of(&self, set: &[usize]) -> Result<Option<LogicalPlan>> {
-        let Some(edges) = self.edges() else { return Ok(None) };
         let mut taken = vec![set[0]];
         let mut plan = Arc::clone(&self.leaves[set[0]]);
         while taken.len() < set.len() {
             let next = set.iter().copied().filter(|i| !taken.contains(i)).find_map(|i| {
-                let on: Vec<(Expr, Expr)> = edges
+                let on: Vec<(Expr, Expr)> = self
+                    .edges
                     .iter()
-                    .filter_map(|(a, b, ca, cb)| {
-                        if taken.contains(a) && *b == i {
-                            Some((Expr::Column((*ca).clone()), Expr::Column((*cb).clone())))
-                        } else if taken.contains(b) && *a == i {
-                            Some((Expr::Column((*cb).clone()), Expr::Column((*ca).clone())))
+                    .filter_map(|e| {
+                        let (l, r) = (Expr::Column(e.left_column.clone()), Expr::Column(e.right_column.clone()));
+                        if taken.contains(&e.left) && e.right == i {
+                            Some((l, r))
+                        } else if taken.contains(&e.right) && e.left == i {
+                            Some((r, l))
                         } else {
                             None
                         }
@@ -234,23 +247,11 @@ fn inner_join(left: Arc<LogicalPlan>, right: Arc<LogicalPlan>, on: Vec<(Expr, Ex
     Ok(LogicalPlan::Join(Join::try_new(left, right, on, None, JoinType::Inner, JoinConstraint::On, NullEquality::NullEqualsNothing, false)?))
 }
 
-/// True when `plan` reads a whole table: a scan without filters or limit,
-/// under aliases and projections of plain columns.
-pub(crate) fn unfiltered_table(plan: &LogicalPlan) -> bool {
-    match plan {
-        LogicalPlan::TableScan(scan) => scan.filters.is_empty() && scan.fetch.is_none(),
-        LogicalPlan::SubqueryAlias(alias) => unfiltered_table(&alias.input),
-        LogicalPlan::Projection(p) => p.expr.iter().all(|e| matches!(e, Expr::Column(_))) && unfiltered_table(&p.input),
-        _ => false,
-    }
-}
-
 fn aggregate_before_join(aggregate: &Aggregate) -> Result<Option<LogicalPlan>> {
     if aggregate.group_expr.iter().any(|g| matches!(g, Expr::GroupingSet(_))) {
         return Ok(None);
     }
     let Some(tree) = JoinTree::of(&aggregate.input) else { return Ok(None) };
-    let Some(edges) = tree.edges() else { return Ok(None) };
 
     // The leaves the grouping reads, and those the aggregates read.
     let mut grouped = HashSet::new();
@@ -261,13 +262,13 @@ fn aggregate_before_join(aggregate: &Aggregate) -> Result<Option<LogicalPlan>> {
     let mut splits = Vec::with_capacity(aggregate.aggr_expr.len());
     let mut aggregated = HashSet::new();
     for expr in &aggregate.aggr_expr {
-        let Some((split, args)) = Split::of(expr) else { return Ok(None) };
-        if args[0].column_refs().iter().any(|c| c.name.starts_with(PRE_AGGREGATE_PREFIX)) {
+        let Some((split, arg)) = Split::of(expr) else { return Ok(None) };
+        if arg.column_refs().iter().any(|c| c.name.starts_with(PRE_AGGREGATE_PREFIX) || c.name.starts_with(PRE_COUNT_PREFIX)) {
             return Ok(None);
         }
-        let Some(leaves) = tree.leaves_of(&args[0]) else { return Ok(None) };
+        let Some(leaves) = tree.leaves_of(arg) else { return Ok(None) };
         aggregated.extend(leaves);
-        splits.push((split, args[0].clone()));
+        splits.push((split, arg.clone()));
     }
     if aggregated.is_empty() || !aggregated.is_disjoint(&grouped) {
         return Ok(None);
@@ -281,8 +282,8 @@ fn aggregate_before_join(aggregate: &Aggregate) -> Result<Option<LogicalPlan>> {
     let mut changed = true;
     while changed {
         changed = false;
-        for (a, b, _, _) in &edges {
-            for (from, to) in [(*a, *b), (*b, *a)] {
+        for edge in &tree.edges {
+            for (from, to) in [(edge.left, edge.right), (edge.right, edge.left)] {
                 if in_a[from] && !in_a[to] && !grouped.contains(&to) {
                     in_a[to] = true;
                     changed = true;
@@ -301,10 +302,10 @@ fn aggregate_before_join(aggregate: &Aggregate) -> Result<Option<LogicalPlan>> {
 
     // The conditions between the two sides, as (G column, A column).
     let mut crossing: Vec<(Column, Column)> = Vec::new();
-    for (a, b, ca, cb) in &edges {
-        match (in_a[*a], in_a[*b]) {
-            (false, true) => crossing.push(((*ca).clone(), (*cb).clone())),
-            (true, false) => crossing.push(((*cb).clone(), (*ca).clone())),
+    for edge in &tree.edges {
+        match (in_a[edge.left], in_a[edge.right]) {
+            (false, true) => crossing.push((edge.left_column.clone(), edge.right_column.clone())),
+            (true, false) => crossing.push((edge.right_column.clone(), edge.left_column.clone())),
             _ => {}
         }
     }
@@ -356,7 +357,7 @@ fn aggregate_before_join(aggregate: &Aggregate) -> Result<Option<LogicalPlan>> {
 }
 
 fn pre_name(i: usize) -> String {
-    format!("{PRE_AGGREGATE_PREFIX}aggregate_{i}")
+    format!("{PRE_AGGREGATE_PREFIX}{i}")
 }
 
 #[cfg(test)]

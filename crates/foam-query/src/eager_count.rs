@@ -25,12 +25,14 @@ use datafusion::common::tree_node::Transformed;
 use datafusion::common::{Column, NullEquality, Result};
 use datafusion::functions::expr_fn::coalesce;
 use datafusion::functions_aggregate::expr_fn::{count, sum};
-use datafusion::logical_expr::{Aggregate, Expr, Join, JoinType, LogicalPlan, LogicalPlanBuilder, Projection, lit};
+use datafusion::logical_expr::{Aggregate, Expr, Join, JoinType, LogicalPlan, LogicalPlanBuilder, lit};
 use datafusion::optimizer::optimizer::ApplyOrder;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 
+use crate::plan_shape::columns_only;
+
 /// Prefix of the pre-counts' column names (internal; never in a result).
-const PRE_COUNT_PREFIX: &str = "__foam_pre_count_";
+pub(crate) const PRE_COUNT_PREFIX: &str = "__foam_pre_count_";
 
 /// The optimizer rule (see the module documentation).
 #[derive(Debug, Default)]
@@ -62,8 +64,8 @@ impl OptimizerRule for EagerCount {
 fn join_below(aggregate: &Aggregate) -> Option<&Join> {
     match aggregate.input.as_ref() {
         LogicalPlan::Join(join) => Some(join),
-        LogicalPlan::Projection(Projection { expr, input, .. }) if expr.iter().all(|e| matches!(e, Expr::Column(_))) => {
-            match input.as_ref() {
+        LogicalPlan::Projection(projection) if columns_only(projection) => {
+            match projection.input.as_ref() {
                 LogicalPlan::Join(join) => Some(join),
                 _ => None,
             }

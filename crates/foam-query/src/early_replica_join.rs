@@ -34,6 +34,7 @@ use datafusion::optimizer::optimizer::ApplyOrder;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 
 use crate::distributed::FoamOptions;
+use crate::plan_shape::{columns_only, with_input};
 use crate::table::FoamTable;
 
 /// The optimizer rule (see the module documentation).
@@ -113,7 +114,7 @@ fn push_into(target: &LogicalPlan, moving: &Moving, budget: usize) -> Result<Opt
         LogicalPlan::Join(join) => join,
         // A projection of plain columns (such as the one this rule leaves
         // above a join it rewrote) is passed through, `D`'s columns added.
-        LogicalPlan::Projection(projection) if projection.expr.iter().all(|e| matches!(e, Expr::Column(_))) => {
+        LogicalPlan::Projection(projection) if columns_only(projection) => {
             let Some(below) = push_into(&projection.input, moving, budget)? else { return Ok(None) };
             let mut columns = projection.expr.clone();
             columns.extend(moving.replicated.schema().columns().into_iter().map(Expr::Column));
@@ -143,9 +144,7 @@ fn push_into(target: &LogicalPlan, moving: &Moving, budget: usize) -> Result<Opt
         None => joined_with_replicated(input, moving)?,
     };
     let received_replicas = filtered_replica(&new_input);
-    let new_input = Arc::new(new_input);
-    let (l, r) = if left { (new_input, Arc::clone(&join.right)) } else { (Arc::clone(&join.left), new_input) };
-    let rebuilt = Join::try_new(l, r, join.on.clone(), join.filter.clone(), join.join_type, join.join_constraint, join.null_equality, join.null_aware)?;
+    let rebuilt = with_input(join, left, Arc::new(new_input))?;
     // When `D` joined a replicated table here (nation with a filtered
     // region), the two move on together into the other input, if it reads
     // stored partitions.

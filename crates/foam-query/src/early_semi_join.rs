@@ -27,12 +27,12 @@ use std::sync::Arc;
 
 use datafusion::common::Result;
 use datafusion::common::tree_node::Transformed;
-use datafusion::logical_expr::{Expr, Join, JoinType, LogicalPlan, Projection};
+use datafusion::logical_expr::{Join, JoinType, LogicalPlan, Projection};
 use datafusion::optimizer::optimizer::ApplyOrder;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 
 use crate::distributed::FoamOptions;
-use crate::eager_aggregate::unfiltered_table;
+use crate::plan_shape::{columns_only, unfiltered_table, with_input};
 
 /// The optimizer rule (see the module documentation).
 #[derive(Debug, Default)]
@@ -69,9 +69,9 @@ impl OptimizerRule for EarlySemiJoin {
 /// `None` when it cannot move past `target`.
 fn push_into(target: &Arc<LogicalPlan>, semi: &Join) -> Result<Option<LogicalPlan>> {
     match target.as_ref() {
-        LogicalPlan::Projection(Projection { expr, input, .. }) if expr.iter().all(|e| matches!(e, Expr::Column(_))) => {
-            let Some(below) = push_into(input, semi)? else { return Ok(None) };
-            Ok(Some(LogicalPlan::Projection(Projection::try_new(expr.clone(), Arc::new(below))?)))
+        LogicalPlan::Projection(projection) if columns_only(projection) => {
+            let Some(below) = push_into(&projection.input, semi)? else { return Ok(None) };
+            Ok(Some(LogicalPlan::Projection(Projection::try_new(projection.expr.clone(), Arc::new(below))?)))
         }
         LogicalPlan::Join(join) if join.join_type == JoinType::Inner => {
             for into_left in [true, false] {
@@ -79,14 +79,12 @@ fn push_into(target: &Arc<LogicalPlan>, semi: &Join) -> Result<Option<LogicalPla
                 if !decided_by(semi, input) || !unfiltered_table(other) {
                     continue;
                 }
+                // `input ⋉ S`: the semi join with `input` for its left side.
                 let moved = match push_into(input, semi)? {
                     Some(deeper) => deeper,
-                    None => semi_join(input, semi)?,
+                    None => LogicalPlan::Join(with_input(semi, true, Arc::clone(input))?),
                 };
-                let moved = Arc::new(moved);
-                let (l, r) = if into_left { (moved, Arc::clone(&join.right)) } else { (Arc::clone(&join.left), moved) };
-                let rebuilt = Join::try_new(l, r, join.on.clone(), join.filter.clone(), join.join_type, join.join_constraint, join.null_equality, join.null_aware)?;
-                return Ok(Some(LogicalPlan::Join(rebuilt)));
+                return Ok(Some(LogicalPlan::Join(with_input(join, into_left, Arc::new(moved))?)));
             }
             Ok(None)
         }
@@ -104,18 +102,4 @@ fn decided_by(semi: &Join, input: &LogicalPlan) -> bool {
     }
     let outer: Vec<_> = columns.into_iter().filter(|c| !subquery.has_column(c)).collect();
     !outer.is_empty() && outer.iter().all(|c| input.schema().has_column(c))
-}
-
-/// `input ⋉ S` with the semi join's condition.
-fn semi_join(input: &Arc<LogicalPlan>, semi: &Join) -> Result<LogicalPlan> {
-    Ok(LogicalPlan::Join(Join::try_new(
-        Arc::clone(input),
-        Arc::clone(&semi.right),
-        semi.on.clone(),
-        semi.filter.clone(),
-        semi.join_type,
-        semi.join_constraint,
-        semi.null_equality,
-        semi.null_aware,
-    )?))
 }
