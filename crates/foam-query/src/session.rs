@@ -16,7 +16,7 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::{
-    CopyLegacyOption, CopyOption, CopySource, CopyTarget, ObjectType, Statement,
+    CopyLegacyOption, CopyOption, CopySource, CopyTarget, ObjectType, Set, Statement,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -102,6 +102,32 @@ impl PreparedStatement {
             Kind::Own(statement) if matches!(**statement, Statement::Explain { .. }) => Some(explain_schema()),
             _ => None,
         }
+    }
+}
+
+/// The setting's name (lowercase) and value (unquoted) of `SET [SESSION|LOCAL] name = value` or `... TO value`.
+fn set_name_and_value(set: &Set) -> Option<(String, String)> {
+    let text = set.to_string();
+    let body = text.trim_start_matches(|c: char| !c.is_whitespace()).trim();
+    let body = body.strip_prefix("SESSION ").or_else(|| body.strip_prefix("LOCAL ")).unwrap_or(body);
+    let (name, value) = body.split_once(" = ").or_else(|| body.split_once(" TO "))?;
+    Some((name.trim().to_lowercase(), value.trim().trim_matches('\'').to_string()))
+}
+
+/// The codecs `distributed.compression` takes (see
+/// `distributed::EXCHANGE_COMPRESSION`). DataFusion stores any string there
+/// and the stages would refuse it only when the next query runs, so an
+/// unknown one is refused by the SET itself.
+const EXCHANGE_CODECS: [&str; 3] = ["none", "lz4", "zstd"];
+
+fn check_exchange_compression(set: &Set) -> FoamResult<()> {
+    match set_name_and_value(set) {
+        Some((name, value)) if name == "distributed.compression" && !EXCHANGE_CODECS.contains(&value.as_str()) => {
+            Err(FoamError::InvalidParameter {
+                message: format!("distributed.compression must be one of {}, not \"{value}\"", EXCHANGE_CODECS.join(", ")),
+            })
+        }
+        _ => Ok(()),
     }
 }
 
@@ -263,6 +289,9 @@ impl FoamSession {
         if let Statement::CreateIndex(_) | Statement::AlterTable(_) | Statement::Delete(_) | Statement::Update(_) = statement {
             let feature = raw.sql.split_whitespace().take(2).collect::<Vec<_>>().join(" ").to_uppercase();
             return Err(FoamError::FeatureNotSupported { feature });
+        }
+        if let Statement::Set(set) = &statement {
+            check_exchange_compression(set)?;
         }
         let catalog_version = self.node.catalog.current().version;
         let plan = self.ctx.state().create_logical_plan(&raw.sql).await.map_err(FoamError::from)?;
@@ -457,12 +486,7 @@ impl FoamSession {
             Statement::Explain { statement, analyze: true, .. } => self.explain_analyze(statement).await,
             Statement::Explain { statement, .. } => self.explain(statement).await,
             Statement::Set(set) => {
-                let text = set.to_string();
-                let body = text.trim_start_matches(|c: char| !c.is_whitespace()).trim();
-                let body = body.strip_prefix("SESSION ").or_else(|| body.strip_prefix("LOCAL ")).unwrap_or(body);
-                if let Some((name, value)) = body.split_once(" = ").or_else(|| body.split_once(" TO ")) {
-                    let name = name.trim().to_lowercase();
-                    let value = value.trim().trim_matches('\'').to_string();
+                if let Some((name, value)) = set_name_and_value(set) {
                     if name == EXCHANGE_BATCH_ROWS {
                         self.set_exchange_batch_rows(&value)?;
                     } else if name == EXCHANGE_BATCH_BYTES {
