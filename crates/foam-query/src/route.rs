@@ -173,14 +173,11 @@ impl ScalarUDFImpl for FoamRoute {
         let keys: Vec<ArrayRef> =
             args.args[..count - 3].iter().map(|k| k.to_array(args.number_rows)).collect::<Result<_>>()?;
         let table = route_table(n, workers)?;
+        // The route value of each partition, looked up once per batch.
+        let route_of: Vec<u32> = (0..n).map(|p| table[(task_of[p as usize] * n + p) as usize]).collect();
         let hashes = foam_common::hash::hash_rows(&keys).map_err(|e| DataFusionError::Execution(e.to_string()))?;
-        let values: UInt32Array = hashes
-            .into_iter()
-            .map(|hash| {
-                let partition = foam_common::hash::partition_of_hash(hash, n as u32) as u64;
-                table[(task_of[partition as usize] * n + partition) as usize]
-            })
-            .collect();
+        let partition_of = foam_common::hash::PartitionOfHash::new(n as u32);
+        let values = UInt32Array::from_iter_values(hashes.iter().map(|hash| route_of[partition_of.partition(*hash) as usize]));
         Ok(ColumnarValue::Array(Arc::new(values)))
     }
 }

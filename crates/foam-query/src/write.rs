@@ -299,16 +299,18 @@ pub fn split_by_partition(table: &TableDef, batch: &RecordBatch) -> FoamResult<V
     };
     let keys: Vec<ArrayRef> = key_columns.iter().map(|i| batch.column(*i).clone()).collect();
     let hashes = foam_common::hash::hash_rows(&keys)?;
-    let partition_count = owners.len() as u32;
-    let mut rows_of: HashMap<PartitionId, Vec<u32>> = HashMap::new();
+    let partition_of = foam_common::hash::PartitionOfHash::new(owners.len() as u32);
+    let mut rows_of: Vec<Vec<u32>> = vec![Vec::new(); owners.len()];
     for (row, hash) in hashes.iter().enumerate() {
-        rows_of.entry(foam_common::hash::partition_of_hash(*hash, partition_count)).or_default().push(row as u32);
+        rows_of[partition_of.partition(*hash) as usize].push(row as u32);
     }
     rows_of
         .into_iter()
+        .enumerate()
+        .filter(|(_, rows)| !rows.is_empty())
         .map(|(partition, rows)| {
             let part = take_record_batch(batch, &UInt32Array::from(rows)).map_err(|e| FoamError::internal(e.to_string()))?;
-            Ok((partition, part))
+            Ok((partition as PartitionId, part))
         })
         .collect()
 }
