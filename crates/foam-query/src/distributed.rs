@@ -354,6 +354,7 @@ pub fn coordinator_state_builder(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv
         .with_optimizer_rule(Arc::new(crate::early_semi_join::EarlySemiJoin))
         .with_optimizer_rule(Arc::new(crate::eager_count::EagerCount))
         .with_optimizer_rule(Arc::new(crate::eager_aggregate::EagerAggregate))
+        .with_optimizer_rule(Arc::new(crate::like::LikeWithoutRegex))
         .with_physical_optimizer_rule(Arc::new(crate::copartition::CoPartitioning { node: node.clone() }))
         .with_physical_optimizer_rule(Arc::new(crate::regroup::ScanRegrouping { node: node.clone() }))
         .with_distributed_planner()
@@ -385,8 +386,9 @@ pub fn worker(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>) -> Worker {
                 config.set_extension(node);
             }
             let mut state = builder.build();
-            // Routed shuffles call it in stages this worker runs.
+            // Routed shuffles and rewritten LIKE filters call these in stages this worker runs.
             datafusion::execution::FunctionRegistry::register_udf(&mut state, Arc::new(crate::route::FoamRoute::udf()))?;
+            datafusion::execution::FunctionRegistry::register_udf(&mut state, Arc::new(crate::like::FoamLike::udf()))?;
             Ok(state)
         }
     })
