@@ -292,6 +292,9 @@ datafusion::common::extensions_options! {
         /// Whether a semi or anti join moves below inner joins with whole
         /// tables, to the input its keys come from (`early_semi_join.rs`).
         pub early_semi_joins: bool, default = true
+        /// Whether an aggregate joined on its group key aggregates only the
+        /// keys the other side's filtered table has (`group_key_filter.rs`).
+        pub group_key_filters: bool, default = true
     }
 }
 
@@ -354,6 +357,7 @@ pub fn coordinator_state_builder(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv
         .with_optimizer_rule(Arc::new(crate::early_semi_join::EarlySemiJoin))
         .with_optimizer_rule(Arc::new(crate::eager_count::EagerCount))
         .with_optimizer_rule(Arc::new(crate::eager_aggregate::EagerAggregate))
+        .with_optimizer_rule(Arc::new(crate::group_key_filter::GroupKeyFilter))
         .with_optimizer_rule(Arc::new(crate::like::LikeWithoutRegex))
         .with_physical_optimizer_rule(Arc::new(crate::copartition::CoPartitioning { node: node.clone() }))
         .with_physical_optimizer_rule(Arc::new(crate::regroup::ScanRegrouping { node: node.clone() }))
