@@ -29,7 +29,7 @@ use std::sync::Arc;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Column, NullEquality, Result};
 use datafusion::logical_expr::{
-    Aggregate, Expr, Filter, Join, JoinType, LogicalPlan, LogicalPlanBuilder, Projection, SubqueryAlias,
+    Aggregate, Expr, Filter, Join, JoinType, LogicalPlan, LogicalPlanBuilder, Projection, SubqueryAlias, TableType,
 };
 use datafusion::optimizer::optimizer::ApplyOrder;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
@@ -125,14 +125,20 @@ fn passed_from(plan: &LogicalPlan, column: &Column) -> Option<Column> {
 /// `column` is one of that table's after its filter.
 fn key_source(plan: &LogicalPlan, column: &Column) -> Option<(LogicalPlan, Column)> {
     match plan {
-        LogicalPlan::Filter(filter) if table(&filter.input) => Some((plan.clone(), column.clone())),
+        // Read again, a volatile filter (`random() < 0.5`) would keep other rows.
+        LogicalPlan::Filter(filter) if table(&filter.input) => (!filter.predicate.is_volatile()).then(|| (plan.clone(), column.clone())),
         LogicalPlan::Filter(filter) => key_source(&filter.input, column),
         LogicalPlan::Projection(_) | LogicalPlan::SubqueryAlias(_) => {
             let input = plan.inputs()[0];
             key_source(input, &passed_from(plan, column)?)
         }
         LogicalPlan::Join(join) => {
-            let left = join.left.schema().has_column(column);
+            // Semi, anti and mark joins return one input's columns.
+            let left = match join.join_type {
+                JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark => true,
+                JoinType::RightSemi | JoinType::RightAnti | JoinType::RightMark => false,
+                _ => join.left.schema().has_column(column),
+            };
             let side = if left { &join.left } else { &join.right };
             if !side.schema().has_column(column) {
                 return None;
@@ -155,10 +161,12 @@ fn key_source(plan: &LogicalPlan, column: &Column) -> Option<(LogicalPlan, Colum
     }
 }
 
-/// A scan, under aliases and projections of plain columns.
+/// A scan of a whole stored table (not a recursive query's work table, not
+/// limited), under aliases and projections of plain columns: reading it again
+/// gives the same rows.
 fn table(plan: &LogicalPlan) -> bool {
     match plan {
-        LogicalPlan::TableScan(_) => true,
+        LogicalPlan::TableScan(scan) => scan.source.table_type() == TableType::Base && scan.fetch.is_none(),
         LogicalPlan::SubqueryAlias(alias) => table(&alias.input),
         LogicalPlan::Projection(p) => columns_only(p) && table(&p.input),
         _ => false,
