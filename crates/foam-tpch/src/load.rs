@@ -27,7 +27,7 @@ use crate::schema::{ALL_TABLES, TpchTable, conform};
 /// Rows a segment built by the loader holds at most before it is shipped.
 /// Each partition's unfinished segment is held in the loader's memory (at
 /// most about 50 MB for TPC-H's widest table).
-const LOAD_SEGMENT_ROWS_MAX: u64 = 1 << 20;
+pub(crate) const LOAD_SEGMENT_ROWS_MAX: u64 = 1 << 20;
 
 /// Finished segments waiting to be shipped when the generators outrun the network.
 const SEGMENTS_AHEAD: usize = 8;

@@ -2,7 +2,8 @@
 //! plain single-process DataFusion over Parquet files, and datafusion-distributed
 //! with its default planner over the same files with N in-process workers on
 //! 127.0.0.1 (DuckDB runs from `bench/duckdb_tpch.py`). Also the baseline of the
-//! load benchmark: how fast tpchgen alone generates the data in memory.
+//! load benchmark: how fast tpchgen alone generates the data in memory, and
+//! how fast it generates and encodes it into segments.
 //!
 //! ```text
 //!   tpchgen ─▶ Parquet files (DIR/<table>/part-<i>.parquet, FoamDB's column types
@@ -87,26 +88,59 @@ pub async fn write_parquet(scale_factor: f64, dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// What the load baseline does with each generated batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Generation {
+    /// Drops it: tpchgen alone.
+    Discard,
+    /// Casts it to FoamDB's column types and encodes it into a segment in
+    /// memory, as the loader does before it sends anything (no split by
+    /// partition, no network, no disk): the least work any load that stores
+    /// FoamDB's segments has to do.
+    EncodeSegments,
+}
+
 /// Generates every table at `scale_factor` in memory, in parallel parts as the
-/// loader does, and discards it: returns (rows, seconds), not counting the
+/// loader does, and discards it (after encoding it, with
+/// [`Generation::EncodeSegments`]): returns (rows, seconds), not counting the
 /// one-time build of tpchgen's text pool (as the load's time does not).
-pub async fn generate_only(scale_factor: f64) -> Result<(u64, f64)> {
+pub async fn generate_only(scale_factor: f64, what: Generation) -> Result<(u64, f64)> {
     let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     // tpchgen builds its text pool once per process, before the first rows; the
     // loader's clock starts after it is built, so this clock does too.
     tokio::task::spawn_blocking(move || drop(TpchTable::Nation.generate(scale_factor, 0, 1)))
         .await
         .map_err(|e| DataFusionError::External(Box::new(e)))?;
+    let mut schemas = BTreeMap::new();
+    for table in ALL_TABLES {
+        schemas.insert(table.name(), foam_schema(table).await?);
+    }
     let started = Instant::now();
     let mut handles = Vec::new();
     for table in ALL_TABLES {
         let parts = table.parts(scale_factor, workers);
         for part in 0..parts {
+            let schema = schemas[table.name()].clone();
             handles.push(tokio::task::spawn_blocking(move || -> Result<u64> {
                 let mut rows = 0u64;
+                let mut segment: Option<foam_storage::segment::SegmentBuilder> = None;
                 for batch in table.generate(scale_factor, part, parts) {
-                    rows += batch?.num_rows() as u64;
+                    let batch = batch?;
+                    rows += batch.num_rows() as u64;
+                    if what == Generation::Discard {
+                        continue;
+                    }
+                    let batch = conform(&batch, &schema)?;
+                    let builder = match segment.as_mut() {
+                        Some(builder) => builder,
+                        None => segment.insert(foam_storage::segment::SegmentBuilder::new(&schema, &batch).map_err(external)?),
+                    };
+                    builder.write(&batch).map_err(external)?;
+                    if builder.rows() >= crate::load::LOAD_SEGMENT_ROWS_MAX {
+                        segment.take().map(|full| full.finish()).transpose().map_err(external)?;
+                    }
                 }
+                segment.map(|last| last.finish()).transpose().map_err(external)?;
                 Ok(rows)
             }));
         }
@@ -116,6 +150,10 @@ pub async fn generate_only(scale_factor: f64) -> Result<(u64, f64)> {
         rows += handle.await.map_err(|e| DataFusionError::External(Box::new(e)))??;
     }
     Ok((rows, started.elapsed().as_secs_f64()))
+}
+
+fn external(error: foam_common::FoamError) -> DataFusionError {
+    DataFusionError::External(Box::new(error))
 }
 
 /// Registers the eight tables of `dir` in `ctx`.
