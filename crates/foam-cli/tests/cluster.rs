@@ -454,6 +454,18 @@ async fn whole_local_cluster_restarts_with_its_data() {
             vec![Some("3".into()), Some("three".into())]
         ]
     );
+    // Nodes restarted together may judge each other down before all serve
+    // (and such a verdict may commit after a node registered again); every
+    // node that answers must end up marked up, the meta leader included.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let statuses = query_text(&client, "SELECT node_id, status FROM foam_nodes ORDER BY node_id").await;
+        if statuses.iter().all(|row| row[1].as_deref() == Some("up")) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "every restarted node is marked up again: {statuses:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
     unsafe { libc_kill(local.id() as i32, 15) };
     local.wait().unwrap();
 

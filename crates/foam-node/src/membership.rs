@@ -43,7 +43,8 @@ impl Membership {
         Membership { node_id, clients, policy, heard: Mutex::default() }
     }
 
-    /// Pings every other node at once; returns who answered and who refused.
+    /// Pings every other node at once; returns who answered (this node
+    /// always does) and who refused.
     async fn ping_all(&self, catalog: &Catalog) -> Vec<(NodeId, Result<(), FoamError>)> {
         let mut pings = JoinSet::new();
         for node in catalog.nodes.values().filter(|n| n.id != self.node_id) {
@@ -57,7 +58,10 @@ impl Membership {
                 (id, result)
             });
         }
-        let mut results = Vec::new();
+        // The pinging node (the leader) answers for itself: a stale mark-down
+        // proposed by an earlier leader can commit after this node came back
+        // and was registered, and no one else would ever mark the leader up.
+        let mut results = vec![(self.node_id, Ok(()))];
         while let Some(Ok(result)) = pings.join_next().await {
             results.push(result);
         }

@@ -167,9 +167,18 @@ impl StorageEngine {
         engine.load_partitions()?;
         // A table dropped later in the log must not have earlier commits
         // re-applied (its files are gone); table ids are never reused.
+        // Likewise a copy of a partition removed later in the log: its
+        // directory, with the segments its earlier commits installed, is gone.
+        let mut removed_at: HashMap<(TableId, PartitionId), u64> = HashMap::new();
         for record in &records {
-            if let WalHeader::DropTable { table_id } = record.header {
-                lock(&engine.dropped_tables).insert(table_id);
+            match record.header {
+                WalHeader::DropTable { table_id } => {
+                    lock(&engine.dropped_tables).insert(table_id);
+                }
+                WalHeader::DropPartition { table_id, partition } => {
+                    removed_at.insert((table_id, partition), record.lsn);
+                }
+                _ => {}
             }
         }
         let replayed = records.len();
@@ -182,7 +191,7 @@ impl StorageEngine {
                 WalHeader::Commit { txn } => {
                     let prepared = lock(&engine.prepared).remove(&txn);
                     if let Some(prepared) = prepared {
-                        engine.apply(record.lsn, prepared)?;
+                        engine.apply(record.lsn, prepared, &removed_at)?;
                     }
                 }
                 WalHeader::Abort { txn } => {
@@ -529,7 +538,7 @@ impl StorageEngine {
                 return Err(error);
             }
         };
-        if let Err(error) = self.apply(lsn, prepared) {
+        if let Err(error) = self.apply(lsn, prepared, &HashMap::new()) {
             // The Commit record is durable but the rows are only partly applied;
             // nothing here can redo that safely, replay at restart can.
             tracing::error!(%error, txn = %format!("{txn:032x}"), "applying a committed transaction failed; stopping so replay can redo it");
@@ -638,12 +647,21 @@ impl StorageEngine {
         wal.remove_older_files()
     }
 
-    fn apply(&self, lsn: u64, prepared: Prepared) -> FoamResult<()> {
+    /// Applies a committed transaction at `lsn`. `removed_at` (empty except
+    /// in replay) gives the LSN at which the log later removes a partition's
+    /// copy: a commit before it is skipped, as its files went with the copy.
+    fn apply(&self, lsn: u64, prepared: Prepared, removed_at: &HashMap<(TableId, PartitionId), u64>) -> FoamResult<()> {
         let WalHeader::Prepare { entries, .. } = &prepared.header else {
             return Err(FoamError::internal("a prepared transaction without a Prepare header"));
         };
         for (entry, inline) in entries.iter().zip(prepared.inline) {
             if lock(&self.dropped_tables).contains(&entry.table_id) {
+                continue;
+            }
+            if removed_at.get(&(entry.table_id, entry.partition)).is_some_and(|removed| lsn < *removed) {
+                if let EntryData::Segment { file_name, .. } = &entry.data {
+                    let _ = std::fs::remove_file(self.staging_dir.join(file_name));
+                }
                 continue;
             }
             let partition = self.partition(entry.table_id, entry.partition)?;
@@ -1067,6 +1085,28 @@ mod tests {
         assert_eq!(rows_in(&engine, 17, 0), 4, "rows before the reset are not replayed");
         assert_eq!(rows_in(&engine, 17, 1), 0, "a removed copy does not come back");
         assert!(!engine.partition_keys().contains(&(17, 1)));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_removed_copy_of_loaded_segments_does_not_stop_replay() {
+        let dir = temp_dir("removed-loaded");
+        let schema = batch(0, 1).schema();
+        {
+            let engine = StorageEngine::open(&dir).unwrap();
+            let (data, sums) = built_segment(0, 300);
+            engine.stage_segment(41, 1, 18, 5, 0, 300, &data, &sums, &schema).unwrap();
+            engine.stage(41, 1, 18, 6, 0, vec![batch(0, 7)]).unwrap();
+            engine.prepare(41, 307).unwrap();
+            engine.commit(41).unwrap();
+            assert_eq!(rows_in(&engine, 18, 5), 300);
+            // The copy moves away; its directory and the loaded segment go.
+            engine.remove_partition(18, 5).unwrap();
+        }
+        let engine = StorageEngine::open(&dir).expect("the node opens after its copy was removed");
+        assert_eq!(rows_in(&engine, 18, 5), 0, "a removed copy does not come back");
+        assert!(!engine.partition_keys().contains(&(18, 5)));
+        assert_eq!(rows_in(&engine, 18, 6), 7, "the rest of the transaction is replayed");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
