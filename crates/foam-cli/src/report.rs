@@ -127,8 +127,8 @@ pub fn run(args: CompareArgs<'_>) -> Result<(), String> {
     let parquet_dir = args.data_dir.join(format!("sf{}-parquet", args.sf));
     let (expected, generation) = runtime.block_on(async {
         println!("Measuring tpchgen alone, and with segment encoding (in memory)...");
-        let generate = foam_tpch::peers::generate_only(args.sf, Generation::Discard).await.map_err(|e| e.to_string())?;
-        let encode = foam_tpch::peers::generate_only(args.sf, Generation::EncodeSegments).await.map_err(|e| e.to_string())?;
+        let generate = foam_tpch::peers::generate_in_memory(args.sf, Generation::Discard).await.map_err(|e| e.to_string())?;
+        let encode = foam_tpch::peers::generate_in_memory(args.sf, Generation::EncodeSegments).await.map_err(|e| e.to_string())?;
         let generation = LoadBaseline { rows: generate.0, generate_secs: generate.1, encode_secs: encode.1 };
         println!("Writing Parquet files to {}...", parquet_dir.display());
         foam_tpch::peers::write_parquet(args.sf, &parquet_dir).await.map_err(|e| e.to_string())?;

@@ -27,7 +27,7 @@ use crate::schema::{ALL_TABLES, TpchTable, conform};
 /// Rows a segment built by the loader holds at most before it is shipped.
 /// Each partition's unfinished segment is held in the loader's memory (at
 /// most about 50 MB for TPC-H's widest table).
-pub(crate) const LOAD_SEGMENT_ROWS_MAX: u64 = 1 << 20;
+const LOAD_SEGMENT_ROWS_MAX: u64 = 1 << 20;
 
 /// Finished segments waiting to be shipped when the generators outrun the network.
 const SEGMENTS_AHEAD: usize = 8;
@@ -241,15 +241,7 @@ impl SegmentSlots {
     /// Appends one partition's rows; returns the segment when it is full.
     fn append(&self, partition: PartitionId, rows: &RecordBatch) -> FoamResult<Option<FinishedSegment>> {
         let slot = self.slots.get(partition as usize).ok_or_else(|| FoamError::internal(format!("no partition {partition}")))?;
-        let full = {
-            let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
-            let builder = match slot.as_mut() {
-                Some(builder) => builder,
-                None => slot.insert(SegmentBuilder::new(&self.schema, rows)?),
-            };
-            builder.write(rows)?;
-            if builder.rows() < LOAD_SEGMENT_ROWS_MAX { None } else { slot.take() }
-        };
+        let full = append_to_segment(&mut slot.lock().unwrap_or_else(|p| p.into_inner()), &self.schema, rows)?;
         full.map(|builder| finish(partition, builder)).transpose()
     }
 
@@ -257,6 +249,17 @@ impl SegmentSlots {
     fn take(&self, partition: PartitionId) -> Option<SegmentBuilder> {
         self.slots.get(partition as usize)?.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
+}
+
+/// Appends `rows` to the segment being built in `slot` (started on the first
+/// rows); takes it out and returns it once it holds [`LOAD_SEGMENT_ROWS_MAX`] rows.
+pub(crate) fn append_to_segment(slot: &mut Option<SegmentBuilder>, schema: &SchemaRef, rows: &RecordBatch) -> FoamResult<Option<SegmentBuilder>> {
+    let builder = match slot.as_mut() {
+        Some(builder) => builder,
+        None => slot.insert(SegmentBuilder::new(schema, rows)?),
+    };
+    builder.write(rows)?;
+    Ok(if builder.rows() < LOAD_SEGMENT_ROWS_MAX { None } else { slot.take() })
 }
 
 fn finish(partition: PartitionId, builder: SegmentBuilder) -> FoamResult<FinishedSegment> {

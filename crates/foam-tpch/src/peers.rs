@@ -104,7 +104,7 @@ pub enum Generation {
 /// loader does, and discards it (after encoding it, with
 /// [`Generation::EncodeSegments`]): returns (rows, seconds), not counting the
 /// one-time build of tpchgen's text pool (as the load's time does not).
-pub async fn generate_only(scale_factor: f64, what: Generation) -> Result<(u64, f64)> {
+pub async fn generate_in_memory(scale_factor: f64, what: Generation) -> Result<(u64, f64)> {
     let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     // tpchgen builds its text pool once per process, before the first rows; the
     // loader's clock starts after it is built, so this clock does too.
@@ -131,16 +131,11 @@ pub async fn generate_only(scale_factor: f64, what: Generation) -> Result<(u64, 
                         continue;
                     }
                     let batch = conform(&batch, &schema)?;
-                    let builder = match segment.as_mut() {
-                        Some(builder) => builder,
-                        None => segment.insert(foam_storage::segment::SegmentBuilder::new(&schema, &batch).map_err(external)?),
-                    };
-                    builder.write(&batch).map_err(external)?;
-                    if builder.rows() >= crate::load::LOAD_SEGMENT_ROWS_MAX {
-                        segment.take().map(|full| full.finish()).transpose().map_err(external)?;
+                    if let Some(full) = crate::load::append_to_segment(&mut segment, &schema, &batch)? {
+                        full.finish()?;
                     }
                 }
-                segment.map(|last| last.finish()).transpose().map_err(external)?;
+                segment.map(|last| last.finish()).transpose()?;
                 Ok(rows)
             }));
         }
@@ -150,10 +145,6 @@ pub async fn generate_only(scale_factor: f64, what: Generation) -> Result<(u64, 
         rows += handle.await.map_err(|e| DataFusionError::External(Box::new(e)))??;
     }
     Ok((rows, started.elapsed().as_secs_f64()))
-}
-
-fn external(error: foam_common::FoamError) -> DataFusionError {
-    DataFusionError::External(Box::new(error))
 }
 
 /// Registers the eight tables of `dir` in `ctx`.
