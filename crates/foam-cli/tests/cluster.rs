@@ -582,3 +582,61 @@ async fn node_joining_later_reads_replicated_tables_from_replicas() {
     let copies = query_text(&client, "SELECT replica_state, row_count FROM foam_partitions WHERE table_name = 'dim'").await;
     assert_eq!(copies, vec![vec![Some("live".into()), Some("5".into())]; 3]);
 }
+
+/// Waits until the nodes together use under a tenth of a core for a whole
+/// second: a query they kept running after it was stopped would hold them busy.
+async fn wait_until_idle(cluster: &Cluster, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let before = cluster.cpu_ticks();
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        let used = cluster.cpu_ticks() - before;
+        if used < 10 {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: the nodes still use {used} ticks a second");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statement_timeout_and_cancel_stop_a_query_on_every_node() {
+    let cluster = Cluster::start(3);
+    let client = cluster.client(0).await;
+    client
+        .batch_execute(
+            "CREATE TABLE spin (k BIGINT) DISTRIBUTED BY (k);
+             INSERT INTO spin SELECT value FROM generate_series(1, 500000);",
+        )
+        .await
+        .expect("setup");
+    // A join shuffled to every node, 5e8 matches (1,000 per row, so the join
+    // yields often): on a debug build neither query ends by itself in a minute.
+    let counting = "SELECT count(*) FROM spin a JOIN spin b ON a.k % 500 = b.k % 500";
+    let streaming = "SELECT a.k, b.k FROM spin a JOIN spin b ON a.k % 500 = b.k % 500";
+    let (code, message) = error_of(&client, "SET statement_timeout = '5 parsecs'").await;
+    assert_eq!(code, "22023", "{message}");
+    assert!(message.contains("statement_timeout"), "{message}");
+    assert_eq!(scalar(&client, "SHOW statement_timeout").await, "0");
+    client.batch_execute("SET statement_timeout = '300ms'").await.unwrap();
+    assert_eq!(scalar(&client, "SHOW statement_timeout").await, "300ms");
+    for sql in [counting, streaming] {
+        let (code, message) = error_of(&client, sql).await;
+        assert_eq!((code.as_str(), message.as_str()), ("57014", "canceling statement due to statement timeout"), "{sql}");
+        wait_until_idle(&cluster, sql).await;
+    }
+    // The session goes on, and a short statement finishes within the timeout.
+    assert_eq!(scalar(&client, "SELECT count(*) FROM spin").await, "500000");
+    client.batch_execute("SET statement_timeout = 0").await.unwrap();
+
+    // A cancel request from the client, on a connection of its own.
+    let token = client.cancel_token();
+    let running = tokio::spawn(async move { error_of(&client, counting).await });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(!running.is_finished(), "the query runs until it is canceled");
+    token.cancel_query(tokio_postgres::NoTls).await.expect("send the cancel request");
+    let (code, message) = tokio::time::timeout(std::time::Duration::from_secs(10), running).await.expect("canceled in time").unwrap();
+    assert_eq!((code.as_str(), message.as_str()), ("57014", "canceling statement due to user request"));
+    wait_until_idle(&cluster, "after the cancel request").await;
+    let active = scalar(&cluster.client(1).await, "SELECT active_queries FROM foam_cluster_stats WHERE node_id IS NULL").await;
+    assert_eq!(active, "0");
+}

@@ -69,6 +69,11 @@ pub enum FoamError {
     #[error("{message}")]
     Query { message: String, sqlstate: &'static str },
 
+    /// A read stopped before it finished: it ran past `statement_timeout`, or
+    /// the client sent a cancel request. Worded as PostgreSQL words it.
+    #[error("canceling statement due to {reason}")]
+    QueryCanceled { reason: &'static str },
+
     /// An error raised on another node, carried with its original code and text.
     #[error("{message}")]
     Remote { sqlstate: String, message: String },
@@ -104,6 +109,7 @@ impl FoamError {
             FoamError::Io { .. } => "58030",
             FoamError::Corrupted { .. } => "XX001",
             FoamError::Query { sqlstate, .. } => sqlstate,
+            FoamError::QueryCanceled { .. } => "57014",
             FoamError::Remote { sqlstate, .. } => sqlstate,
             FoamError::Internal { .. } => "XX000",
         }

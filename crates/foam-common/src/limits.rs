@@ -50,6 +50,10 @@ pub const RPC_REQUEST_TIMEOUT_MS: u64 = 30_000;
 /// finish before the catch-up that set it gives up and tries again later.
 pub const FENCE_DRAIN_TIMEOUT_MS: u64 = 5_000;
 
+/// The longest `statement_timeout` a session may set, in milliseconds:
+/// PostgreSQL's own bound (a 32-bit count of milliseconds, about 24 days).
+pub const STATEMENT_TIMEOUT_MS_MAX: u64 = i32::MAX as u64;
+
 /// Bytes per message when a segment file is copied to a new replica.
 pub const REPLICA_COPY_CHUNK_BYTES: usize = 8 * 1024 * 1024;
 

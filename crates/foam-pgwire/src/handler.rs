@@ -13,22 +13,26 @@ use foam_query::session::{CopyInTarget, PreparedStatement};
 use foam_query::{FoamSession, NodeContext, StatementOutput};
 use futures::{Sink, SinkExt, StreamExt};
 use pgwire::api::auth::noop::NoopStartupHandler;
+use pgwire::api::cancel::{CancelHandler, DefaultCancelHandler};
 use pgwire::api::copy::CopyHandler;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{CopyResponse, FieldInfo, QueryResponse, Response, Tag};
 use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::PortalStore;
-use pgwire::api::{ClientInfo, ClientPortalStore, PgWireServerHandlers, Type};
+use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionGuard, ConnectionHandle, ConnectionManager, PgWireServerHandlers, Type};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
-use pgwire::messages::PgWireBackendMessage;
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use pgwire::types::format::FormatOptions;
 use tokio::net::TcpListener;
 
 /// Accepts PostgreSQL connections on `listener` until the process ends.
 pub async fn serve(listener: TcpListener, node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>) {
-    let factory = Arc::new(HandlerFactory { handler: Arc::new(FoamPgHandler { node, runtime }) });
+    let factory = Arc::new(HandlerFactory {
+        handler: Arc::new(FoamPgHandler { node, runtime }),
+        connections: Arc::new(ConnectionManager::new()),
+    });
     loop {
         match listener.accept().await {
             Ok((socket, peer)) => {
@@ -50,6 +54,9 @@ pub async fn serve(listener: TcpListener, node: Arc<NodeContext>, runtime: Arc<R
 
 struct HandlerFactory {
     handler: Arc<FoamPgHandler>,
+    /// This node's connections by cancel key: a cancel request (sent on a
+    /// connection of its own) finds the statement to stop here.
+    connections: Arc<ConnectionManager>,
 }
 
 impl PgWireServerHandlers for HandlerFactory {
@@ -62,7 +69,11 @@ impl PgWireServerHandlers for HandlerFactory {
     }
 
     fn startup_handler(&self) -> Arc<impl pgwire::api::auth::StartupHandler> {
-        Arc::new(AcceptAll)
+        Arc::new(AcceptAll { connections: self.connections.clone() })
+    }
+
+    fn cancel_handler(&self) -> Arc<impl CancelHandler> {
+        Arc::new(DefaultCancelHandler::new(self.connections.clone()))
     }
 
     fn copy_handler(&self) -> Arc<impl CopyHandler> {
@@ -71,10 +82,43 @@ impl PgWireServerHandlers for HandlerFactory {
 }
 
 /// Any user and database may connect until authentication is configured.
-struct AcceptAll;
+/// Each connection is registered under the cancel key it is sent at startup.
+struct AcceptAll {
+    connections: Arc<ConnectionManager>,
+}
+
+/// A connection's entry in the cancel registry, dropped with the connection.
+///
+/// Kept under a type of our own rather than the one pgwire looks for: pgwire
+/// would then race every statement against the cancel signal itself and drop
+/// it midway, a write included. FoamDB stops only reads, rows being sent
+/// included (`foam_query::interrupt`).
+struct CancelKey {
+    handle: Arc<ConnectionHandle>,
+    _registered: ConnectionGuard,
+}
 
 #[async_trait]
-impl NoopStartupHandler for AcceptAll {}
+impl NoopStartupHandler for AcceptAll {
+    async fn post_startup<C>(&self, client: &mut C, _message: PgWireFrontendMessage) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let (pid, secret) = client.pid_and_secret_key();
+        let (handle, registered) = self.connections.register(pid, secret);
+        client.session_extensions().insert(CancelKey { handle, _registered: registered });
+        Ok(())
+    }
+}
+
+/// Arms the connection's cancel key for the statement about to run: a cancel
+/// request from now on stops it (a later one stops the next statement).
+async fn cancel_signal<C: ClientInfo>(client: &C) -> Option<futures::channel::oneshot::Receiver<()>> {
+    let key = client.session_extensions().get::<CancelKey>()?;
+    Some(key.handle.start_query().await)
+}
 
 pub struct FoamPgHandler {
     node: Arc<NodeContext>,
@@ -153,8 +197,9 @@ impl SimpleQueryHandler for FoamPgHandler {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let session = self.session(client);
+        let cancel = cancel_signal(client).await;
         let mut responses = Vec::new();
-        for result in session.execute_all(query).await {
+        for result in session.execute_all(query, cancel).await {
             let response = result.map_err(|e| user_error(&e)).and_then(|o| self.respond(client, o, &Format::UnifiedText));
             match response {
                 Ok(response) => responses.push(response),
@@ -243,7 +288,8 @@ impl ExtendedQueryHandler for FoamPgHandler {
             let inferred: Vec<Option<&DataType>> = types.iter().map(|t| t.as_ref()).collect();
             Some(arrow_pg::datatypes::df::deserialize_parameters(portal, &inferred)?)
         };
-        let output = session.execute(&prepared, params).await.map_err(|e| user_error(&e))?;
+        let cancel = cancel_signal(client).await;
+        let output = session.execute(&prepared, params, cancel).await.map_err(|e| user_error(&e))?;
         self.respond(client, output, &portal.result_column_format)
     }
 }

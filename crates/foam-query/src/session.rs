@@ -25,10 +25,12 @@ use foam_catalog::model::CommandOutcome;
 use foam_common::{FoamError, FoamResult};
 use foam_rpc::NodeRequest;
 use futures::StreamExt;
+use futures::channel::oneshot;
 
 use crate::context::NodeContext;
 use crate::copy::{CopyFormat, CopyOptions};
 use crate::ddl::{self, RawStatement};
+use crate::interrupt::{Interrupt, STATEMENT_TIMEOUT, parse_statement_timeout, show_statement_timeout};
 
 /// While a query waits for its first batch, how often it checks that no node
 /// it uses was marked down (a stopped peer never answers, it does not fail).
@@ -196,6 +198,7 @@ impl FoamSession {
             ("server_version".to_string(), "16.0 (FoamDB)".to_string()),
             ("client_encoding".to_string(), "UTF8".to_string()),
             ("datestyle".to_string(), "ISO, MDY".to_string()),
+            (STATEMENT_TIMEOUT.to_string(), show_statement_timeout(0)),
         ]);
         FoamSession { node, ctx, settings: Mutex::new(settings) }
     }
@@ -205,17 +208,20 @@ impl FoamSession {
     }
 
     /// Runs every statement of a query string; stops at the first error, as
-    /// PostgreSQL's simple query protocol does.
-    pub async fn execute_all(&self, sql: &str) -> Vec<FoamResult<StatementOutput>> {
+    /// PostgreSQL's simple query protocol does. Its reads stop with 57014 when
+    /// `cancel` fires or the session's `statement_timeout` passes (one
+    /// deadline for the whole string, as in PostgreSQL).
+    pub async fn execute_all(&self, sql: &str, cancel: Option<oneshot::Receiver<()>>) -> Vec<FoamResult<StatementOutput>> {
         let statements = match ddl::split_statements(sql) {
             Ok(statements) => statements,
             Err(error) => return vec![Err(error)],
         };
+        let interrupt = self.interrupt(cancel);
         let mut outputs = Vec::with_capacity(statements.len());
         let count = statements.len();
         for (index, raw) in statements.into_iter().enumerate() {
             let mut result = match self.prepare_raw(raw).await {
-                Ok(prepared) => self.run(&prepared, None).await,
+                Ok(prepared) => self.run(&prepared, None, &interrupt).await,
                 Err(error) => Err(error),
             };
             // A later statement must not run before this one's rows are read
@@ -314,14 +320,33 @@ impl FoamSession {
     }
 
     /// Executes a statement prepared earlier (extended protocol's Execute):
-    /// the catalog may have changed since, so it is refreshed first.
-    pub async fn execute(&self, prepared: &PreparedStatement, params: Option<ParamValues>) -> FoamResult<StatementOutput> {
+    /// the catalog may have changed since, so it is refreshed first. A read
+    /// stops as `execute_all`'s do.
+    pub async fn execute(
+        &self,
+        prepared: &PreparedStatement,
+        params: Option<ParamValues>,
+        cancel: Option<oneshot::Receiver<()>>,
+    ) -> FoamResult<StatementOutput> {
         self.node.catalog.refresh().await?;
-        self.run(prepared, params).await
+        self.run(prepared, params, &self.interrupt(cancel)).await
+    }
+
+    /// What stops this session's next statement: its `statement_timeout`, and
+    /// the client's cancel request.
+    fn interrupt(&self, cancel: Option<oneshot::Receiver<()>>) -> Interrupt {
+        let timeout_ms = self
+            .settings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(STATEMENT_TIMEOUT)
+            .and_then(|shown| parse_statement_timeout(shown).ok())
+            .unwrap_or(0);
+        Interrupt::new((timeout_ms > 0).then(|| std::time::Duration::from_millis(timeout_ms)), cancel)
     }
 
     /// Executes a statement against the catalog this node has.
-    async fn run(&self, prepared: &PreparedStatement, params: Option<ParamValues>) -> FoamResult<StatementOutput> {
+    async fn run(&self, prepared: &PreparedStatement, params: Option<ParamValues>, interrupt: &Interrupt) -> FoamResult<StatementOutput> {
         match &prepared.kind {
             Kind::Empty => Ok(StatementOutput::Command { tag: String::new(), rows: None }),
             Kind::Plan { plan, is_insert, catalog_version } => {
@@ -337,7 +362,15 @@ impl FoamSession {
                     let result = if *is_insert {
                         self.run_insert(bound).await
                     } else {
-                        self.run_query(bound, &planned_with).await
+                        interrupt
+                            .guard(self.run_query(bound, &planned_with))
+                            .await
+                            .map(|output| match output {
+                                StatementOutput::Rows { schema, stream } => {
+                                    StatementOutput::Rows { schema, stream: interrupt.guard_stream(stream) }
+                                }
+                                other => other,
+                            })
                     };
                     let error = match result {
                         Err(error) if self.worth_retrying(&error, &planned_with, *is_insert, retries).await => error,
@@ -370,7 +403,8 @@ impl FoamSession {
             return retries < STATEMENT_RETRIES_MAX;
         }
         let class = &error.sqlstate()[..2];
-        if retries > 0 || matches!(class, "22" | "23" | "42" | "0A" | "53" | "54") {
+        // 57014: stopped by its timeout or its client, not by the cluster.
+        if retries > 0 || matches!(class, "22" | "23" | "42" | "0A" | "53" | "54") || error.sqlstate() == "57014" {
             return false;
         }
         match self.node.catalog.check_nodes().await {
@@ -495,6 +529,10 @@ impl FoamSession {
                                 message: format!("{EXCHANGE_BATCH_BYTES} must be a positive whole number of bytes, not \"{value}\""),
                             });
                         }
+                    } else if name == STATEMENT_TIMEOUT {
+                        let shown = show_statement_timeout(parse_statement_timeout(&value)?);
+                        self.settings.lock().unwrap_or_else(|p| p.into_inner()).insert(name, shown);
+                        return command("SET");
                     } else if name.starts_with("foam.") {
                         // FoamDB's planner settings (distributed::FoamOptions).
                         let state = self.ctx.state_ref();

@@ -208,6 +208,20 @@ impl Cluster {
         assert!(status.success(), "kill -{signal} {pid}");
     }
 
+    /// CPU time all running nodes have used so far, in clock ticks (from /proc).
+    pub fn cpu_ticks(&self) -> u64 {
+        self.nodes
+            .iter()
+            .filter_map(|node| node.child.as_ref())
+            .filter_map(|child| std::fs::read_to_string(format!("/proc/{}/stat", child.id())).ok())
+            .map(|stat| {
+                // Fields after the command name (which may hold spaces): utime is the 12th, stime the 13th.
+                let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or_default().split_whitespace().collect();
+                fields.get(11).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0) + fields.get(12).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0)
+            })
+            .sum()
+    }
+
     pub fn restart(&mut self, index: usize) {
         self.kill(index);
         self.spawn(index);
