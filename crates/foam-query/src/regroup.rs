@@ -7,8 +7,8 @@
 //! reshuffled anyway, those many partitions only cost: each keeps its own
 //! partial-aggregate hash table, so a grouping with many distinct keys sends
 //! one partial row per key *per partition* over the network (TPC-H Q17's
-//! average per part key sent 3.4 times the rows it needed), and every stream
-//! is a reader thread and a channel of its own.
+//! average per part key sent 3.4 times the rows it needed), and every
+//! partition read is a stream of its own.
 //!
 //! ```text
 //!   before: FoamScanExec Hash(l_orderkey, 16)  task on node 1 reads p0 | p4 | p8 | p12
