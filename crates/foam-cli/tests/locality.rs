@@ -124,6 +124,20 @@ async fn co_located_join_moves_no_table_data_and_a_shuffled_one_does() {
     assert!(arrays > 0, "the dense-key join uses DataFusion's array join:\n{analyzed}");
     assert_eq!(scalar(&client, dense).await, (ROWS - 3).to_string());
 
+    // The routed side carries only the columns the join reads: the key
+    // expression, not the `x.k` beside it that DataFusion's planner keeps
+    // (copartition.rs, narrowed_input), also when the join outputs a column
+    // of that side.
+    let plan = explain(&client, dense).await;
+    assert!(plan.contains("expr=[k@0 + 3 as x.k + Int64(3)]"), "only the key expression is routed:
+{plan}");
+    let with_columns = "SELECT count(*), sum(x.other), sum(y.v - x.v) FROM a x JOIN a y ON y.k = x.k + 3";
+    let plan = explain(&client, with_columns).await;
+    assert!(plan.contains("exchange: shuffle-one-side"), "{plan}");
+    let other: u64 = (1..=ROWS - 3).map(|k| k % 97).sum();
+    let expected = vec![vec![Some((ROWS - 3).to_string()), Some(other.to_string()), Some((6 * (ROWS - 3)).to_string())]];
+    assert_eq!(query_text(&client, with_columns).await, expected, "{plan}");
+
     // An aggregate grouped by the distribution key runs where the rows are.
     let grouped = "SELECT count(*) FROM (SELECT k, sum(v) FROM a GROUP BY k) t";
     let (grouped_bytes, rows) = bytes_between_nodes(&client, grouped).await;

@@ -197,15 +197,142 @@ fn route_one_side(
         // aggregate whose own shuffle already partitions it on the keys.
         let repartition = children[moves].downcast_ref::<RepartitionExec>();
         let moving = repartition.map_or(&children[moves], |r| r.input());
-        let Some(routed) = route_to_owners(&stay_child, &required[stays], moving, &required[moves], workers, repartition.is_some())? else {
+        let narrowed = if repartition.is_some() { narrowed_input(node, moves, moving)? } else { None };
+        let (moving, move_keys, join) = match &narrowed {
+            Some((input, join)) => (input, join_keys(join, moves), join.clone()),
+            None => (moving, required[moves].clone(), node.clone()),
+        };
+        let Some(routed) = route_to_owners(&stay_child, &required[stays], moving, &move_keys, workers, repartition.is_some())? else {
             continue;
         };
         let mut new_children = children.to_vec();
         new_children[stays] = stay_child;
         new_children[moves] = routed;
-        return Ok(Some(node.clone().replace_children(new_children, ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute))?));
+        return Ok(Some(join.replace_children(new_children, ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute))?));
     }
     Ok(None)
+}
+
+/// A hash join's key expressions on input `side`.
+fn join_keys(join: &Arc<dyn ExecutionPlan>, side: usize) -> Vec<Arc<dyn PhysicalExpr>> {
+    match join.downcast_ref::<HashJoinExec>() {
+        Some(join) => join.on().iter().map(|(l, r)| if side == 0 { l.clone() } else { r.clone() }).collect(),
+        None => Vec::new(),
+    }
+}
+
+/// When an inner, semi or anti hash join without a filter uses only some
+/// columns of its `side` input (its keys and the columns it outputs), that
+/// input without the others, and the join rewritten over it (its output
+/// unchanged), so routing that input sends no column nobody reads.
+/// DataFusion's planner keeps every input column next to an expression key:
+/// the self-join `b.row_no = a.row_no + 3` routed `a.row_no` beside
+/// `a.row_no + 3`, twice the bytes it needed. A projection input keeps only
+/// its used expressions; any other gets a projection of the used columns.
+fn narrowed_input(
+    join: &Arc<dyn ExecutionPlan>,
+    side: usize,
+    input: &Arc<dyn ExecutionPlan>,
+) -> Result<Option<(Arc<dyn ExecutionPlan>, Arc<dyn ExecutionPlan>)>> {
+    use datafusion::common::JoinType;
+    use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
+    use std::collections::BTreeSet;
+    let Some(hash_join) = join.downcast_ref::<HashJoinExec>() else { return Ok(None) };
+    let output_sides: &[usize] = match hash_join.join_type() {
+        JoinType::Inner => &[0, 1],
+        JoinType::LeftSemi | JoinType::LeftAnti => &[0],
+        JoinType::RightSemi | JoinType::RightAnti => &[1],
+        _ => return Ok(None),
+    };
+    if hash_join.filter().is_some() {
+        return Ok(None);
+    }
+    let left_width = hash_join.left().schema().fields().len();
+    let width = input.schema().fields().len();
+    let offset = if side == 0 { 0 } else { left_width };
+    let mut used: BTreeSet<usize> = BTreeSet::new();
+    for key in join_keys(join, side) {
+        datafusion::physical_expr::utils::collect_columns(&key).iter().for_each(|c| {
+            used.insert(c.index());
+        });
+    }
+    if output_sides.contains(&side) {
+        // Output column i of the join's own schema: left columns, then right
+        // ones (semi and anti joins output one side, from index 0).
+        let side_offset = if output_sides.len() == 2 { offset } else { 0 };
+        match &hash_join.projection {
+            Some(projection) => projection.iter().filter(|i| **i >= side_offset && **i < side_offset + width).for_each(|i| {
+                used.insert(i - side_offset);
+            }),
+            None => used.extend(0..width),
+        }
+    }
+    if used.len() >= width || used.is_empty() {
+        return Ok(None);
+    }
+    let kept: Vec<usize> = used.into_iter().collect();
+    let new_index = |old: usize| kept.binary_search(&old).ok();
+    let narrowed: Arc<dyn ExecutionPlan> = match input.downcast_ref::<ProjectionExec>() {
+        Some(projection) => {
+            Arc::new(ProjectionExec::try_new(kept.iter().map(|i| projection.expr()[*i].clone()), projection.input().clone())?)
+        }
+        None => {
+            let schema = input.schema();
+            let exprs = kept.iter().map(|i| ProjectionExpr {
+                expr: Arc::new(Column::new(schema.field(*i).name(), *i)) as Arc<dyn PhysicalExpr>,
+                alias: schema.field(*i).name().clone(),
+            });
+            Arc::new(ProjectionExec::try_new(exprs, input.clone())?)
+        }
+    };
+    let remap = |expr: &Arc<dyn PhysicalExpr>| -> Result<Arc<dyn PhysicalExpr>> {
+        expr.clone()
+            .transform(|e| match e.downcast_ref::<Column>().and_then(|c| new_index(c.index()).map(|i| Column::new(c.name(), i))) {
+                Some(column) => Ok(Transformed::yes(Arc::new(column) as Arc<dyn PhysicalExpr>)),
+                None => Ok(Transformed::no(e)),
+            })
+            .map(|t| t.data)
+    };
+    let on = hash_join
+        .on()
+        .iter()
+        .map(|(l, r)| Ok(if side == 0 { (remap(l)?, r.clone()) } else { (l.clone(), remap(r)?) }))
+        .collect::<Result<Vec<_>>>()?;
+    // The join's output, as indices into the narrowed inputs' columns.
+    let old_output: Vec<usize> = match &hash_join.projection {
+        Some(projection) => projection.to_vec(),
+        None => (0..hash_join.join_schema().fields().len()).collect(),
+    };
+    let projection: Option<Vec<usize>> = old_output
+        .iter()
+        .map(|i| {
+            if output_sides.len() == 2 && side == 0 {
+                if *i < left_width { new_index(*i) } else { Some(i - left_width + kept.len()) }
+            } else if output_sides.len() == 2 {
+                if *i < left_width { Some(*i) } else { new_index(i - left_width).map(|n| n + left_width) }
+            } else if output_sides[0] == side {
+                new_index(*i)
+            } else {
+                Some(*i)
+            }
+        })
+        .collect();
+    let Some(projection) = projection else { return Ok(None) };
+    let mut children = vec![hash_join.left().clone(), hash_join.right().clone()];
+    children[side] = narrowed.clone();
+    let rebuilt = hash_join
+        .builder()
+        .with_on(on)
+        .with_projection(Some(projection))
+        .with_new_children(children)?
+        .recompute_properties()
+        .reset_state()
+        .build_exec()?;
+    // Parents were planned over the join's output: it must not change.
+    if rebuilt.schema().fields() != join.schema().fields() {
+        return Ok(None);
+    }
+    Ok(Some((narrowed, rebuilt)))
 }
 
 /// `moves` sent to the tasks that hold `stays`'s partitions. A final
@@ -282,20 +409,30 @@ fn collect_join_to_co_located(node: &Arc<dyn ExecutionPlan>, workers: u64) -> Re
     let right = join.right().clone();
     let required: Vec<Vec<Arc<dyn PhysicalExpr>>> =
         vec![join.on().iter().map(|(l, _)| l.clone()).collect(), join.on().iter().map(|(_, r)| r.clone()).collect()];
-    let (left, right) = if co_located(&[&left, &right], &required) {
-        (left, right)
-    } else if let Some(routed) = route_to_owners(&right, &required[1], &left, &required[0], workers, true)? {
+    // Input `side` routed to the owners of the other, narrowed to the columns
+    // the join reads, and the join rewritten over the narrowed input.
+    let route = |side: usize, stays: &Arc<dyn ExecutionPlan>, moving: &Arc<dyn ExecutionPlan>| -> Result<Option<(Arc<dyn ExecutionPlan>, Arc<dyn ExecutionPlan>)>> {
+        let (moving, keys, join) = match narrowed_input(node, side, moving)? {
+            Some((input, join)) => (input, join_keys(&join, side), join),
+            None => (moving.clone(), required[side].clone(), node.clone()),
+        };
+        Ok(route_to_owners(stays, &required[1 - side], &moving, &keys, workers, true)?.map(|routed| (routed, join)))
+    };
+    let (left, right, join) = if co_located(&[&left, &right], &required) {
+        (left, right, node.clone())
+    } else if let Some((routed, join)) = route(0, &right, &left)? {
         // Routing the small side to the owners sends each of its rows once,
         // a broadcast sends every row to every task.
-        (routed, right)
+        (routed, right, join)
     } else if workers > 1
         && (!crate::replica_join::emits_only_probe_rows(join.join_type()) || routing_moves_less(&left, &right, workers))
-        && let Some(routed) = route_to_owners(&left, &required[0], &right, &required[1], workers, true)?
+        && let Some((routed, join)) = route(1, &left, &right)?
     {
-        (left, routed)
+        (left, routed, join)
     } else {
         return Ok(None);
     };
+    let Some(join) = join.downcast_ref::<HashJoinExec>() else { return Ok(None) };
     let rebuilt = join
         .builder()
         .with_partition_mode(PartitionMode::Partitioned)
