@@ -123,6 +123,14 @@ async fn co_located_join_moves_no_table_data_and_a_shuffled_one_does() {
     println!("dense-key self-join: {arrays} array joins\n{analyzed}");
     assert!(arrays > 0, "the dense-key join uses DataFusion's array join:\n{analyzed}");
     assert_eq!(scalar(&client, dense).await, (ROWS - 3).to_string());
+    // A session's execution settings reach the workers running its tasks:
+    // with the density limit at its top no join builds an array, anywhere.
+    client.batch_execute("SET datafusion.execution.perfect_hash_join_min_key_density = 1.0").await.unwrap();
+    let analyzed = analyze(&client, dense).await;
+    assert_eq!(array_joins(&analyzed), 0, "the workers took the session's setting:\n{analyzed}");
+    assert_eq!(scalar(&client, dense).await, (ROWS - 3).to_string());
+    client.batch_execute("RESET datafusion.execution.perfect_hash_join_min_key_density").await.unwrap();
+    assert!(array_joins(&analyze(&client, dense).await) > 0, "and RESET brings the arrays back");
 
     // The routed side carries only the columns the join reads: the key
     // expression, not the `x.k` beside it that DataFusion's planner keeps

@@ -389,6 +389,58 @@ pub fn coordinator_state_builder(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv
     builder
 }
 
+/// The header that carries a session's changed `datafusion.execution` options
+/// to the workers running its tasks. datafusion-distributed builds a task's
+/// config from DataFusion's defaults and its own options, so without it a
+/// `SET datafusion.execution.batch_size` (or the perfect-hash join's density)
+/// would apply only to the coordinator's part of a query.
+pub const EXECUTION_OPTIONS_HEADER: &str = "x-foam-execution-options";
+
+/// The `datafusion.execution` options of `config` that differ from
+/// DataFusion's defaults, as `key=value` pairs separated by `;` (a value
+/// holding `;`, `=` or a character a header cannot carry is left out).
+fn changed_execution_options(config: &SessionConfig) -> String {
+    let defaults: std::collections::HashMap<String, Option<String>> =
+        datafusion::config::ConfigOptions::default().entries().into_iter().map(|e| (e.key, e.value)).collect();
+    config
+        .options()
+        .entries()
+        .into_iter()
+        .filter(|e| e.key.starts_with("datafusion.execution."))
+        .filter_map(|e| {
+            let value = e.value?;
+            let changed = defaults.get(&e.key).is_none_or(|default| default.as_deref() != Some(value.as_str()));
+            let carried = value.chars().all(|c| c.is_ascii_graphic() && c != ';' && c != '=');
+            (changed && carried).then(|| format!("{}={value}", e.key))
+        })
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+/// Puts the session's changed `datafusion.execution` options into the
+/// headers its queries send to the workers; called before each query.
+pub fn pass_execution_options(config: &mut SessionConfig) -> Result<()> {
+    let mut headers = HeaderMap::new();
+    let options = changed_execution_options(config);
+    if !options.is_empty() {
+        let value = options.parse().map_err(|e| DataFusionError::Internal(format!("execution options header: {e}")))?;
+        headers.insert(EXECUTION_OPTIONS_HEADER, value);
+    }
+    config.set_distributed_passthrough_headers(headers)
+}
+
+/// Applies the coordinator's changed `datafusion.execution` options to a
+/// task's config; one that does not apply is logged and skipped.
+fn apply_execution_options(config: &mut SessionConfig, headers: &HeaderMap) {
+    let Some(options) = headers.get(EXECUTION_OPTIONS_HEADER).and_then(|v| v.to_str().ok()) else { return };
+    for pair in options.split(';') {
+        let Some((key, value)) = pair.split_once('=') else { continue };
+        if let Err(error) = config.options_mut().set(key, value) {
+            tracing::warn!(key, value, %error, "a coordinator's execution option does not apply here");
+        }
+    }
+}
+
 /// The datafusion-distributed worker of this node: executes stage fragments
 /// that other nodes (or this one) send it, reading this node's storage.
 pub fn worker(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>) -> Worker {
@@ -401,6 +453,8 @@ pub fn worker(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>) -> Worker {
                 .with_distributed_channel_resolver(FoamChannelResolver { node: node.clone() });
             if let Some(config) = builder.config().as_mut() {
                 scale_join_density_to_cluster(config, &node);
+                // The session's own settings win over the defaults above.
+                apply_execution_options(config, &ctx.headers);
                 config.set_extension(node);
             }
             let mut state = builder.build();

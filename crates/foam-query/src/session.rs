@@ -428,6 +428,7 @@ impl FoamSession {
     /// (stopped, not crashed) is noticed when the failure detector marks it down.
     async fn run_query(&self, plan: LogicalPlan, planned_with: &foam_catalog::Catalog) -> FoamResult<StatementOutput> {
         let running = self.node.traffic.query_started();
+        self.pass_execution_options()?;
         let frame = self.ctx.execute_logical_plan(plan).await.map_err(FoamError::from)?;
         let schema = Arc::new(frame.schema().as_arrow().clone());
         let physical = frame.clone().create_physical_plan().await.map_err(FoamError::from)?;
@@ -460,6 +461,14 @@ impl FoamSession {
         });
         let stream = Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema.clone(), stream));
         Ok(StatementOutput::Rows { schema, stream })
+    }
+
+    /// Sends this session's changed `datafusion.execution` settings with the
+    /// next query's tasks (see `distributed::EXECUTION_OPTIONS_HEADER`).
+    fn pass_execution_options(&self) -> FoamResult<()> {
+        let state = self.ctx.state_ref();
+        let mut state = state.write();
+        crate::distributed::pass_execution_options(state.config_mut()).map_err(FoamError::from)
     }
 
     /// A node that was up when the query was planned and is down now.
@@ -687,6 +696,7 @@ impl FoamSession {
     /// (other queries running at the same time are counted too).
     async fn explain_analyze(&self, statement: &Statement) -> FoamResult<StatementOutput> {
         let sql = statement.to_string();
+        self.pass_execution_options()?;
         set_collect_metrics(&self.ctx, true);
         let planned = async {
             let frame = self.ctx.sql(&sql).await?;
