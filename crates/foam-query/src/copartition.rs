@@ -244,7 +244,9 @@ fn narrowed_input(
         JoinType::RightSemi | JoinType::RightAnti => &[1],
         _ => return Ok(None),
     };
-    if hash_join.filter().is_some() {
+    // A split aggregate is routed as partial states (`route_to_owners`); a
+    // projection over it would hide it from that.
+    if hash_join.filter().is_some() || split_aggregate(input).is_some() {
         return Ok(None);
     }
     let left_width = hash_join.left().schema().fields().len();

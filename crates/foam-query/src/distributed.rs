@@ -400,8 +400,16 @@ pub const EXECUTION_OPTIONS_HEADER: &str = "x-foam-execution-options";
 /// DataFusion's defaults, as `key=value` pairs separated by `;` (a value
 /// holding `;`, `=` or a character a header cannot carry is left out).
 fn changed_execution_options(config: &SessionConfig) -> String {
-    let defaults: std::collections::HashMap<String, Option<String>> =
-        datafusion::config::ConfigOptions::default().entries().into_iter().map(|e| (e.key, e.value)).collect();
+    // Computed once per process: this runs before every query.
+    static DEFAULTS: std::sync::OnceLock<std::collections::HashMap<String, Option<String>>> = std::sync::OnceLock::new();
+    let defaults = DEFAULTS.get_or_init(|| {
+        datafusion::config::ConfigOptions::default()
+            .entries()
+            .into_iter()
+            .filter(|e| e.key.starts_with("datafusion.execution."))
+            .map(|e| (e.key, e.value))
+            .collect()
+    });
     config
         .options()
         .entries()

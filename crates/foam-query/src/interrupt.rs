@@ -76,11 +76,6 @@ impl Interrupt {
         Interrupt(fired.boxed().shared())
     }
 
-    /// An interrupt that never fires.
-    pub fn never() -> Interrupt {
-        Interrupt::new(None, None)
-    }
-
     /// Runs `work` unless the interrupt fires first; then `work` is dropped.
     pub async fn guard<T>(&self, work: impl Future<Output = FoamResult<T>>) -> FoamResult<T> {
         tokio::select! {
@@ -119,10 +114,7 @@ impl Stream for Guarded {
             self.inner = None;
             return Poll::Ready(Some(Err(FoamError::QueryCanceled { reason }.into())));
         }
-        match self.inner.as_mut() {
-            Some(inner) => inner.as_mut().poll_next(cx),
-            None => Poll::Ready(None),
-        }
+        self.inner.as_mut().map_or(Poll::Ready(None), |inner| inner.as_mut().poll_next(cx))
     }
 }
 

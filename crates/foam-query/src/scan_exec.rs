@@ -282,14 +282,8 @@ pub fn read_local_partition(node: &NodeContext, table_id: TableId, partition: Pa
     node.partition_scans.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let snapshot = node.storage.snapshot(table_id, partition);
     let damaged = node.damage_reporter();
-    let memtable: Vec<FoamResult<RecordBatch>> = snapshot
-        .memtable
-        .iter()
-        .map(|batch| match &projection {
-            Some(indices) => batch.project(indices).map_err(|e| FoamError::internal(e.to_string())),
-            None => Ok(batch.clone()),
-        })
-        .collect();
+    let memtable: Vec<FoamResult<RecordBatch>> =
+        snapshot.memtable.iter().map(|batch| projected(batch.clone(), projection.as_deref())).collect();
     let segments = futures::stream::iter(snapshot.segments)
         .then(move |segment| {
             let projection = projection.clone();
@@ -359,10 +353,15 @@ impl Iterator for SegmentBatches {
             Ok(batch) => batch,
             Err(e) => return Some(Err(FoamError::Corrupted { path: self.path.display().to_string(), message: e.to_string() })),
         };
-        Some(match &self.reorder {
-            Some(order) => batch.project(order).map_err(|e| FoamError::internal(e.to_string())),
-            None => Ok(batch),
-        })
+        Some(projected(batch, self.reorder.as_deref()))
+    }
+}
+
+/// `batch` with only the `columns` asked for, in that order (all when `None`).
+fn projected(batch: RecordBatch, columns: Option<&[usize]>) -> FoamResult<RecordBatch> {
+    match columns {
+        Some(indices) => batch.project(indices).map_err(|e| FoamError::internal(e.to_string())),
+        None => Ok(batch),
     }
 }
 
@@ -441,10 +440,7 @@ pub fn read_local_partition_filtered(
                 Some(mask) => arrow::compute::filter_record_batch(&batch, &mask).map_err(|e| FoamError::internal(e.to_string()))?,
                 None => batch,
             };
-            match &projection {
-                Some(indices) => filtered.project(indices).map_err(|e| FoamError::internal(e.to_string())),
-                None => Ok(filtered),
-            }
+            projected(filtered, projection.as_deref())
         })
         .boxed()
 }
