@@ -97,6 +97,8 @@ fn main() {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,datafusion=warn,h2=warn,tonic=warn,openraft=warn".into()),
         )
         .with_writer(std::io::stderr)
+        // A node's log is usually a file (`foam local`, tests): colour codes only on a terminal.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let result = match cli.command {
         Command::Start { data_dir, sql_addr, node_addr, join, memory_limit_mb, node_dead_after_ms, reprotect_after_ms } => {

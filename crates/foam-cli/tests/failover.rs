@@ -335,6 +335,74 @@ async fn corrupted_segment_is_reported_and_repaired_from_a_replica() {
     assert_eq!(scalar(&client, everything).await, expected);
 }
 
+/// Bytes copied from a source and bytes found already on the node, summed
+/// over the "replica caught up and live" lines of `log`.
+fn caught_up_bytes(log: &str) -> (u64, u64, usize) {
+    let (mut copied, mut reused, mut lines) = (0, 0, 0);
+    for line in log.lines().filter(|l| l.contains("replica caught up and live")) {
+        lines += 1;
+        for field in line.split_whitespace() {
+            if let Some(n) = field.strip_prefix("bytes=") {
+                copied += n.parse::<u64>().expect("bytes");
+            } else if let Some(n) = field.strip_prefix("reused_bytes=") {
+                reused += n.parse::<u64>().expect("reused_bytes");
+            }
+        }
+    }
+    (copied, reused, lines)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_back_from_a_restart_copies_only_the_segments_it_lacks() {
+    // No re-protection: the node's copies wait for it, marked lost.
+    let mut cluster = Cluster::start_with(3, &["--node-dead-after-ms", "1500"]);
+    let client = cluster.client(0).await;
+    // 50,000 wide rows per partition spill to staged segment files.
+    client
+        .batch_execute(
+            "CREATE TABLE kept (id BIGINT, pad TEXT) DISTRIBUTED BY (id) PARTITIONS 3;
+             INSERT INTO kept SELECT value, repeat('x', 40) FROM generate_series(1, 150000);",
+        )
+        .await
+        .unwrap();
+    let back = node_id(&cluster, &client, 2).await;
+    let copies = scalar(&client, &format!("SELECT count(*) FROM foam_partitions WHERE table_name = 'kept' AND node_id = {back}")).await;
+    let copies: usize = copies.parse().unwrap();
+    assert!(copies > 0);
+    let mut rounds = Vec::new();
+    for round in 0..2u64 {
+        cluster.kill(2);
+        eventually("the killed node marked down", Duration::from_secs(15), async || {
+            scalar(&client, &format!("SELECT status FROM foam_nodes WHERE node_id = {back}")).await == "down"
+        })
+        .await;
+        // Rows the node misses while it is down.
+        let first = 200_000 + round * 1000;
+        let insert = format!("INSERT INTO kept SELECT value, 'y' FROM generate_series({}, {})", first + 1, first + 1000);
+        until_ok(&client, &insert, Duration::from_secs(15), "writes while a node is down").await;
+        let seen = cluster.log(2).len();
+        cluster.restart(2);
+        eventually("every copy caught up after the restart", Duration::from_secs(40), async || {
+            caught_up_bytes(&cluster.log(2)[seen..]).2 == copies && all_copies_live(&client, "kept").await
+        })
+        .await;
+        let (copied, reused, _) = caught_up_bytes(&cluster.log(2)[seen..]);
+        println!("round {round}: copied {copied} bytes, reused {reused}");
+        rounds.push((copied, reused));
+    }
+    // After the first catch-up the node holds byte copies of the sources'
+    // files: the second one reuses all of them and copies only the segments
+    // holding the rows written while it was down.
+    let (first_copied, first_reused) = rounds[0];
+    let (copied, reused) = rounds[1];
+    assert_eq!(reused, first_copied + first_reused, "every file the node held is reused");
+    assert!(copied > 0 && copied * 10 < reused, "only the missed rows are copied: {copied} bytes copied, {reused} reused");
+    assert_eq!(diverging_copies(&client, "kept").await, "0");
+    let restarted = cluster.client(2).await;
+    assert_eq!(scalar(&restarted, "SELECT count(*) FROM kept").await, "152000");
+    assert_eq!(scalar(&restarted, "SELECT count(*) FROM kept WHERE pad = 'y'").await, "2000");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_down_past_reprotect_time_gets_its_partitions_copied_elsewhere() {
     let mut cluster = Cluster::start_with(3, FAST_DETECTOR);

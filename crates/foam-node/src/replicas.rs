@@ -4,9 +4,10 @@
 //!
 //! ```text
 //!  keeper (new copy)                          source (a live replica)
-//!  fence own writes, empty the partition
+//!  fence own writes, keep its files aside,
+//!  empty the partition
 //!  ListSegments ───────────────────────────▶ flush, list segments
-//!  ReadSegment × n (copy, no lock held) ───▶ chunks of each file
+//!  ReadSegment × (files not held here) ────▶ chunks of each file
 //!  FenceForCatchUp ────────────────────────▶ refuse writes, wait for undecided
 //!                                            ones, flush, list, lease a token
 //!  ReadSegment × (files written meanwhile)
@@ -18,6 +19,11 @@
 //! missed the new copy), which fail with a retriable SQLSTATE. Writes are
 //! refused only between the fence and the switch: the time to copy what was
 //! written during the bulk copy.
+//!
+//! A listed segment whose size and checksums match one of this node's former
+//! files is installed from that file (checked whole first) instead of being
+//! copied: a node that restarts, or was cut off for a while, copies only what
+//! changed meanwhile, not every partition it holds a lost copy of.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -30,7 +36,7 @@ use foam_common::limits::{FENCE_DRAIN_TIMEOUT_MS, REPLICA_COPY_CHUNK_BYTES};
 use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TableId};
 use foam_query::NodeContext;
 use foam_rpc::{NodeClient, NodeRequest, NodeResponse};
-use foam_storage::{SegmentInfo, WRITES_FENCED};
+use foam_storage::{SegmentInfo, SetAside, WRITES_FENCED};
 
 /// How often the keeper looks for copies to make or to remove.
 const KEEPER_INTERVAL_MS: u64 = 500;
@@ -40,6 +46,14 @@ const KEEPER_INTERVAL_MS: u64 = 500;
 const FENCE_LEASE_MS: u64 = 30_000;
 
 type PartitionKey = (TableId, PartitionId);
+
+/// Bytes of segment files a catch-up copied from the source, and bytes it
+/// found already here.
+#[derive(Default)]
+struct Moved {
+    copied: u64,
+    reused: u64,
+}
 
 pub struct Replication {
     node: Arc<NodeContext>,
@@ -220,25 +234,57 @@ impl Replication {
         // No write may land here until the copy is switched in: a writer with
         // an old placement could still think this copy is live.
         let storage = self.node.storage.clone();
-        blocking(move || {
+        let mut kept = blocking(move || {
             storage.fence_writes(table_id, partition, WRITES_FENCED, Duration::from_millis(FENCE_DRAIN_TIMEOUT_MS))?;
-            storage.reset_partition(table_id, partition)
+            let kept = storage.set_aside_segments(table_id, partition)?;
+            storage.reset_partition(table_id, partition)?;
+            Ok(kept)
         })
         .await?;
         let client = self.node.client_for(source)?;
         let listed = segments_of(&client, NodeRequest::ListSegments { table_id, partition }).await?.0;
-        let mut copied = 0;
+        let mut moved = Moved::default();
         for segment in &listed {
-            copied += self.copy_segment(&client, table_id, partition, segment).await?;
+            self.install_or_copy(&client, table_id, partition, segment, &mut kept, &mut moved).await?;
         }
         let (fenced, token) = segments_of(&client, NodeRequest::FenceForCatchUp { table_id, partition }).await?;
         let token = token.ok_or_else(|| FoamError::internal("fence without a token"))?;
         for segment in fenced.iter().filter(|s| !listed.iter().any(|l| l.file_name == s.file_name)) {
-            copied += self.copy_segment(&client, table_id, partition, segment).await?;
+            self.install_or_copy(&client, table_id, partition, segment, &mut kept, &mut moved).await?;
         }
         client.call(&NodeRequest::SwitchInReplica { table_id, partition, node: me, fence_token: token }, &[]).await?;
         self.lower_fence(table_id, partition).await;
-        tracing::info!(table_id, partition, bytes = copied, "replica caught up and live");
+        tracing::info!(table_id, partition, bytes = moved.copied, reused_bytes = moved.reused, "replica caught up and live");
+        Ok(())
+    }
+
+    /// Installs one segment the source lists: from this node's own former
+    /// files when one has its content (a node back from a restart still holds
+    /// most of what it had), else copied from the source.
+    async fn install_or_copy(
+        &self,
+        client: &NodeClient,
+        table_id: TableId,
+        partition: PartitionId,
+        segment: &SegmentInfo,
+        kept: &mut SetAside,
+        moved: &mut Moved,
+    ) -> FoamResult<()> {
+        if let Some(path) = kept.take_matching(segment) {
+            let storage = self.node.storage.clone();
+            let (info, from) = (segment.clone(), path.clone());
+            match blocking(move || storage.install_segment(table_id, partition, &from, info)).await {
+                Ok(()) => {
+                    moved.reused += segment.bytes;
+                    return Ok(());
+                }
+                Err(error) => {
+                    tracing::warn!(table_id, partition, %error, "a segment kept from before the catch-up failed its checks; copying it");
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+        }
+        moved.copied += self.copy_segment(client, table_id, partition, segment).await?;
         Ok(())
     }
 

@@ -131,6 +131,32 @@ fn coalesce_small(batches: Vec<RecordBatch>) -> FoamResult<Vec<RecordBatch>> {
     Ok(out)
 }
 
+/// A partition's former segment files, kept aside during a catch-up (see
+/// [`StorageEngine::set_aside_segments`]). What is not taken is deleted when
+/// it is dropped, and a crash leaves nothing behind either: the staging
+/// directory is emptied of unreferenced files at start-up.
+pub struct SetAside {
+    files: Vec<(SegmentInfo, PathBuf)>,
+}
+
+impl SetAside {
+    /// The kept file with the content `wanted` lists, taken out of the set.
+    /// [`StorageEngine::install_segment`] checks the file against every
+    /// checksum before it is used, so a damaged one is refused there.
+    pub fn take_matching(&mut self, wanted: &SegmentInfo) -> Option<PathBuf> {
+        let found = self.files.iter().position(|(info, _)| info.same_content(wanted))?;
+        Some(self.files.swap_remove(found).1)
+    }
+}
+
+impl Drop for SetAside {
+    fn drop(&mut self) {
+        for (_, path) in &self.files {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
 struct ReceivedSegment {
     file_name: String,
     rows: u64,
@@ -484,6 +510,25 @@ impl StorageEngine {
         let mut partition = lock(&partition);
         drop(wal);
         partition.reset(last_lsn)
+    }
+
+    /// Keeps this node's segment files of a partition (as hard links in the
+    /// staging directory) before [`Self::reset_partition`] empties it, so a
+    /// catch-up installs the ones the source still lists instead of copying
+    /// them again: a node back from a restart then copies only what it missed.
+    /// The caller holds the partition's write fence.
+    pub fn set_aside_segments(&self, table_id: TableId, partition: PartitionId) -> FoamResult<SetAside> {
+        let dir = self.tables_dir.join(table_id.to_string()).join(partition.to_string());
+        let mut files = Vec::new();
+        for info in self.segments(table_id, partition) {
+            let kept = self.staging_dir.join(format!("kept-{table_id}-{partition}-{}", info.file_name));
+            let _ = std::fs::remove_file(&kept);
+            match std::fs::hard_link(dir.join(&info.file_name), &kept) {
+                Ok(()) => files.push((info, kept)),
+                Err(error) => tracing::warn!(file = %info.file_name, %error, "could not keep a segment aside; it will be copied"),
+            }
+        }
+        Ok(SetAside { files })
     }
 
     /// A directory for files being received from a replica.
@@ -964,6 +1009,48 @@ mod tests {
         assert_eq!(engine.in_doubt(), vec![(33, 1)]);
         engine.commit(33).unwrap();
         assert_eq!(rows_in(&engine, 16, 2), 805);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn segments_set_aside_before_a_reset_are_installed_only_when_whole_and_the_rest_deleted() {
+        let dir = temp_dir("set-aside");
+        let schema = batch(0, 1).schema();
+        let engine = StorageEngine::open(&dir).unwrap();
+        let (first, first_sums) = built_segment(0, 300);
+        let (second, second_sums) = built_segment(300, 200);
+        engine.stage_segment(41, 1, 16, 2, 0, 300, &first, &first_sums, &schema).unwrap();
+        engine.stage_segment(41, 1, 16, 2, 0, 200, &second, &second_sums, &schema).unwrap();
+        engine.prepare(41, 500).unwrap();
+        engine.commit(41).unwrap();
+        // The source lists the same contents under its own file names, and one file this node never had.
+        let renamed = |info: &SegmentInfo| SegmentInfo { file_name: format!("source-{}", info.file_name), ..info.clone() };
+        let listed: Vec<SegmentInfo> = engine.segments(16, 2).iter().map(renamed).collect();
+        let (other, other_sums) = built_segment(900, 100);
+        let unknown = SegmentInfo { file_name: "source-other".into(), rows: 100, bytes: other.len() as u64, crc32: other_sums.crc32, block_crc32: other_sums.blocks };
+
+        let mut kept = engine.set_aside_segments(16, 2).unwrap();
+        engine.reset_partition(16, 2).unwrap();
+        assert_eq!(rows_in(&engine, 16, 2), 0);
+        assert_eq!(kept.take_matching(&unknown), None, "content this node never had is not found");
+        let whole = kept.take_matching(&listed[0]).expect("the first file was kept");
+        engine.install_segment(16, 2, &whole, listed[0].clone()).unwrap();
+        assert_eq!(engine.segments(16, 2)[0].file_name, listed[0].file_name, "installed under the source's name");
+        let damaged = kept.take_matching(&listed[1]).expect("the second file was kept");
+        let mut bytes = std::fs::read(&damaged).unwrap();
+        bytes[10] ^= 0x5a;
+        std::fs::remove_file(&damaged).unwrap();
+        std::fs::write(&damaged, &bytes).unwrap();
+        assert!(matches!(engine.install_segment(16, 2, &damaged, listed[1].clone()), Err(FoamError::Corrupted { .. })), "a damaged kept file is refused");
+        std::fs::remove_file(&damaged).unwrap();
+        assert_eq!(rows_in(&engine, 16, 2), 300);
+
+        let mut kept = engine.set_aside_segments(16, 2).unwrap();
+        assert_eq!(std::fs::read_dir(dir.join("staging")).unwrap().count(), 1);
+        drop(kept.take_matching(&unknown));
+        drop(kept);
+        assert_eq!(std::fs::read_dir(dir.join("staging")).unwrap().count(), 0, "files not taken are deleted");
+        assert_eq!(rows_in(&engine, 16, 2), 300, "setting files aside leaves the partition as it was");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

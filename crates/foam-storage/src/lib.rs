@@ -20,5 +20,5 @@ pub mod segment;
 pub mod wal;
 
 pub use decisions::{DecisionLog, TxnOutcome};
-pub use engine::{PartitionStats, StorageEngine, WRITES_FENCED};
+pub use engine::{PartitionStats, SetAside, StorageEngine, WRITES_FENCED};
 pub use partition::{PartitionSnapshot, SegmentInfo};

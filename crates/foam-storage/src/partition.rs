@@ -40,6 +40,16 @@ impl SegmentInfo {
         SegmentInfo { file_name, rows, bytes: sum.bytes, crc32: Some(sum.crc32), block_crc32: sum.blocks }
     }
 
+    /// Whether `other` lists a file with this one's content: the same size,
+    /// rows, CRC-32 and block checksums (names differ between copies, since
+    /// each node names the files it writes). Files from before block
+    /// checksums never match: their one CRC-32 is too weak a witness.
+    pub fn same_content(&self, other: &SegmentInfo) -> bool {
+        self.crc32.is_some()
+            && !self.block_crc32.is_empty()
+            && (self.bytes, self.rows, self.crc32, &self.block_crc32) == (other.bytes, other.rows, other.crc32, &other.block_crc32)
+    }
+
     /// The checksums the file is read and received against.
     pub fn checksums(&self) -> segment::Checksums {
         segment::Checksums { crc32: self.crc32, blocks: self.block_crc32.clone() }
