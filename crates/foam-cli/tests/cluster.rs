@@ -585,8 +585,8 @@ async fn node_joining_later_reads_replicated_tables_from_replicas() {
 
 /// Waits until the nodes together use under a tenth of a core for a whole
 /// second: a query they kept running after it was stopped would hold them busy.
-async fn wait_until_idle(cluster: &Cluster, what: &str) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+async fn wait_until_idle(cluster: &Cluster, what: &str, within: std::time::Duration) {
+    let deadline = std::time::Instant::now() + within;
     loop {
         let before = cluster.cpu_ticks();
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
@@ -613,16 +613,22 @@ async fn statement_timeout_and_cancel_stop_a_query_on_every_node() {
     // yields often): on a debug build neither query ends by itself in a minute.
     let counting = "SELECT count(*) FROM spin a JOIN spin b ON a.k % 500 = b.k % 500";
     let streaming = "SELECT a.k, b.k FROM spin a JOIN spin b ON a.k % 500 = b.k % 500";
+    // 20,000 matches per row: from one probe batch the join emits batches
+    // for long without polling an input, so it stops quickly only through
+    // the yield points above joins (`join_yield.rs`); without them the
+    // nodes ran on for seconds after the error.
+    let exploding = "SELECT count(*) FROM spin a JOIN spin b ON a.k % 25 = b.k % 25";
+    let quickly = std::time::Duration::from_secs(4);
     let (code, message) = error_of(&client, "SET statement_timeout = '5 parsecs'").await;
     assert_eq!(code, "22023", "{message}");
     assert!(message.contains("statement_timeout"), "{message}");
     assert_eq!(scalar(&client, "SHOW statement_timeout").await, "0");
     client.batch_execute("SET statement_timeout = '300ms'").await.unwrap();
     assert_eq!(scalar(&client, "SHOW statement_timeout").await, "300ms");
-    for sql in [counting, streaming] {
+    for sql in [counting, streaming, exploding] {
         let (code, message) = error_of(&client, sql).await;
         assert_eq!((code.as_str(), message.as_str()), ("57014", "canceling statement due to statement timeout"), "{sql}");
-        wait_until_idle(&cluster, sql).await;
+        wait_until_idle(&cluster, sql, quickly).await;
     }
     // The session goes on, and a short statement finishes within the timeout.
     assert_eq!(scalar(&client, "SELECT count(*) FROM spin").await, "500000");
@@ -636,7 +642,7 @@ async fn statement_timeout_and_cancel_stop_a_query_on_every_node() {
     token.cancel_query(tokio_postgres::NoTls).await.expect("send the cancel request");
     let (code, message) = tokio::time::timeout(std::time::Duration::from_secs(10), running).await.expect("canceled in time").unwrap();
     assert_eq!((code.as_str(), message.as_str()), ("57014", "canceling statement due to user request"));
-    wait_until_idle(&cluster, "after the cancel request").await;
+    wait_until_idle(&cluster, "after the cancel request", quickly).await;
     let active = scalar(&cluster.client(1).await, "SELECT active_queries FROM foam_cluster_stats WHERE node_id IS NULL").await;
     assert_eq!(active, "0");
 }

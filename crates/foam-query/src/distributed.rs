@@ -375,6 +375,7 @@ pub fn coordinator_state_builder(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv
         .with_optimizer_rule(Arc::new(crate::like::LikeWithoutRegex))
         .with_physical_optimizer_rule(Arc::new(crate::copartition::CoPartitioning { node: node.clone() }))
         .with_physical_optimizer_rule(Arc::new(crate::regroup::ScanRegrouping { node: node.clone() }))
+        .with_physical_optimizer_rule(Arc::new(crate::join_yield::JoinYielding))
         .with_distributed_planner()
         .with_distributed_worker_resolver(FoamWorkerResolver { node: node.clone() })
         .with_distributed_user_codec(FoamCodec)

@@ -11,9 +11,10 @@
 //! Stopping drops the query's stream, and with it datafusion-distributed's
 //! streams from the workers, which then drop their tasks: the cluster stops
 //! computing, not only the client waiting. (DataFusion stops a task when it
-//! next yields; its operators yield as rows arrive, but one that loops over
-//! rows already in memory without emitting any, such as a cross join whose
-//! filter drops every pair, runs on until it does.) Writes and DDL are not
+//! next yields; its scans and exchanges yield as rows arrive, and every join
+//! yields after a number of output batches (`join_yield.rs`), but an operator
+//! that loops over rows already in memory without emitting any, such as a
+//! join whose filter drops every pair, runs on until it does.) Writes and DDL are not
 //! interrupted: they end through their own commit protocol, so a timeout can
 //! never leave one half-applied or report one failed that committed.
 

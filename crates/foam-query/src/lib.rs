@@ -27,6 +27,7 @@ pub mod early_semi_join;
 pub mod explain;
 pub mod group_key_filter;
 pub mod interrupt;
+pub mod join_yield;
 pub mod like;
 mod plan_shape;
 pub mod regroup;
