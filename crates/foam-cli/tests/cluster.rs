@@ -585,6 +585,38 @@ async fn node_joining_later_reads_replicated_tables_from_replicas() {
 
 /// Waits until the nodes together use under a tenth of a core for a whole
 /// second: a query they kept running after it was stopped would hold them busy.
+/// Segment files under a node's data directory.
+fn segment_files(dir: &std::path::Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .map(|p| if p.is_dir() { segment_files(&p) } else { usize::from(p.extension().is_some_and(|e| e == "parquet")) })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoint_writes_every_nodes_memtables_to_segments() {
+    let cluster = Cluster::start(3);
+    let client = cluster.client(1).await;
+    client
+        .batch_execute(
+            "CREATE TABLE small (k BIGINT, v TEXT) DISTRIBUTED BY (k) PARTITIONS 6;
+             INSERT INTO small SELECT value, 'v' || value FROM generate_series(1, 3000);",
+        )
+        .await
+        .expect("setup");
+    let tables = |index: usize| cluster.nodes[index].data_dir.join("tables");
+    let before: Vec<usize> = (0..3).map(|i| segment_files(&tables(i))).collect();
+    assert_eq!(before, [0, 0, 0], "small inserts stay in memtables");
+    client.batch_execute("CHECKPOINT").await.expect("checkpoint");
+    let after: Vec<usize> = (0..3).map(|i| segment_files(&tables(i))).collect();
+    // 6 partitions with 2 copies each: 12 memtables, 4 on each node.
+    assert_eq!(after, [4, 4, 4], "every node wrote its memtables");
+    assert_eq!(scalar(&client, "SELECT count(*) || ' ' || sum(k) FROM small").await, "3000 4501500");
+    assert_eq!(scalar(&cluster.client(2).await, "SELECT count(DISTINCT v) FROM small").await, "3000");
+}
+
 async fn wait_until_idle(cluster: &Cluster, what: &str, within: std::time::Duration) {
     let deadline = std::time::Instant::now() + within;
     loop {

@@ -66,6 +66,11 @@ impl NodeHandler for FoamNodeHandler {
                 }
                 NodeResponse::Traffic { snapshot }
             }
+            NodeRequest::Checkpoint => {
+                let storage = node.storage.clone();
+                tokio::task::spawn_blocking(move || storage.checkpoint_now()).await.map_err(|e| FoamError::internal(e.to_string()))??;
+                NodeResponse::Ok
+            }
             NodeRequest::DropTableData { table_id } => {
                 let storage = node.storage.clone();
                 tokio::task::spawn_blocking(move || storage.drop_table(table_id))

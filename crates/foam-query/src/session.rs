@@ -75,6 +75,8 @@ enum Kind {
     Own(Box<Statement>),
     /// `ALTER CLUSTER ...`: a change to the cluster's membership.
     Cluster(CatalogCommand),
+    /// `CHECKPOINT`: every up node writes its memtables to segments.
+    Checkpoint,
     /// Nothing to do (an empty statement).
     Empty,
 }
@@ -258,6 +260,9 @@ impl FoamSession {
         if let Some(command) = ddl::cluster_command(&raw.sql)? {
             return Ok(PreparedStatement { raw, kind: Kind::Cluster(command) });
         }
+        if raw.sql.trim().trim_end_matches(';').trim().eq_ignore_ascii_case("checkpoint") {
+            return Ok(PreparedStatement { raw, kind: Kind::Checkpoint });
+        }
         let mut parsed = Parser::parse_sql(&PostgreSqlDialect {}, &raw.sql)
             .map_err(|e| FoamError::Syntax { message: e.to_string().trim_start_matches("sql parser error: ").to_string() })?;
         let Some(statement) = parsed.pop() else {
@@ -386,6 +391,10 @@ impl FoamSession {
             Kind::Cluster(command) => {
                 self.node.catalog.apply(command.clone()).await?;
                 Ok(StatementOutput::Command { tag: "ALTER CLUSTER".into(), rows: None })
+            }
+            Kind::Checkpoint => {
+                self.checkpoint().await?;
+                Ok(StatementOutput::Command { tag: "CHECKPOINT".into(), rows: None })
             }
         }
     }
@@ -632,6 +641,27 @@ impl FoamSession {
                 for statement in &statements {
                     pending.extend(relations_of(statement));
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// `CHECKPOINT`, as in PostgreSQL: every up node writes the rows its
+    /// memtables hold (committed, and durable in its WAL already) to Parquet
+    /// segments and starts a fresh WAL. Reads then decode segments on every
+    /// node alike, and a restart replays nothing. Changes no row, so a node
+    /// that fails fails the statement without undoing the others.
+    async fn checkpoint(&self) -> FoamResult<()> {
+        let catalog = self.node.catalog.current();
+        for (node_id, info) in &catalog.nodes {
+            if info.state != foam_catalog::model::NodeState::Up {
+                continue; // its WAL keeps the rows
+            }
+            if *node_id == self.node.node_id {
+                let storage = self.node.storage.clone();
+                tokio::task::spawn_blocking(move || storage.checkpoint_now()).await.map_err(|e| FoamError::internal(e.to_string()))??;
+            } else {
+                self.node.client_for(*node_id)?.call(&NodeRequest::Checkpoint, &[]).await?;
             }
         }
         Ok(())

@@ -61,6 +61,9 @@ pub enum NodeRequest {
     PartitionStats { table_id: TableId, partitions: Vec<PartitionId> },
     /// Deletes this node's data of a dropped table.
     DropTableData { table_id: TableId },
+    /// `CHECKPOINT`: writes every memtable of this node to segments and
+    /// starts a fresh WAL file.
+    Checkpoint,
     /// This node's traffic counters; `reset` clears them after reading.
     Traffic { reset: bool },
     /// Asks the catalog leader to ping every node now and mark the
