@@ -89,6 +89,18 @@ async fn create_thousand_rows(client: &tokio_postgres::Client, table: &str) {
         .unwrap_or_else(|e| panic!("creating {table}: {e:?}"));
 }
 
+/// Creates `table` (id, pad) holding ids 1 to `rows`, each with a 40-byte pad,
+/// over `partitions` partitions.
+async fn create_wide_rows(client: &tokio_postgres::Client, table: &str, partitions: u32, rows: u64) {
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE {table} (id BIGINT, pad TEXT) DISTRIBUTED BY (id) PARTITIONS {partitions};
+             INSERT INTO {table} SELECT value, repeat('x', 40) FROM generate_series(1, {rows});"
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("creating {table}: {e:?}"));
+}
+
 /// Runs `sql` until it succeeds, within `timeout`; every failure meanwhile
 /// must carry a retriable SQLSTATE.
 async fn until_ok(client: &tokio_postgres::Client, sql: &str, timeout: Duration, what: &str) {
@@ -295,13 +307,7 @@ async fn corrupted_segment_is_reported_and_repaired_from_a_replica() {
     let client = cluster.client(0).await;
     // 100,000 wide rows per partition spill to a staged segment file, so the
     // committed rows are in Parquet files on both copies.
-    client
-        .batch_execute(
-            "CREATE TABLE big (id BIGINT, pad TEXT) DISTRIBUTED BY (id) PARTITIONS 2;
-             INSERT INTO big SELECT value, repeat('x', 40) FROM generate_series(1, 200000);",
-        )
-        .await
-        .unwrap();
+    create_wide_rows(&client, "big", 2, 200_000).await;
     // Reads every column: a read checks only the column chunks it decodes.
     let everything = "SELECT sum(id + length(pad)) FROM big";
     let expected = scalar(&client, everything).await;
@@ -358,13 +364,7 @@ async fn a_node_back_from_a_restart_copies_only_the_segments_it_lacks() {
     let mut cluster = Cluster::start_with(3, &["--node-dead-after-ms", "1500"]);
     let client = cluster.client(0).await;
     // 50,000 wide rows per partition spill to staged segment files.
-    client
-        .batch_execute(
-            "CREATE TABLE kept (id BIGINT, pad TEXT) DISTRIBUTED BY (id) PARTITIONS 3;
-             INSERT INTO kept SELECT value, repeat('x', 40) FROM generate_series(1, 150000);",
-        )
-        .await
-        .unwrap();
+    create_wide_rows(&client, "kept", 3, 150_000).await;
     let back = node_id(&cluster, &client, 2).await;
     let copies = scalar(&client, &format!("SELECT count(*) FROM foam_partitions WHERE table_name = 'kept' AND node_id = {back}")).await;
     let copies: usize = copies.parse().unwrap();
