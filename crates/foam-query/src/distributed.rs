@@ -475,3 +475,32 @@ pub fn worker(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>) -> Worker {
     })
     .with_runtime_env(runtime)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changed_execution_options_travel_in_the_header_and_bad_ones_are_skipped() {
+        let mut coordinator = SessionConfig::new().with_batch_size(1000);
+        coordinator.options_mut().execution.perfect_hash_join_min_key_density = 1.0;
+        let sent = changed_execution_options(&coordinator);
+        assert_eq!(sent.split(';').count(), 2, "only the changed options are sent: {sent}");
+
+        let mut worker = SessionConfig::new();
+        let mut headers = HeaderMap::new();
+        headers.insert(EXECUTION_OPTIONS_HEADER, sent.parse().unwrap());
+        apply_execution_options(&mut worker, &headers);
+        assert_eq!(worker.batch_size(), 1000);
+        assert_eq!(worker.options().execution.perfect_hash_join_min_key_density, 1.0);
+
+        // A peer's malformed or unknown options are skipped; the valid ones still apply.
+        let mut worker = SessionConfig::new();
+        let garbled = "no-equals-sign;datafusion.execution.no_such_option=1;datafusion.execution.batch_size=not-a-number;\
+                       datafusion.execution.target_partitions=3";
+        headers.insert(EXECUTION_OPTIONS_HEADER, garbled.parse().unwrap());
+        apply_execution_options(&mut worker, &headers);
+        assert_eq!(worker.target_partitions(), 3);
+        assert_eq!(worker.batch_size(), SessionConfig::new().batch_size());
+    }
+}
