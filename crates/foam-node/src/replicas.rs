@@ -236,7 +236,7 @@ impl Replication {
         let storage = self.node.storage.clone();
         let mut kept = blocking(move || {
             storage.fence_writes(table_id, partition, WRITES_FENCED, Duration::from_millis(FENCE_DRAIN_TIMEOUT_MS))?;
-            let kept = storage.set_aside_segments(table_id, partition)?;
+            let kept = storage.set_aside_segments(table_id, partition);
             storage.reset_partition(table_id, partition)?;
             Ok(kept)
         })

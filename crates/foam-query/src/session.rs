@@ -646,23 +646,17 @@ impl FoamSession {
         Ok(())
     }
 
-    /// `CHECKPOINT`, as in PostgreSQL: every up node writes the rows its
-    /// memtables hold (committed, and durable in its WAL already) to Parquet
-    /// segments and starts a fresh WAL. Reads then decode segments on every
-    /// node alike, and a restart replays nothing. Changes no row, so a node
-    /// that fails fails the statement without undoing the others.
+    /// `CHECKPOINT`, as in PostgreSQL: every up node (this one included,
+    /// through the same request) writes the rows its memtables hold
+    /// (committed, and durable in its WAL already) to Parquet segments and
+    /// starts a fresh WAL. Reads then decode segments on every node alike, and
+    /// a restart replays nothing. Changes no row, so a node that fails fails
+    /// the statement without undoing the others.
     async fn checkpoint(&self) -> FoamResult<()> {
         let catalog = self.node.catalog.current();
-        for (node_id, info) in &catalog.nodes {
-            if info.state != foam_catalog::model::NodeState::Up {
-                continue; // its WAL keeps the rows
-            }
-            if *node_id == self.node.node_id {
-                let storage = self.node.storage.clone();
-                tokio::task::spawn_blocking(move || storage.checkpoint_now()).await.map_err(|e| FoamError::internal(e.to_string()))??;
-            } else {
-                self.node.client_for(*node_id)?.call(&NodeRequest::Checkpoint, &[]).await?;
-            }
+        for node in catalog.nodes.values().filter(|n| n.state == foam_catalog::model::NodeState::Up) {
+            // A node that is down keeps the rows in its WAL.
+            self.node.client(node)?.call(&NodeRequest::Checkpoint, &[]).await?;
         }
         Ok(())
     }

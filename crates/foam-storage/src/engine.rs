@@ -517,7 +517,7 @@ impl StorageEngine {
     /// catch-up installs the ones the source still lists instead of copying
     /// them again: a node back from a restart then copies only what it missed.
     /// The caller holds the partition's write fence.
-    pub fn set_aside_segments(&self, table_id: TableId, partition: PartitionId) -> FoamResult<SetAside> {
+    pub fn set_aside_segments(&self, table_id: TableId, partition: PartitionId) -> SetAside {
         let dir = self.tables_dir.join(table_id.to_string()).join(partition.to_string());
         let mut files = Vec::new();
         for info in self.segments(table_id, partition) {
@@ -528,7 +528,7 @@ impl StorageEngine {
                 Err(error) => tracing::warn!(file = %info.file_name, %error, "could not keep a segment aside; it will be copied"),
             }
         }
-        Ok(SetAside { files })
+        SetAside { files }
     }
 
     /// A directory for files being received from a replica.
@@ -1029,7 +1029,7 @@ mod tests {
         let (other, other_sums) = built_segment(900, 100);
         let unknown = SegmentInfo { file_name: "source-other".into(), rows: 100, bytes: other.len() as u64, crc32: other_sums.crc32, block_crc32: other_sums.blocks };
 
-        let mut kept = engine.set_aside_segments(16, 2).unwrap();
+        let mut kept = engine.set_aside_segments(16, 2);
         engine.reset_partition(16, 2).unwrap();
         assert_eq!(rows_in(&engine, 16, 2), 0);
         assert_eq!(kept.take_matching(&unknown), None, "content this node never had is not found");
@@ -1045,7 +1045,7 @@ mod tests {
         std::fs::remove_file(&damaged).unwrap();
         assert_eq!(rows_in(&engine, 16, 2), 300);
 
-        let mut kept = engine.set_aside_segments(16, 2).unwrap();
+        let mut kept = engine.set_aside_segments(16, 2);
         assert_eq!(std::fs::read_dir(dir.join("staging")).unwrap().count(), 1);
         drop(kept.take_matching(&unknown));
         drop(kept);
