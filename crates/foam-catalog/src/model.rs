@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::datatypes::{Field, Schema, SchemaRef};
-use foam_common::limits::{IDENTIFIER_BYTES_MAX, PARTITIONS_PER_NODE_DEFAULT, PARTITIONS_PER_TABLE_MAX, REPLICAS_DEFAULT};
+use foam_common::limits::{IDENTIFIER_BYTES_MAX, PARTITIONS_PER_TABLE_MAX, REPLICAS_DEFAULT, default_partition_count};
 use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TableId};
 use serde::{Deserialize, Serialize};
 
@@ -579,7 +579,7 @@ impl Catalog {
                 if node_ids.is_empty() {
                     return Err(FoamError::CatalogUnavailable { message: "the cluster has no nodes".into() });
                 }
-                let count = partitions.unwrap_or(node_ids.len() as u32 * PARTITIONS_PER_NODE_DEFAULT);
+                let count = partitions.unwrap_or(default_partition_count(node_ids.len() as u32));
                 if count == 0 || count > PARTITIONS_PER_TABLE_MAX {
                     return Err(FoamError::InvalidTableDefinition {
                         message: format!("PARTITIONS must be between 1 and {PARTITIONS_PER_TABLE_MAX}, got {count}"),
@@ -644,13 +644,20 @@ mod tests {
 
     #[test]
     fn default_partitions_spread_evenly_over_nodes() {
+        // Two per node, and at least four: 1 and 2 nodes get 4, 3 nodes 6.
+        for (nodes, expected) in [(1, 4), (2, 4), (3, 6)] {
+            let (catalog, _) = cluster(nodes)
+                .apply(&create("t", DistributionSpec::Hash { key_columns: vec![], partitions: None, replicas: None }))
+                .unwrap();
+            let table = catalog.table("t").unwrap();
+            assert_eq!(table.partition_count(), expected, "{nodes} nodes");
+            for node in catalog.nodes.keys() {
+                assert_eq!(table.partitions_on(*node).len() as u32, expected / nodes as u32, "{nodes} nodes");
+            }
+        }
         let catalog = cluster(3);
         let (catalog, _) = catalog.apply(&create("t", DistributionSpec::Hash { key_columns: vec![], partitions: None, replicas: None })).unwrap();
         let table = catalog.table("t").unwrap();
-        assert_eq!(table.partition_count(), 3 * PARTITIONS_PER_NODE_DEFAULT);
-        for node in catalog.nodes.keys() {
-            assert_eq!(table.partitions_on(*node).len() as u32, PARTITIONS_PER_NODE_DEFAULT);
-        }
         let Distribution::Hash { key_columns, .. } = &table.distribution else { panic!("hash expected") };
         assert_eq!(key_columns, &vec![0], "no DISTRIBUTED BY means the first column");
     }

@@ -36,7 +36,7 @@ use datafusion_distributed::{
     WorkerChannel, WorkerQueryContext, WorkerResolver, WorkerToCoordinatorMsg,
 };
 use foam_common::NodeId;
-use foam_common::limits::SCAN_ROWS_PER_TASK;
+use foam_common::limits::{SCAN_ROWS_PER_TASK, default_partition_count};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use tonic::codegen::http::HeaderMap;
@@ -337,15 +337,17 @@ pub const JOIN_DENSITY_SCALE_MAX: f64 = 4.0;
 /// DataFusion joins through a perfect-hash array instead of a hash table when
 /// the build side's keys are dense: rows / (max - min + 1) above
 /// `perfect_hash_join_min_key_density`. FoamDB's hash partitioning deals a key
-/// range over every node's partitions, so on N nodes each partition holds 1/N
-/// of the rows of a one-node partition over the same range. Dividing the
-/// threshold by the node count (up to [`JOIN_DENSITY_SCALE_MAX`]) makes the
-/// join the one a single node chooses for the same data. The array is
-/// reserved from the memory pool like a hash table.
+/// range over all of a table's partitions, so a table with the default
+/// partition count on N nodes holds, in each partition, the rows of a one-node
+/// partition over the same range divided by the ratio of the two counts.
+/// Dividing the threshold by that ratio (up to [`JOIN_DENSITY_SCALE_MAX`])
+/// makes the join the one a single node chooses for the same data. The array
+/// is reserved from the memory pool like a hash table.
 fn scale_join_density_to_cluster(config: &mut SessionConfig, node: &NodeContext) {
-    let nodes = node.catalog.current().nodes.len() as f64;
+    let nodes = node.catalog.current().nodes.len() as u32;
+    let ratio = default_partition_count(nodes) as f64 / default_partition_count(1) as f64;
     let one_node = datafusion::config::ExecutionOptions::default().perfect_hash_join_min_key_density;
-    config.options_mut().execution.perfect_hash_join_min_key_density = one_node / nodes.clamp(1.0, JOIN_DENSITY_SCALE_MAX);
+    config.options_mut().execution.perfect_hash_join_min_key_density = one_node / ratio.clamp(1.0, JOIN_DENSITY_SCALE_MAX);
 }
 
 /// How stages compress the Arrow batches they send each other, unless a
