@@ -652,14 +652,11 @@ mod tests {
             let table = catalog.table("t").unwrap();
             assert_eq!(table.partition_count(), expected, "{nodes} nodes");
             for node in catalog.nodes.keys() {
-                assert_eq!(table.partitions_on(*node).len() as u32, expected / nodes as u32, "{nodes} nodes");
+                assert_eq!(table.partitions_on(*node).len() as u32, expected / nodes, "{nodes} nodes");
             }
+            let Distribution::Hash { key_columns, .. } = &table.distribution else { panic!("hash expected") };
+            assert_eq!(key_columns, &vec![0], "no DISTRIBUTED BY means the first column");
         }
-        let catalog = cluster(3);
-        let (catalog, _) = catalog.apply(&create("t", DistributionSpec::Hash { key_columns: vec![], partitions: None, replicas: None })).unwrap();
-        let table = catalog.table("t").unwrap();
-        let Distribution::Hash { key_columns, .. } = &table.distribution else { panic!("hash expected") };
-        assert_eq!(key_columns, &vec![0], "no DISTRIBUTED BY means the first column");
     }
 
     #[test]
