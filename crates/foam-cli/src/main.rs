@@ -80,6 +80,10 @@ enum Command {
         /// Milliseconds a node stays down before its partitions get new copies elsewhere.
         #[arg(long, default_value_t = foam_common::limits::REPROTECT_AFTER_MS_DEFAULT)]
         reprotect_after_ms: u64,
+        /// Threads that run this node's queries and RPCs; by default one per
+        /// core. `foam local` gives each of its nodes a share of the cores.
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+        worker_threads: Option<u16>,
     },
     /// Run an N-node cluster on 127.0.0.1 as N processes; Ctrl-C stops it.
     Local(local::LocalArgs),
@@ -129,14 +133,14 @@ fn main() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let result = match cli.command {
-        Command::Start { data_dir, sql_addr, node_addr, join, memory_limit_mb, node_dead_after_ms, reprotect_after_ms } => {
+        Command::Start { data_dir, sql_addr, node_addr, join, memory_limit_mb, node_dead_after_ms, reprotect_after_ms, worker_threads } => {
             let failure_policy = FailurePolicy {
                 node_dead_after: std::time::Duration::from_millis(node_dead_after_ms),
                 reprotect_after: std::time::Duration::from_millis(reprotect_after_ms),
             };
             let config =
                 NodeConfig { data_dir, sql_addr, node_addr, join, memory_limit_bytes: memory_limit_mb * 1024 * 1024, failure_policy };
-            start(config)
+            start(config, worker_threads)
         }
         Command::Local(args) => local::run(args),
         Command::Tpch { command: TpchCommand::Load { sf, url } } => tpch_load(&url, sf).map(|_| ()),
@@ -148,8 +152,12 @@ fn main() {
     }
 }
 
-fn start(config: NodeConfig) -> Result<(), String> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+fn start(config: NodeConfig, worker_threads: Option<u16>) -> Result<(), String> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = worker_threads {
+        builder.worker_threads(threads as usize);
+    }
+    let runtime = builder.enable_all().build().map_err(|e| e.to_string())?;
     runtime.block_on(async move {
         let shutdown = async {
             let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
