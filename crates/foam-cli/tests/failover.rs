@@ -532,6 +532,21 @@ async fn fourth_node_joins_under_write_load_then_drains_and_leaves() {
     client.batch_execute("CREATE TABLE shrink (id BIGINT, note TEXT) DISTRIBUTED BY (id) PARTITIONS 12").await.unwrap();
     let (stop, log) = (Arc::new(AtomicBool::new(false)), Arc::new(Mutex::new(WriteLog::default())));
     let writer = spawn_writer(cluster.client(added).await, "shrink", 100, stop.clone(), log.clone(), Arc::default());
+    let drained_tables = cluster.nodes[added].data_dir.join("tables");
+    let stored_copies = || -> Vec<(u64, u32)> {
+        let number = |name: std::ffi::OsString| name.to_str().and_then(|n| n.parse::<u64>().ok());
+        let mut copies = Vec::new();
+        for table in std::fs::read_dir(&drained_tables).into_iter().flatten().flatten() {
+            let Some(table_id) = number(table.file_name()) else { continue };
+            for partition in std::fs::read_dir(table.path()).into_iter().flatten().flatten() {
+                if let Some(partition) = number(partition.file_name()) {
+                    copies.push((table_id, partition as u32));
+                }
+            }
+        }
+        copies
+    };
+    let moved_copy = *stored_copies().first().expect("the new node stores copies before the drain");
     client.batch_execute(&format!("ALTER CLUSTER DRAIN NODE {new_id}")).await.unwrap();
     let on_drained = format!("SELECT count(*) FROM foam_partitions WHERE node_id = {new_id}");
     eventually("the drained node holds nothing", Duration::from_secs(90), async || {
@@ -546,6 +561,25 @@ async fn fourth_node_joins_under_write_load_then_drains_and_leaves() {
         assert!(!log.acknowledged.is_empty() && log.failures.is_empty(), "writes during the drain: {:?}", log.failures);
         check_writes(&client, "shrink", &log).await;
     }
+    // (Checked after the writer stopped: a failed check must not leave it
+    // running.) A statement planned before a copy moved may still send its read to the
+    // node that held it. Once that node has deleted the copy, it refuses the
+    // read instead of answering with no rows.
+    eventually("the drained node deleted its copies", Duration::from_secs(30), async || stored_copies().is_empty()).await;
+    let (table_id, partition) = moved_copy;
+    let drained = foam_rpc::NodeClient::new(new_id.parse().unwrap(), &cluster.nodes[added].node_addr()).unwrap();
+    let request = foam_rpc::ScanRequest { table_id, partition, projection: None, filters: Vec::new() };
+    let read = async {
+        let mut rows = 0;
+        let mut stream = drained.scan(&request).await?;
+        while let Some(batch) = futures::StreamExt::next(&mut stream).await {
+            rows += batch?.num_rows();
+        }
+        Ok::<_, foam_common::FoamError>(rows)
+    };
+    let error = read.await.expect_err("a read of a copy that moved away must fail, not return no rows");
+    assert_eq!(error.sqlstate(), "57P03", "{error}");
+    assert!(error.to_string().contains(&format!("holds no copy of partition {partition}")), "{error}");
     client.batch_execute(&format!("ALTER CLUSTER REMOVE NODE {new_id}")).await.unwrap();
     assert_eq!(scalar(&client, "SELECT count(*) FROM foam_nodes").await, "3");
     assert_eq!(scalar(&client, "SELECT count(*) FROM grow").await, expected_rows.to_string());

@@ -631,13 +631,16 @@ impl StorageEngine {
     }
 
     pub fn snapshot(&self, table_id: TableId, partition: PartitionId) -> PartitionSnapshot {
+        self.stored_snapshot(table_id, partition).unwrap_or_default()
+    }
+
+    /// The partition's rows, or `None` when this node stores nothing of it:
+    /// it was never written here, or its copy was removed (moved elsewhere).
+    pub fn stored_snapshot(&self, table_id: TableId, partition: PartitionId) -> Option<PartitionSnapshot> {
         // Clone the handle and release the map first: a flush holds a partition
         // lock for a while and must not stall every other partition's readers.
         let found = lock(&self.partitions).get(&(table_id, partition)).cloned();
-        match found {
-            Some(p) => lock(&p).snapshot(),
-            None => PartitionSnapshot::default(),
-        }
+        found.map(|p| lock(&p).snapshot())
     }
 
     pub fn stats(&self, table_id: TableId, partition: PartitionId) -> PartitionStats {
@@ -1167,6 +1170,10 @@ mod tests {
             engine.commit(3).unwrap();
             engine.remove_partition(17, 1).unwrap();
             assert_eq!(rows_in(&engine, 17, 0), 4);
+            // Readers tell a removed copy (and one never written) from an empty one.
+            assert!(engine.stored_snapshot(17, 0).is_some());
+            assert!(engine.stored_snapshot(17, 1).is_none(), "a removed copy stores nothing");
+            assert!(engine.stored_snapshot(17, 2).is_none(), "a partition never written here stores nothing");
         }
         let engine = StorageEngine::open(&dir).unwrap();
         assert_eq!(rows_in(&engine, 17, 0), 4, "rows before the reset are not replayed");
