@@ -561,10 +561,10 @@ async fn fourth_node_joins_under_write_load_then_drains_and_leaves() {
         assert!(!log.acknowledged.is_empty() && log.failures.is_empty(), "writes during the drain: {:?}", log.failures);
         check_writes(&client, "shrink", &log).await;
     }
-    // (Checked after the writer stopped: a failed check must not leave it
-    // running.) A statement planned before a copy moved may still send its read to the
+    // A statement planned before a copy moved may still send its read to the
     // node that held it. Once that node has deleted the copy, it refuses the
-    // read instead of answering with no rows.
+    // read instead of answering with no rows. (Checked after the writer
+    // stopped, so a failed check does not leave it writing.)
     eventually("the drained node deleted its copies", Duration::from_secs(30), async || stored_copies().is_empty()).await;
     let (table_id, partition) = moved_copy;
     let drained = foam_rpc::NodeClient::new(new_id.parse().unwrap(), &cluster.nodes[added].node_addr()).unwrap();
