@@ -141,7 +141,10 @@ fn spawn_writer(
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut next = 1i64;
-        while !stop.load(Ordering::Relaxed) {
+        // A closed connection (its node stopped, or the test failed and its
+        // cluster went away) fails every write at once: stop instead of
+        // logging failed ids in a loop that never yields.
+        while !stop.load(Ordering::Relaxed) && !client.is_closed() {
             let ids: Vec<i64> = (next..next + batch).collect();
             next += batch;
             let sql = format!("INSERT INTO {table} SELECT value, 'row' FROM generate_series({}, {})", ids[0], next - 1);
@@ -712,7 +715,7 @@ fn throughput_probe(query: tokio_postgres::Client, insert: tokio_postgres::Clien
         let started = Instant::now();
         let queries = async {
             let mut done = 0u64;
-            while !stop.load(Ordering::Relaxed) {
+            while !stop.load(Ordering::Relaxed) && !query.is_closed() {
                 if query.simple_query("SELECT count(*), max(id) FROM fig WHERE id % 97 = 5").await.is_ok() {
                     done += 1;
                 }
@@ -721,7 +724,7 @@ fn throughput_probe(query: tokio_postgres::Client, insert: tokio_postgres::Clien
         };
         let inserts = async {
             let (mut done, mut next) = (0u64, first_id);
-            while !stop.load(Ordering::Relaxed) {
+            while !stop.load(Ordering::Relaxed) && !insert.is_closed() {
                 let sql = format!("INSERT INTO fig SELECT value, 'probe' FROM generate_series({next}, {})", next + 99);
                 next += 100;
                 if insert.simple_query(&sql).await.is_ok() {
