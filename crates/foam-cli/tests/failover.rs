@@ -64,6 +64,20 @@ async fn all_copies_live(client: &tokio_postgres::Client, table: &str) -> bool {
     matches!(try_query_text(client, &sql).await, Ok(rows) if rows[0][0].as_deref() == Some("0"))
 }
 
+/// The partition copies a node stores: (table directory, partition
+/// directory) names under its data directory's `tables/`.
+fn stored_copies(data_dir: &std::path::Path) -> BTreeSet<(String, String)> {
+    let names = |dir: &std::path::Path| -> Vec<(String, std::path::PathBuf)> {
+        std::fs::read_dir(dir)
+            .map(|entries| entries.filter_map(|e| e.ok()).filter_map(|e| Some((e.file_name().into_string().ok()?, e.path()))).collect())
+            .unwrap_or_default()
+    };
+    names(&data_dir.join("tables"))
+        .into_iter()
+        .flat_map(|(table, path)| names(&path).into_iter().map(move |(partition, _)| (table.clone(), partition)))
+        .collect()
+}
+
 /// Partitions whose live copies disagree on their row count, or one of
 /// which does not answer. A catching-up copy (one the rebalancer is still
 /// filling) is not compared: it is not read until it is live.
@@ -440,18 +454,9 @@ async fn node_down_past_reprotect_time_gets_its_partitions_copied_elsewhere() {
     // exactly the partitions the catalog says it holds, all live and agreeing
     // (checked together: a copy the rebalancer adds after the check is caught
     // up before it counts).
-    let tables_dir = cluster.nodes[2].data_dir.join("tables");
-    let partition_dirs = || -> BTreeSet<String> {
-        std::fs::read_dir(&tables_dir)
-            .map(|tables| {
-                tables
-                    .filter_map(|t| std::fs::read_dir(t.ok()?.path()).ok())
-                    .flatten()
-                    .filter_map(|p| p.ok()?.file_name().into_string().ok())
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    // Only this table exists, so its partitions are the node's copies.
+    let data_dir = cluster.nodes[2].data_dir.clone();
+    let partition_dirs = || -> BTreeSet<String> { stored_copies(&data_dir).into_iter().map(|(_, p)| p).collect() };
     let held_before = partition_dirs();
     assert!(!held_before.is_empty(), "the killed node held copies");
     cluster.restart(2);
@@ -535,21 +540,8 @@ async fn fourth_node_joins_under_write_load_then_drains_and_leaves() {
     client.batch_execute("CREATE TABLE shrink (id BIGINT, note TEXT) DISTRIBUTED BY (id) PARTITIONS 12").await.unwrap();
     let (stop, log) = (Arc::new(AtomicBool::new(false)), Arc::new(Mutex::new(WriteLog::default())));
     let writer = spawn_writer(cluster.client(added).await, "shrink", 100, stop.clone(), log.clone(), Arc::default());
-    let drained_tables = cluster.nodes[added].data_dir.join("tables");
-    let stored_copies = || -> Vec<(u64, u32)> {
-        let number = |name: std::ffi::OsString| name.to_str().and_then(|n| n.parse::<u64>().ok());
-        let mut copies = Vec::new();
-        for table in std::fs::read_dir(&drained_tables).into_iter().flatten().flatten() {
-            let Some(table_id) = number(table.file_name()) else { continue };
-            for partition in std::fs::read_dir(table.path()).into_iter().flatten().flatten() {
-                if let Some(partition) = number(partition.file_name()) {
-                    copies.push((table_id, partition as u32));
-                }
-            }
-        }
-        copies
-    };
-    let moved_copy = *stored_copies().first().expect("the new node stores copies before the drain");
+    let drained_dir = cluster.nodes[added].data_dir.clone();
+    let moved_copy = stored_copies(&drained_dir).pop_first().expect("the new node stores copies before the drain");
     client.batch_execute(&format!("ALTER CLUSTER DRAIN NODE {new_id}")).await.unwrap();
     let on_drained = format!("SELECT count(*) FROM foam_partitions WHERE node_id = {new_id}");
     eventually("the drained node holds nothing", Duration::from_secs(90), async || {
@@ -568,8 +560,8 @@ async fn fourth_node_joins_under_write_load_then_drains_and_leaves() {
     // node that held it. Once that node has deleted the copy, it refuses the
     // read instead of answering with no rows. (Checked after the writer
     // stopped, so a failed check does not leave it writing.)
-    eventually("the drained node deleted its copies", Duration::from_secs(30), async || stored_copies().is_empty()).await;
-    let (table_id, partition) = moved_copy;
+    eventually("the drained node deleted its copies", Duration::from_secs(30), async || stored_copies(&drained_dir).is_empty()).await;
+    let (table_id, partition) = (moved_copy.0.parse().unwrap(), moved_copy.1.parse().unwrap());
     let drained = foam_rpc::NodeClient::new(new_id.parse().unwrap(), &cluster.nodes[added].node_addr()).unwrap();
     let request = foam_rpc::ScanRequest { table_id, partition, projection: None, filters: Vec::new() };
     let read = async {

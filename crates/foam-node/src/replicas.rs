@@ -35,6 +35,7 @@ use foam_catalog::{Catalog, CatalogCommand};
 use foam_common::limits::{FENCE_DRAIN_TIMEOUT_MS, REPLICA_COPY_CHUNK_BYTES};
 use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TableId};
 use foam_query::NodeContext;
+use foam_query::context::check_copy_held;
 use foam_rpc::{NodeClient, NodeRequest, NodeResponse};
 use foam_storage::{SegmentInfo, SetAside, WRITES_FENCED};
 
@@ -150,26 +151,11 @@ impl Replication {
         }
     }
 
-    /// A peer may copy a partition from this node only where its copy is live.
-    /// The cached catalog answers (one check per copied chunk); only a refusal
-    /// is confirmed against the newest one.
+    /// A peer may copy a partition from this node only where its copy is live
+    /// (one check per copied chunk, answered by the cached catalog).
     async fn check_live_copy(&self, table_id: TableId, partition: PartitionId) -> FoamResult<()> {
-        let holds_live = |catalog: &Catalog| {
-            catalog.table_by_id(table_id).and_then(|t| t.placement.get(partition as usize)).is_some_and(|p| {
-                p.replicas.iter().any(|r| r.node == self.node.node_id && r.state == ReplicaState::Live)
-            })
-        };
-        if holds_live(&self.node.catalog.current()) {
-            return Ok(());
-        }
-        let catalog = self.node.catalog.refresh().await?;
-        let table = catalog.table_by_id(table_id).ok_or_else(|| FoamError::UndefinedTable { name: format!("with id {table_id}") })?;
-        if !holds_live(&catalog) {
-            return Err(FoamError::PartitionUnavailable {
-                message: format!("node {} holds no live copy of partition {partition} of \"{}\"", self.node.node_id, table.name),
-            });
-        }
-        Ok(())
+        let live = |state| state == ReplicaState::Live;
+        check_copy_held(self.node.catalog.as_ref(), self.node.node_id, (table_id, partition), live, "live copy", "").await
     }
 
     fn take_lease(&self, key: PartitionKey, token: u64) -> bool {

@@ -40,6 +40,36 @@ pub trait CatalogService: Send + Sync {
     fn meta_role(&self) -> Option<String>;
 }
 
+/// Succeeds when the catalog lists a copy of the partition on `node` in a
+/// state `counts` accepts. The cached catalog answers; only a refusal is
+/// confirmed against the newest one, since a copy assigned a moment ago may
+/// not have reached this node yet. The refusal (57P03) reads "node N holds no
+/// `what` of partition P of "t"`why`".
+pub async fn check_copy_held(
+    catalog: &dyn CatalogService,
+    node: NodeId,
+    (table_id, partition): (TableId, PartitionId),
+    counts: impl Fn(ReplicaState) -> bool,
+    what: &str,
+    why: &str,
+) -> FoamResult<()> {
+    let held = |catalog: &Catalog| {
+        catalog
+            .table_by_id(table_id)
+            .and_then(|t| t.placement.get(partition as usize))
+            .is_some_and(|p| p.replicas.iter().any(|r| r.node == node && counts(r.state)))
+    };
+    if held(&catalog.current()) {
+        return Ok(());
+    }
+    let catalog = catalog.refresh().await?;
+    let table = catalog.table_by_id(table_id).ok_or_else(|| FoamError::UndefinedTable { name: format!("with id {table_id}") })?;
+    if held(&catalog) {
+        return Ok(());
+    }
+    Err(FoamError::PartitionUnavailable { message: format!("node {node} holds no {what} of partition {partition} of \"{}\"{why}", table.name) })
+}
+
 /// Takes a damaged copy of a partition on this node out of service.
 #[derive(Clone)]
 pub struct DamageReporter {

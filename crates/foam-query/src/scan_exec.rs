@@ -26,13 +26,13 @@ use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExp
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
-use foam_catalog::{Catalog, ColumnDef};
+use foam_catalog::ColumnDef;
 use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TableId};
 use foam_rpc::ScanRequest;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
-use crate::context::{CatalogService, NodeContext};
+use crate::context::{NodeContext, check_copy_held};
 
 /// One partition to read and where it lives.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -285,7 +285,11 @@ pub fn read_local_partition(node: &NodeContext, table_id: TableId, partition: Pa
         // the statement was planned. The first has no rows; the second must
         // not read as empty, which would silently drop its rows.
         let (catalog, me) = (node.catalog.clone(), node.node_id);
-        return futures::stream::once(async move { holds_copy(catalog.as_ref(), me, table_id, partition).await })
+        let held = async move {
+            let why = ": it moved to another node while the statement ran; run the statement again";
+            check_copy_held(catalog.as_ref(), me, (table_id, partition), |_| true, "copy", why).await
+        };
+        return futures::stream::once(held)
             .filter_map(|held| futures::future::ready(held.err().map(Err)))
             .boxed();
     };
@@ -326,31 +330,6 @@ pub fn read_local_partition(node: &NodeContext, table_id: TableId, partition: Pa
             futures::future::ready(go_on)
         })
         .boxed()
-}
-
-/// Succeeds when this node holds a copy of the partition (in any state) in
-/// its catalog, refreshed once before a refusal: a copy assigned a moment ago
-/// may not have reached this node's catalog yet.
-async fn holds_copy(catalog: &dyn CatalogService, me: NodeId, table_id: TableId, partition: PartitionId) -> FoamResult<()> {
-    let holds = |catalog: &Catalog| -> Option<String> {
-        let table = catalog.table_by_id(table_id)?;
-        let placement = table.placement.get(partition as usize)?;
-        placement.replicas.iter().any(|r| r.node == me).then(|| table.name.clone())
-    };
-    if holds(&catalog.current()).is_some() {
-        return Ok(());
-    }
-    let catalog = catalog.refresh().await?;
-    if holds(&catalog).is_some() {
-        return Ok(());
-    }
-    let table = catalog.table_by_id(table_id).ok_or_else(|| FoamError::UndefinedTable { name: format!("with id {table_id}") })?;
-    Err(FoamError::PartitionUnavailable {
-        message: format!(
-            "node {me} holds no copy of partition {partition} of \"{}\": it moved to another node while the statement ran; run the statement again",
-            table.name
-        ),
-    })
 }
 
 /// The batches of one segment, decoded one per `next`, in the order of the
