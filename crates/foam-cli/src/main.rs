@@ -200,3 +200,19 @@ pub fn tpch_load(url: &str, scale_factor: f64) -> Result<(u64, f64), String> {
     );
     Ok((report.rows(), report.elapsed.as_secs_f64()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_runs_at_least_one_worker_thread() {
+        let start = |threads: &str| {
+            Cli::try_parse_from(["foam", "start", "--data-dir", "d", "--sql-addr", "127.0.0.1:1", "--node-addr", "127.0.0.1:2", "--worker-threads", threads])
+        };
+        assert!(matches!(start("1").map(|cli| cli.command), Ok(Command::Start { worker_threads: Some(1), .. })));
+        let error = start("0").err().expect("0 threads is refused").to_string();
+        assert!(error.contains("--worker-threads") && error.contains("0 is not in 1..="), "{error}");
+        assert!(start("two").is_err(), "a thread count is a number");
+    }
+}
