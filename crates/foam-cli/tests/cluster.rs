@@ -334,30 +334,35 @@ async fn garbage_input_gets_errors_and_the_node_keeps_serving() {
     let escape = NodeRequest::ReadSegment { table_id, partition, file_name: "../../catalog.json".into(), offset: 0, length: 100 };
     let error = rpc.call(&escape, &[]).await.expect_err("a path outside the partition");
     assert!(["22023", "57P03"].contains(&error.sqlstate()), "{error}");
-    // A bulk loader's segment for a table that does not exist, or whose bytes
-    // are not the file its checksum names, is refused by name and not staged.
-    let payload = b"PAR1 not a parquet file PAR1";
-    let segment = |table_id| NodeRequest::StageSegment {
-        txn: 77,
-        coordinator: 0,
-        table_id,
-        partition: 0,
-        placement_version: 0,
-        rows: 1,
-        crc32: crc32fast::hash(payload),
-        block_crc32: vec![crc32fast::hash(payload)],
+    // A bulk loader's segment for a table that does not exist, whose bytes
+    // are not the file its checksum names, or whose stream ends before its
+    // trailer, is refused by name and leaves nothing in staging.
+    use foam_rpc::{SegmentPart, SegmentTrailer};
+    let payload = bytes::Bytes::from_static(b"PAR1 not a parquet file PAR1");
+    let segment = |table_id| NodeRequest::StageSegment { txn: 77, coordinator: 0, table_id, partition: 0, placement_version: 0 };
+    let trailer = SegmentTrailer { rows: 1, crc32: crc32fast::hash(&payload), block_crc32: vec![crc32fast::hash(&payload)] };
+    let parts = |trailer: Option<SegmentTrailer>| {
+        // The file in two pieces, then the trailer (if any).
+        let pieces = [payload.slice(..10), payload.slice(10..)].map(SegmentPart::Chunk);
+        futures::stream::iter(pieces.into_iter().chain(trailer.map(SegmentPart::End)))
     };
-    let error = rpc.call(&segment(9999), payload).await.expect_err("unknown table");
+    let error = rpc.put_segment(&segment(9999), parts(Some(trailer.clone()))).await.expect_err("unknown table");
     assert_eq!(error.sqlstate(), "40000", "{error}");
     assert!(error.to_string().contains("table 9999 does not exist"), "{error}");
-    let error = rpc.call(&segment(table_id), payload).await.expect_err("not a Parquet file");
+    let error = rpc.put_segment(&segment(table_id), parts(Some(trailer.clone()))).await.expect_err("not a Parquet file");
     assert_eq!(error.sqlstate(), "XX001", "{error}");
-    let mut torn = segment(table_id);
-    if let NodeRequest::StageSegment { crc32, .. } = &mut torn {
-        *crc32 ^= 1;
-    }
-    let error = rpc.call(&torn, payload).await.expect_err("a checksum that does not match");
+    let torn = SegmentTrailer { crc32: trailer.crc32 ^ 1, ..trailer.clone() };
+    let error = rpc.put_segment(&segment(table_id), parts(Some(torn))).await.expect_err("a checksum that does not match");
     assert_eq!(error.sqlstate(), "XX001", "{error}");
+    assert!(error.to_string().contains("checksums"), "{error}");
+    let error = rpc.put_segment(&segment(table_id), parts(None)).await.expect_err("no trailer");
+    assert_eq!(error.sqlstate(), "22023", "{error}");
+    assert!(error.to_string().contains("ended before its trailer"), "{error}");
+    let error = rpc.call(&segment(table_id), &payload).await.expect_err("a segment in one request");
+    assert_eq!(error.sqlstate(), "22023", "{error}");
+    assert!(error.to_string().contains("comes as a stream"), "{error}");
+    let staging = std::fs::read_dir(cluster.nodes[0].data_dir.join("staging")).unwrap().count();
+    assert_eq!(staging, 0, "nothing refused stays in staging");
     let forged = NodeRequest::SwitchInReplica { table_id, partition, node: 2, fence_token: 42 };
     let error = rpc.call(&forged, &[]).await.expect_err("no lease");
     assert!(["40001", "57P03"].contains(&error.sqlstate()), "{error}");

@@ -121,6 +121,10 @@ pub const RPC_MESSAGE_BYTES_MAX: usize = 256 * 1024 * 1024;
 /// slow node applies back-pressure instead of growing the coordinator's memory.
 pub const WRITE_STREAM_BATCHES_IN_FLIGHT: usize = 8;
 
+/// Largest segment file a bulk loader may stream to a node (the loader's
+/// segments hold about a million rows: tens of MB).
+pub const RECEIVED_SEGMENT_BYTES_MAX: u64 = 4 * 1024 * 1024 * 1024;
+
 /// How long a participant keeps an unprepared transaction with no activity
 /// before it assumes the coordinator is gone and discards it.
 pub const TXN_IDLE_TIMEOUT_MS: u64 = 120_000;

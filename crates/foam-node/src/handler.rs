@@ -9,8 +9,9 @@ use bytes::Bytes;
 use foam_common::{FoamError, FoamResult};
 use foam_query::NodeContext;
 use foam_rpc::server::BatchStream;
-use foam_rpc::{NodeHandler, NodeRequest, NodeResponse, ScanRequest};
+use foam_rpc::{NodeHandler, NodeRequest, NodeResponse, ScanRequest, SegmentPart};
 use futures::StreamExt;
+use futures::stream::BoxStream;
 
 pub struct FoamNodeHandler {
     pub node: Arc<NodeContext>,
@@ -36,8 +37,12 @@ impl NodeHandler for FoamNodeHandler {
             NodeRequest::Raft { rpc } => {
                 return Ok((NodeResponse::Ok, crate::consensus::handle(&self.catalog.raft, rpc, &payload).await?));
             }
+            NodeRequest::StageSegment { .. } => {
+                return Err(FoamError::InvalidParameter {
+                    message: "a segment comes as a stream of its pieces (Flight DoPut), not as one request".into(),
+                });
+            }
             request @ (NodeRequest::Stage { .. }
-            | NodeRequest::StageSegment { .. }
             | NodeRequest::Prepare { .. }
             | NodeRequest::Commit { .. }
             | NodeRequest::Abort { .. }) => {
@@ -108,5 +113,15 @@ impl NodeHandler for FoamNodeHandler {
         })
         .boxed();
         Ok((schema, stream))
+    }
+
+    async fn put(&self, request: NodeRequest, parts: BoxStream<'static, FoamResult<SegmentPart>>) -> FoamResult<NodeResponse> {
+        match request {
+            NodeRequest::StageSegment { txn, coordinator, table_id, partition, placement_version } => {
+                foam_query::write::receive_segment(&self.node, txn, coordinator, (table_id, partition), placement_version, parts).await?;
+                Ok(NodeResponse::Ok)
+            }
+            other => Err(FoamError::InvalidParameter { message: format!("only a segment comes as a stream, not {other:?}") }),
+        }
     }
 }

@@ -30,7 +30,7 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType};
 use foam_catalog::{Distribution, NodeInfo, SqlType, TableDef};
 use foam_common::limits::{WRITE_BUFFER_BYTES_MAX, WRITE_SHIP_ROWS, WRITE_STREAM_BATCHES_IN_FLIGHT};
-use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TxnId};
+use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TableId, TxnId};
 use foam_rpc::{NodeRequest, NodeResponse};
 use futures::StreamExt;
 use tokio::task::JoinSet;
@@ -504,23 +504,49 @@ pub async fn handle_participant_request(node: &Arc<NodeContext>, request: NodeRe
             .await
             .map_err(|e| FoamError::internal(e.to_string()))??;
         }
-        NodeRequest::StageSegment { txn, coordinator, table_id, partition, placement_version, rows, crc32, block_crc32 } => {
-            let schema = node
-                .table_by_id(table_id)
-                .await?
-                .map(|t| t.arrow_schema())
-                .ok_or_else(|| FoamError::TransactionAborted { message: format!("table {table_id} does not exist") })?;
-            let storage = node.storage.clone();
-            let checksums = foam_storage::segment::Checksums { crc32: Some(crc32), blocks: block_crc32 };
-            tokio::task::spawn_blocking(move || {
-                storage.stage_segment(txn, coordinator, table_id, partition, placement_version, rows, &payload, &checksums, &schema)
-            })
-            .await
-            .map_err(|e| FoamError::internal(e.to_string()))??;
-        }
         other => local_request(node, other).await?,
     }
     Ok(NodeResponse::Ok)
+}
+
+/// Receives one segment file a bulk loader streams to this node for a
+/// partition of `txn`: each piece is written to the staging directory as it
+/// comes, and the whole file is checked against the trailer (checksums, the
+/// table's columns, the row count) before it is staged. A stream that breaks
+/// off, ends without its trailer, or fails a check leaves nothing behind.
+pub async fn receive_segment(
+    node: &Arc<NodeContext>,
+    txn: TxnId,
+    coordinator: NodeId,
+    (table_id, partition): (TableId, PartitionId),
+    placement_version: u64,
+    mut parts: futures::stream::BoxStream<'static, FoamResult<foam_rpc::SegmentPart>>,
+) -> FoamResult<()> {
+    let schema = node
+        .table_by_id(table_id)
+        .await?
+        .map(|t| t.arrow_schema())
+        .ok_or_else(|| FoamError::TransactionAborted { message: format!("table {table_id} does not exist") })?;
+    let storage = node.storage.clone();
+    let blocking = |e: tokio::task::JoinError| FoamError::internal(e.to_string());
+    let mut received = tokio::task::spawn_blocking(move || storage.receive_segment(txn, coordinator, table_id, partition, placement_version))
+        .await
+        .map_err(blocking)??;
+    while let Some(part) = parts.next().await {
+        match part? {
+            foam_rpc::SegmentPart::Chunk(bytes) => {
+                received = tokio::task::spawn_blocking(move || received.append(&bytes).map(|_| received)).await.map_err(blocking)??;
+            }
+            foam_rpc::SegmentPart::End(trailer) => {
+                let checksums = foam_storage::segment::Checksums { crc32: Some(trailer.crc32), blocks: trailer.block_crc32 };
+                let storage = node.storage.clone();
+                return tokio::task::spawn_blocking(move || storage.stage_received(received, trailer.rows, &checksums, &schema))
+                    .await
+                    .map_err(blocking)?;
+            }
+        }
+    }
+    Err(FoamError::InvalidParameter { message: "malformed segment stream: it ended before its trailer".into() })
 }
 
 /// INSERT's sink: DataFusion hands it the statement's rows.

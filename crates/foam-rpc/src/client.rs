@@ -7,7 +7,7 @@ use std::time::Duration;
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_client::FlightServiceClient;
-use arrow_flight::{Action, Ticket};
+use arrow_flight::{Action, FlightData, FlightDescriptor, Ticket};
 use bytes::Bytes;
 use foam_common::limits::{PEER_CONNECT_TIMEOUT_MS, PEER_KEEPALIVE_INTERVAL_MS, PEER_KEEPALIVE_TIMEOUT_MS, RPC_MESSAGE_BYTES_MAX};
 use foam_common::{FoamError, FoamResult, NodeId};
@@ -15,7 +15,7 @@ use futures::{StreamExt, TryStreamExt};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::frame;
-use crate::messages::{NodeRequest, NodeResponse, ScanRequest};
+use crate::messages::{NodeRequest, NodeResponse, ScanRequest, SegmentPart};
 use crate::server::{ACTION_TYPE, BatchStream};
 use crate::traffic::{CountedStream, Traffic};
 
@@ -94,6 +94,46 @@ impl NodeClient {
             traffic.received(self.node_id, 1, result.body.len() as u64);
         }
         frame::decode(&result.body)
+    }
+
+    /// Streams one segment file to this node: `request` (a `StageSegment`)
+    /// opens the stream, then come `parts`, the file's pieces and its trailer.
+    /// Returns the node's answer once it has checked and staged the file. No
+    /// overall timeout, unlike [`NodeClient::call`]: the stream lasts as long
+    /// as the loader takes to build the segment, and a peer that dies is
+    /// noticed by the connection's keepalive.
+    pub async fn put_segment(
+        &self,
+        request: &NodeRequest,
+        parts: impl futures::Stream<Item = SegmentPart> + Send + 'static,
+    ) -> FoamResult<NodeResponse> {
+        let header = frame::encode(request, &[])?;
+        let (traffic, node_id) = (self.traffic.clone(), self.node_id);
+        let count = move |data: &FlightData| {
+            if let Some(traffic) = &traffic {
+                let descriptor = data.flight_descriptor.as_ref().map_or(0, |d| d.cmd.len());
+                traffic.sent(node_id, 1, (descriptor + data.data_body.len() + data.app_metadata.len()) as u64);
+            }
+        };
+        let first = FlightData { flight_descriptor: Some(FlightDescriptor::new_cmd(header)), ..Default::default() };
+        let messages = futures::stream::once(async move { first })
+            .chain(parts.map(|part| match part {
+                SegmentPart::Chunk(bytes) => FlightData { data_body: bytes, ..Default::default() },
+                // A trailer of plain numbers always encodes.
+                SegmentPart::End(trailer) => {
+                    FlightData { app_metadata: serde_json::to_vec(&trailer).unwrap_or_default().into(), ..Default::default() }
+                }
+            }))
+            .inspect(count);
+        let mut client = self.inner.clone();
+        let mut results = client.do_put(messages).await.map_err(|s| self.error_of(s))?.into_inner();
+        let result = results
+            .message()
+            .await
+            .map_err(|s| self.error_of(s))?
+            .ok_or_else(|| FoamError::internal(format!("node {} sent no answer to a segment", self.node_id)))?;
+        let (response, _): (NodeResponse, Bytes) = frame::decode(&result.app_metadata)?;
+        Ok(response)
     }
 
     /// Streams the committed rows of one partition from this node.

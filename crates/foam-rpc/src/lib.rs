@@ -4,13 +4,15 @@
 //! It rides on Arrow Flight, which tonic already serves for the distributed query
 //! workers, so one port per node carries both and no code generation is needed:
 //! requests are `DoAction` calls whose body is a JSON header followed by an
-//! optional binary payload (Arrow IPC rows), and remote partition scans are
-//! `DoGet` streams of Arrow batches.
+//! optional binary payload (Arrow IPC rows), remote partition scans are
+//! `DoGet` streams of Arrow batches, and a bulk loader streams each segment
+//! file to a node as a `DoPut` of its pieces.
 //!
 //! ```text
 //!   coordinator node                          owner node
 //!   NodeClient::call(Stage{..}, ipc rows) ──▶ NodeHandler::handle ──▶ StorageEngine::stage
 //!   NodeClient::scan(ScanRequest)        ◀── NodeHandler::scan (Flight DoGet stream)
+//!   loader: NodeClient::put_segment      ──▶ NodeHandler::put (Flight DoPut stream)
 //! ```
 
 pub mod client;
@@ -20,6 +22,6 @@ pub mod server;
 pub mod traffic;
 
 pub use client::{NodeClient, NodeClients};
-pub use messages::{NodeRequest, NodeResponse, RaftRpc, ScanRequest};
+pub use messages::{NodeRequest, NodeResponse, RaftRpc, ScanRequest, SegmentPart, SegmentTrailer};
 pub use server::{NodeHandler, node_flight_server};
 pub use traffic::{PeerTraffic, Traffic, TrafficRates, TrafficSnapshot};

@@ -32,19 +32,12 @@ pub enum NodeRequest {
         #[serde(default)]
         placement_version: u64,
     },
-    /// A whole segment file of `rows` rows for one partition of `txn`, built by
-    /// a bulk loader (the payload); the node checks it against the checksums,
-    /// the table's columns and `rows` before staging it.
-    StageSegment {
-        txn: TxnId,
-        coordinator: NodeId,
-        table_id: TableId,
-        partition: PartitionId,
-        placement_version: u64,
-        rows: u64,
-        crc32: u32,
-        block_crc32: Vec<u32>,
-    },
+    /// Opens a stream of one segment file for one partition of `txn`, built by
+    /// a bulk loader: the file's bytes follow in pieces, then a
+    /// [`SegmentTrailer`] (see `NodeClient::put_segment`). The node writes the
+    /// pieces to disk as they come and checks the whole file against the
+    /// trailer before staging it. Only sent as a stream's header, never alone.
+    StageSegment { txn: TxnId, coordinator: NodeId, table_id: TableId, partition: PartitionId, placement_version: u64 },
     /// Make the staged rows durable; `rows` is how many the coordinator shipped
     /// to this node, so a participant that lost some votes no.
     Prepare { txn: TxnId, rows: u64 },
@@ -137,6 +130,24 @@ pub enum NodeResponse {
     /// This node does not lead the catalog's Raft group; `leader` is the node
     /// address of the one it follows, when it knows one.
     NotLeader { leader: Option<String> },
+}
+
+/// The end of a segment stream: what the loader wrote. The node checks the
+/// file it received against it, and refuses a stream that ends without one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentTrailer {
+    pub rows: u64,
+    pub crc32: u32,
+    pub block_crc32: Vec<u32>,
+}
+
+/// One message of a segment stream after its header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SegmentPart {
+    /// The next bytes of the file.
+    Chunk(bytes::Bytes),
+    /// The file is complete.
+    End(SegmentTrailer),
 }
 
 /// Asks the owner of a partition to stream its committed rows.

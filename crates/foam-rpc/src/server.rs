@@ -18,11 +18,11 @@ use bytes::Bytes;
 use foam_common::limits::RPC_MESSAGE_BYTES_MAX;
 use foam_common::{FoamError, FoamResult};
 use futures::stream::BoxStream;
-use futures::{Stream, TryStreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::frame;
-use crate::messages::{NodeRequest, NodeResponse, ScanRequest};
+use crate::messages::{NodeRequest, NodeResponse, ScanRequest, SegmentPart};
 
 /// The name of the one Flight action FoamDB uses; the body says what is asked.
 pub const ACTION_TYPE: &str = "foam";
@@ -33,6 +33,9 @@ pub type BatchStream = BoxStream<'static, FoamResult<RecordBatch>>;
 pub trait NodeHandler: Send + Sync + 'static {
     async fn handle(&self, request: NodeRequest, payload: Bytes) -> FoamResult<(NodeResponse, Bytes)>;
     async fn scan(&self, request: ScanRequest) -> FoamResult<(SchemaRef, BatchStream)>;
+    /// A stream opened by `request` (a bulk loader's `StageSegment`) whose
+    /// `parts` follow; the answer goes back when the stream is done.
+    async fn put(&self, request: NodeRequest, parts: BoxStream<'static, FoamResult<SegmentPart>>) -> FoamResult<NodeResponse>;
 }
 
 pub fn node_flight_server<H: NodeHandler>(handler: Arc<H>) -> FlightServiceServer<FlightAdapter<H>> {
@@ -51,6 +54,10 @@ pub fn status_of(error: &FoamError) -> Status {
 }
 
 type ResultStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+fn malformed_put(what: &str) -> FoamError {
+    FoamError::InvalidParameter { message: format!("malformed segment stream: {what}") }
+}
 
 fn unsupported<T>(what: &str) -> Result<T, Status> {
     Err(Status::unimplemented(format!("FoamDB nodes do not serve Flight {what}")))
@@ -102,8 +109,28 @@ impl<H: NodeHandler> FlightService for FlightAdapter<H> {
         Ok(Response::new(Box::pin(encoded)))
     }
 
-    async fn do_put(&self, _: Request<Streaming<FlightData>>) -> Result<Response<Self::DoPutStream>, Status> {
-        unsupported("do_put")
+    /// A bulk loader's segment stream: the first message's descriptor holds the
+    /// framed request, the data bodies that follow are the file's pieces, and a
+    /// message with app metadata is its trailer (see `NodeClient::put_segment`).
+    async fn do_put(&self, request: Request<Streaming<FlightData>>) -> Result<Response<Self::DoPutStream>, Status> {
+        let mut messages = request.into_inner();
+        let first = messages.message().await?.ok_or_else(|| status_of(&malformed_put("it is empty")))?;
+        let header = first.flight_descriptor.map(|d| d.cmd).unwrap_or_default();
+        let (request, _): (NodeRequest, Bytes) = frame::decode(&header).map_err(|e| status_of(&e))?;
+        let parts = messages
+            .map(|message| {
+                let data = message.map_err(|status| malformed_put(&format!("it broke off: {}", status.message())))?;
+                if data.app_metadata.is_empty() {
+                    return Ok(SegmentPart::Chunk(data.data_body));
+                }
+                let trailer = serde_json::from_slice(&data.app_metadata).map_err(|e| malformed_put(&format!("bad trailer: {e}")))?;
+                Ok(SegmentPart::End(trailer))
+            })
+            .boxed();
+        let response = self.handler.put(request, parts).await.map_err(|e| status_of(&e))?;
+        let app_metadata = frame::encode(&response, &[]).map_err(|e| status_of(&e))?;
+        let result = PutResult { app_metadata };
+        Ok(Response::new(Box::pin(futures::stream::once(async move { Ok(result) }))))
     }
 
     async fn do_exchange(&self, _: Request<Streaming<FlightData>>) -> Result<Response<Self::DoExchangeStream>, Status> {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use arrow::record_batch::RecordBatch;
 use foam_common::limits::{
-    BATCH_ROWS, MEMTABLE_FLUSH_ROWS, STAGE_INLINE_BYTES_MAX, STAGE_INLINE_BYTES_PER_TXN_MAX, TXN_IDLE_TIMEOUT_MS, WAL_CHECKPOINT_BYTES,
+    BATCH_ROWS, MEMTABLE_FLUSH_ROWS, RECEIVED_SEGMENT_BYTES_MAX, STAGE_INLINE_BYTES_MAX, STAGE_INLINE_BYTES_PER_TXN_MAX, TXN_IDLE_TIMEOUT_MS, WAL_CHECKPOINT_BYTES,
 };
 use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TableId, TxnId};
 use parquet::arrow::ArrowWriter;
@@ -163,6 +163,43 @@ struct ReceivedSegment {
     sum: segment::SegmentSum,
 }
 
+/// A segment file a bulk loader is streaming to this node (see
+/// [`StorageEngine::receive_segment`]); deleted if dropped before it is staged.
+pub struct ReceivingSegment {
+    file: File,
+    path: PathBuf,
+    file_name: String,
+    sum: segment::SumBuilder,
+    staged: bool,
+    txn: TxnId,
+    coordinator: NodeId,
+    key: PartitionKey,
+    placement_version: u64,
+}
+
+impl ReceivingSegment {
+    /// Appends the next bytes of the file. A stream longer than
+    /// [`RECEIVED_SEGMENT_BYTES_MAX`] is refused rather than allowed to fill the disk.
+    pub fn append(&mut self, bytes: &[u8]) -> FoamResult<()> {
+        if self.sum.bytes() + bytes.len() as u64 > RECEIVED_SEGMENT_BYTES_MAX {
+            return Err(FoamError::InvalidParameter {
+                message: format!("a loaded segment may hold at most {RECEIVED_SEGMENT_BYTES_MAX} bytes; {} is longer", self.file_name),
+            });
+        }
+        std::io::Write::write_all(&mut self.file, bytes).map_err(|e| FoamError::io(&self.path, e))?;
+        self.sum.update(bytes);
+        Ok(())
+    }
+}
+
+impl Drop for ReceivingSegment {
+    fn drop(&mut self) {
+        if !self.staged {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
 /// A transaction that is durable here and waits for its outcome.
 struct Prepared {
     coordinator: NodeId,
@@ -288,39 +325,54 @@ impl StorageEngine {
             .clone()
     }
 
-    /// Stages a whole segment file of `rows` rows that a bulk loader built for
-    /// one partition of `txn` (see [`segment::SegmentBuilder`]). The bytes are
-    /// checked against `checksums` and the table's `schema` and made durable
-    /// before this returns; prepare then only lists the file.
-    #[allow(clippy::too_many_arguments)]
-    pub fn stage_segment(
+    /// Starts receiving a segment file that a bulk loader streams to this node
+    /// for one partition of `txn` (see [`segment::SegmentBuilder`]): its bytes
+    /// go to a file in the staging directory as they arrive, and
+    /// [`StorageEngine::stage_received`] checks and stages it.
+    pub fn receive_segment(
         &self,
         txn: TxnId,
         coordinator: NodeId,
         table_id: TableId,
         partition: PartitionId,
         placement_version: u64,
+    ) -> FoamResult<ReceivingSegment> {
+        let file_name = format!("seg-{txn:032x}-{table_id}-{partition}-{}.parquet", uuid::Uuid::new_v4().simple());
+        let path = self.staging_dir.join(&file_name);
+        let file = File::create(&path).map_err(|e| FoamError::io(&path, e))?;
+        Ok(ReceivingSegment {
+            file,
+            path,
+            file_name,
+            sum: segment::SumBuilder::default(),
+            staged: false,
+            txn,
+            coordinator,
+            key: (table_id, partition),
+            placement_version,
+        })
+    }
+
+    /// Stages a segment file received whole: it must have the `checksums`
+    /// the loader computed, the table's `schema` and `rows` rows. It is made
+    /// durable before this returns; prepare then only lists the file. A
+    /// segment that fails a check is deleted.
+    pub fn stage_received(
+        &self,
+        mut received: ReceivingSegment,
         rows: u64,
-        data: &bytes::Bytes,
         checksums: &segment::Checksums,
         schema: &arrow::datatypes::SchemaRef,
     ) -> FoamResult<()> {
-        let file_name = format!("seg-{txn:032x}-{table_id}-{partition}-{}.parquet", uuid::Uuid::new_v4().simple());
-        let sum = segment::check_received(&file_name, data, checksums, schema, rows)?;
-        let path = self.staging_dir.join(&file_name);
-        let written = File::create(&path).and_then(|mut file| {
-            std::io::Write::write_all(&mut file, data)?;
-            file.sync_all()
-        });
-        if let Err(error) = written {
-            let _ = std::fs::remove_file(&path);
-            return Err(FoamError::io(&path, error));
-        }
-        let staging = self.staging_of(txn, coordinator);
+        let sum = std::mem::take(&mut received.sum).finish();
+        segment::check_received(&received.file_name, &received.path, &sum, checksums, schema, rows)?;
+        received.file.sync_all().map_err(|e| FoamError::io(&received.path, e))?;
+        let staging = self.staging_of(received.txn, received.coordinator);
         let mut staging = lock(&staging);
-        let staged = staging.partition((table_id, partition), placement_version);
+        let staged = staging.partition(received.key, received.placement_version);
         staged.rows += rows;
-        staged.received.push(ReceivedSegment { file_name, rows, sum });
+        staged.received.push(ReceivedSegment { file_name: received.file_name.clone(), rows, sum });
+        received.staged = true;
         Ok(())
     }
 
@@ -976,10 +1028,52 @@ mod tests {
     /// A segment as the bulk loader builds it: bytes and their checksums.
     fn built_segment(start: i64, rows: usize) -> (bytes::Bytes, segment::Checksums) {
         let rows = batch(start, rows);
-        let mut builder = segment::SegmentBuilder::new(&rows.schema(), &rows).unwrap();
+        let pieces = Arc::new(Mutex::new(Vec::new()));
+        let shipped = pieces.clone();
+        let mut builder = segment::SegmentBuilder::new(&rows.schema(), &rows, move |piece| {
+            lock(&shipped).extend_from_slice(&piece);
+            Ok(())
+        })
+        .unwrap();
         builder.write(&rows).unwrap();
-        let (data, sum) = builder.finish().unwrap();
+        let sum = builder.finish().unwrap();
+        let data = bytes::Bytes::from(std::mem::take(&mut *lock(&pieces)));
         (data, segment::Checksums { crc32: Some(sum.crc32), blocks: sum.blocks })
+    }
+
+    /// Receives `data` as a loader streams it (in pieces) and stages it.
+    #[allow(clippy::too_many_arguments)]
+    fn stage_segment(
+        engine: &StorageEngine,
+        txn: TxnId,
+        coordinator: NodeId,
+        table_id: TableId,
+        partition: PartitionId,
+        placement_version: u64,
+        rows: u64,
+        data: &bytes::Bytes,
+        checksums: &segment::Checksums,
+        schema: &arrow::datatypes::SchemaRef,
+    ) -> FoamResult<()> {
+        let mut received = engine.receive_segment(txn, coordinator, table_id, partition, placement_version)?;
+        for piece in data.chunks(1000) {
+            received.append(piece)?;
+        }
+        engine.stage_received(received, rows, checksums, schema)
+    }
+
+    #[test]
+    fn a_segment_stream_that_breaks_off_leaves_nothing_staged() {
+        let dir = temp_dir("broken-off");
+        let engine = StorageEngine::open(&dir).unwrap();
+        let (data, _) = built_segment(0, 100);
+        let mut received = engine.receive_segment(51, 1, 17, 0, 0).unwrap();
+        received.append(&data[..data.len() / 2]).unwrap();
+        assert_eq!(std::fs::read_dir(dir.join("staging")).unwrap().count(), 1, "bytes go to disk as they come");
+        drop(received);
+        assert_eq!(std::fs::read_dir(dir.join("staging")).unwrap().count(), 0, "a stream that ended early leaves no file");
+        engine.prepare(51, 100).expect_err("and no staged rows");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -990,20 +1084,20 @@ mod tests {
             let engine = StorageEngine::open(&dir).unwrap();
             let (first, first_sums) = built_segment(0, 300);
             let (second, second_sums) = built_segment(300, 200);
-            engine.stage_segment(31, 1, 16, 2, 0, 300, &first, &first_sums, &schema).unwrap();
-            engine.stage_segment(31, 1, 16, 2, 0, 200, &second, &second_sums, &schema).unwrap();
+            stage_segment(&engine, 31, 1, 16, 2, 0, 300, &first, &first_sums, &schema).unwrap();
+            stage_segment(&engine, 31, 1, 16, 2, 0, 200, &second, &second_sums, &schema).unwrap();
             engine.stage(31, 1, 16, 2, 0, vec![batch(500, 5)]).unwrap();
             engine.prepare(31, 505).unwrap();
             engine.commit(31).unwrap();
             assert_eq!(rows_in(&engine, 16, 2), 505);
             assert_eq!(engine.snapshot(16, 2).segments.len(), 2, "each received segment is listed as it came");
 
-            engine.stage_segment(32, 1, 16, 2, 0, 300, &first, &first_sums, &schema).unwrap();
+            stage_segment(&engine, 32, 1, 16, 2, 0, 300, &first, &first_sums, &schema).unwrap();
             assert_eq!(std::fs::read_dir(dir.join("staging")).unwrap().count(), 1, "a received segment is on disk before prepare");
             engine.abort(32).unwrap();
             assert_eq!(std::fs::read_dir(dir.join("staging")).unwrap().count(), 0, "an abort deletes what was received");
 
-            engine.stage_segment(33, 1, 16, 2, 0, 300, &first, &first_sums, &schema).unwrap();
+            stage_segment(&engine, 33, 1, 16, 2, 0, 300, &first, &first_sums, &schema).unwrap();
             engine.prepare(33, 300).unwrap();
         }
         // Restarted, the prepared segment is in doubt and still commits.
@@ -1022,8 +1116,8 @@ mod tests {
         let engine = StorageEngine::open(&dir).unwrap();
         let (first, first_sums) = built_segment(0, 300);
         let (second, second_sums) = built_segment(300, 200);
-        engine.stage_segment(41, 1, 16, 2, 0, 300, &first, &first_sums, &schema).unwrap();
-        engine.stage_segment(41, 1, 16, 2, 0, 200, &second, &second_sums, &schema).unwrap();
+        stage_segment(&engine, 41, 1, 16, 2, 0, 300, &first, &first_sums, &schema).unwrap();
+        stage_segment(&engine, 41, 1, 16, 2, 0, 200, &second, &second_sums, &schema).unwrap();
         engine.prepare(41, 500).unwrap();
         engine.commit(41).unwrap();
         // The source lists the same contents under its own file names, and one file this node never had.
@@ -1064,7 +1158,7 @@ mod tests {
         let schema = batch(0, 1).schema();
         let (data, sums) = built_segment(0, 100);
         let refused = |rows: u64, data: &bytes::Bytes, sums: &segment::Checksums, schema: &arrow::datatypes::SchemaRef| {
-            let error = engine.stage_segment(41, 1, 17, 0, 0, rows, data, sums, schema).unwrap_err();
+            let error = stage_segment(&engine, 41, 1, 17, 0, 0, rows, data, sums, schema).unwrap_err();
             assert_eq!(error.sqlstate(), "XX001", "{error}");
             error.to_string()
         };
@@ -1189,7 +1283,7 @@ mod tests {
         {
             let engine = StorageEngine::open(&dir).unwrap();
             let (data, sums) = built_segment(0, 300);
-            engine.stage_segment(41, 1, 18, 5, 0, 300, &data, &sums, &schema).unwrap();
+            stage_segment(&engine, 41, 1, 18, 5, 0, 300, &data, &sums, &schema).unwrap();
             engine.stage(41, 1, 18, 6, 0, vec![batch(0, 7)]).unwrap();
             engine.prepare(41, 307).unwrap();
             engine.commit(41).unwrap();

@@ -140,15 +140,55 @@ pub fn checksum(path: &Path) -> FoamResult<SegmentSum> {
 
 /// The size and checksums of `data`, a whole file.
 pub fn sum_of(data: &[u8]) -> SegmentSum {
-    let mut whole = crc32fast::Hasher::new();
-    let mut blocks = Vec::with_capacity(data.len().div_ceil(CHECKSUM_BLOCK_BYTES));
-    for block in data.chunks(CHECKSUM_BLOCK_BYTES) {
-        let mut hasher = crc32fast::Hasher::new();
-        hasher.update(block);
-        whole.combine(&hasher);
-        blocks.push(hasher.finalize());
+    let mut sum = SumBuilder::default();
+    sum.update(data);
+    sum.finish()
+}
+
+/// The size and checksums of a file, summed as its bytes go by in pieces of
+/// any size: a loader sums a segment as it encodes it, and a node sums the
+/// segment it receives as it writes it.
+#[derive(Default)]
+pub struct SumBuilder {
+    whole: crc32fast::Hasher,
+    block: crc32fast::Hasher,
+    in_block: usize,
+    bytes: u64,
+    blocks: Vec<u32>,
+}
+
+impl SumBuilder {
+    pub fn update(&mut self, mut data: &[u8]) {
+        self.bytes += data.len() as u64;
+        while !data.is_empty() {
+            let take = (CHECKSUM_BLOCK_BYTES - self.in_block).min(data.len());
+            self.block.update(&data[..take]);
+            self.in_block += take;
+            data = &data[take..];
+            if self.in_block == CHECKSUM_BLOCK_BYTES {
+                self.close_block();
+            }
+        }
     }
-    SegmentSum { bytes: data.len() as u64, crc32: whole.finalize(), blocks }
+
+    /// Bytes summed so far.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    fn close_block(&mut self) {
+        let block = std::mem::take(&mut self.block);
+        self.whole.combine(&block);
+        self.blocks.push(block.finalize());
+        self.in_block = 0;
+    }
+
+    pub fn finish(mut self) -> SegmentSum {
+        if self.in_block > 0 {
+            self.close_block();
+        }
+        SegmentSum { bytes: self.bytes, crc32: self.whole.finalize(), blocks: self.blocks }
+    }
 }
 
 fn corrupted(path: &Path, message: String) -> FoamError {
@@ -228,18 +268,60 @@ pub fn write_segment(path: &Path, schema: &SchemaRef, batches: &[RecordBatch]) -
     finish_writer(path, writer)
 }
 
-/// A segment encoded in memory by a bulk loader, which ships the finished
-/// file to every replica of its partition: each row is encoded once, not once
-/// per copy, and the nodes only check and store the bytes.
+/// Bytes of a segment a bulk loader hands on at a time: each goes to every
+/// replica of the partition as one message, which the node appends to the
+/// segment's file. The loader holds one piece per segment being built rather
+/// than whole files (a lineitem segment is tens of MB).
+pub const SEGMENT_CHUNK_BYTES: usize = 1 << 20;
+
+/// Where a loader's segment goes while it is encoded: its bytes are summed
+/// and handed to `ship` in pieces of about [`SEGMENT_CHUNK_BYTES`].
+struct ChunkSink {
+    buffer: Vec<u8>,
+    sum: SumBuilder,
+    ship: Box<dyn FnMut(Bytes) -> std::io::Result<()> + Send>,
+}
+
+impl ChunkSink {
+    fn ship_buffer(&mut self) -> std::io::Result<()> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let chunk = std::mem::replace(&mut self.buffer, Vec::with_capacity(SEGMENT_CHUNK_BYTES));
+        self.sum.update(&chunk);
+        (self.ship)(Bytes::from(chunk))
+    }
+}
+
+impl std::io::Write for ChunkSink {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buffer.extend_from_slice(data);
+        if self.buffer.len() >= SEGMENT_CHUNK_BYTES {
+            self.ship_buffer()?;
+        }
+        Ok(data.len())
+    }
+
+    /// Pieces go when full or at the end, not when Parquet flushes a row group.
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A segment encoded by a bulk loader as it streams it to every replica of
+/// its partition: each row is encoded once, not once per copy, and the nodes
+/// only check and store the bytes. `ship` gets the file's bytes in order, in
+/// pieces; an error from it (the stream to a node closed) fails the write.
 pub struct SegmentBuilder {
-    writer: ArrowWriter<Vec<u8>>,
+    writer: ArrowWriter<ChunkSink>,
     rows: u64,
 }
 
 impl SegmentBuilder {
     /// A segment of `schema`, with encodings chosen from `sample` (its first rows).
-    pub fn new(schema: &SchemaRef, sample: &RecordBatch) -> FoamResult<Self> {
-        let writer = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(writer_properties(Some(sample)))).map_err(encode_error)?;
+    pub fn new(schema: &SchemaRef, sample: &RecordBatch, ship: impl FnMut(Bytes) -> std::io::Result<()> + Send + 'static) -> FoamResult<Self> {
+        let sink = ChunkSink { buffer: Vec::with_capacity(SEGMENT_CHUNK_BYTES), sum: SumBuilder::default(), ship: Box::new(ship) };
+        let writer = ArrowWriter::try_new(sink, schema.clone(), Some(writer_properties(Some(sample)))).map_err(encode_error)?;
         Ok(SegmentBuilder { writer, rows: 0 })
     }
 
@@ -253,11 +335,12 @@ impl SegmentBuilder {
         self.rows
     }
 
-    /// The whole file and its checksums.
-    pub fn finish(self) -> FoamResult<(Bytes, SegmentSum)> {
-        let data = Bytes::from(self.writer.into_inner().map_err(encode_error)?);
-        let sum = sum_of(&data);
-        Ok((data, sum))
+    /// Writes the footer, ships the last piece and returns the whole file's
+    /// size and checksums.
+    pub fn finish(self) -> FoamResult<SegmentSum> {
+        let mut sink = self.writer.into_inner().map_err(encode_error)?;
+        sink.ship_buffer().map_err(|e| FoamError::internal(format!("shipping a segment: {e}")))?;
+        Ok(sink.sum.finish())
     }
 }
 
@@ -265,31 +348,32 @@ fn encode_error(error: parquet::errors::ParquetError) -> FoamError {
     FoamError::internal(format!("encoding a segment: {error}"))
 }
 
-/// Checks a whole segment file received from a bulk loader before it is
-/// staged: it must have the checksums the loader computed, be Parquet with
-/// exactly `schema`'s columns (a NOT NULL column stored as a required one, so
-/// it cannot hold a null), and hold `rows` rows. `name` names it in errors.
-pub fn check_received(name: &str, data: &Bytes, expected: &Checksums, schema: &SchemaRef, rows: u64) -> FoamResult<SegmentSum> {
-    let path = Path::new(name);
-    let sum = sum_of(data);
-    if expected.crc32 != Some(sum.crc32) || expected.blocks != sum.blocks {
-        return Err(corrupted(path, "the segment's bytes do not have the checksums sent with them".into()));
+/// Checks a segment file a bulk loader streamed to this node, once all of it
+/// is written to `path`: the bytes that arrived (`received`) must have the
+/// checksums the loader computed, and the file must be Parquet with exactly
+/// `schema`'s columns (a NOT NULL column stored as a required one, so it
+/// cannot hold a null) and `rows` rows. `name` names it in errors.
+pub fn check_received(name: &str, path: &Path, received: &SegmentSum, expected: &Checksums, schema: &SchemaRef, rows: u64) -> FoamResult<()> {
+    let named = Path::new(name);
+    if expected.crc32 != Some(received.crc32) || expected.blocks != received.blocks {
+        return Err(corrupted(named, "the segment's bytes do not have the checksums sent with them".into()));
     }
-    let metadata = parquet::file::metadata::ParquetMetaDataReader::new().parse_and_finish(data).map_err(|e| parquet_error(path, e))?;
+    let data = map(path)?;
+    let metadata = parquet::file::metadata::ParquetMetaDataReader::new().parse_and_finish(&data).map_err(|e| parquet_error(named, e))?;
     let file = metadata.file_metadata();
-    let found = parquet::arrow::parquet_to_arrow_schema(file.schema_descr(), file.key_value_metadata()).map_err(|e| parquet_error(path, e))?;
+    let found = parquet::arrow::parquet_to_arrow_schema(file.schema_descr(), file.key_value_metadata()).map_err(|e| parquet_error(named, e))?;
     let describe = |s: &arrow::datatypes::Schema| -> Vec<(String, arrow::datatypes::DataType, bool)> {
         s.fields().iter().map(|f| (f.name().clone(), f.data_type().clone(), f.is_nullable())).collect()
     };
     let required_leaves = (0..file.schema_descr().num_columns()).map(|i| !file.schema_descr().column(i).self_type().is_optional());
     let declared_not_null = schema.fields().iter().map(|f| !f.is_nullable());
     if describe(&found) != describe(schema) || !required_leaves.eq(declared_not_null) {
-        return Err(corrupted(path, format!("the segment's columns are not the table's: {found:?}")));
+        return Err(corrupted(named, format!("the segment's columns are not the table's: {found:?}")));
     }
     if file.num_rows() as u64 != rows {
-        return Err(corrupted(path, format!("the segment holds {} rows, {rows} were sent", file.num_rows())));
+        return Err(corrupted(named, format!("the segment holds {} rows, {rows} were sent", file.num_rows())));
     }
-    Ok(sum)
+    Ok(())
 }
 
 /// Opens a segment for reading `projection` (column indices; `None` for all).
@@ -419,6 +503,42 @@ mod tests {
         assert!(sum.blocks.len() > 4, "the test file spans several blocks");
         let expected: Vec<u32> = bytes.chunks(CHECKSUM_BLOCK_BYTES).map(crc32fast::hash).collect();
         assert_eq!(sum.blocks, expected);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_streamed_segment_comes_in_pieces_that_make_the_file_and_its_sums() {
+        let (path, _, batch) = two_column_segment("streamed");
+        let pieces = Arc::new(std::sync::Mutex::new(Vec::<Bytes>::new()));
+        let shipped = pieces.clone();
+        let mut builder = SegmentBuilder::new(&batch.schema(), &batch, move |piece| {
+            shipped.lock().unwrap().push(piece);
+            Ok(())
+        })
+        .unwrap();
+        // Four times the rows, in uneven batches: over a row group and over a piece.
+        let batch = arrow::compute::concat_batches(&batch.schema(), &[batch.clone(), batch.clone(), batch.clone(), batch]).unwrap();
+        for offset in (0..batch.num_rows()).step_by(7_000) {
+            builder.write(&batch.slice(offset, 7_000.min(batch.num_rows() - offset))).unwrap();
+        }
+        let sum = builder.finish().unwrap();
+        let pieces = pieces.lock().unwrap().clone();
+        assert!(pieces.len() > 1, "a segment over {SEGMENT_CHUNK_BYTES} bytes goes in several pieces");
+        assert!(pieces.iter().all(|p| !p.is_empty()));
+        let file: Vec<u8> = pieces.iter().flat_map(|p| p.iter().copied()).collect();
+        assert_eq!(sum, sum_of(&file), "summed as it went, the same as summed whole");
+        // Summed in pieces that do not fall on block boundaries, the same again.
+        let mut odd = SumBuilder::default();
+        file.chunks(CHECKSUM_BLOCK_BYTES / 3 + 1).for_each(|piece| odd.update(piece));
+        assert_eq!(odd.finish(), sum);
+        std::fs::write(&path, &file).unwrap();
+        let checksums = Checksums { crc32: Some(sum.crc32), blocks: sum.blocks.clone() };
+        let read = read_all(&path, &checksums, None).unwrap();
+        assert_eq!(arrow::compute::concat_batches(&batch.schema(), &read).unwrap(), batch);
+        // A piece the receiver cannot take fails the write instead of being lost.
+        let mut refused = SegmentBuilder::new(&batch.schema(), &batch, |_| Err(std::io::Error::other("stream closed"))).unwrap();
+        let failed = refused.write(&batch).and_then(|_| refused.finish().map(|_| ()));
+        assert!(failed.expect_err("nowhere to ship").to_string().contains("stream closed"));
         let _ = std::fs::remove_file(&path);
     }
 

@@ -1,39 +1,38 @@
 //! `foam tpch load`: creates the TPC-H tables through SQL, then generates each
 //! table in parallel parts. Each generator thread checks its rows as any write
 //! is checked, splits them by partition and encodes them into that
-//! partition's segment (a Parquet file built in memory); a finished segment
-//! goes whole to every replica of its partition (`StageSegment`), which checks
-//! and stores it, so each row is encoded once however many copies it has. One
+//! partition's segment (a Parquet file), which streams to every replica of its
+//! partition while it is encoded, in pieces (`StageSegment`, a Flight DoPut):
+//! each row is encoded once however many copies it has, the loader holds a
+//! few pieces per partition rather than whole files, and each node writes the
+//! pieces to disk as they come, then checks and stages the whole file. One
 //! node then commits the table's load with two-phase commit, so each table
 //! appears whole or not at all.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
-use bytes::Bytes;
 use foam_catalog::Catalog;
 use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TxnId};
-use foam_query::write::{conform_rows, join_next, split_by_partition};
-use foam_rpc::{NodeClients, NodeRequest, NodeResponse};
-use foam_storage::segment::{SegmentBuilder, SegmentSum};
+use foam_query::write::{conform_rows, split_by_partition};
+use foam_rpc::{NodeClient, NodeClients, NodeRequest, NodeResponse, SegmentPart, SegmentTrailer};
+use foam_storage::segment::SegmentBuilder;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
-use tokio::task::JoinSet;
+use tokio::sync::mpsc;
 
 use crate::schema::{ALL_TABLES, TpchTable, conform};
 
-/// Rows a segment built by the loader holds at most before it is shipped.
-/// Each partition's unfinished segment is held in the loader's memory (at
-/// most about 50 MB for TPC-H's widest table).
-const LOAD_SEGMENT_ROWS_MAX: u64 = 1 << 20;
+/// Rows a segment built by the loader holds at most; a partition with more
+/// gets several segments.
+pub(crate) const LOAD_SEGMENT_ROWS_MAX: u64 = 1 << 20;
 
-/// Finished segments waiting to be shipped when the generators outrun the network.
-const SEGMENTS_AHEAD: usize = 8;
-
-/// Stage messages on their way to nodes at once.
-const SEGMENTS_IN_FLIGHT: usize = 8;
+/// Pieces of one segment (`SEGMENT_CHUNK_BYTES` each) waiting to go to its
+/// replicas when the generators outrun the network.
+const SEGMENT_PIECES_AHEAD: usize = 4;
 
 #[derive(Debug, Clone)]
 pub struct TableLoad {
@@ -218,101 +217,190 @@ async fn fetch_catalog(
     })
 }
 
-/// A segment the loader finished for one partition, to ship to its replicas.
-struct FinishedSegment {
-    partition: PartitionId,
+/// A segment being encoded for one partition, and where its pieces go.
+struct OpenSegment {
+    builder: SegmentBuilder,
+    parts: mpsc::Sender<SegmentPart>,
+}
+
+/// What one segment added to the load, once every replica staged it.
+struct ShippedSegment {
     rows: u64,
-    data: Bytes,
-    sum: SegmentSum,
+    nodes: Vec<NodeId>,
+}
+
+type Shipper = tokio::task::JoinHandle<FoamResult<ShippedSegment>>;
+
+/// Where a table's segments go: the replicas of each partition, in `txn`.
+struct Shipping {
+    runtime: tokio::runtime::Handle,
+    clients: Arc<NodeClients>,
+    catalog: Arc<Catalog>,
+    definition: foam_catalog::TableDef,
+    txn: TxnId,
+    coordinator: NodeId,
+}
+
+impl Shipping {
+    /// Opens a segment stream of `partition` to each of its replicas; returns
+    /// the sender of its parts and the task that forwards them.
+    fn open(&self, partition: PartitionId) -> FoamResult<(mpsc::Sender<SegmentPart>, Shipper)> {
+        let request = NodeRequest::StageSegment {
+            txn: self.txn,
+            coordinator: self.coordinator,
+            table_id: self.definition.id,
+            partition,
+            placement_version: self.definition.placement_version(partition),
+        };
+        let replicas = self
+            .definition
+            .write_targets(partition, &self.catalog.nodes)?
+            .into_iter()
+            .map(|node| Ok((node, self.clients.get(node, &self.catalog.node(node)?.node_addr)?)))
+            .collect::<FoamResult<Vec<_>>>()?;
+        let (parts, received) = mpsc::channel(SEGMENT_PIECES_AHEAD);
+        Ok((parts, self.runtime.spawn(ship_segment(request, replicas, received))))
+    }
+}
+
+/// Forwards a segment's parts, as they come, to a stream to each replica;
+/// returns once every replica has checked and staged the whole file.
+async fn ship_segment(
+    request: NodeRequest,
+    replicas: Vec<(NodeId, NodeClient)>,
+    mut parts: mpsc::Receiver<SegmentPart>,
+) -> FoamResult<ShippedSegment> {
+    let mut streams = Vec::new();
+    let mut calls = Vec::new();
+    for (_, client) in &replicas {
+        let (stream, pieces) = mpsc::channel::<SegmentPart>(1);
+        let (client, request) = (client.clone(), request.clone());
+        calls.push(tokio::spawn(async move { client.put_segment(&request, tokio_stream::wrappers::ReceiverStream::new(pieces)).await }));
+        streams.push(stream);
+    }
+    let mut rows = None;
+    'forward: while let Some(part) = parts.recv().await {
+        if let SegmentPart::End(trailer) = &part {
+            rows = Some(trailer.rows);
+        }
+        for stream in &streams {
+            // A replica's stream closes when its call ended; the call says why.
+            if stream.send(part.clone()).await.is_err() {
+                break 'forward;
+            }
+        }
+    }
+    // Ends the other replicas' streams too: without the trailer, they stage nothing.
+    drop(streams);
+    drop(parts);
+    for call in calls {
+        call.await.map_err(|e| FoamError::internal(e.to_string()))??;
+    }
+    let rows = rows.ok_or_else(|| FoamError::internal("the loader stopped before a segment was finished"))?;
+    Ok(ShippedSegment { rows, nodes: replicas.into_iter().map(|(node, _)| node).collect() })
 }
 
 /// The segments being built, one slot per partition, shared by the generator
 /// threads: whichever thread has rows of a partition appends them.
 struct SegmentSlots {
     schema: SchemaRef,
-    slots: Vec<Mutex<Option<SegmentBuilder>>>,
+    slots: Vec<Mutex<Option<OpenSegment>>>,
+    shipping: Shipping,
+    shippers: Arc<Mutex<Vec<Shipper>>>,
+    /// Set when a segment's stream was found closed: a replica's call
+    /// failed, and its error (not the generator's) says why.
+    stream_closed: AtomicBool,
 }
 
 impl SegmentSlots {
-    fn new(schema: SchemaRef, partitions: u32) -> Self {
-        SegmentSlots { schema, slots: (0..partitions).map(|_| Mutex::new(None)).collect() }
-    }
-
-    /// Appends one partition's rows; returns the segment when it is full.
-    fn append(&self, partition: PartitionId, rows: &RecordBatch) -> FoamResult<Option<FinishedSegment>> {
+    /// Appends one partition's rows, opening its segment on its first rows
+    /// and finishing it once it holds [`LOAD_SEGMENT_ROWS_MAX`] rows.
+    fn append(&self, partition: PartitionId, rows: &RecordBatch) -> FoamResult<()> {
         let slot = self.slots.get(partition as usize).ok_or_else(|| FoamError::internal(format!("no partition {partition}")))?;
-        let full = append_to_segment(&mut slot.lock().unwrap_or_else(|p| p.into_inner()), &self.schema, rows)?;
-        full.map(|builder| finish(partition, builder)).transpose()
+        let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+        let open = match slot.as_mut() {
+            Some(open) => open,
+            None => slot.insert(self.open(partition, rows)?),
+        };
+        open.builder.write(rows).inspect_err(|_| self.note_closed(&open.parts))?;
+        if open.builder.rows() >= LOAD_SEGMENT_ROWS_MAX
+            && let Some(full) = slot.take()
+        {
+            self.finish(full)?;
+        }
+        Ok(())
     }
 
-    /// Takes the unfinished segment of `partition`, if it has one.
-    fn take(&self, partition: PartitionId) -> Option<SegmentBuilder> {
-        self.slots.get(partition as usize)?.lock().unwrap_or_else(|p| p.into_inner()).take()
+    fn open(&self, partition: PartitionId, sample: &RecordBatch) -> FoamResult<OpenSegment> {
+        let (parts, shipper) = self.shipping.open(partition)?;
+        self.shippers.lock().unwrap_or_else(|p| p.into_inner()).push(shipper);
+        let pieces = parts.clone();
+        let builder = SegmentBuilder::new(&self.schema, sample, move |piece| {
+            pieces.blocking_send(SegmentPart::Chunk(piece)).map_err(|_| std::io::Error::other("the segment's stream to a node closed"))
+        })?;
+        Ok(OpenSegment { builder, parts })
     }
-}
 
-/// Appends `rows` to the segment being built in `slot` (started on the first
-/// rows); takes it out and returns it once it holds [`LOAD_SEGMENT_ROWS_MAX`] rows.
-pub(crate) fn append_to_segment(slot: &mut Option<SegmentBuilder>, schema: &SchemaRef, rows: &RecordBatch) -> FoamResult<Option<SegmentBuilder>> {
-    let builder = match slot.as_mut() {
-        Some(builder) => builder,
-        None => slot.insert(SegmentBuilder::new(schema, rows)?),
-    };
-    builder.write(rows)?;
-    Ok(if builder.rows() < LOAD_SEGMENT_ROWS_MAX { None } else { slot.take() })
-}
+    /// Ships the rest of a segment and its trailer.
+    fn finish(&self, open: OpenSegment) -> FoamResult<()> {
+        let rows = open.builder.rows();
+        let sum = open.builder.finish().inspect_err(|_| self.note_closed(&open.parts))?;
+        let trailer = SegmentTrailer { rows, crc32: sum.crc32, block_crc32: sum.blocks };
+        open.parts.blocking_send(SegmentPart::End(trailer)).map_err(|_| {
+            self.stream_closed.store(true, Ordering::Release);
+            FoamError::internal("the segment's stream to a node closed")
+        })
+    }
 
-fn finish(partition: PartitionId, builder: SegmentBuilder) -> FoamResult<FinishedSegment> {
-    let rows = builder.rows();
-    let (data, sum) = builder.finish()?;
-    Ok(FinishedSegment { partition, rows, data, sum })
+    /// A write that failed may have failed because the stream closed.
+    fn note_closed(&self, parts: &mpsc::Sender<SegmentPart>) {
+        if parts.is_closed() {
+            self.stream_closed.store(true, Ordering::Release);
+        }
+    }
+
+    /// Finishes every partition's unfinished segment.
+    fn finish_all(&self) -> FoamResult<()> {
+        for slot in &self.slots {
+            let open = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(open) = open {
+                self.finish(open)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Generates a table in parallel parts; each generator thread checks its rows
 /// as any write of the table is checked, splits them by partition and
-/// appends them to the partitions' segments, which go to `finished` when full
-/// and at the end.
+/// appends them to the partitions' segments. The last part to finish
+/// finishes what every partition has left.
 fn generate_segments(
     table: TpchTable,
     scale_factor: f64,
     workers: usize,
-    definition: &foam_catalog::TableDef,
+    slots: &Arc<SegmentSlots>,
     bar: &ProgressBar,
-    finished: tokio::sync::mpsc::Sender<FoamResult<FinishedSegment>>,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    let schema = definition.arrow_schema();
-    let slots = Arc::new(SegmentSlots::new(schema.clone(), definition.partition_count()));
+) -> Vec<tokio::task::JoinHandle<FoamResult<()>>> {
     let parts = table.parts(scale_factor, workers);
-    let parts_left = Arc::new(std::sync::atomic::AtomicI32::new(parts));
+    let parts_left = Arc::new(AtomicI32::new(parts));
     (0..parts)
         .map(|part| {
-            let (slots, parts_left, finished, schema, definition, bar) =
-                (slots.clone(), parts_left.clone(), finished.clone(), schema.clone(), definition.clone(), bar.clone());
+            let (slots, parts_left, bar) = (slots.clone(), parts_left.clone(), bar.clone());
             tokio::task::spawn_blocking(move || {
-                let generated = (|| -> FoamResult<()> {
-                    for batch in table.generate(scale_factor, part, parts) {
-                        let batch = batch.and_then(|b| conform(&b, &schema)).map_err(|e| FoamError::internal(format!("TPC-H batch: {e}")))?;
-                        let batch = conform_rows(&definition, &schema, batch)?;
-                        bar.inc(batch.num_rows() as u64);
-                        for (partition, rows) in split_by_partition(&definition, &batch)? {
-                            if let Some(segment) = slots.append(partition, &rows)? {
-                                finished.blocking_send(Ok(segment)).map_err(|_| FoamError::internal("the loader stopped"))?;
-                            }
-                        }
+                let definition = &slots.shipping.definition;
+                for batch in table.generate(scale_factor, part, parts) {
+                    let batch = batch.and_then(|b| conform(&b, &slots.schema)).map_err(|e| FoamError::internal(format!("TPC-H batch: {e}")))?;
+                    let batch = conform_rows(definition, &slots.schema, batch)?;
+                    bar.inc(batch.num_rows() as u64);
+                    for (partition, rows) in split_by_partition(definition, &batch)? {
+                        slots.append(partition, &rows)?;
                     }
-                    // The last part to finish ships what every partition has left.
-                    if parts_left.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
-                        for partition in 0..definition.partition_count() {
-                            if let Some(builder) = slots.take(partition) {
-                                finished.blocking_send(finish(partition, builder)).map_err(|_| FoamError::internal("the loader stopped"))?;
-                            }
-                        }
-                    }
-                    Ok(())
-                })();
-                if let Err(error) = generated {
-                    let _ = finished.blocking_send(Err(error));
                 }
+                if parts_left.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    slots.finish_all()?;
+                }
+                Ok(())
             })
         })
         .collect()
@@ -329,55 +417,65 @@ async fn load_table(
     coordinator: NodeId,
     bar: &ProgressBar,
 ) -> FoamResult<u64> {
-    let (sender, mut receiver) = tokio::sync::mpsc::channel::<FoamResult<FinishedSegment>>(SEGMENTS_AHEAD);
-    let generators = generate_segments(table, scale_factor, workers, definition, bar, sender);
     let txn: TxnId = uuid::Uuid::new_v4().as_u128();
-    let mut participants: BTreeMap<NodeId, u64> = BTreeMap::new();
-    let mut in_flight = JoinSet::new();
-    let mut rows = 0;
-    let shipped = async {
-        while let Some(segment) = receiver.recv().await {
-            let segment = segment?;
-            rows += segment.rows;
-            let request = NodeRequest::StageSegment {
-                txn,
-                coordinator,
-                table_id: definition.id,
-                partition: segment.partition,
-                placement_version: definition.placement_version(segment.partition),
-                rows: segment.rows,
-                crc32: segment.sum.crc32,
-                block_crc32: segment.sum.blocks.clone(),
-            };
-            let message = foam_rpc::frame::encode(&request, &segment.data)?;
-            for node in definition.write_targets(segment.partition, &catalog.nodes)? {
-                while in_flight.len() >= SEGMENTS_IN_FLIGHT {
-                    join_next(&mut in_flight).await?;
-                }
-                *participants.entry(node).or_default() += segment.rows;
-                let client = clients.get(node, &catalog.node(node)?.node_addr)?;
-                let (request, message) = (request.clone(), message.clone());
-                in_flight.spawn(async move { client.call_encoded(&request, message).await.map(|_| ()) });
-            }
+    let shippers = Arc::new(Mutex::new(Vec::new()));
+    let slots = Arc::new(SegmentSlots {
+        schema: definition.arrow_schema(),
+        slots: (0..definition.partition_count()).map(|_| Mutex::new(None)).collect(),
+        shipping: Shipping {
+            runtime: tokio::runtime::Handle::current(),
+            clients: clients.clone(),
+            catalog: catalog.clone(),
+            definition: definition.clone(),
+            txn,
+            coordinator,
+        },
+        shippers: shippers.clone(),
+        stream_closed: AtomicBool::new(false),
+    });
+    let mut generated = Ok(());
+    for generator in generate_segments(table, scale_factor, workers, &slots, bar) {
+        let result = generator.await.map_err(|e| FoamError::internal(e.to_string())).and_then(|r| r);
+        if generated.is_ok() {
+            generated = result;
         }
-        while !in_flight.is_empty() {
-            join_next(&mut in_flight).await?;
-        }
-        Ok::<_, FoamError>(())
     }
-    .await;
+    // Segments a failed generator left open close with the slots: their
+    // replicas stage nothing of them.
+    let stream_closed = slots.stream_closed.load(Ordering::Acquire);
+    drop(slots);
+    let mut shipped = Ok(());
+    let mut participants: BTreeMap<NodeId, u64> = BTreeMap::new();
+    let mut rows = 0;
+    let all_shippers = std::mem::take(&mut *shippers.lock().unwrap_or_else(|p| p.into_inner()));
+    for shipper in all_shippers {
+        match shipper.await.map_err(|e| FoamError::internal(e.to_string())).and_then(|r| r) {
+            Ok(segment) => {
+                rows += segment.rows;
+                segment.nodes.iter().for_each(|node| *participants.entry(*node).or_default() += segment.rows);
+            }
+            Err(error) if shipped.is_ok() => shipped = Err(error),
+            Err(_) => {}
+        }
+    }
+    let outcome = match (generated, shipped) {
+        (Ok(()), Ok(())) => Ok(()),
+        (Err(_), Err(shipping)) if stream_closed => Err(shipping),
+        (Err(generating), _) => Err(generating),
+        (Ok(()), Err(shipping)) => Err(shipping),
+    };
     let coordinator_client = clients.get(coordinator, &catalog.node(coordinator)?.node_addr)?;
-    if let Err(error) = shipped {
-        drop(receiver);
-        in_flight.abort_all();
-        let participants = participants.keys().copied().collect();
-        let _ = coordinator_client.call(&NodeRequest::AbortTransaction { txn, participants }, &[]).await;
+    if let Err(error) = outcome {
+        // Every replica of the table may have staged some of it.
+        let participants: BTreeSet<NodeId> = (0..definition.partition_count())
+            .filter_map(|p| definition.write_targets(p, &catalog.nodes).ok())
+            .flatten()
+            .collect();
+        let abort = NodeRequest::AbortTransaction { txn, participants: participants.into_iter().collect() };
+        let _ = coordinator_client.call(&abort, &[]).await;
         return Err(error);
     }
-    for generator in generators {
-        generator.await.map_err(|e| FoamError::internal(e.to_string()))?;
-    }
-    let participants = participants.into_iter().collect();
+    let participants: Vec<(NodeId, u64)> = participants.into_iter().collect();
     coordinator_client.call(&NodeRequest::CommitTransaction { txn, participants }, &[]).await?;
     Ok(rows)
 }

@@ -93,10 +93,10 @@ pub async fn write_parquet(scale_factor: f64, dir: &Path) -> Result<()> {
 pub enum Generation {
     /// Drops it: tpchgen alone.
     Discard,
-    /// Casts it to FoamDB's column types and encodes it into a segment in
-    /// memory, as the loader does before it sends anything (no split by
-    /// partition, no network, no disk): the least work any load that stores
-    /// FoamDB's segments has to do.
+    /// Casts it to FoamDB's column types and encodes it into segments as the
+    /// loader does, dropping the encoded pieces (no split by partition, no
+    /// network, no disk): the least work any load that stores FoamDB's
+    /// segments has to do.
     EncodeSegments,
 }
 
@@ -131,8 +131,14 @@ pub async fn generate_in_memory(scale_factor: f64, what: Generation) -> Result<(
                         continue;
                     }
                     let batch = conform(&batch, &schema)?;
-                    if let Some(full) = crate::load::append_to_segment(&mut segment, &schema, &batch)? {
-                        full.finish()?;
+                    // Encoded as the loader encodes, its pieces dropped (nowhere to ship them).
+                    let builder = match segment.as_mut() {
+                        Some(builder) => builder,
+                        None => segment.insert(foam_storage::segment::SegmentBuilder::new(&schema, &batch, |_| Ok(()))?),
+                    };
+                    builder.write(&batch)?;
+                    if builder.rows() >= crate::load::LOAD_SEGMENT_ROWS_MAX {
+                        segment.take().map(|full| full.finish()).transpose()?;
                     }
                 }
                 segment.map(|last| last.finish()).transpose()?;
