@@ -94,7 +94,7 @@ pub fn run(args: BenchTpchArgs) -> Result<(), String> {
     let url = args.url.clone().unwrap_or_else(|| cluster.as_ref().map(|c| c.url()).unwrap_or_default());
     load_tpch_once(&url, args.sf)?;
     if let Some(cluster) = &cluster {
-        cluster.wait_until_copies_live()?;
+        cluster.wait_until_settled()?;
     }
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;

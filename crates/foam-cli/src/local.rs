@@ -20,11 +20,14 @@ const STOP_GRACE_SECONDS: u64 = 10;
 const MEMORY_SHARE_PERCENT: u64 = 60;
 /// Fewest worker threads a local node runs, however many nodes share the cores.
 const WORKER_THREADS_PER_NODE_MIN: usize = 1;
-/// How long a started cluster may take until every copy of every partition
-/// is live. A restarted node checks its copies against live ones first (a few
-/// seconds, nothing copied when it missed no writes); until then reads go to
-/// the other copies, so the first queries would run unevenly spread.
-const COPIES_LIVE_TIMEOUT_SECONDS: u64 = 120;
+/// How long a started cluster may take to settle: every node it wants in the
+/// meta group votes there, and every copy of every partition is live. Nodes
+/// that start together join the meta group one by one, and while it has two
+/// voters, losing either stops all DDL and commits; a restarted node checks
+/// its copies against live ones (a few seconds, nothing copied when it missed
+/// no writes), and until then reads go to the other copies, so the first
+/// queries would run unevenly spread.
+const SETTLE_TIMEOUT_SECONDS: u64 = 120;
 
 #[derive(clap::Args)]
 pub struct LocalArgs {
@@ -159,35 +162,44 @@ impl LocalCluster {
             .collect()
     }
 
-    /// Waits until every copy of every partition is live again (see
-    /// [`COPIES_LIVE_TIMEOUT_SECONDS`]); past that it says how many are not
-    /// and goes on, since a copy that cannot catch up does not stop reads.
-    pub fn wait_until_copies_live(&self) -> Result<(), String> {
+    /// Waits until the cluster has settled (see [`SETTLE_TIMEOUT_SECONDS`]);
+    /// past that it says what is missing and goes on: a copy that cannot catch
+    /// up does not stop reads.
+    pub fn wait_until_settled(&self) -> Result<(), String> {
+        let voters_wanted = foam_common::limits::META_NODES.min(self.nodes.len()) as u64;
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
         runtime.block_on(async {
             let client = foam_tpch::load::connect(&self.url()).await.map_err(|e| e.to_string())?;
-            let deadline = Instant::now() + Duration::from_secs(COPIES_LIVE_TIMEOUT_SECONDS);
+            let count = |sql: &'static str| {
+                let client = &client;
+                async move {
+                    let rows = client.simple_query(sql).await.map_err(|e| format!("cannot read the cluster's state: {e}"))?;
+                    Ok::<u64, String>(
+                        rows.iter()
+                            .find_map(|m| match m {
+                                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).and_then(|v| v.parse::<u64>().ok()),
+                                _ => None,
+                            })
+                            .unwrap_or(0),
+                    )
+                }
+            };
+            let deadline = Instant::now() + Duration::from_secs(SETTLE_TIMEOUT_SECONDS);
             let mut announced = false;
             loop {
-                let rows = client
-                    .simple_query("SELECT count(*) FROM foam_partitions WHERE replica_state <> 'live'")
-                    .await
-                    .map_err(|e| format!("cannot list the cluster's copies: {e}"))?;
-                let waiting = rows.iter().find_map(|m| match m {
-                    tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).and_then(|v| v.parse::<u64>().ok()),
-                    _ => None,
-                });
-                match waiting {
-                    Some(0) => return Ok(()),
-                    Some(n) if Instant::now() >= deadline => {
-                        eprintln!("foam local: {n} copies are still catching up; reads use the other copies meanwhile.");
-                        return Ok(());
-                    }
-                    Some(n) if !announced => {
-                        println!("Waiting for {n} copies to catch up...");
-                        announced = true;
-                    }
-                    _ => {}
+                let voters = count("SELECT count(*) FROM foam_nodes WHERE meta_role IN ('leader', 'follower')").await?;
+                let catching_up = count("SELECT count(*) FROM foam_partitions WHERE replica_state <> 'live'").await?;
+                if voters >= voters_wanted && catching_up == 0 {
+                    return Ok(());
+                }
+                let waiting = format!("{voters} of {voters_wanted} meta nodes voting, {catching_up} copies catching up");
+                if Instant::now() >= deadline {
+                    eprintln!("foam local: still {waiting}; going on.");
+                    return Ok(());
+                }
+                if !announced {
+                    println!("Waiting for the cluster to settle ({waiting})...");
+                    announced = true;
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
@@ -232,7 +244,7 @@ pub fn run(args: LocalArgs) -> Result<(), String> {
     if let Some(scale_factor) = args.tpch {
         load_tpch_once(&cluster.url(), scale_factor)?;
     }
-    cluster.wait_until_copies_live()?;
+    cluster.wait_until_settled()?;
     println!("FoamDB is running: {} nodes, data in {}", args.nodes, cluster.data_dir.display());
     println!();
     println!("  Connect:  psql -h 127.0.0.1 -p {} -U foam foam", args.sql_port);

@@ -428,28 +428,57 @@ async fn whole_local_cluster_restarts_with_its_data() {
         std::process::Command::new(common::foam_binary())
             .args(["local", "--nodes", "3", "--sql-port", &sql_port.to_string(), "--data-dir"])
             .arg(dir.path())
-            .stdout(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
             .spawn()
             .expect("foam local")
     };
+    // foam local says it is running once the cluster has settled; the rest
+    // of what it prints is read and dropped so it never blocks on a full pipe.
+    let running = |local: &mut std::process::Child| {
+        let (said, heard) = std::sync::mpsc::channel();
+        let stdout = std::io::BufReader::new(local.stdout.take().expect("piped stdout"));
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(stdout).map_while(Result::ok) {
+                if line.starts_with("FoamDB is running") {
+                    let _ = said.send(());
+                }
+            }
+        });
+        heard.recv_timeout(Duration::from_secs(120)).expect("foam local says it is running");
+    };
     let mut local = start();
-    // foam local starts the three processes at once; any may bind first.
-    (0..3).for_each(|i| wait_for_port(sql_port + i));
+    running(&mut local);
     let url = format!("host=127.0.0.1 port={sql_port} user=foam dbname=foam");
     let client = common::connect(&url).await;
     client
         .batch_execute("CREATE TABLE kept (k INT, v TEXT); INSERT INTO kept VALUES (1, 'one'), (2, 'two'), (3, 'three')")
         .await
         .unwrap();
+    // Once it runs, any one node may fail: the other two still hold a
+    // majority of the meta group (nodes joining one by one passed through a
+    // group of two voters, where losing either stopped every DDL and commit).
+    let killed = node_process(local.id(), &format!("127.0.0.1:{}", sql_port + 2)).expect("the third node's process");
+    unsafe { libc_kill(killed, 9) };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while query_text(&client, "SELECT count(*) FROM foam_nodes WHERE status = 'down'").await[0][0].as_deref() != Some("1") {
+        assert!(Instant::now() < deadline, "the killed node is marked down");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let after_loss = client.batch_execute("CREATE TABLE after_loss (k INT); INSERT INTO after_loss VALUES (1)");
+    tokio::time::timeout(Duration::from_secs(60), after_loss)
+        .await
+        .expect("DDL and writes answer without one node")
+        .expect("DDL and writes go on without one node");
+    assert_eq!(scalar(&client, "SELECT count(*) FROM kept").await, "3");
     drop(client);
     unsafe { libc_kill(local.id() as i32, 15) };
-    let status = local.wait().unwrap();
+    let status = exit_status(&mut local);
     assert!(status.success(), "foam local exits cleanly on SIGTERM: {status}");
     for i in 0..3 {
         assert!(port_free(sql_port + i), "node {i} stopped with foam local");
     }
     let mut local = start();
-    (0..3).for_each(|i| wait_for_port(sql_port + i));
+    running(&mut local);
     let client = common::connect(&format!("host=127.0.0.1 port={} user=foam dbname=foam", sql_port + 1)).await;
     assert_eq!(
         query_text(&client, "SELECT k, v FROM kept ORDER BY k").await,
@@ -472,7 +501,7 @@ async fn whole_local_cluster_restarts_with_its_data() {
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
     unsafe { libc_kill(local.id() as i32, 15) };
-    local.wait().unwrap();
+    exit_status(&mut local);
 
     // On other ports its nodes would look for each other at the registered
     // ones and never form a majority: refused at once, naming the port.
@@ -486,6 +515,29 @@ async fn whole_local_cluster_restarts_with_its_data() {
     assert!(stderr.contains(&format!("created with --sql-port {sql_port}")), "{stderr}");
 }
 
+/// How `foam local` exited, waiting at most a minute (a test that fails
+/// must not hang on a cluster that does not stop).
+fn exit_status(local: &mut std::process::Child) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = local.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "foam local did not stop within a minute of SIGTERM");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The pid of the node process `foam local` (`parent`) started with SQL on `sql_addr`.
+fn node_process(parent: u32, sql_addr: &str) -> Option<i32> {
+    let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")).ok()?;
+    children.split_whitespace().filter_map(|pid| pid.parse::<i32>().ok()).find(|pid| {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|cmdline| cmdline.split(|b| *b == 0).any(|arg| arg == sql_addr.as_bytes()))
+            .unwrap_or(false)
+    })
+}
+
 unsafe extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, signal: i32) -> i32;
@@ -495,13 +547,6 @@ fn port_free(port: u16) -> bool {
     std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
 }
 
-fn wait_for_port(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "port {port} never opened");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 /// psql's `\copy` sends rows over the connection (COPY FROM STDIN); a bad row
 /// there is reported like a bad line in a file and nothing is loaded.
