@@ -365,7 +365,7 @@ impl StorageEngine {
         schema: &arrow::datatypes::SchemaRef,
     ) -> FoamResult<()> {
         let sum = std::mem::take(&mut received.sum).finish();
-        segment::check_received(&received.file_name, &received.path, &sum, checksums, schema, rows)?;
+        segment::check_received(&received.path, &sum, checksums, schema, rows)?;
         received.file.sync_all().map_err(|e| FoamError::io(&received.path, e))?;
         let staging = self.staging_of(received.txn, received.coordinator);
         let mut staging = lock(&staging);

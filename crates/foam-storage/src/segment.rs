@@ -352,9 +352,9 @@ fn encode_error(error: parquet::errors::ParquetError) -> FoamError {
 /// is written to `path`: the bytes that arrived (`received`) must have the
 /// checksums the loader computed, and the file must be Parquet with exactly
 /// `schema`'s columns (a NOT NULL column stored as a required one, so it
-/// cannot hold a null) and `rows` rows. `name` names it in errors.
-pub fn check_received(name: &str, path: &Path, received: &SegmentSum, expected: &Checksums, schema: &SchemaRef, rows: u64) -> FoamResult<()> {
-    let named = Path::new(name);
+/// cannot hold a null) and `rows` rows. Errors name the file, not its directory.
+pub fn check_received(path: &Path, received: &SegmentSum, expected: &Checksums, schema: &SchemaRef, rows: u64) -> FoamResult<()> {
+    let named = Path::new(path.file_name().unwrap_or(path.as_os_str()));
     if expected.crc32 != Some(received.crc32) || expected.blocks != received.blocks {
         return Err(corrupted(named, "the segment's bytes do not have the checksums sent with them".into()));
     }
