@@ -10,7 +10,7 @@
 //! appears whole or not at all.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -229,7 +229,16 @@ struct ShippedSegment {
     nodes: Vec<NodeId>,
 }
 
-type Shipper = tokio::task::JoinHandle<FoamResult<ShippedSegment>>;
+/// How shipping one segment ended, when no replica failed.
+enum Shipped {
+    /// Every replica checked and staged it.
+    Staged(ShippedSegment),
+    /// The loader stopped before the segment's trailer, so its replicas
+    /// staged nothing; what stopped the loader says why.
+    Abandoned,
+}
+
+type Shipper = tokio::task::JoinHandle<FoamResult<Shipped>>;
 
 /// Where a table's segments go: the replicas of each partition, in `txn`.
 struct Shipping {
@@ -264,12 +273,13 @@ impl Shipping {
 }
 
 /// Forwards a segment's parts, as they come, to a stream to each replica;
-/// returns once every replica has checked and staged the whole file.
+/// returns once every replica has checked and staged the whole file, or
+/// how it ended if not (see [`shipping_ended`]).
 async fn ship_segment(
     request: NodeRequest,
     replicas: Vec<(NodeId, NodeClient)>,
     mut parts: mpsc::Receiver<SegmentPart>,
-) -> FoamResult<ShippedSegment> {
+) -> FoamResult<Shipped> {
     let mut streams = Vec::new();
     let mut calls = Vec::new();
     for (_, client) in &replicas {
@@ -278,14 +288,16 @@ async fn ship_segment(
         calls.push(tokio::spawn(async move { client.put_segment(&request, tokio_stream::wrappers::ReceiverStream::new(pieces)).await }));
         streams.push(stream);
     }
-    let mut rows = None;
+    let mut trailer_rows = None;
+    let mut replica_ended = false;
     'forward: while let Some(part) = parts.recv().await {
         if let SegmentPart::End(trailer) = &part {
-            rows = Some(trailer.rows);
+            trailer_rows = Some(trailer.rows);
         }
         for stream in &streams {
             // A replica's stream closes when its call ended; the call says why.
             if stream.send(part.clone()).await.is_err() {
+                replica_ended = true;
                 break 'forward;
             }
         }
@@ -293,11 +305,50 @@ async fn ship_segment(
     // Ends the other replicas' streams too: without the trailer, they stage nothing.
     drop(streams);
     drop(parts);
+    let mut failed = None;
     for call in calls {
-        call.await.map_err(|e| FoamError::internal(e.to_string()))??;
+        if let Err(error) = call.await.map_err(|e| FoamError::internal(e.to_string())).and_then(|r| r) {
+            failed.get_or_insert(error);
+        }
     }
-    let rows = rows.ok_or_else(|| FoamError::internal("the loader stopped before a segment was finished"))?;
-    Ok(ShippedSegment { rows, nodes: replicas.into_iter().map(|(node, _)| node).collect() })
+    let nodes = replicas.into_iter().map(|(node, _)| node).collect();
+    shipping_ended(trailer_rows, replica_ended, failed, nodes)
+}
+
+/// How a segment's shipping ended, from the rows its trailer gave (none if
+/// the loader stopped before it), whether a replica's call ended while parts
+/// still came, and the first replica's error. A replica's error is the cause
+/// when its call ended on its own or it refused the whole segment; a replica
+/// that refused a segment cut short by the loader only says the trailer is
+/// missing, so that segment is abandoned and the loader's error says why.
+fn shipping_ended(trailer_rows: Option<u64>, replica_ended: bool, failed: Option<FoamError>, nodes: Vec<NodeId>) -> FoamResult<Shipped> {
+    match (trailer_rows, failed) {
+        (Some(rows), None) => Ok(Shipped::Staged(ShippedSegment { rows, nodes })),
+        (Some(_), Some(error)) => Err(error),
+        (None, Some(error)) if replica_ended => Err(error),
+        (None, _) => Ok(Shipped::Abandoned),
+    }
+}
+
+/// What a table's load comes to: its staged segments, or the error that
+/// says why it failed. A replica's error comes first (a generator whose
+/// segment stream closed failed only because a replica's call ended), then
+/// a generator's; a segment abandoned although every generator finished is
+/// a bug of the loader's.
+fn load_outcome(generated: FoamResult<()>, shipped: Vec<FoamResult<Shipped>>) -> FoamResult<Vec<ShippedSegment>> {
+    let mut segments = Vec::new();
+    let mut abandoned = false;
+    for outcome in shipped {
+        match outcome? {
+            Shipped::Staged(segment) => segments.push(segment),
+            Shipped::Abandoned => abandoned = true,
+        }
+    }
+    generated?;
+    if abandoned {
+        return Err(FoamError::internal("a segment was left unfinished although every generator finished"));
+    }
+    Ok(segments)
 }
 
 /// The segments being built, one slot per partition, shared by the generator
@@ -306,10 +357,8 @@ struct SegmentSlots {
     schema: SchemaRef,
     slots: Vec<Mutex<Option<OpenSegment>>>,
     shipping: Shipping,
-    shippers: Arc<Mutex<Vec<Shipper>>>,
-    /// Set when a segment's stream was found closed: a replica's call
-    /// failed, and its error (not the generator's) says why.
-    stream_closed: AtomicBool,
+    /// The task shipping each segment opened so far.
+    shippers: Mutex<Vec<Shipper>>,
 }
 
 impl SegmentSlots {
@@ -322,7 +371,7 @@ impl SegmentSlots {
             Some(open) => open,
             None => slot.insert(self.open(partition, rows)?),
         };
-        open.builder.write(rows).inspect_err(|_| self.note_closed(&open.parts))?;
+        open.builder.write(rows)?;
         if open.builder.rows() >= LOAD_SEGMENT_ROWS_MAX
             && let Some(full) = slot.take()
         {
@@ -344,19 +393,9 @@ impl SegmentSlots {
     /// Ships the rest of a segment and its trailer.
     fn finish(&self, open: OpenSegment) -> FoamResult<()> {
         let rows = open.builder.rows();
-        let sum = open.builder.finish().inspect_err(|_| self.note_closed(&open.parts))?;
+        let sum = open.builder.finish()?;
         let trailer = SegmentTrailer { rows, crc32: sum.crc32, block_crc32: sum.blocks };
-        open.parts.blocking_send(SegmentPart::End(trailer)).map_err(|_| {
-            self.stream_closed.store(true, Ordering::Release);
-            FoamError::internal("the segment's stream to a node closed")
-        })
-    }
-
-    /// A write that failed may have failed because the stream closed.
-    fn note_closed(&self, parts: &mpsc::Sender<SegmentPart>) {
-        if parts.is_closed() {
-            self.stream_closed.store(true, Ordering::Release);
-        }
+        open.parts.blocking_send(SegmentPart::End(trailer)).map_err(|_| FoamError::internal("the segment's stream to a node closed"))
     }
 
     /// Finishes every partition's unfinished segment.
@@ -418,7 +457,6 @@ async fn load_table(
     bar: &ProgressBar,
 ) -> FoamResult<u64> {
     let txn: TxnId = uuid::Uuid::new_v4().as_u128();
-    let shippers = Arc::new(Mutex::new(Vec::new()));
     let slots = Arc::new(SegmentSlots {
         schema: definition.arrow_schema(),
         slots: (0..definition.partition_count()).map(|_| Mutex::new(None)).collect(),
@@ -430,8 +468,7 @@ async fn load_table(
             txn,
             coordinator,
         },
-        shippers: shippers.clone(),
-        stream_closed: AtomicBool::new(false),
+        shippers: Mutex::new(Vec::new()),
     });
     let mut generated = Ok(());
     for generator in generate_segments(table, scale_factor, workers, &slots, bar) {
@@ -440,42 +477,76 @@ async fn load_table(
             generated = result;
         }
     }
+    let shippers = std::mem::take(&mut *slots.shippers.lock().unwrap_or_else(|p| p.into_inner()));
     // Segments a failed generator left open close with the slots: their
     // replicas stage nothing of them.
-    let stream_closed = slots.stream_closed.load(Ordering::Acquire);
     drop(slots);
-    let mut shipped = Ok(());
+    let mut shipped = Vec::new();
+    for shipper in shippers {
+        shipped.push(shipper.await.map_err(|e| FoamError::internal(e.to_string())).and_then(|r| r));
+    }
+    let outcome = load_outcome(generated, shipped);
+    let coordinator_client = clients.get(coordinator, &catalog.node(coordinator)?.node_addr)?;
+    let segments = match outcome {
+        Ok(segments) => segments,
+        Err(error) => {
+            // Every replica of the table may have staged some of it.
+            let participants: BTreeSet<NodeId> = (0..definition.partition_count())
+                .filter_map(|p| definition.write_targets(p, &catalog.nodes).ok())
+                .flatten()
+                .collect();
+            let abort = NodeRequest::AbortTransaction { txn, participants: participants.into_iter().collect() };
+            let _ = coordinator_client.call(&abort, &[]).await;
+            return Err(error);
+        }
+    };
     let mut participants: BTreeMap<NodeId, u64> = BTreeMap::new();
     let mut rows = 0;
-    let all_shippers = std::mem::take(&mut *shippers.lock().unwrap_or_else(|p| p.into_inner()));
-    for shipper in all_shippers {
-        match shipper.await.map_err(|e| FoamError::internal(e.to_string())).and_then(|r| r) {
-            Ok(segment) => {
-                rows += segment.rows;
-                segment.nodes.iter().for_each(|node| *participants.entry(*node).or_default() += segment.rows);
-            }
-            Err(error) if shipped.is_ok() => shipped = Err(error),
-            Err(_) => {}
-        }
-    }
-    let outcome = match (generated, shipped) {
-        (Ok(()), Ok(())) => Ok(()),
-        (Err(_), Err(shipping)) if stream_closed => Err(shipping),
-        (Err(generating), _) => Err(generating),
-        (Ok(()), Err(shipping)) => Err(shipping),
-    };
-    let coordinator_client = clients.get(coordinator, &catalog.node(coordinator)?.node_addr)?;
-    if let Err(error) = outcome {
-        // Every replica of the table may have staged some of it.
-        let participants: BTreeSet<NodeId> = (0..definition.partition_count())
-            .filter_map(|p| definition.write_targets(p, &catalog.nodes).ok())
-            .flatten()
-            .collect();
-        let abort = NodeRequest::AbortTransaction { txn, participants: participants.into_iter().collect() };
-        let _ = coordinator_client.call(&abort, &[]).await;
-        return Err(error);
+    for segment in segments {
+        rows += segment.rows;
+        segment.nodes.iter().for_each(|node| *participants.entry(*node).or_default() += segment.rows);
     }
     let participants: Vec<(NodeId, u64)> = participants.into_iter().collect();
     coordinator_client.call(&NodeRequest::CommitTransaction { txn, participants }, &[]).await?;
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn staged(rows: u64) -> FoamResult<Shipped> {
+        Ok(Shipped::Staged(ShippedSegment { rows, nodes: vec![1, 2] }))
+    }
+
+    fn message(result: FoamResult<impl Sized>) -> String {
+        result.err().map(|e| e.to_string()).unwrap_or_else(|| "no error".into())
+    }
+
+    #[test]
+    fn a_replica_that_failed_on_its_own_or_on_the_whole_segment_says_why() {
+        let refused = || Some(FoamError::internal("node 2 refused the segment"));
+        // Its call ended while parts still came: the generator's "stream closed" follows from it.
+        assert!(message(shipping_ended(None, true, refused(), vec![1, 2])).contains("node 2 refused"));
+        // It refused the whole segment, trailer and all.
+        assert!(message(shipping_ended(Some(10), false, refused(), vec![1, 2])).contains("node 2 refused"));
+        // The loader stopped before the trailer: the replica only says the trailer is missing.
+        assert!(matches!(shipping_ended(None, false, refused(), vec![1, 2]), Ok(Shipped::Abandoned)));
+        assert!(matches!(shipping_ended(Some(10), false, None, vec![1, 2]), Ok(Shipped::Staged(ShippedSegment { rows: 10, .. }))));
+    }
+
+    #[test]
+    fn a_replica_error_comes_before_the_generator_error_it_caused() {
+        let closed = || Err(FoamError::internal("the segment's stream to a node closed"));
+        let refused = || Err(FoamError::internal("node 2 refused the segment"));
+        let outcome = load_outcome(closed(), vec![staged(5), refused(), Ok(Shipped::Abandoned)]);
+        assert!(message(outcome).contains("node 2 refused"));
+        // A generator that failed on its own leaves abandoned segments: its error says why.
+        let outcome = load_outcome(Err(FoamError::internal("TPC-H batch: bad row")), vec![staged(5), Ok(Shipped::Abandoned)]);
+        assert!(message(outcome).contains("bad row"));
+        // Every generator finished, yet a segment was not: a loader bug, not a success.
+        assert!(message(load_outcome(Ok(()), vec![staged(5), Ok(Shipped::Abandoned)])).contains("left unfinished"));
+        let segments = load_outcome(Ok(()), vec![staged(5), staged(7)]).unwrap();
+        assert_eq!(segments.iter().map(|s| s.rows).sum::<u64>(), 12);
+    }
 }
