@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::datatypes::{Field, Schema, SchemaRef};
-use foam_common::limits::{IDENTIFIER_BYTES_MAX, PARTITIONS_PER_TABLE_MAX, REPLICAS_DEFAULT, default_partition_count};
+use foam_common::limits::{IDENTIFIER_BYTES_MAX, PARTITIONS_PER_TABLE_MAX, REPLICAS_DEFAULT, WORKER_THREADS_UNKNOWN, default_partition_count};
 use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TableId};
 use serde::{Deserialize, Serialize};
 
@@ -579,7 +579,9 @@ impl Catalog {
                 if node_ids.is_empty() {
                     return Err(FoamError::CatalogUnavailable { message: "the cluster has no nodes".into() });
                 }
-                let count = partitions.unwrap_or(default_partition_count(node_ids.len() as u32));
+                // The node running the statement fills in its default (it
+                // knows its worker threads); without one, several are assumed.
+                let count = partitions.unwrap_or(default_partition_count(node_ids.len() as u32, WORKER_THREADS_UNKNOWN));
                 if count == 0 || count > PARTITIONS_PER_TABLE_MAX {
                     return Err(FoamError::InvalidTableDefinition {
                         message: format!("PARTITIONS must be between 1 and {PARTITIONS_PER_TABLE_MAX}, got {count}"),

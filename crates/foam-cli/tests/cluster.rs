@@ -91,6 +91,24 @@ async fn million_rows_spread_evenly_join_correctly_and_survive_sigkill() {
     assert_eq!(actual_groups(&client).await, expected);
 }
 
+/// Nodes that run one worker thread (as `foam local` gives 4 nodes on 2
+/// cores) get one partition each by default, not two; a named count stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_threaded_nodes_get_one_partition_each_by_default() {
+    let cluster = Cluster::start_with(4, &["--worker-threads", "1"]);
+    let client = cluster.client(0).await;
+    client.batch_execute("CREATE TABLE by_default (a BIGINT) DISTRIBUTED BY (a)").await.expect("CREATE TABLE");
+    client.batch_execute("CREATE TABLE named (a BIGINT) DISTRIBUTED BY (a) PARTITIONS 8").await.expect("CREATE TABLE");
+    let layout = query_text(
+        &client,
+        "SELECT table_name, count(DISTINCT partition), count(DISTINCT node_id) FROM foam_partitions \
+         WHERE table_name IN ('by_default', 'named') AND serves_reads GROUP BY table_name ORDER BY table_name",
+    )
+    .await;
+    let layout: Vec<Vec<String>> = layout.into_iter().map(|row| row.into_iter().map(Option::unwrap_or_default).collect()).collect();
+    assert_eq!(layout, vec![vec!["by_default", "4", "4"], vec!["named", "8", "4"]]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_copy_names_line_and_column_and_changes_nothing() {
     let cluster = Cluster::start(3);

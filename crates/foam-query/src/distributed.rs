@@ -36,7 +36,7 @@ use datafusion_distributed::{
     WorkerChannel, WorkerQueryContext, WorkerResolver, WorkerToCoordinatorMsg,
 };
 use foam_common::NodeId;
-use foam_common::limits::{SCAN_ROWS_PER_TASK, default_partition_count};
+use foam_common::limits::{SCAN_ROWS_PER_TASK, WORKER_THREADS_UNKNOWN, default_partition_count};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use tonic::codegen::http::HeaderMap;
@@ -314,6 +314,12 @@ impl datafusion::config::ConfigExtension for FoamOptions {
 /// session can change it with `SET datafusion.optimizer.default_filter_selectivity`.
 pub const DEFAULT_FILTER_SELECTIVITY_PERCENT: u8 = 5;
 
+/// Worker threads of this node's runtime (the nodes of a cluster run alike:
+/// `foam local` gives each the same share of the cores).
+pub fn worker_threads() -> u32 {
+    tokio::runtime::Handle::try_current().map_or(WORKER_THREADS_UNKNOWN, |runtime| runtime.metrics().num_workers() as u32)
+}
+
 /// The session configuration every FoamDB session starts from.
 pub fn base_config(node: Arc<NodeContext>) -> SessionConfig {
     let mut config = SessionConfig::new();
@@ -345,7 +351,7 @@ pub const JOIN_DENSITY_SCALE_MAX: f64 = 4.0;
 /// is reserved from the memory pool like a hash table.
 fn scale_join_density_to_cluster(config: &mut SessionConfig, node: &NodeContext) {
     let nodes = node.catalog.current().nodes.len() as u32;
-    let ratio = default_partition_count(nodes) as f64 / default_partition_count(1) as f64;
+    let ratio = default_partition_count(nodes, worker_threads()) as f64 / default_partition_count(1, WORKER_THREADS_UNKNOWN) as f64;
     let one_node = datafusion::config::ExecutionOptions::default().perfect_hash_join_min_key_density;
     config.options_mut().execution.perfect_hash_join_min_key_density = one_node / ratio.clamp(1.0, JOIN_DENSITY_SCALE_MAX);
 }

@@ -494,7 +494,12 @@ impl FoamSession {
         let command = |tag: &str| Ok(StatementOutput::Command { tag: tag.into(), rows: None });
         match statement {
             Statement::CreateTable(_) => {
-                let create = ddl::create_table_command(statement, prepared.raw.distribution.clone())?;
+                let mut create = ddl::create_table_command(statement, prepared.raw.distribution.clone())?;
+                // The default partition count depends on this node's worker threads.
+                if let CatalogCommand::CreateTable { distribution: foam_catalog::model::DistributionSpec::Hash { partitions: partitions @ None, .. }, .. } = &mut create {
+                    let nodes = self.node.catalog.current().placeable_nodes().len() as u32;
+                    *partitions = Some(foam_common::limits::default_partition_count(nodes, crate::distributed::worker_threads()));
+                }
                 self.node.catalog.apply(create).await?;
                 command("CREATE TABLE")
             }
