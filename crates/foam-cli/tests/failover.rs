@@ -300,8 +300,12 @@ async fn sigstop_past_the_dead_time_then_sigcont_catches_up_without_split_brain(
     create_thousand_rows(&client, "paused").await;
     let stopped = node_id(&cluster, &client, 2).await;
     cluster.signal(2, "STOP");
+    // While the node is stopped, the leader of the meta nodes may refuse
+    // statements for a moment (57P03) if the other member answers it late on
+    // a loaded machine: that is a retry, not a failure.
     eventually("the stopped node marked down", Duration::from_secs(15), async || {
-        scalar(&client, &format!("SELECT status FROM foam_nodes WHERE node_id = {stopped}")).await == "down"
+        let sql = format!("SELECT status FROM foam_nodes WHERE node_id = {stopped}");
+        matches!(try_query_text(&client, &sql).await, Ok(rows) if rows[0][0].as_deref() == Some("down"))
     })
     .await;
     // Writes and reads go on with the surviving copies.
