@@ -174,14 +174,7 @@ impl LocalCluster {
                 let client = &client;
                 async move {
                     let rows = client.simple_query(sql).await.map_err(|e| format!("cannot read the cluster's state: {e}"))?;
-                    Ok::<u64, String>(
-                        rows.iter()
-                            .find_map(|m| match m {
-                                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).and_then(|v| v.parse::<u64>().ok()),
-                                _ => None,
-                            })
-                            .unwrap_or(0),
-                    )
+                    Ok::<u64, String>(foam_tpch::load::first_number(&rows).unwrap_or(0))
                 }
             };
             let deadline = Instant::now() + Duration::from_secs(SETTLE_TIMEOUT_SECONDS);

@@ -76,16 +76,18 @@ fn sql_error(error: tokio_postgres::Error) -> FoamError {
     }
 }
 
+/// The first column of a simple query's first row, as a number (a count).
+pub fn first_number(rows: &[tokio_postgres::SimpleQueryMessage]) -> Option<u64> {
+    rows.iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).and_then(|v| v.parse::<u64>().ok()),
+        _ => None,
+    })
+}
+
 /// Rows in `lineitem`, or None unless all eight TPC-H tables exist (a load
 /// creates all eight before it fills any). The loader fills lineitem last,
 /// in one transaction, so rows there mean every table committed.
 async fn lineitem_rows(client: &tokio_postgres::Client) -> FoamResult<Option<u64>> {
-    let first = |rows: Vec<tokio_postgres::SimpleQueryMessage>| {
-        rows.iter().find_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).and_then(|v| v.parse::<u64>().ok()),
-            _ => None,
-        })
-    };
     let names: Vec<String> = ALL_TABLES.iter().map(|t| format!("'{}'", t.name())).collect();
     let exists = client
         .simple_query(&format!(
@@ -94,10 +96,10 @@ async fn lineitem_rows(client: &tokio_postgres::Client) -> FoamResult<Option<u64
         ))
         .await
         .map_err(sql_error)?;
-    if first(exists) != Some(ALL_TABLES.len() as u64) {
+    if first_number(&exists) != Some(ALL_TABLES.len() as u64) {
         return Ok(None);
     }
-    Ok(first(client.simple_query("SELECT count(*) FROM lineitem").await.map_err(sql_error)?))
+    Ok(first_number(&client.simple_query("SELECT count(*) FROM lineitem").await.map_err(sql_error)?))
 }
 
 /// Whether an earlier load finished (its last table, lineitem, has rows).
