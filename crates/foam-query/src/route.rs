@@ -7,10 +7,9 @@
 //! other input is shuffled so each row lands in exactly that task and partition:
 //!
 //! ```text
-//!   FoamRoutedExec: Hash(keys, N), FoamDB's layout  (drops __foam_route)
+//!   FoamRoutedExec: Hash(keys, N), FoamDB's layout
 //!     [NetworkShuffleExec]                 consumer task t reads producer outputs t·N .. t·N+N
-//!       RepartitionExec: Hash([__foam_route], N·T)
-//!         ProjectionExec: *, foam_route(keys, N, L, task_of) AS __foam_route
+//!       RepartitionExec: Hash([foam_route(keys, N, L, task_of)], N·T)
 //! ```
 //! datafusion-distributed only shuffles through DataFusion's `RepartitionExec`,
 //! which sends a row to output `hash_df(value) mod (N·T)`, with `T` the join
@@ -21,14 +20,15 @@
 //! then `H mod (N·T) = (task index mod T)·N + p` for every `T ≤ W`, which
 //! is exactly where task `task index mod T` reads partition `p`. The values are
 //! found once per `(N, W)` by trying candidates (about `N·L·ln(N·W)` hashes)
-//! and cached.
+//! and cached. The route value is the repartition's hash expression, not a
+//! column: it is computed where the rows are split and never travels with them.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use arrow::array::{ArrayRef, UInt32Array};
-use arrow::datatypes::{DataType, Schema, SchemaRef};
+use arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::hash_utils::create_hashes;
 use datafusion::common::{ScalarValue, tree_node::TreeNodeRecursion};
 use datafusion::error::{DataFusionError, Result};
@@ -37,17 +37,13 @@ use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, Sca
 use datafusion::physical_expr::expressions::{Column, Literal};
 use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::{REPARTITION_RANDOM_STATE, RepartitionExec};
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use foam_common::NodeId;
-use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
-/// The name of the routing function and of the column it fills.
+/// The name of the routing function.
 pub const ROUTE_FUNCTION: &str = "foam_route";
-const ROUTE_COLUMN: &str = "__foam_route";
 
 /// Most hashes the route table of one `(N, W)` may take to find; beyond it
 /// (very wide clusters with many partitions) joins shuffle both sides.
@@ -65,8 +61,8 @@ pub fn task_period(workers: u64) -> u64 {
     (1..=workers.max(1)).fold(1u64, |l, t| l / gcd(l, t) * t)
 }
 
-/// The DataFusion repartition hash of `values` as a UInt32 column (route
-/// values travel with every routed row, so they take 4 bytes, not 8).
+/// The DataFusion repartition hash of `values` as a UInt32 column (the type
+/// `foam_route` returns: 4 bytes a row hash as fast as 8 and stay smaller).
 fn df_hashes(values: &UInt32Array) -> Result<Vec<u64>> {
     let mut hashes = vec![0u64; values.len()];
     let column: ArrayRef = Arc::new(values.clone());
@@ -230,21 +226,12 @@ pub fn routed_shuffle(input: Arc<dyn ExecutionPlan>, keys: &[Arc<dyn PhysicalExp
         &schema,
         Arc::new(datafusion::config::ConfigOptions::default()),
     )?;
-    let mut exprs: Vec<(Arc<dyn PhysicalExpr>, String)> = schema
-        .fields()
-        .iter()
-        .enumerate()
-        .map(|(i, f)| (Arc::new(Column::new(f.name(), i)) as Arc<dyn PhysicalExpr>, f.name().clone()))
-        .collect();
-    exprs.push((Arc::new(route), ROUTE_COLUMN.to_string()));
-    let projection = Arc::new(ProjectionExec::try_new(exprs, input)?);
-    let route_column: Arc<dyn PhysicalExpr> = Arc::new(Column::new(ROUTE_COLUMN, schema.fields().len()));
-    let shuffle = Arc::new(RepartitionExec::try_new(projection, Partitioning::Hash(vec![route_column], n as usize))?);
+    let shuffle = Arc::new(RepartitionExec::try_new(input, Partitioning::Hash(vec![Arc::new(route)], n as usize))?);
     Ok(Some(Arc::new(FoamRoutedExec::try_new(shuffle, RouteSpec { key_columns, owners: owners.to_vec() })?)))
 }
 
-/// The receiving end of a routed shuffle: drops the route column and declares
-/// the FoamDB partitioning the rows now have.
+/// The receiving end of a routed shuffle: declares the FoamDB partitioning
+/// the rows now have (they pass through unchanged).
 #[derive(Debug)]
 pub struct FoamRoutedExec {
     input: Arc<dyn ExecutionPlan>,
@@ -255,9 +242,7 @@ pub struct FoamRoutedExec {
 
 impl FoamRoutedExec {
     pub fn try_new(input: Arc<dyn ExecutionPlan>, spec: RouteSpec) -> Result<Self> {
-        let full = input.schema();
-        let width = full.fields().len().saturating_sub(1);
-        let schema: SchemaRef = Arc::new(Schema::new_with_metadata(full.fields()[..width].to_vec(), full.metadata().clone()));
+        let schema = input.schema();
         let keys: Vec<Arc<dyn PhysicalExpr>> = spec
             .key_columns
             .iter()
@@ -315,18 +300,7 @@ impl ExecutionPlan for FoamRoutedExec {
     }
 
     fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
-        let width = self.schema.fields().len();
-        let schema = self.schema.clone();
-        let stream = self.input.execute(partition, context)?.map(move |batch| {
-            let batch = batch?;
-            let columns = batch.columns()[..width].to_vec();
-            Ok(arrow::record_batch::RecordBatch::try_new_with_options(
-                schema.clone(),
-                columns,
-                &arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
-            )?)
-        });
-        Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream)))
+        self.input.execute(partition, context)
     }
 }
 
