@@ -61,8 +61,8 @@ pub fn task_period(workers: u64) -> u64 {
     (1..=workers.max(1)).fold(1u64, |l, t| l / gcd(l, t) * t)
 }
 
-/// The DataFusion repartition hash of `values` as a UInt32 column (the type
-/// `foam_route` returns: 4 bytes a row hash as fast as 8 and stay smaller).
+/// The DataFusion repartition hash of `values` as a UInt32 column, the type
+/// `foam_route` returns.
 fn df_hashes(values: &UInt32Array) -> Result<Vec<u64>> {
     let mut hashes = vec![0u64; values.len()];
     let column: ArrayRef = Arc::new(values.clone());
