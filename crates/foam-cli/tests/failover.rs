@@ -303,9 +303,19 @@ async fn sigstop_past_the_dead_time_then_sigcont_catches_up_without_split_brain(
     // While the node is stopped, the leader of the meta nodes may refuse
     // statements for a moment (57P03) if the other member answers it late on
     // a loaded machine: that is a retry, not a failure.
+    let started = Instant::now();
+    let mut seen = String::new();
     eventually("the stopped node marked down", Duration::from_secs(15), async || {
         let sql = format!("SELECT status FROM foam_nodes WHERE node_id = {stopped}");
-        matches!(try_query_text(&client, &sql).await, Ok(rows) if rows[0][0].as_deref() == Some("down"))
+        let answer = match try_query_text(&client, &sql).await {
+            Ok(rows) => format!("{:?}", rows[0][0]),
+            Err(error) => format!("{} {error}", sqlstate(&error)),
+        };
+        if answer != seen {
+            println!("after {:?}: {answer}", started.elapsed());
+            seen = answer;
+        }
+        seen == "Some(\"down\")"
     })
     .await;
     // Writes and reads go on with the surviving copies.

@@ -10,8 +10,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use foam_common::limits::META_NODES;
+
 /// How long a node may take to accept SQL connections after it is started.
 const NODE_START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a new cluster may take to make its first nodes voting members
+/// of the catalog's Raft group.
+const META_GROUP_TIMEOUT: Duration = Duration::from_secs(60);
 /// Query memory per test node; tests use little data.
 const TEST_NODE_MEMORY_MB: &str = "1024";
 
@@ -100,7 +105,43 @@ impl Cluster {
         for index in 0..count {
             cluster.wait_ready(index);
         }
+        cluster.wait_meta_group();
         cluster
+    }
+
+    /// Waits until the first nodes (up to [`META_NODES`]) all vote in the
+    /// catalog's Raft group. A node is ready before the leader has made it a
+    /// voter, and while the group is still growing, stopping one of its
+    /// members can leave the leader without a majority. Tests that lose
+    /// nodes on purpose must start from a complete group.
+    fn wait_meta_group(&self) {
+        let voters = self.nodes.len().min(META_NODES).to_string();
+        let url = self.url(0);
+        // Start-up is synchronous and the caller may be inside a runtime,
+        // so the query runs on a thread with its own.
+        let waited = std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+                    runtime.block_on(async {
+                        let client = connect(&url).await;
+                        let sql = "SELECT count(*) FROM foam_nodes WHERE meta_role IN ('leader', 'follower')";
+                        let deadline = Instant::now() + META_GROUP_TIMEOUT;
+                        loop {
+                            let answer = try_query_text(&client, sql).await;
+                            if matches!(&answer, Ok(rows) if rows[0][0].as_deref() == Some(voters.as_str())) {
+                                return;
+                            }
+                            assert!(Instant::now() < deadline, "the meta group has not got {voters} voters: {answer:?}");
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                    })
+                })
+                .join()
+        });
+        if let Err(panic) = waited {
+            std::panic::resume_unwind(panic);
+        }
     }
 
     /// Adds a node (not started yet) that joins through node 0, or
@@ -237,10 +278,22 @@ impl Cluster {
     }
 }
 
+/// Lines of each node's log a failing test prints, so a failure seen only in
+/// CI's output still shows what the nodes were doing.
+const LOG_LINES_ON_FAILURE: usize = 25;
+
 impl Drop for Cluster {
     fn drop(&mut self) {
         for index in 0..self.nodes.len() {
             self.kill(index);
+        }
+        if std::thread::panicking() {
+            for index in 0..self.nodes.len() {
+                let log = self.log(index);
+                let lines: Vec<&str> = log.lines().collect();
+                let tail = &lines[lines.len().saturating_sub(LOG_LINES_ON_FAILURE)..];
+                println!("--- last {} lines of node {index}'s log ---\n{}", tail.len(), tail.join("\n"));
+            }
         }
     }
 }
