@@ -156,7 +156,8 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
     let keeper = tokio::spawn(replication.clone().run_keeper());
 
     let handler = Arc::new(FoamNodeHandler { node: node.clone(), replication, catalog: catalog.clone() });
-    let worker = foam_query::distributed::worker(node.clone(), runtime.clone());
+    let worker = foam_query::distributed::worker(node.clone(), runtime.clone())
+        .map_err(|e| FoamError::internal(format!("the query worker could not start: {e}")))?;
     let grpc = tonic::transport::Server::builder()
         .add_service(foam_rpc::node_flight_server(handler))
         .add_service(worker.into_worker_server())
