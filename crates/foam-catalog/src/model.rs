@@ -509,6 +509,12 @@ impl Catalog {
         self.nodes.keys().take(foam_common::limits::META_NODES).copied().collect()
     }
 
+    /// The meta nodes that vote in the Raft group (see
+    /// [`foam_common::limits::meta_voters`]); the others follow as learners.
+    pub fn meta_voters(&self) -> Vec<NodeId> {
+        self.nodes.keys().take(foam_common::limits::meta_voters(self.nodes.len())).copied().collect()
+    }
+
     /// Nodes new copies may go to: up and not draining, in id order.
     pub fn placeable_nodes(&self) -> Vec<NodeId> {
         self.nodes.values().filter(|n| n.state == NodeState::Up && !n.draining).map(|n| n.id).collect()

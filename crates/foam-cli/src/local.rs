@@ -166,7 +166,7 @@ impl LocalCluster {
     /// past that it says what is missing and goes on: a copy that cannot catch
     /// up does not stop reads.
     pub fn wait_until_settled(&self) -> Result<(), String> {
-        let voters_wanted = foam_common::limits::META_NODES.min(self.nodes.len()) as u64;
+        let voters_wanted = foam_common::limits::meta_voters(self.nodes.len()) as u64;
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
         runtime.block_on(async {
             let client = foam_tpch::load::connect(&self.url()).await.map_err(|e| e.to_string())?;

@@ -896,6 +896,33 @@ async fn killing_the_first_meta_node_leaves_catalog_detection_and_writes_working
     assert_eq!(Some(scalar(&back, "SELECT count(*) FROM orders").await), loaded);
 }
 
+/// A forming cluster keeps an odd number of voters in the catalog's Raft
+/// group: two nodes are a voter and a learner, so the first goes on alone
+/// when the second is lost (a majority of two voters needs both). A third
+/// node makes all three voters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_node_cluster_that_loses_its_second_node_keeps_changing_its_catalog() {
+    let mut cluster = Cluster::start_with(2, FAST_DETECTOR);
+    let client = cluster.client(0).await;
+    assert_eq!(meta_roles(&client).await, "leader,learner");
+    create_thousand_rows(&client, "two_nodes").await;
+    let second = node_id(&cluster, &client, 1).await;
+    cluster.kill(1);
+    eventually("the lost node marked down", Duration::from_secs(15), async || {
+        let sql = format!("SELECT status FROM foam_nodes WHERE node_id = {second}");
+        try_query_text(&client, &sql).await.is_ok_and(|rows| rows[0][0].as_deref() == Some("down"))
+    })
+    .await;
+    let create = "CREATE TABLE after_loss (id BIGINT, v BIGINT) DISTRIBUTED BY (id)";
+    until_ok(&client, create, Duration::from_secs(15), "DDL goes on without the second node").await;
+    client.batch_execute("INSERT INTO after_loss SELECT value, 1 FROM generate_series(1, 100)").await.unwrap();
+    assert_eq!(scalar(&client, "SELECT count(*) FROM after_loss").await, "100");
+    assert_eq!(scalar(&client, "SELECT count(*) FROM two_nodes").await, "1000");
+    cluster.restart(1);
+    cluster.add_node();
+    wait_for_meta_group(&client).await;
+}
+
 /// Cuts node 0 off the network with network namespaces (its messages to the
 /// other nodes and theirs to it are dropped, while the test still reaches it
 /// over its own SQL link): first while it leads the meta nodes, then again,

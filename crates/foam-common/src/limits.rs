@@ -52,6 +52,16 @@ pub const REPLICAS_DEFAULT: u32 = 2;
 /// of three may fail, and a majority (two) keeps the cluster writable.
 pub const META_NODES: usize = 3;
 
+/// How many of the meta nodes of a cluster of `nodes` vote in the catalog's
+/// Raft group: all of them when they are odd in number, one fewer when even
+/// (the highest of them follows as a learner). Two voters are no safer than
+/// one and less available: a majority of two is both, so losing either stops
+/// the catalog, where one voter stops it only when that node is lost.
+pub const fn meta_voters(nodes: usize) -> usize {
+    let meta = if nodes < META_NODES { nodes } else { META_NODES };
+    if meta % 2 == 0 { meta.saturating_sub(1) } else { meta }
+}
+
 /// How long a catalog request waits for a leader of the meta nodes (an
 /// election takes about a second) before it fails with 57P03.
 pub const CATALOG_LEADER_WAIT_MS: u64 = 5_000;
@@ -197,5 +207,11 @@ mod tests {
             assert_eq!(default_partition_count(nodes, threads) % nodes.max(1), 0);
         }
         assert_eq!(default_partition_count(4, WORKER_THREADS_UNKNOWN), 8);
+    }
+
+    #[test]
+    fn the_meta_voters_are_odd_in_number_and_at_most_the_meta_nodes() {
+        let voters: Vec<usize> = (0..=6).map(meta_voters).collect();
+        assert_eq!(voters, [0, 1, 1, 3, 3, 3, 3]);
     }
 }

@@ -287,10 +287,13 @@ pub async fn run(leader: Arc<ClusterCatalog>) {
     }
 }
 
-/// While this node leads, makes the Raft group's voters the catalog's meta
-/// nodes: a joining node among the three lowest ids is added (as a learner
-/// until it has the log, then as a voter), a removed one is dropped.
+/// While this node leads, makes the Raft group the catalog's meta nodes: a
+/// joining meta node is added as a learner and, once it has the log and the
+/// voters should include it, made a voter; the voters stay odd in number
+/// (`Catalog::meta_voters`), so a forming cluster of two is one voter and a
+/// learner. A node that is no longer a meta node leaves the group.
 pub async fn keep_meta_group(leader: Arc<ClusterCatalog>) {
+    use std::collections::BTreeSet;
     let mut interval = tokio::time::interval(Duration::from_millis(HEARTBEAT_INTERVAL_MS * 2));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let wait = Duration::from_millis(foam_common::limits::CATALOG_LEADER_WAIT_MS);
@@ -300,31 +303,40 @@ pub async fn keep_meta_group(leader: Arc<ClusterCatalog>) {
             continue;
         }
         let catalog = leader.current();
-        let wanted: std::collections::BTreeSet<NodeId> = catalog.meta_nodes().into_iter().collect();
+        let meta: BTreeSet<NodeId> = catalog.meta_nodes().into_iter().collect();
+        let wanted: BTreeSet<NodeId> = catalog.meta_voters().into_iter().collect();
         let metrics = leader.raft.metrics().borrow().clone();
-        let voters: std::collections::BTreeSet<NodeId> = metrics.membership_config.membership().voter_ids().collect();
-        if wanted == voters || wanted.is_empty() {
+        let membership = metrics.membership_config.membership();
+        let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+        let known: BTreeSet<NodeId> = membership.nodes().map(|(id, _)| *id).collect();
+        let departed: BTreeSet<NodeId> = known.iter().filter(|id| !meta.contains(id) && !voters.contains(id)).copied().collect();
+        if wanted.is_empty() || (wanted == voters && departed.is_empty() && meta.is_subset(&known)) {
             continue;
         }
-        let known: std::collections::BTreeSet<NodeId> = metrics.membership_config.membership().nodes().map(|(id, _)| *id).collect();
         let mut ready = true;
-        for id in wanted.iter().filter(|id| !known.contains(id)) {
+        for id in meta.iter().filter(|id| !known.contains(id)) {
             let Some(node) = catalog.nodes.get(id) else { continue };
             let learner = leader.raft.add_learner(*id, openraft::BasicNode::new(&node.node_addr), true);
             match tokio::time::timeout(wait, learner).await {
                 Ok(Ok(_)) => tracing::info!(node_id = id, "meta node added as a learner"),
                 outcome => {
                     tracing::info!(node_id = id, ?outcome, "meta node not reachable yet");
-                    ready = false;
+                    ready = ready && !wanted.contains(id);
                 }
             }
         }
-        if !ready {
-            continue;
+        if ready && wanted != voters {
+            match tokio::time::timeout(wait, leader.raft.change_membership(wanted.clone(), false)).await {
+                Ok(Ok(_)) => tracing::info!(?wanted, "meta voters changed"),
+                outcome => tracing::warn!(?wanted, ?outcome, "could not change the meta voters yet"),
+            }
         }
-        match tokio::time::timeout(wait, leader.raft.change_membership(wanted.clone(), false)).await {
-            Ok(Ok(_)) => tracing::info!(?wanted, "meta nodes changed"),
-            outcome => tracing::warn!(?wanted, ?outcome, "could not change the meta nodes yet"),
+        if !departed.is_empty() {
+            let removal = leader.raft.change_membership(openraft::ChangeMembers::RemoveNodes(departed.clone()), false);
+            match tokio::time::timeout(wait, removal).await {
+                Ok(Ok(_)) => tracing::info!(?departed, "former meta nodes left the Raft group"),
+                outcome => tracing::warn!(?departed, ?outcome, "could not remove former meta nodes yet"),
+            }
         }
     }
 }

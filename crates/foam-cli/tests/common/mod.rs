@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use foam_common::limits::META_NODES;
+use foam_common::limits::{META_NODES, meta_voters};
 
 /// How long a node may take to accept SQL connections after it is started.
 const NODE_START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -109,13 +109,15 @@ impl Cluster {
         cluster
     }
 
-    /// Waits until the first nodes (up to [`META_NODES`]) all vote in the
-    /// catalog's Raft group. A node is ready before the leader has made it a
-    /// voter, and while the group is still growing, stopping one of its
+    /// Waits until the first nodes (up to [`META_NODES`]) are all in the
+    /// catalog's Raft group, as many of them voting as [`meta_voters`] says
+    /// and the rest learners. A node is ready before the leader has added
+    /// it, and while the group is still growing, stopping one of its
     /// members can leave the leader without a majority. Tests that lose
     /// nodes on purpose must start from a complete group.
     fn wait_meta_group(&self) {
-        let voters = self.nodes.len().min(META_NODES).to_string();
+        let (voters, members) = (meta_voters(self.nodes.len()), self.nodes.len().min(META_NODES));
+        let wanted = [Some(voters.to_string()), Some(members.to_string())];
         let url = self.url(0);
         // Start-up is synchronous and the caller may be inside a runtime,
         // so the query runs on a thread with its own.
@@ -125,14 +127,14 @@ impl Cluster {
                     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
                     runtime.block_on(async {
                         let client = connect(&url).await;
-                        let sql = "SELECT count(*) FROM foam_nodes WHERE meta_role IN ('leader', 'follower')";
+                        let sql = "SELECT count(*) FILTER (WHERE meta_role IN ('leader', 'follower')), count(meta_role) FROM foam_nodes";
                         let deadline = Instant::now() + META_GROUP_TIMEOUT;
                         loop {
                             let answer = try_query_text(&client, sql).await;
-                            if matches!(&answer, Ok(rows) if rows[0][0].as_deref() == Some(voters.as_str())) {
+                            if matches!(&answer, Ok(rows) if rows[0][..] == wanted[..]) {
                                 return;
                             }
-                            assert!(Instant::now() < deadline, "the meta group has not got {voters} voters: {answer:?}");
+                            assert!(Instant::now() < deadline, "the meta group has not got {voters} voters of {members}: {answer:?}");
                             tokio::time::sleep(Duration::from_millis(100)).await;
                         }
                     })
