@@ -384,6 +384,7 @@ pub fn coordinator_state_builder(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv
         .with_physical_optimizer_rule(Arc::new(crate::copartition::CoPartitioning { node: node.clone() }))
         .with_physical_optimizer_rule(Arc::new(crate::regroup::ScanRegrouping { node: node.clone() }))
         .with_physical_optimizer_rule(Arc::new(crate::join_yield::JoinYielding))
+        .with_physical_optimizer_rule(Arc::new(crate::count_ones::CountWithoutOnesArray))
         .with_distributed_planner()
         .with_distributed_worker_resolver(FoamWorkerResolver { node: node.clone() })
         .with_distributed_user_codec(FoamCodec)
@@ -464,9 +465,11 @@ fn apply_execution_options(config: &mut SessionConfig, headers: &HeaderMap) {
 /// function afresh, about an eighth of a worker's CPU in a short query.
 fn worker_template(runtime: Arc<RuntimeEnv>) -> Result<datafusion::execution::SessionState> {
     let mut state = SessionStateBuilder::new().with_default_features().with_runtime_env(runtime).build();
-    // Routed shuffles and rewritten LIKE filters call these in stages this worker runs.
+    // Routed shuffles, rewritten LIKE filters and counted rows call these in
+    // stages this worker runs.
     datafusion::execution::FunctionRegistry::register_udf(&mut state, Arc::new(crate::route::FoamRoute::udf()))?;
     datafusion::execution::FunctionRegistry::register_udf(&mut state, Arc::new(crate::like::FoamLike::udf()))?;
+    datafusion::execution::FunctionRegistry::register_udf(&mut state, Arc::new(crate::count_ones::FoamOnes::udf()))?;
     Ok(state)
 }
 

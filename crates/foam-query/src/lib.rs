@@ -18,6 +18,7 @@ pub mod codec;
 pub mod context;
 pub mod copartition;
 pub mod copy;
+pub mod count_ones;
 pub mod ddl;
 pub mod distributed;
 pub mod eager_aggregate;
