@@ -139,6 +139,11 @@ pub const STAGE_INLINE_BYTES_PER_TXN_MAX: usize = 64 * 1024 * 1024;
 /// before it is flushed to a Parquet segment.
 pub const MEMTABLE_FLUSH_ROWS: usize = 131_072;
 
+/// Entries in a coordinator's decision log after which it is rewritten with
+/// only the decisions a participant may still ask for, when those are at most
+/// half of them: 1 MiB of log.
+pub const DECISION_LOG_COMPACT_ENTRIES: usize = 65_536;
+
 /// WAL bytes after which the node checkpoints: flushes every memtable and starts
 /// a fresh WAL file, so restart replay time stays bounded.
 pub const WAL_CHECKPOINT_BYTES: u64 = 256 * 1024 * 1024;

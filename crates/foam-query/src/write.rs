@@ -417,11 +417,17 @@ async fn run_commit_protocol(node: &Arc<NodeContext>, txn: TxnId, participants: 
         return Err(error);
     }
     // The statement is committed now. A participant that misses this message
-    // (it crashed) learns the outcome from us when it comes back.
+    // (it crashed) learns the outcome from us when it comes back; once every
+    // one has its commit record on disk, none will ask.
+    let mut delivered = true;
     for (node_id, result) in on_participants(node, &nodes, |_| NodeRequest::Commit { txn }).await {
         if let Err(error) = result {
+            delivered = false;
             tracing::warn!(txn = %format!("{txn:032x}"), node_id, %error, "commit not delivered; the node will resolve it");
         }
+    }
+    if delivered {
+        node.decisions.forget(txn);
     }
     node.decisions.finish(txn);
     Ok(())

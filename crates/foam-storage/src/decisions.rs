@@ -3,6 +3,13 @@
 //! participant is told to commit, so a participant left in doubt by a crash can
 //! always ask. A transaction this node never decided is presumed aborted once it
 //! is no longer running (presumed-abort 2PC), so only commits are logged.
+//!
+//! A decision is needed only until every participant has its commit record on
+//! disk: once all of them have acknowledged `Commit`, none can be in doubt about
+//! it, and the coordinator forgets it. The log is appended to and, past
+//! [`DECISION_LOG_COMPACT_ENTRIES`] entries of which at most half are still
+//! needed, rewritten atomically with those only, so it stays as small as the
+//! commits that some participant has not confirmed.
 
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
@@ -10,6 +17,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use foam_common::limits::DECISION_LOG_COMPACT_ENTRIES;
 use foam_common::{FoamError, FoamResult, TxnId};
 use serde::{Deserialize, Serialize};
 
@@ -29,17 +37,26 @@ pub enum TxnOutcome {
 
 pub struct DecisionLog {
     path: PathBuf,
+    /// Entries in the file past which it is compacted.
+    compact_entries: usize,
     state: Mutex<DecisionState>,
 }
 
 struct DecisionState {
     file: File,
+    /// Entries in the file, forgotten ones included.
+    entries: usize,
+    /// Commits some participant may still ask about.
     committed: HashSet<TxnId>,
     running: HashSet<TxnId>,
 }
 
 impl DecisionLog {
     pub fn open(data_dir: &Path) -> FoamResult<Self> {
+        Self::open_compacting_after(data_dir, DECISION_LOG_COMPACT_ENTRIES)
+    }
+
+    fn open_compacting_after(data_dir: &Path, compact_entries: usize) -> FoamResult<Self> {
         let path = data_dir.join(DECISION_FILE_NAME);
         let mut bytes = Vec::new();
         if path.exists() {
@@ -59,7 +76,8 @@ impl DecisionLog {
         if whole != bytes.len() {
             file.set_len(whole as u64).map_err(|e| FoamError::io(&path, e))?;
         }
-        Ok(DecisionLog { path, state: Mutex::new(DecisionState { file, committed, running: HashSet::new() }) })
+        let entries = whole / ENTRY_BYTES;
+        Ok(DecisionLog { path, compact_entries, state: Mutex::new(DecisionState { file, entries, committed, running: HashSet::new() }) })
     }
 
     pub fn begin(&self, txn: TxnId) {
@@ -81,6 +99,30 @@ impl DecisionLog {
             return Err(FoamError::io(&self.path, error));
         }
         state.committed.insert(txn);
+        state.entries += 1;
+        Ok(())
+    }
+
+    /// Every participant has acknowledged `Commit` for `txn` (its commit record
+    /// is durable), so no one will ask about it again: the decision may go.
+    pub fn forget(&self, txn: TxnId) {
+        let mut state = self.lock();
+        state.committed.remove(&txn);
+        if state.entries >= self.compact_entries && state.committed.len() * 2 <= state.entries {
+            if let Err(error) = self.compact(&mut state) {
+                // The old log is whole and still holds every needed decision.
+                tracing::warn!(path = %self.path.display(), %error, "decision log not compacted");
+            }
+        }
+    }
+
+    /// Rewrites the log with the decisions still needed: a new file written,
+    /// fsynced and renamed over the old, so a crash leaves one or the other.
+    fn compact(&self, state: &mut DecisionState) -> FoamResult<()> {
+        let bytes: Vec<u8> = state.committed.iter().flat_map(|txn| txn.to_le_bytes()).collect();
+        foam_common::fs::write_atomic(&self.path, &bytes)?;
+        state.file = OpenOptions::new().append(true).open(&self.path).map_err(|e| FoamError::io(&self.path, e))?;
+        state.entries = state.committed.len();
         Ok(())
     }
 
@@ -124,6 +166,38 @@ mod tests {
         let log = DecisionLog::open(&dir).unwrap();
         assert_eq!(log.outcome(1), TxnOutcome::Committed);
         assert_eq!(log.outcome(2), TxnOutcome::Aborted);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn forgotten_decisions_leave_the_log_and_unconfirmed_ones_survive_compaction() {
+        let dir = std::env::temp_dir().join(format!("foam-decisions-compact-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let file_entries = || std::fs::metadata(dir.join(DECISION_FILE_NAME)).unwrap().len() as usize / ENTRY_BYTES;
+        {
+            let log = DecisionLog::open_compacting_after(&dir, 8).unwrap();
+            // Txn 3 is never confirmed by every participant.
+            for txn in 1..=7u128 {
+                log.decide_commit(txn).unwrap();
+                if txn != 3 {
+                    log.forget(txn);
+                }
+            }
+            assert_eq!(file_entries(), 7, "not compacted below the threshold");
+            log.decide_commit(8).unwrap();
+            log.decide_commit(9).unwrap();
+            log.forget(8);
+            // 9 entries, 2 still needed (3 and 9): rewritten with those two.
+            assert_eq!(file_entries(), 2);
+            log.decide_commit(10).unwrap();
+            assert_eq!(file_entries(), 3, "appends go on after a compaction");
+            assert_eq!(log.outcome(3), TxnOutcome::Committed);
+        }
+        let log = DecisionLog::open_compacting_after(&dir, 8).unwrap();
+        for (txn, outcome) in [(3, TxnOutcome::Committed), (9, TxnOutcome::Committed), (10, TxnOutcome::Committed), (1, TxnOutcome::Aborted), (8, TxnOutcome::Aborted)] {
+            assert_eq!(log.outcome(txn), outcome, "txn {txn}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
