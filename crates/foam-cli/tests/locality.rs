@@ -99,6 +99,33 @@ async fn co_located_join_moves_no_table_data_and_a_shuffled_one_does() {
     assert!(shuffled_bytes < ROWS * 12, "routed rows carry only their own columns: {shuffled_bytes} bytes");
     assert!(co_bytes < 5_000, "only partial aggregates cross for a co-located join: {co_bytes} bytes");
 
+    // Joined on two keys, b's distribution key and another: b still stays
+    // (rows equal on both keys are equal on b.k) and only a's rows travel,
+    // routed on a.other alone. Kept from broadcasting, DataFusion would
+    // shuffle both sides on both keys.
+    client
+        .batch_execute(
+            "SET datafusion.optimizer.hash_join_single_partition_threshold = 0;
+             SET datafusion.optimizer.hash_join_single_partition_threshold_rows = 0",
+        )
+        .await
+        .expect("set");
+    let two_keys = format!("{shuffled} AND b.w = a.other * 3");
+    let (two_key_bytes, rows) = bytes_between_nodes(&client, &two_keys).await;
+    assert_eq!(rows, vec![vec![Some(matches.len().to_string()), Some(sum.to_string())]]);
+    let plan = explain(&client, &two_keys).await;
+    println!("{plan}\njoin on the distribution key and another: {two_key_bytes} bytes between nodes");
+    let shuffles = plan.lines().filter(|l| l.ends_with("exchange: shuffle")).count();
+    assert!(plan.contains("exchange: shuffle-one-side"), "{plan}");
+    assert_eq!(shuffles, 1, "only a's rows are shuffled:\n{plan}");
+    client
+        .batch_execute(
+            "RESET datafusion.optimizer.hash_join_single_partition_threshold;
+             RESET datafusion.optimizer.hash_join_single_partition_threshold_rows",
+        )
+        .await
+        .expect("reset");
+
     // Grouped by the key of the side that stays, the aggregate after that
     // join runs where the groups are: the routed rows are the only shuffle.
     // a's rows are counted per join key where they are stored

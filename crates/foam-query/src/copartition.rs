@@ -138,12 +138,11 @@ fn co_located(children: &[&Arc<dyn ExecutionPlan>], required: &[Vec<Arc<dyn Phys
 }
 
 /// For each hash key position of `child`, the join condition it belongs to,
-/// when every key is one side of a distinct condition.
-fn key_conditions(child: &Arc<dyn ExecutionPlan>, required: &[Arc<dyn PhysicalExpr>]) -> Option<Vec<usize>> {
+/// when every key is one side of a distinct condition. With `subset`, the
+/// keys may be some of the join's (see [`route_on_some_keys`]).
+fn key_conditions(child: &Arc<dyn ExecutionPlan>, required: &[Arc<dyn PhysicalExpr>], subset: bool) -> Option<Vec<usize>> {
     let Partitioning::Hash(keys, _) = child.output_partitioning() else { return None };
-    // DataFusion requires a join input hashed on exactly the join keys (a
-    // subset would be correct, but its plan checker refuses it).
-    if keys.len() != required.len() {
+    if keys.is_empty() || keys.len() > required.len() || (!subset && keys.len() != required.len()) {
         return None;
     }
     let conditions: Vec<usize> = keys.iter().map(|k| required.iter().position(|e| e.eq(k))).collect::<Option<_>>()?;
@@ -153,16 +152,16 @@ fn key_conditions(child: &Arc<dyn ExecutionPlan>, required: &[Arc<dyn PhysicalEx
     (distinct.len() == conditions.len()).then_some(conditions)
 }
 
-/// The input of a hash repartition on exactly the keys its FoamDB-hashed
-/// input is already partitioned by (a repartition that only changes the
-/// partition count).
+/// The input of a hash repartition on keys that include all those its
+/// FoamDB-hashed input is already partitioned by (a repartition that only
+/// changes the partition count, or hashes on more keys than a join needs).
 fn foam_under_repartition(child: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
     let repartition = child.downcast_ref::<RepartitionExec>()?;
     let Partitioning::Hash(keys, _) = repartition.partitioning() else { return None };
     let input = repartition.input();
     let Partitioning::Hash(input_keys, _) = input.output_partitioning() else { return None };
-    let same = keys.len() == input_keys.len() && keys.iter().zip(input_keys).all(|(a, b)| a.eq(b));
-    (same && matches!(origin(input), HashOrigin::Foam { .. })).then(|| input.clone())
+    let covered = !input_keys.is_empty() && input_keys.iter().all(|k| keys.iter().any(|key| key.eq(k)));
+    (covered && matches!(origin(input), HashOrigin::Foam { .. })).then(|| input.clone())
 }
 
 /// A partitioned hash join with one input FoamDB-hashed on the join keys and
@@ -202,7 +201,12 @@ fn route_one_side(
             Some((input, join)) => (input, join_keys(join, moves), join.clone()),
             None => (moving, required[moves].clone(), node.clone()),
         };
-        let Some(routed) = route_to_owners(&stay_child, &required[stays], moving, &move_keys, workers, repartition.is_some())? else {
+        let routed = match route_to_owners(&stay_child, &required[stays], moving, &move_keys, workers, repartition.is_some())? {
+            Some(routed) => Some((stay_child, routed)),
+            None if repartition.is_some() => route_on_some_keys(&stay_child, &required[stays], moving, &move_keys, workers)?,
+            None => None,
+        };
+        let Some((stay_child, routed)) = routed else {
             continue;
         };
         let mut new_children = children.to_vec();
@@ -211,6 +215,39 @@ fn route_one_side(
         return Ok(Some(join.replace_children(new_children, ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute))?));
     }
     Ok(None)
+}
+
+/// A join whose staying input is FoamDB-hashed on some of its keys, not all:
+/// rows that match on every condition match on those, so they meet in the
+/// partition that holds them (TPC-H partsupp, distributed by `ps_partkey`,
+/// joins lineitem on `ps_partkey` and `ps_suppkey`), and the moving input is
+/// routed on its side of those keys alone. DataFusion checks that a
+/// partitioned join's inputs are hashed on exactly its keys, so both inputs
+/// then declare all of them (`FoamRoutedExec` passes rows through and
+/// declares the layout): true of both, since rows equal on all the keys are
+/// equal on the hashed ones. Returns the staying and the routed input.
+fn route_on_some_keys(
+    stays: &Arc<dyn ExecutionPlan>,
+    stay_keys: &[Arc<dyn PhysicalExpr>],
+    moves: &Arc<dyn ExecutionPlan>,
+    move_keys: &[Arc<dyn PhysicalExpr>],
+    workers: u64,
+) -> Result<Option<(Arc<dyn ExecutionPlan>, Arc<dyn ExecutionPlan>)>> {
+    use crate::route::{FoamRoutedExec, RouteSpec};
+    let HashOrigin::Foam { owners } = origin(stays) else { return Ok(None) };
+    let Some(conditions) = key_conditions(stays, stay_keys, true) else { return Ok(None) };
+    let Partitioning::Hash(hashed_keys, _) = stays.output_partitioning() else { return Ok(None) };
+    let routed_keys: Vec<Arc<dyn PhysicalExpr>> = conditions.iter().map(|c| move_keys[*c].clone()).collect();
+    if conditions.len() == stay_keys.len() || !same_kind(hashed_keys, &stays.schema(), &routed_keys, &moves.schema()) {
+        return Ok(None);
+    }
+    let columns = |keys: &[Arc<dyn PhysicalExpr>]| keys.iter().map(|k| k.downcast_ref::<Column>().map(|c| c.index())).collect::<Option<Vec<usize>>>();
+    let (Some(stay_columns), Some(move_columns)) = (columns(stay_keys), columns(move_keys)) else { return Ok(None) };
+    let Some(routed) = crate::route::routed_shuffle(moves.clone(), &routed_keys, &owners, workers)? else { return Ok(None) };
+    let Some(shuffle) = routed.downcast_ref::<FoamRoutedExec>().and_then(|r| r.children().first().map(|c| (*c).clone())) else { return Ok(None) };
+    let routed = FoamRoutedExec::try_new(shuffle, RouteSpec { key_columns: move_columns, owners: owners.clone() })?;
+    let declared = FoamRoutedExec::try_new(stays.clone(), RouteSpec { key_columns: stay_columns, owners })?;
+    Ok(Some((Arc::new(declared), Arc::new(routed))))
 }
 
 /// A hash join's key expressions on input `side`.
@@ -471,7 +508,7 @@ fn route_toward(
     workers: u64,
 ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     let HashOrigin::Foam { owners } = origin(stays) else { return Ok(None) };
-    let Some(conditions) = key_conditions(stays, stay_keys) else { return Ok(None) };
+    let Some(conditions) = key_conditions(stays, stay_keys, false) else { return Ok(None) };
     let Partitioning::Hash(hashed_keys, _) = stays.output_partitioning() else { return Ok(None) };
     let routed_keys: Vec<Arc<dyn PhysicalExpr>> = conditions.iter().map(|c| move_keys[*c].clone()).collect();
     if !same_kind(hashed_keys, &stays.schema(), &routed_keys, &moves.schema()) {

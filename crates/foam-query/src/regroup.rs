@@ -51,8 +51,17 @@ impl PhysicalOptimizerRule for ScanRegrouping {
         }
         let streams = config.execution.target_partitions.max(1);
         let mut scans: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
+        // A scan under a `FoamRoutedExec` has its layout declared there
+        // (a join on more keys than the distribution key, copartition.rs),
+        // which the sanity check cannot see depends on the scan.
+        let mut declared: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
         plan.apply(|node| {
-            if node.downcast_ref::<FoamScanExec>().is_some_and(|scan| scan.spec().layout.is_some()) {
+            if node.is::<crate::route::FoamRoutedExec>() {
+                declared.extend(node.children().into_iter().cloned());
+            }
+            if node.downcast_ref::<FoamScanExec>().is_some_and(|scan| scan.spec().layout.is_some())
+                && !declared.iter().any(|d| Arc::ptr_eq(d, node))
+            {
                 scans.push(node.clone());
             }
             Ok(TreeNodeRecursion::Continue)

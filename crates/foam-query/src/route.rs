@@ -231,7 +231,9 @@ pub fn routed_shuffle(input: Arc<dyn ExecutionPlan>, keys: &[Arc<dyn PhysicalExp
 }
 
 /// The receiving end of a routed shuffle: declares the FoamDB partitioning
-/// the rows now have (they pass through unchanged).
+/// the rows now have (they pass through unchanged). Also declares a join
+/// input distributed on some of the join keys as laid out on all of them
+/// (`copartition.rs`, `route_on_some_keys`).
 #[derive(Debug)]
 pub struct FoamRoutedExec {
     input: Arc<dyn ExecutionPlan>,
@@ -268,7 +270,7 @@ impl FoamRoutedExec {
 impl DisplayAs for FoamRoutedExec {
     fn fmt_as(&self, _format: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         let names: Vec<&str> = self.spec.key_columns.iter().map(|i| self.schema.field(*i).name().as_str()).collect();
-        write!(f, "FoamRoutedExec: keys=[{}], partitions={} (to the owners' tasks)", names.join(","), self.spec.owners.len())
+        write!(f, "FoamRoutedExec: keys=[{}], partitions={} (laid out as the owners' partitions)", names.join(","), self.spec.owners.len())
     }
 }
 
