@@ -9,7 +9,10 @@
 //! it, and the coordinator forgets it. The log is appended to and, past
 //! [`DECISION_LOG_COMPACT_ENTRIES`] entries of which at most half are still
 //! needed, rewritten atomically with those only, so it stays as small as the
-//! commits that some participant has not confirmed.
+//! commits that some participant has not confirmed. Forgotten decisions are
+//! appended to a second file, `decisions.done`, without fsync, so a restart
+//! before the next compaction does not bring them back for good; losing some
+//! of that file only keeps decisions longer.
 
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
@@ -22,6 +25,7 @@ use foam_common::{FoamError, FoamResult, TxnId};
 use serde::{Deserialize, Serialize};
 
 const DECISION_FILE_NAME: &str = "decisions.log";
+const FORGOTTEN_FILE_NAME: &str = "decisions.done";
 const ENTRY_BYTES: usize = 16;
 /// Exit code of a node whose decision log could not be repaired after a failed write.
 const EXIT_CODE_DECISIONS_UNUSABLE: i32 = 74;
@@ -44,6 +48,8 @@ pub struct DecisionLog {
 
 struct DecisionState {
     file: File,
+    /// Where forgotten decisions are listed until the next compaction.
+    forgotten: File,
     /// Entries in the file, forgotten ones included.
     entries: usize,
     /// Commits some participant may still ask about.
@@ -58,16 +64,13 @@ impl DecisionLog {
 
     fn open_compacting_after(data_dir: &Path, compact_entries: usize) -> FoamResult<Self> {
         let path = data_dir.join(DECISION_FILE_NAME);
-        let mut bytes = Vec::new();
-        if path.exists() {
-            File::open(&path).and_then(|mut f| f.read_to_end(&mut bytes)).map_err(|e| FoamError::io(&path, e))?;
-        }
+        let bytes = read_if_exists(&path)?;
         // A torn last entry (crash mid-append) was never acknowledged: drop it.
         let whole = bytes.len() / ENTRY_BYTES * ENTRY_BYTES;
-        let committed = bytes[..whole]
-            .chunks_exact(ENTRY_BYTES)
-            .map(|chunk| TxnId::from_le_bytes(chunk.try_into().expect("16-byte chunk")))
-            .collect();
+        let forgotten_path = data_dir.join(FORGOTTEN_FILE_NAME);
+        let done: HashSet<TxnId> = txn_ids(&read_if_exists(&forgotten_path)?).collect();
+        let committed = txn_ids(&bytes[..whole]).filter(|txn| !done.contains(txn)).collect();
+        let forgotten = OpenOptions::new().create(true).append(true).open(&forgotten_path).map_err(|e| FoamError::io(&forgotten_path, e))?;
         let existed = path.exists();
         let file = OpenOptions::new().create(true).append(true).open(&path).map_err(|e| FoamError::io(&path, e))?;
         if !existed {
@@ -77,7 +80,7 @@ impl DecisionLog {
             file.set_len(whole as u64).map_err(|e| FoamError::io(&path, e))?;
         }
         let entries = whole / ENTRY_BYTES;
-        Ok(DecisionLog { path, compact_entries, state: Mutex::new(DecisionState { file, entries, committed, running: HashSet::new() }) })
+        Ok(DecisionLog { path, compact_entries, state: Mutex::new(DecisionState { file, forgotten, entries, committed, running: HashSet::new() }) })
     }
 
     pub fn begin(&self, txn: TxnId) {
@@ -107,7 +110,11 @@ impl DecisionLog {
     /// is durable), so no one will ask about it again: the decision may go.
     pub fn forget(&self, txn: TxnId) {
         let mut state = self.lock();
-        state.committed.remove(&txn);
+        if !state.committed.remove(&txn) {
+            return;
+        }
+        // Unsynced: a lost entry only keeps the decision until a compaction.
+        let _ = state.forgotten.write_all(&txn.to_le_bytes());
         if state.entries >= self.compact_entries && state.committed.len() * 2 <= state.entries {
             if let Err(error) = self.compact(&mut state) {
                 // The old log is whole and still holds every needed decision.
@@ -123,6 +130,9 @@ impl DecisionLog {
         foam_common::fs::write_atomic(&self.path, &bytes)?;
         state.file = OpenOptions::new().append(true).open(&self.path).map_err(|e| FoamError::io(&self.path, e))?;
         state.entries = state.committed.len();
+        // The new log holds none of the forgotten decisions any more.
+        let forgotten_path = self.path.with_file_name(FORGOTTEN_FILE_NAME);
+        state.forgotten.set_len(0).map_err(|e| FoamError::io(&forgotten_path, e))?;
         Ok(())
     }
 
@@ -145,6 +155,19 @@ impl DecisionLog {
     fn lock(&self) -> std::sync::MutexGuard<'_, DecisionState> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+fn read_if_exists(path: &Path) -> FoamResult<Vec<u8>> {
+    let mut bytes = Vec::new();
+    if path.exists() {
+        File::open(path).and_then(|mut f| f.read_to_end(&mut bytes)).map_err(|e| FoamError::io(path, e))?;
+    }
+    Ok(bytes)
+}
+
+/// The whole 16-byte transaction ids in `bytes` (a torn tail is ignored).
+fn txn_ids(bytes: &[u8]) -> impl Iterator<Item = TxnId> + '_ {
+    bytes.chunks_exact(ENTRY_BYTES).map(|chunk| TxnId::from_le_bytes(chunk.try_into().expect("16-byte chunk")))
 }
 
 #[cfg(test)]
@@ -190,11 +213,18 @@ mod tests {
             log.forget(8);
             // 9 entries, 2 still needed (3 and 9): rewritten with those two.
             assert_eq!(file_entries(), 2);
+            assert_eq!(std::fs::metadata(dir.join(FORGOTTEN_FILE_NAME)).unwrap().len(), 0, "the new log lists no forgotten decision");
             log.decide_commit(10).unwrap();
             assert_eq!(file_entries(), 3, "appends go on after a compaction");
             assert_eq!(log.outcome(3), TxnOutcome::Committed);
         }
         let log = DecisionLog::open_compacting_after(&dir, 8).unwrap();
+        log.decide_commit(11).unwrap();
+        log.forget(11);
+        drop(log);
+        // Forgotten before a restart, not yet compacted away: still forgotten.
+        let log = DecisionLog::open_compacting_after(&dir, 8).unwrap();
+        assert_eq!(log.outcome(11), TxnOutcome::Aborted);
         for (txn, outcome) in [(3, TxnOutcome::Committed), (9, TxnOutcome::Committed), (10, TxnOutcome::Committed), (1, TxnOutcome::Aborted), (8, TxnOutcome::Aborted)] {
             assert_eq!(log.outcome(txn), outcome, "txn {txn}");
         }
