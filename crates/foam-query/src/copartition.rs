@@ -72,6 +72,10 @@ fn origin(plan: &Arc<dyn ExecutionPlan>) -> HashOrigin {
         return HashOrigin::DataFusion;
     }
     if let Some(routed) = plan.downcast_ref::<crate::route::FoamRoutedExec>() {
+        // Laid out by some of its keys: like no layout on all of them.
+        if routed.spec().by_some_keys {
+            return HashOrigin::Unknown;
+        }
         return HashOrigin::Foam { owners: routed.spec().owners.clone() };
     }
     let mut hashed = plan
@@ -225,7 +229,10 @@ fn route_one_side(
 /// partitioned join's inputs are hashed on exactly its keys, so both inputs
 /// then declare all of them (`FoamRoutedExec` passes rows through and
 /// declares the layout): true of both, since rows equal on all the keys are
-/// equal on the hashed ones. Returns the staying and the routed input.
+/// equal on the hashed ones. Both are marked `by_some_keys`, so no operator
+/// above takes the join's output for a FoamDB layout on all those keys (a
+/// table distributed on two columns with the same owners would otherwise
+/// look co-located with it). Returns the staying and the routed input.
 fn route_on_some_keys(
     stays: &Arc<dyn ExecutionPlan>,
     stay_keys: &[Arc<dyn PhysicalExpr>],
@@ -245,8 +252,8 @@ fn route_on_some_keys(
     let (Some(stay_columns), Some(move_columns)) = (columns(stay_keys), columns(move_keys)) else { return Ok(None) };
     let Some(routed) = crate::route::routed_shuffle(moves.clone(), &routed_keys, &owners, workers)? else { return Ok(None) };
     let Some(shuffle) = routed.downcast_ref::<FoamRoutedExec>().and_then(|r| r.children().first().map(|c| (*c).clone())) else { return Ok(None) };
-    let routed = FoamRoutedExec::try_new(shuffle, RouteSpec { key_columns: move_columns, owners: owners.clone() })?;
-    let declared = FoamRoutedExec::try_new(stays.clone(), RouteSpec { key_columns: stay_columns, owners })?;
+    let routed = FoamRoutedExec::try_new(shuffle, RouteSpec { key_columns: move_columns, owners: owners.clone(), by_some_keys: true })?;
+    let declared = FoamRoutedExec::try_new(stays.clone(), RouteSpec { key_columns: stay_columns, owners, by_some_keys: true })?;
     Ok(Some((Arc::new(declared), Arc::new(routed))))
 }
 
@@ -658,4 +665,29 @@ fn fix(node: Arc<dyn ExecutionPlan>, target: usize, workers: u64) -> Result<Tran
         }
     }
     Ok(Transformed::yes(node.replace_children(new_children, ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute))?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::route::{FoamRoutedExec, RouteSpec};
+    use arrow::datatypes::{DataType, Field};
+    use datafusion::physical_plan::empty::EmptyExec;
+
+    #[test]
+    fn rows_laid_out_by_some_of_their_keys_match_no_other_layout() {
+        let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, false), Field::new("b", DataType::Int64, false)]));
+        let routed = |by_some_keys: bool| -> Arc<dyn ExecutionPlan> {
+            let spec = RouteSpec { key_columns: vec![0, 1], owners: vec![1, 2, 3], by_some_keys };
+            Arc::new(FoamRoutedExec::try_new(Arc::new(EmptyExec::new(schema.clone())), spec).unwrap())
+        };
+        assert_eq!(origin(&routed(false)), HashOrigin::Foam { owners: vec![1, 2, 3] });
+        assert_eq!(origin(&routed(true)), HashOrigin::Unknown);
+        // Two inputs declaring the same keys and owners pair up only when both
+        // are laid out by all of those keys.
+        let keys: Vec<Arc<dyn PhysicalExpr>> = vec![Arc::new(Column::new("a", 0)), Arc::new(Column::new("b", 1))];
+        let required = vec![keys.clone(), keys];
+        assert!(co_located(&[&routed(false), &routed(false)], &required));
+        assert!(!co_located(&[&routed(true), &routed(false)], &required));
+    }
 }

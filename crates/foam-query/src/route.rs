@@ -186,6 +186,12 @@ pub struct RouteSpec {
     pub key_columns: Vec<usize>,
     /// Owner of each partition of the layout routed to.
     pub owners: Vec<NodeId>,
+    /// The rows are laid out by only some of `key_columns` (a join on more
+    /// keys than a distribution key, `copartition.rs`): the declaration holds
+    /// for the join it feeds, but no other FoamDB layout on these keys
+    /// matches it.
+    #[serde(default)]
+    pub by_some_keys: bool,
 }
 
 /// The task index of an owner node: its position among a layout's distinct
@@ -227,7 +233,7 @@ pub fn routed_shuffle(input: Arc<dyn ExecutionPlan>, keys: &[Arc<dyn PhysicalExp
         Arc::new(datafusion::config::ConfigOptions::default()),
     )?;
     let shuffle = Arc::new(RepartitionExec::try_new(input, Partitioning::Hash(vec![Arc::new(route)], n as usize))?);
-    Ok(Some(Arc::new(FoamRoutedExec::try_new(shuffle, RouteSpec { key_columns, owners: owners.to_vec() })?)))
+    Ok(Some(Arc::new(FoamRoutedExec::try_new(shuffle, RouteSpec { key_columns, owners: owners.to_vec(), by_some_keys: false })?)))
 }
 
 /// The receiving end of a routed shuffle: declares the FoamDB partitioning
