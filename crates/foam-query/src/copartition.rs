@@ -241,20 +241,17 @@ fn route_on_some_keys(
     workers: u64,
 ) -> Result<Option<(Arc<dyn ExecutionPlan>, Arc<dyn ExecutionPlan>)>> {
     use crate::route::{FoamRoutedExec, RouteSpec};
-    let HashOrigin::Foam { owners } = origin(stays) else { return Ok(None) };
-    let Some(conditions) = key_conditions(stays, stay_keys, true) else { return Ok(None) };
-    let Partitioning::Hash(hashed_keys, _) = stays.output_partitioning() else { return Ok(None) };
-    let routed_keys: Vec<Arc<dyn PhysicalExpr>> = conditions.iter().map(|c| move_keys[*c].clone()).collect();
-    if conditions.len() == stay_keys.len() || !same_kind(hashed_keys, &stays.schema(), &routed_keys, &moves.schema()) {
+    let Some((owners, routed_keys)) = routing(stays, stay_keys, moves, move_keys, true) else { return Ok(None) };
+    if routed_keys.len() == stay_keys.len() {
         return Ok(None);
     }
     let columns = |keys: &[Arc<dyn PhysicalExpr>]| keys.iter().map(|k| k.downcast_ref::<Column>().map(|c| c.index())).collect::<Option<Vec<usize>>>();
     let (Some(stay_columns), Some(move_columns)) = (columns(stay_keys), columns(move_keys)) else { return Ok(None) };
-    let Some(routed) = crate::route::routed_shuffle(moves.clone(), &routed_keys, &owners, workers)? else { return Ok(None) };
-    let Some(shuffle) = routed.downcast_ref::<FoamRoutedExec>().and_then(|r| r.children().first().map(|c| (*c).clone())) else { return Ok(None) };
-    let routed = FoamRoutedExec::try_new(shuffle, RouteSpec { key_columns: move_columns, owners: owners.clone(), by_some_keys: true })?;
+    let Some(routed) = crate::route::routed_shuffle_declaring(moves.clone(), &routed_keys, Some(move_columns), &owners, workers)? else {
+        return Ok(None);
+    };
     let declared = FoamRoutedExec::try_new(stays.clone(), RouteSpec { key_columns: stay_columns, owners, by_some_keys: true })?;
-    Ok(Some((Arc::new(declared), Arc::new(routed))))
+    Ok(Some((Arc::new(declared), routed)))
 }
 
 /// A hash join's key expressions on input `side`.
@@ -514,14 +511,26 @@ fn route_toward(
     move_keys: &[Arc<dyn PhysicalExpr>],
     workers: u64,
 ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
-    let HashOrigin::Foam { owners } = origin(stays) else { return Ok(None) };
-    let Some(conditions) = key_conditions(stays, stay_keys, false) else { return Ok(None) };
-    let Partitioning::Hash(hashed_keys, _) = stays.output_partitioning() else { return Ok(None) };
-    let routed_keys: Vec<Arc<dyn PhysicalExpr>> = conditions.iter().map(|c| move_keys[*c].clone()).collect();
-    if !same_kind(hashed_keys, &stays.schema(), &routed_keys, &moves.schema()) {
-        return Ok(None);
-    }
+    let Some((owners, routed_keys)) = routing(stays, stay_keys, &moves, move_keys, false) else { return Ok(None) };
     crate::route::routed_shuffle(moves, &routed_keys, &owners, workers)
+}
+
+/// Where `moves` goes to meet `stays` and on which of its keys it is
+/// hashed: the owners of `stays`'s FoamDB layout, and `moves`'s side of each
+/// condition `stays` is hashed on (all of them, or with `subset` some), when
+/// those keys hash alike.
+fn routing(
+    stays: &Arc<dyn ExecutionPlan>,
+    stay_keys: &[Arc<dyn PhysicalExpr>],
+    moves: &Arc<dyn ExecutionPlan>,
+    move_keys: &[Arc<dyn PhysicalExpr>],
+    subset: bool,
+) -> Option<(Vec<NodeId>, Vec<Arc<dyn PhysicalExpr>>)> {
+    let HashOrigin::Foam { owners } = origin(stays) else { return None };
+    let conditions = key_conditions(stays, stay_keys, subset)?;
+    let Partitioning::Hash(hashed_keys, _) = stays.output_partitioning() else { return None };
+    let routed_keys: Vec<Arc<dyn PhysicalExpr>> = conditions.iter().map(|c| move_keys[*c].clone()).collect();
+    same_kind(hashed_keys, &stays.schema(), &routed_keys, &moves.schema()).then_some((owners, routed_keys))
 }
 
 /// Whether keys hash alike: FoamDB's partition hash is over canonical

@@ -213,6 +213,19 @@ pub fn task_indices(owners: &[NodeId]) -> Vec<u64> {
 /// Builds the routed shuffle of `input` (see the module documentation), or
 /// `None` when the keys are not plain columns or routing is too costly.
 pub fn routed_shuffle(input: Arc<dyn ExecutionPlan>, keys: &[Arc<dyn PhysicalExpr>], owners: &[NodeId], workers: u64) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    routed_shuffle_declaring(input, keys, None, owners, workers)
+}
+
+/// [`routed_shuffle`], whose output declares itself laid out on the
+/// `declared` columns when given, of which `keys` are some (see
+/// [`RouteSpec::by_some_keys`]).
+pub fn routed_shuffle_declaring(
+    input: Arc<dyn ExecutionPlan>,
+    keys: &[Arc<dyn PhysicalExpr>],
+    declared: Option<Vec<usize>>,
+    owners: &[NodeId],
+    workers: u64,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     let n = owners.len() as u64;
     if !routable(n, workers) {
         return Ok(None);
@@ -233,7 +246,11 @@ pub fn routed_shuffle(input: Arc<dyn ExecutionPlan>, keys: &[Arc<dyn PhysicalExp
         Arc::new(datafusion::config::ConfigOptions::default()),
     )?;
     let shuffle = Arc::new(RepartitionExec::try_new(input, Partitioning::Hash(vec![Arc::new(route)], n as usize))?);
-    Ok(Some(Arc::new(FoamRoutedExec::try_new(shuffle, RouteSpec { key_columns, owners: owners.to_vec(), by_some_keys: false })?)))
+    let spec = match declared {
+        Some(declared) => RouteSpec { key_columns: declared, owners: owners.to_vec(), by_some_keys: true },
+        None => RouteSpec { key_columns, owners: owners.to_vec(), by_some_keys: false },
+    };
+    Ok(Some(Arc::new(FoamRoutedExec::try_new(shuffle, spec)?)))
 }
 
 /// The receiving end of a routed shuffle: declares the FoamDB partitioning
