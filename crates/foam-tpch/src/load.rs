@@ -7,7 +7,7 @@
 //! few pieces per partition rather than whole files, and each node writes the
 //! pieces to disk as they come, then checks and stages the whole file. One
 //! node then commits the table's load with two-phase commit, so each table
-//! appears whole or not at all.
+//! appears whole or not at all, while the loader generates the next table.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
@@ -143,7 +143,8 @@ pub async fn load(url: &str, scale_factor: f64, show_progress: bool) -> FoamResu
     loaded
 }
 
-/// Generates and commits every table's rows, one table after another.
+/// Generates every table's rows, one table after another, each committing
+/// while the next is generated.
 async fn fill_tables(
     client: &tokio_postgres::Client,
     scale_factor: f64,
@@ -174,10 +175,14 @@ async fn fill_tables(
     if !show_progress {
         progress.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
+    let definitions = ALL_TABLES.iter().map(|table| catalog.table(table.name()).cloned()).collect::<FoamResult<Vec<_>>>()?;
     let started = Instant::now();
     let mut report = Vec::new();
-    for table in ALL_TABLES {
-        let definition = catalog.table(table.name())?.clone();
+    // Each table commits in the background while the next is generated; the
+    // last (lineitem) commits only after all the others did, so rows in it
+    // mean the whole load committed (see `lineitem_rows`).
+    let mut committing = Vec::new();
+    for (index, (table, definition)) in ALL_TABLES.into_iter().zip(&definitions).enumerate() {
         let bar = progress.add(ProgressBar::new_spinner());
         bar.set_style(
             ProgressStyle::with_template("{prefix:>9} {spinner} {human_pos:>12} rows {per_sec:>16} {elapsed:>4} {msg}")
@@ -186,7 +191,19 @@ async fn fill_tables(
         bar.set_prefix(table.name());
         bar.enable_steady_tick(Duration::from_millis(200));
         let table_started = Instant::now();
-        let rows = load_table(table, scale_factor, workers, &definition, &catalog, &clients, coordinator, &bar).await?;
+        let generated = generate_table(table, scale_factor, workers, definition, &catalog, &clients, coordinator, &bar).await;
+        if generated.generated.is_ok() && index + 1 < ALL_TABLES.len() {
+            bar.set_message("committing");
+            committing.push(Committing { commit: tokio::spawn(generated.commit()), table: table.name(), bar, started: table_started });
+            continue;
+        }
+        // The last table, or one that failed to generate (its commit aborts
+        // it and returns why): the tables before it settle first.
+        let generated = match settle(&mut committing, &mut report).await {
+            Ok(()) => generated,
+            Err(error) => generated.fail(error),
+        };
+        let rows = generated.commit().await?;
         bar.finish_with_message("committed");
         report.push(TableLoad { table: table.name(), rows, elapsed: table_started.elapsed() });
     }
@@ -493,8 +510,67 @@ async fn finish_segments(slots: &Arc<SegmentSlots>, workers: usize) -> FoamResul
     finished
 }
 
+/// A table whose rows are generated and whose segments are on their way to
+/// its replicas, in transaction `txn`: what committing or aborting it takes.
+struct GeneratedTable {
+    txn: TxnId,
+    /// How generation ended: an error aborts the table instead of committing it.
+    generated: FoamResult<()>,
+    shippers: Vec<Shipper>,
+    definition: foam_catalog::TableDef,
+    catalog: Arc<Catalog>,
+    clients: Arc<NodeClients>,
+    coordinator: NodeId,
+}
+
+impl GeneratedTable {
+    /// Aborts the table instead of committing it, for `error`.
+    fn fail(mut self, error: FoamError) -> Self {
+        if self.generated.is_ok() {
+            self.generated = Err(error);
+        }
+        self
+    }
+
+    /// Waits until every replica staged its segments, then commits the
+    /// table's load with two-phase commit; or aborts it on every replica that
+    /// may have staged some of it, and returns why. Returns the rows loaded.
+    async fn commit(self) -> FoamResult<u64> {
+        let mut shipped = Vec::new();
+        for shipper in self.shippers {
+            shipped.push(shipper.await.map_err(|e| FoamError::internal(e.to_string())).and_then(|r| r));
+        }
+        let outcome = load_outcome(self.generated, shipped);
+        let coordinator_client = self.clients.get(self.coordinator, &self.catalog.node(self.coordinator)?.node_addr)?;
+        let segments = match outcome {
+            Ok(segments) => segments,
+            Err(error) => {
+                let participants: BTreeSet<NodeId> = (0..self.definition.partition_count())
+                    .filter_map(|p| self.definition.write_targets(p, &self.catalog.nodes).ok())
+                    .flatten()
+                    .collect();
+                let abort = NodeRequest::AbortTransaction { txn: self.txn, participants: participants.into_iter().collect() };
+                let _ = coordinator_client.call(&abort, &[]).await;
+                return Err(error);
+            }
+        };
+        let mut participants: BTreeMap<NodeId, u64> = BTreeMap::new();
+        let mut rows = 0;
+        for segment in segments {
+            rows += segment.rows;
+            segment.nodes.iter().for_each(|node| *participants.entry(*node).or_default() += segment.rows);
+        }
+        let participants: Vec<(NodeId, u64)> = participants.into_iter().collect();
+        coordinator_client.call(&NodeRequest::CommitTransaction { txn: self.txn, participants }, &[]).await?;
+        Ok(rows)
+    }
+}
+
+/// Generates a table into segments shipped to its replicas in a new
+/// transaction, and returns once every row is encoded: the segments' last
+/// pieces may still be on their way.
 #[allow(clippy::too_many_arguments)]
-async fn load_table(
+async fn generate_table(
     table: TpchTable,
     scale_factor: f64,
     workers: usize,
@@ -503,7 +579,7 @@ async fn load_table(
     clients: &Arc<NodeClients>,
     coordinator: NodeId,
     bar: &ProgressBar,
-) -> FoamResult<u64> {
+) -> GeneratedTable {
     let txn: TxnId = uuid::Uuid::new_v4().as_u128();
     let slots = Arc::new(SegmentSlots {
         schema: definition.arrow_schema(),
@@ -532,34 +608,45 @@ async fn load_table(
     // Segments a failed generator left open close with the slots: their
     // replicas stage nothing of them.
     drop(slots);
-    let mut shipped = Vec::new();
-    for shipper in shippers {
-        shipped.push(shipper.await.map_err(|e| FoamError::internal(e.to_string())).and_then(|r| r));
+    GeneratedTable {
+        txn,
+        generated,
+        shippers,
+        definition: definition.clone(),
+        catalog: catalog.clone(),
+        clients: clients.clone(),
+        coordinator,
     }
-    let outcome = load_outcome(generated, shipped);
-    let coordinator_client = clients.get(coordinator, &catalog.node(coordinator)?.node_addr)?;
-    let segments = match outcome {
-        Ok(segments) => segments,
-        Err(error) => {
-            // Every replica of the table may have staged some of it.
-            let participants: BTreeSet<NodeId> = (0..definition.partition_count())
-                .filter_map(|p| definition.write_targets(p, &catalog.nodes).ok())
-                .flatten()
-                .collect();
-            let abort = NodeRequest::AbortTransaction { txn, participants: participants.into_iter().collect() };
-            let _ = coordinator_client.call(&abort, &[]).await;
-            return Err(error);
+}
+
+/// A table committing in the background while the next one is generated.
+struct Committing {
+    commit: tokio::task::JoinHandle<FoamResult<u64>>,
+    table: &'static str,
+    bar: ProgressBar,
+    started: Instant,
+}
+
+/// Waits for every table still committing, in load order, adding each one
+/// that committed to `report`; returns the first error, after all of them
+/// ended (so none still commits when a failed load drops its tables).
+async fn settle(committing: &mut Vec<Committing>, report: &mut Vec<TableLoad>) -> FoamResult<()> {
+    let mut settled = Ok(());
+    for pending in committing.drain(..) {
+        match pending.commit.await.map_err(|e| FoamError::internal(e.to_string())).and_then(|r| r) {
+            Ok(rows) => {
+                pending.bar.finish_with_message("committed");
+                report.push(TableLoad { table: pending.table, rows, elapsed: pending.started.elapsed() });
+            }
+            Err(error) => {
+                pending.bar.abandon_with_message("failed");
+                if settled.is_ok() {
+                    settled = Err(error);
+                }
+            }
         }
-    };
-    let mut participants: BTreeMap<NodeId, u64> = BTreeMap::new();
-    let mut rows = 0;
-    for segment in segments {
-        rows += segment.rows;
-        segment.nodes.iter().for_each(|node| *participants.entry(*node).or_default() += segment.rows);
     }
-    let participants: Vec<(NodeId, u64)> = participants.into_iter().collect();
-    coordinator_client.call(&NodeRequest::CommitTransaction { txn, participants }, &[]).await?;
-    Ok(rows)
+    settled
 }
 
 #[cfg(test)]
