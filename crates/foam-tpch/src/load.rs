@@ -425,9 +425,10 @@ impl SegmentSlots {
 /// segments. One thread a core rather than one a part: the extra threads
 /// gave no more parallelism, and each was another allocator heap of batches
 /// and encoder buffers that the kernel had to zero on first touch (SF1 into
-/// 4 local nodes, with the parallel finish below: the loader's system time
-/// 3.2–3.6 s against 1.4–1.5 s, and the load 0.43–0.57 s shorter in three
-/// interleaved pairs). After a failed part the threads take no more.
+/// 4 local nodes, with the parallel finish below, three interleaved pairs:
+/// the load 0.43–0.57 s shorter; the loader's system time 1.4–1.5 s against
+/// 3.2–3.6 s, though 2.5–2.8 s in a later batch: it moves with the host).
+/// After a failed part the threads take no more.
 fn generate_segments(
     table: TpchTable,
     scale_factor: f64,
