@@ -688,4 +688,37 @@ mod tests {
         let segments = load_outcome(Ok(()), vec![staged(5), staged(7)]).unwrap();
         assert_eq!(segments.iter().map(|s| s.rows).sum::<u64>(), 12);
     }
+
+    #[tokio::test]
+    async fn settling_waits_for_every_commit_and_reports_the_first_failure() {
+        let finished = Arc::new(AtomicUsize::new(0));
+        let commit = |table: &'static str, delay_ms: u64, result: FoamResult<u64>| {
+            let finished = finished.clone();
+            Committing {
+                commit: tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                    finished.fetch_add(1, Ordering::AcqRel);
+                    result
+                }),
+                table,
+                bar: ProgressBar::hidden(),
+                started: Instant::now(),
+            }
+        };
+        let mut committing = vec![
+            commit("part", 30, Ok(5)),
+            commit("supplier", 0, Err(FoamError::internal("node 2 refused the commit"))),
+            commit("partsupp", 60, Err(FoamError::internal("node 3 refused the commit"))),
+            commit("customer", 90, Ok(7)),
+        ];
+        let mut report = Vec::new();
+        let settled = settle(&mut committing, &mut report).await;
+        // The first failure in load order, once every commit has ended.
+        assert!(message(settled).contains("node 2 refused"));
+        assert_eq!(finished.load(Ordering::Acquire), 4);
+        assert!(committing.is_empty());
+        let committed: Vec<(&str, u64)> = report.iter().map(|t| (t.table, t.rows)).collect();
+        assert_eq!(committed, [("part", 5), ("customer", 7)]);
+        assert!(settle(&mut committing, &mut report).await.is_ok());
+    }
 }
