@@ -324,14 +324,28 @@ async fn ship_segment(
     // Ends the other replicas' streams too: without the trailer, they stage nothing.
     drop(streams);
     drop(parts);
-    let mut failed = None;
-    for call in calls {
-        if let Err(error) = call.await.map_err(|e| FoamError::internal(e.to_string())).and_then(|r| r) {
-            failed.get_or_insert(error);
-        }
-    }
+    let failed = first_failure(calls).await.err();
     let nodes = replicas.into_iter().map(|(node, _)| node).collect();
     shipping_ended(trailer_rows, replica_ended, failed, nodes)
+}
+
+/// What a spawned task returned; its panic or cancellation as an error.
+async fn joined<T>(task: tokio::task::JoinHandle<FoamResult<T>>) -> FoamResult<T> {
+    task.await.map_err(|e| FoamError::internal(e.to_string())).and_then(|r| r)
+}
+
+/// Waits for every task, then returns the first error among them in their
+/// order, if any.
+async fn first_failure<T>(tasks: Vec<tokio::task::JoinHandle<FoamResult<T>>>) -> FoamResult<()> {
+    let mut outcome = Ok(());
+    for task in tasks {
+        if let Err(error) = joined(task).await
+            && outcome.is_ok()
+        {
+            outcome = Err(error);
+        }
+    }
+    outcome
 }
 
 /// How a segment's shipping ended, from the rows its trailer gave (none if
@@ -416,7 +430,6 @@ impl SegmentSlots {
         let trailer = SegmentTrailer { rows, crc32: sum.crc32, block_crc32: sum.blocks };
         open.parts.blocking_send(SegmentPart::End(trailer)).map_err(|_| FoamError::internal("the segment's stream to a node closed"))
     }
-
 }
 
 /// Generates a table in parts on `workers` threads; each thread takes the
@@ -501,14 +514,7 @@ async fn finish_segments(slots: &Arc<SegmentSlots>, workers: usize) -> FoamResul
             })
         })
         .collect();
-    let mut finished = Ok(());
-    for finisher in finishers {
-        let result = finisher.await.map_err(|e| FoamError::internal(e.to_string())).and_then(|r| r);
-        if finished.is_ok() {
-            finished = result;
-        }
-    }
-    finished
+    first_failure(finishers).await
 }
 
 /// A table whose rows are generated and whose segments are on their way to
@@ -539,13 +545,14 @@ impl GeneratedTable {
     async fn commit(self) -> FoamResult<u64> {
         let mut shipped = Vec::new();
         for shipper in self.shippers {
-            shipped.push(shipper.await.map_err(|e| FoamError::internal(e.to_string())).and_then(|r| r));
+            shipped.push(joined(shipper).await);
         }
         let outcome = load_outcome(self.generated, shipped);
         let coordinator_client = self.clients.get(self.coordinator, &self.catalog.node(self.coordinator)?.node_addr)?;
         let segments = match outcome {
             Ok(segments) => segments,
             Err(error) => {
+                // Every replica of the table may have staged some of it.
                 let participants: BTreeSet<NodeId> = (0..self.definition.partition_count())
                     .filter_map(|p| self.definition.write_targets(p, &self.catalog.nodes).ok())
                     .flatten()
@@ -595,13 +602,7 @@ async fn generate_table(
         },
         shippers: Mutex::new(Vec::new()),
     });
-    let mut generated = Ok(());
-    for generator in generate_segments(table, scale_factor, workers, &slots, bar) {
-        let result = generator.await.map_err(|e| FoamError::internal(e.to_string())).and_then(|r| r);
-        if generated.is_ok() {
-            generated = result;
-        }
-    }
+    let mut generated = first_failure(generate_segments(table, scale_factor, workers, &slots, bar)).await;
     if generated.is_ok() {
         generated = finish_segments(&slots, workers).await;
     }
@@ -634,7 +635,7 @@ struct Committing {
 async fn settle(committing: &mut Vec<Committing>, report: &mut Vec<TableLoad>) -> FoamResult<()> {
     let mut settled = Ok(());
     for pending in committing.drain(..) {
-        match pending.commit.await.map_err(|e| FoamError::internal(e.to_string())).and_then(|r| r) {
+        match joined(pending.commit).await {
             Ok(rows) => {
                 pending.bar.finish_with_message("committed");
                 report.push(TableLoad { table: pending.table, rows, elapsed: pending.started.elapsed() });

@@ -100,8 +100,8 @@ pub enum Generation {
     EncodeSegments,
 }
 
-/// Generates every table at `scale_factor` in memory, in parallel parts as the
-/// loader does, and discards it (after encoding it, with
+/// Generates every table at `scale_factor` in memory, in the loader's parts
+/// (all of them at once, a task each), and discards it (after encoding it, with
 /// [`Generation::EncodeSegments`]): returns (rows, seconds), not counting the
 /// one-time build of tpchgen's text pool (as the load's time does not).
 pub async fn generate_in_memory(scale_factor: f64, what: Generation) -> Result<(u64, f64)> {
