@@ -115,11 +115,12 @@ impl DecisionLog {
         }
         // Unsynced: a lost entry only keeps the decision until a compaction.
         let _ = state.forgotten.write_all(&txn.to_le_bytes());
-        if state.entries >= self.compact_entries && state.committed.len() * 2 <= state.entries {
-            if let Err(error) = self.compact(&mut state) {
-                // The old log is whole and still holds every needed decision.
-                tracing::warn!(path = %self.path.display(), %error, "decision log not compacted");
-            }
+        if state.entries >= self.compact_entries
+            && state.committed.len() * 2 <= state.entries
+            && let Err(error) = self.compact(&mut state)
+        {
+            // The old log is whole and still holds every needed decision.
+            tracing::warn!(path = %self.path.display(), %error, "decision log not compacted");
         }
     }
 
