@@ -151,6 +151,12 @@ pub const WAL_CHECKPOINT_BYTES: u64 = 256 * 1024 * 1024;
 /// Largest single gRPC message between nodes (Flight frames carry one batch each).
 pub const RPC_MESSAGE_BYTES_MAX: usize = 256 * 1024 * 1024;
 
+/// Largest HTTP/2 frame a node accepts from a peer. The protocol's default,
+/// 16 KiB, splits every 64 KiB exchange batch into four frames, and the
+/// receiver then reads its socket 16 KiB at a time; a frame as big as a
+/// typical batch lets one read take a whole batch.
+pub const RPC_FRAME_BYTES_MAX: u32 = 1024 * 1024;
+
 /// Batches in flight on one coordinator→participant write stream. Bounded so a
 /// slow node applies back-pressure instead of growing the coordinator's memory.
 pub const WRITE_STREAM_BATCHES_IN_FLIGHT: usize = 8;
@@ -198,6 +204,8 @@ const _: () = assert!(HEARTBEAT_TIMEOUT_MS < NODE_DEAD_AFTER_MS_DEFAULT);
 const _: () = assert!(HEARTBEAT_INTERVAL_MS * 8 <= CUT_OFF_AFTER_MS);
 const _: () = assert!(PEER_KEEPALIVE_INTERVAL_MS + PEER_KEEPALIVE_TIMEOUT_MS < RPC_REQUEST_TIMEOUT_MS);
 const _: () = assert!(REPLICA_COPY_CHUNK_BYTES < RPC_MESSAGE_BYTES_MAX);
+// HTTP/2 allows frames of 16 KiB up to 16 MiB - 1 (RFC 9113, 6.5.2).
+const _: () = assert!(RPC_FRAME_BYTES_MAX >= 16 * 1024 && RPC_FRAME_BYTES_MAX < 16 * 1024 * 1024);
 
 #[cfg(test)]
 mod tests {

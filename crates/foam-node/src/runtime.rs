@@ -159,6 +159,7 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
     let worker = foam_query::distributed::worker(node.clone(), runtime.clone())
         .map_err(|e| FoamError::internal(format!("the query worker could not start: {e}")))?;
     let grpc = tonic::transport::Server::builder()
+        .max_frame_size(foam_common::limits::RPC_FRAME_BYTES_MAX)
         .add_service(foam_rpc::node_flight_server(handler))
         .add_service(worker.into_worker_server())
         .serve_with_incoming(foam_rpc::server::nodelay_incoming(node_listener));

@@ -97,7 +97,7 @@ pub struct NodeContext {
     pub clients: Arc<NodeClients>,
     pub catalog: Arc<dyn CatalogService>,
     /// Cached connections to the query workers of every node.
-    pub worker_channels: datafusion_distributed::grpc::DefaultChannelResolver,
+    pub worker_channels: crate::worker_channels::WorkerChannels,
     /// Messages, bytes and waiting between this node and its peers.
     pub traffic: Arc<foam_rpc::Traffic>,
     /// Partitions this node has read for queries (its own or for a peer), since start.

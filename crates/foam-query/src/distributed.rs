@@ -29,6 +29,7 @@ use datafusion::execution::TaskContext;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use arrow::ipc::CompressionType;
 use arrow::record_batch::RecordBatch;
+use datafusion_distributed::grpc::{BoxCloneSyncChannel, create_worker_client};
 use datafusion_distributed::{
     ChannelResolver, CoordinatorToWorkerMsg, DesiredTaskCountEvent, DesiredTaskCountEventResponse, DesiredTaskCountHandler,
     DistributedExt, DistributedLeafExec, ExecuteTaskRequest, GetWorkerInfoRequest, GetWorkerInfoResponse, RouteTasksEvent,
@@ -214,14 +215,16 @@ struct FoamChannelResolver {
 #[async_trait]
 impl ChannelResolver for FoamChannelResolver {
     async fn get_worker_client_for_url(&self, url: &Url) -> Result<Box<dyn WorkerChannel>> {
-        let inner = self.node.worker_channels.get_worker_client_for_url(url).await?;
         let catalog = self.node.catalog.current();
-        let peer = catalog
+        let node_id = catalog
             .nodes
             .values()
             .find(|n| worker_url(&n.node_addr).is_ok_and(|u| u == *url))
             .map(|n| n.id)
-            .filter(|id| *id != self.node.node_id);
+            .ok_or_else(|| DataFusionError::Internal(format!("no node serves the query worker at {url}")))?;
+        let channel = self.node.worker_channels.get(node_id, url).await?;
+        let inner = create_worker_client(BoxCloneSyncChannel::new(channel));
+        let peer = Some(node_id).filter(|id| *id != self.node.node_id);
         Ok(match peer {
             Some(peer) => {
                 let traffic = self.node.traffic.clone();

@@ -39,6 +39,7 @@ pub mod session;
 pub mod statistics;
 pub mod system_tables;
 pub mod table;
+pub mod worker_channels;
 pub mod write;
 
 pub use context::{CatalogService, NodeContext};

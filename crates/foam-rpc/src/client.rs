@@ -9,7 +9,9 @@ use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::{Action, FlightData, FlightDescriptor, Ticket};
 use bytes::Bytes;
-use foam_common::limits::{PEER_CONNECT_TIMEOUT_MS, PEER_KEEPALIVE_INTERVAL_MS, PEER_KEEPALIVE_TIMEOUT_MS, RPC_MESSAGE_BYTES_MAX};
+use foam_common::limits::{
+    PEER_CONNECT_TIMEOUT_MS, PEER_KEEPALIVE_INTERVAL_MS, PEER_KEEPALIVE_TIMEOUT_MS, RPC_FRAME_BYTES_MAX, RPC_MESSAGE_BYTES_MAX,
+};
 use foam_common::{FoamError, FoamResult, NodeId};
 use futures::{StreamExt, TryStreamExt};
 use tonic::transport::{Channel, Endpoint};
@@ -18,6 +20,21 @@ use crate::frame;
 use crate::messages::{NodeRequest, NodeResponse, ScanRequest, SegmentPart};
 use crate::server::{ACTION_TYPE, BatchStream};
 use crate::traffic::{CountedStream, Traffic};
+
+/// How this node connects to a peer at `url` (`http://host:port`), for its
+/// RPC calls and for the query workers' exchanges alike: a bounded connect
+/// time, pings that find a vanished peer within seconds, no Nagle delay, and
+/// frames up to [`RPC_FRAME_BYTES_MAX`].
+pub fn peer_endpoint(url: &str) -> FoamResult<Endpoint> {
+    Ok(Endpoint::from_shared(url.to_string())
+        .map_err(|e| FoamError::InvalidParameter { message: format!("bad node address {url}: {e}") })?
+        .connect_timeout(Duration::from_millis(PEER_CONNECT_TIMEOUT_MS))
+        .http2_keep_alive_interval(Duration::from_millis(PEER_KEEPALIVE_INTERVAL_MS))
+        .keep_alive_timeout(Duration::from_millis(PEER_KEEPALIVE_TIMEOUT_MS))
+        .keep_alive_while_idle(true)
+        .tcp_nodelay(true)
+        .max_frame_size(RPC_FRAME_BYTES_MAX))
+}
 
 #[derive(Clone)]
 pub struct NodeClient {
@@ -31,13 +48,7 @@ pub struct NodeClient {
 impl NodeClient {
     /// A client for `addr`; connects lazily, so creating one never blocks.
     pub fn new(node_id: NodeId, addr: &str) -> FoamResult<Self> {
-        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| FoamError::InvalidParameter { message: format!("bad node address {addr}: {e}") })?
-            .connect_timeout(Duration::from_millis(PEER_CONNECT_TIMEOUT_MS))
-            .http2_keep_alive_interval(Duration::from_millis(PEER_KEEPALIVE_INTERVAL_MS))
-            .keep_alive_timeout(Duration::from_millis(PEER_KEEPALIVE_TIMEOUT_MS))
-            .keep_alive_while_idle(true)
-            .tcp_nodelay(true);
+        let endpoint = peer_endpoint(&format!("http://{addr}"))?;
         let inner = FlightServiceClient::new(endpoint.connect_lazy())
             .max_decoding_message_size(RPC_MESSAGE_BYTES_MAX)
             .max_encoding_message_size(RPC_MESSAGE_BYTES_MAX);

@@ -21,7 +21,7 @@ pub mod messages;
 pub mod server;
 pub mod traffic;
 
-pub use client::{NodeClient, NodeClients};
+pub use client::{NodeClient, NodeClients, peer_endpoint};
 pub use messages::{NodeRequest, NodeResponse, RaftRpc, ScanRequest, SegmentPart, SegmentTrailer};
 pub use server::{NodeHandler, node_flight_server};
 pub use traffic::{PeerTraffic, Traffic, TrafficRates, TrafficSnapshot};

@@ -1,0 +1,69 @@
+//! The query workers' connections to every node: one HTTP/2 channel per node,
+//! opened on first use and shared by every query and session of this node.
+//!
+//! The exchanges between stages (`NetworkShuffleExec`, `NetworkCoalesceExec`)
+//! and the plans sent to each task ride on these channels. They use the same
+//! endpoint settings as the node's RPC clients (`foam_rpc::peer_endpoint`):
+//! datafusion-distributed's own channels would keep HTTP/2's 16 KiB frames,
+//! and a node receiving a shuffle would read its socket 16 KiB at a time.
+//!
+//! ```text
+//!   FoamChannelResolver (distributed.rs) ──▶ WorkerChannels::get(url) ──▶ tonic Channel ──▶ peer's worker
+//! ```
+//! A failed connect is not kept: the next query to that node tries again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use foam_common::{FoamError, FoamResult, NodeId};
+use tokio::sync::OnceCell;
+use tonic::transport::Channel;
+use url::Url;
+
+/// One lazily opened channel per worker URL.
+#[derive(Default)]
+pub struct WorkerChannels {
+    channels: Mutex<HashMap<Url, Arc<OnceCell<Channel>>>>,
+}
+
+impl WorkerChannels {
+    /// The channel to node `node_id`'s worker at `url`, connecting first if no
+    /// query has yet. Concurrent first calls wait for one connect.
+    pub async fn get(&self, node_id: NodeId, url: &Url) -> FoamResult<Channel> {
+        let cell = self.channels.lock().expect("worker channel map poisoned").entry(url.clone()).or_default().clone();
+        let channel = cell
+            .get_or_try_init(|| async {
+                let endpoint = foam_rpc::peer_endpoint(url.as_str())?;
+                endpoint.connect().await.map_err(|e| FoamError::NodeUnavailable {
+                    node_id,
+                    addr: url.to_string(),
+                    message: format!("cannot connect to its query worker: {e}"),
+                })
+            })
+            .await?;
+        Ok(channel.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_unreachable_worker_is_a_node_unavailable_error_and_is_tried_again() {
+        // A port nothing listens on: bind one, note it, close it.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = Url::parse(&format!("http://{}", listener.local_addr().unwrap())).unwrap();
+        drop(listener);
+
+        let channels = WorkerChannels::default();
+        let error = channels.get(7, &url).await.unwrap_err();
+        assert_eq!(error.sqlstate(), "08006", "{error}");
+        assert!(error.to_string().contains("query worker"), "{error}");
+
+        // The failure is not cached: once something listens there, it connects
+        // (the kernel completes the TCP handshake and takes HTTP/2's preface).
+        let _listener = std::net::TcpListener::bind(url.socket_addrs(|| None).unwrap()[0]).unwrap();
+        channels.get(7, &url).await.expect("connects once the worker listens");
+    }
+}
