@@ -33,7 +33,7 @@ impl SqlType {
             SqlType::Real => DataType::Float32,
             SqlType::Double => DataType::Float64,
             SqlType::Decimal { precision, scale } => DataType::Decimal128(*precision, *scale),
-            SqlType::Varchar { .. } | SqlType::Text | SqlType::Char { .. } => DataType::Utf8,
+            SqlType::Varchar { .. } | SqlType::Text | SqlType::Char { .. } => DataType::Utf8View,
             SqlType::Date => DataType::Date32,
             SqlType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
         }

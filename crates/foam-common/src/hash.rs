@@ -293,6 +293,21 @@ mod tests {
     }
 
     #[test]
+    fn text_types_agree() {
+        // Text columns are Utf8View; rows stored before were Utf8. Rows and key
+        // lookups of either kind must land in the same partitions.
+        let texts = vec![Some("a"), None, Some("exactly12byt"), Some("longer than twelve bytes"), Some("")];
+        let plain: ArrayRef = Arc::new(StringArray::from(texts.clone()));
+        let views: ArrayRef = Arc::new(arrow::array::StringViewArray::from(texts.clone()));
+        let large: ArrayRef = Arc::new(arrow::array::LargeStringArray::from(texts));
+        let by_plain = hash_rows(&[plain]).unwrap();
+        assert_eq!(by_plain, hash_rows(&[views]).unwrap());
+        assert_eq!(by_plain, hash_rows(&[large]).unwrap());
+        let by_scalar = partition_of_values(&[ScalarValue::Utf8View(Some("longer than twelve bytes".into()))], 1000).unwrap();
+        assert_eq!(by_scalar, partition_of_hash(by_plain[3], 1000));
+    }
+
+    #[test]
     fn scalar_and_array_agree() {
         let keys: ArrayRef = Arc::new(StringArray::from(vec!["alpha", "beta", "gamma"]));
         let by_array = partitions_of(keys, 7);

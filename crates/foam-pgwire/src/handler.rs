@@ -286,7 +286,7 @@ impl ExtendedQueryHandler for FoamPgHandler {
                 }));
             }
             let inferred: Vec<Option<&DataType>> = types.iter().map(|t| t.as_ref()).collect();
-            Some(arrow_pg::datatypes::df::deserialize_parameters(portal, &inferred)?)
+            Some(text_as_inferred(arrow_pg::datatypes::df::deserialize_parameters(portal, &inferred)?, &inferred))
         };
         let cancel = cancel_signal(client).await;
         let output = session.execute(&prepared, params, cancel).await.map_err(|e| user_error(&e))?;
@@ -354,3 +354,17 @@ impl CopyHandler for FoamPgHandler {
         user_error(&FoamError::Query { message: format!("COPY from stdin failed: {}", fail.message), sqlstate: "57014" })
     }
 }
+
+/// Text parameters as the string type the statement expects: `arrow_pg`
+/// decodes text as `Utf8`, while FoamDB's text columns are `Utf8View`.
+fn text_as_inferred(params: datafusion::common::ParamValues, inferred: &[Option<&DataType>]) -> datafusion::common::ParamValues {
+    use datafusion::common::{ParamValues, ScalarValue};
+    let ParamValues::List(mut values) = params else { return params };
+    for (param, inferred) in values.iter_mut().zip(inferred) {
+        if let (ScalarValue::Utf8(text), Some(DataType::Utf8View)) = (&param.value, inferred) {
+            param.value = ScalarValue::Utf8View(text.clone());
+        }
+    }
+    ParamValues::List(values)
+}
+

@@ -295,7 +295,7 @@ pub fn read_local_partition(node: &NodeContext, table_id: TableId, partition: Pa
     };
     let damaged = node.damage_reporter();
     let memtable: Vec<FoamResult<RecordBatch>> =
-        snapshot.memtable.iter().map(|batch| projected(batch.clone(), projection.as_deref())).collect();
+        snapshot.memtable.iter().map(|batch| projected(text_as_views(batch.clone())?, projection.as_deref())).collect();
     let segments = futures::stream::iter(snapshot.segments)
         .then(move |segment| {
             let projection = projection.clone();
@@ -367,6 +367,22 @@ impl Iterator for SegmentBatches {
         };
         Some(projected(batch, self.reorder.as_deref()))
     }
+}
+
+/// `batch` with its `Utf8` columns as `Utf8View`, FoamDB's text type: rows a
+/// node replays from a WAL written before text was `Utf8View` are `Utf8`.
+fn text_as_views(batch: RecordBatch) -> FoamResult<RecordBatch> {
+    let Some(schema) = foam_storage::segment::strings_as_views(&batch.schema()) else {
+        return Ok(batch);
+    };
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .map(|(column, field)| arrow::compute::cast(column, field.data_type()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| FoamError::internal(e.to_string()))?;
+    RecordBatch::try_new(schema, columns).map_err(|e| FoamError::internal(e.to_string()))
 }
 
 /// `batch` with only the `columns` asked for, in that order (all when `None`).
@@ -455,4 +471,26 @@ pub fn read_local_partition_filtered(
             projected(filtered, projection.as_deref())
         })
         .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{ArrayRef, AsArray, Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    #[test]
+    fn memtable_rows_replayed_as_utf8_read_as_text_views() {
+        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false), Field::new("t", DataType::Utf8, true)]));
+        let keys: ArrayRef = Arc::new(Int64Array::from(vec![1, 2]));
+        let texts: ArrayRef = Arc::new(StringArray::from(vec![Some("a text longer than twelve bytes"), None]));
+        let batch = RecordBatch::try_new(schema, vec![keys.clone(), texts]).unwrap();
+        let read = text_as_views(batch).unwrap();
+        assert_eq!(read.schema().field(1).data_type(), &DataType::Utf8View);
+        assert_eq!(read.column(1).as_string_view().iter().collect::<Vec<_>>(), vec![Some("a text longer than twelve bytes"), None]);
+        assert_eq!(read.column(0), &keys);
+        // Rows already in the table's types pass through as they are.
+        let again = text_as_views(read.clone()).unwrap();
+        assert_eq!(again, read);
+    }
 }

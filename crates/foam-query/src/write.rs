@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, UInt32Array};
 use arrow::compute::take_record_batch;
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use datafusion::datasource::sink::DataSink;
@@ -167,7 +167,7 @@ impl RowRouter {
         let batch = conform_rows(&self.table, &self.schema, batch)?;
         self.rows += batch.num_rows() as u64;
         for (partition, part) in split_by_partition(&self.table, &batch)? {
-            self.buffer(partition, part).await?;
+            self.buffer(partition, owning_text(part)?).await?;
         }
         Ok(())
     }
@@ -267,25 +267,34 @@ pub fn conform_rows(table: &TableDef, schema: &SchemaRef, batch: RecordBatch) ->
             SqlType::Char { length } => length,
             _ => continue,
         };
-        if let Some(strings) = array.as_string_opt::<i32>() {
-            // A value has at least as many bytes as characters: when no
-            // value has more bytes than the limit, none need decoding.
-            let limit = length_max as usize;
+        // A value has at least as many bytes as characters: when no value
+        // has more bytes than the limit, none need decoding.
+        let limit = length_max as usize;
+        let too_long = |s: &&str| s.len() > limit && s.chars().count() > limit;
+        let long = if let Some(strings) = array.as_string_view_opt() {
+            if strings.lengths().all(|bytes| bytes as usize <= limit) {
+                continue;
+            }
+            strings.iter().flatten().find(too_long)
+        } else if let Some(strings) = array.as_string_opt::<i32>() {
             let longest_bytes = strings.value_offsets().windows(2).map(|w| (w[1] - w[0]) as usize).max().unwrap_or(0);
             if longest_bytes <= limit {
                 continue;
             }
-            if let Some(long) = strings.iter().flatten().find(|s| s.len() > limit && s.chars().count() > limit) {
-                return Err(FoamError::Query {
-                    message: format!(
-                        "value too long for type {} in column \"{}\": \"{}\"",
-                        column.sql_type.sql_name(),
-                        column.name,
-                        long.chars().take(40).collect::<String>()
-                    ),
-                    sqlstate: "22001",
-                });
-            }
+            strings.iter().flatten().find(too_long)
+        } else {
+            None
+        };
+        if let Some(long) = long {
+            return Err(FoamError::Query {
+                message: format!(
+                    "value too long for type {} in column \"{}\": \"{}\"",
+                    column.sql_type.sql_name(),
+                    column.name,
+                    long.chars().take(40).collect::<String>()
+                ),
+                sqlstate: "22001",
+            });
         }
     }
     RecordBatch::try_new(schema.clone(), batch.columns().to_vec()).map_err(|e| FoamError::DataException { message: e.to_string() })
@@ -313,6 +322,26 @@ pub fn split_by_partition(table: &TableDef, batch: &RecordBatch) -> FoamResult<V
             Ok((partition as PartitionId, part))
         })
         .collect()
+}
+
+/// `batch` with its text columns' strings copied into buffers of their own.
+/// A text column is `Utf8View`: views into buffers that a cast, a filter or
+/// `split_by_partition` share with other rows. Rows kept in a memtable or staged
+/// for a commit would otherwise keep every row's bytes alive and count them
+/// in their size, once per partition.
+pub fn owning_text(batch: RecordBatch) -> FoamResult<RecordBatch> {
+    if !batch.columns().iter().any(|c| c.data_type() == &DataType::Utf8View) {
+        return Ok(batch);
+    }
+    let columns: Vec<ArrayRef> = batch
+        .columns()
+        .iter()
+        .map(|c| match c.as_string_view_opt() {
+            Some(views) => Arc::new(views.gc()) as ArrayRef,
+            None => c.clone(),
+        })
+        .collect();
+    RecordBatch::try_new(batch.schema(), columns).map_err(|e| FoamError::internal(e.to_string()))
 }
 
 /// One statement's rows on a node that coordinates it: routes them and
@@ -603,5 +632,25 @@ impl DataSink for FoamSink {
             }
         }
         Ok(writer.commit().await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::StringViewArray;
+    use arrow::datatypes::{Field, Schema};
+
+    #[test]
+    fn rows_split_off_a_batch_own_their_text() {
+        let texts: Vec<String> = (0..1000).map(|i| format!("a text longer than twelve bytes, row {i}")).collect();
+        let schema = Arc::new(Schema::new(vec![Field::new("t", DataType::Utf8View, false)]));
+        let batch = RecordBatch::try_new(schema, vec![Arc::new(StringViewArray::from_iter_values(texts.iter()))]).unwrap();
+        let buffer_bytes = |b: &RecordBatch| b.column(0).as_string_view().data_buffers().iter().map(|d| d.len()).sum::<usize>();
+        let two = take_record_batch(&batch, &UInt32Array::from(vec![3, 700])).unwrap();
+        assert!(buffer_bytes(&two) > 30_000, "two rows taken keep the whole buffer: {}", buffer_bytes(&two));
+        let owned = owning_text(two.clone()).unwrap();
+        assert_eq!(owned, two);
+        assert!(buffer_bytes(&owned) <= texts[3].len() + texts[700].len(), "{}", buffer_bytes(&owned));
     }
 }

@@ -16,7 +16,7 @@ use std::fs::File;
 use std::path::Path;
 
 use arrow::array::ArrayRef;
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
@@ -24,7 +24,7 @@ use foam_common::limits::BATCH_ROWS;
 use foam_common::{FoamError, FoamResult};
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::ProjectionMask;
-use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
@@ -394,7 +394,13 @@ pub fn read_segment(path: &Path, checksums: &Checksums, projection: Option<&[usi
         }
         check_blocks(path, &data, blocks, &mut checked, [footer_range(&data)])?;
     }
-    let builder = ParquetRecordBatchReaderBuilder::try_new(data.clone()).map_err(|e| parquet_error(path, e))?.with_batch_size(BATCH_ROWS);
+    let metadata = ArrowReaderMetadata::load(&data, ArrowReaderOptions::new()).map_err(|e| parquet_error(path, e))?;
+    let metadata = match strings_as_views(metadata.schema()) {
+        Some(schema) => ArrowReaderMetadata::try_new(metadata.metadata().clone(), ArrowReaderOptions::new().with_schema(schema))
+            .map_err(|e| parquet_error(path, e))?,
+        None => metadata,
+    };
+    let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(data.clone(), metadata).with_batch_size(BATCH_ROWS);
     let mask = match projection {
         Some(columns) => ProjectionMask::roots(builder.parquet_schema(), columns.iter().copied()),
         None => ProjectionMask::all(),
@@ -406,6 +412,22 @@ pub fn read_segment(path: &Path, checksums: &Checksums, projection: Option<&[usi
         check_blocks(path, &data, blocks, &mut checked, chunks)?;
     }
     builder.with_projection(mask).build().map_err(|e| parquet_error(path, e))
+}
+
+/// `schema` with its `Utf8` columns as `Utf8View` (FoamDB's text type), or
+/// `None` when it has none: segments written before text was `Utf8View` read
+/// as views too, and a dictionary-encoded page becomes views into its
+/// dictionary instead of every row's bytes copied out.
+pub fn strings_as_views(schema: &SchemaRef) -> Option<SchemaRef> {
+    if !schema.fields().iter().any(|f| f.data_type() == &DataType::Utf8) {
+        return None;
+    }
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| if f.data_type() == &DataType::Utf8 { f.as_ref().clone().with_data_type(DataType::Utf8View) } else { f.as_ref().clone() })
+        .collect();
+    Some(std::sync::Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone())))
 }
 
 /// The segment's Parquet footer: row counts and each row group's column
@@ -430,6 +452,15 @@ mod tests {
     use parquet::file::reader::{FileReader, SerializedFileReader};
 
     use super::*;
+
+    /// Batches read from a segment, in the types `schema` wrote them: text is
+    /// read back as `Utf8View` whatever it was written as.
+    fn as_written(schema: &SchemaRef, read: &[RecordBatch]) -> RecordBatch {
+        let views = strings_as_views(schema).unwrap_or_else(|| schema.clone());
+        let read = arrow::compute::concat_batches(&views, read).unwrap();
+        let columns = read.columns().iter().zip(schema.fields()).map(|(c, f)| arrow::compute::cast(c, f.data_type()).unwrap()).collect();
+        RecordBatch::try_new(schema.clone(), columns).unwrap()
+    }
 
     /// Which columns of a written segment have a dictionary page.
     fn dictionary_columns(path: &Path) -> Vec<bool> {
@@ -461,7 +492,7 @@ mod tests {
         write_segment(&path, &schema, &[batch.clone()]).unwrap();
         assert_eq!(dictionary_columns(&path), [false, true, false, true]);
         let read: Vec<RecordBatch> = read_segment(&path, &Checksums::default(), None).unwrap().collect::<Result<_, _>>().unwrap();
-        assert_eq!(arrow::compute::concat_batches(&schema, &read).unwrap(), batch);
+        assert_eq!(as_written(&schema, &read), batch);
         let _ = std::fs::remove_file(&path);
     }
 
@@ -534,7 +565,7 @@ mod tests {
         std::fs::write(&path, &file).unwrap();
         let checksums = Checksums { crc32: Some(sum.crc32), blocks: sum.blocks.clone() };
         let read = read_all(&path, &checksums, None).unwrap();
-        assert_eq!(arrow::compute::concat_batches(&batch.schema(), &read).unwrap(), batch);
+        assert_eq!(as_written(&batch.schema(), &read), batch);
         // A piece the receiver cannot take fails the write instead of being lost.
         let mut refused = SegmentBuilder::new(&batch.schema(), &batch, |_| Err(std::io::Error::other("stream closed"))).unwrap();
         let failed = refused.write(&batch).and_then(|_| refused.finish().map(|_| ()));

@@ -116,7 +116,7 @@ impl TpchTable {
     }
 }
 
-/// Casts a generated batch to a table's column types (e.g. Utf8View to Utf8).
+/// Casts a generated batch to a table's column types where they differ.
 pub fn conform(batch: &RecordBatch, schema: &arrow::datatypes::SchemaRef) -> Result<RecordBatch, arrow::error::ArrowError> {
     let columns = batch
         .columns()
