@@ -267,25 +267,15 @@ pub fn conform_rows(table: &TableDef, schema: &SchemaRef, batch: RecordBatch) ->
             SqlType::Char { length } => length,
             _ => continue,
         };
+        // Text is `Utf8View` in the table's types, which the rows are in.
+        let Some(strings) = array.as_string_view_opt() else { continue };
         // A value has at least as many bytes as characters: when no value
         // has more bytes than the limit, none need decoding.
         let limit = length_max as usize;
-        let too_long = |s: &&str| s.len() > limit && s.chars().count() > limit;
-        let long = if let Some(strings) = array.as_string_view_opt() {
-            if strings.lengths().all(|bytes| bytes as usize <= limit) {
-                continue;
-            }
-            strings.iter().flatten().find(too_long)
-        } else if let Some(strings) = array.as_string_opt::<i32>() {
-            let longest_bytes = strings.value_offsets().windows(2).map(|w| (w[1] - w[0]) as usize).max().unwrap_or(0);
-            if longest_bytes <= limit {
-                continue;
-            }
-            strings.iter().flatten().find(too_long)
-        } else {
-            None
-        };
-        if let Some(long) = long {
+        if strings.lengths().all(|bytes| bytes as usize <= limit) {
+            continue;
+        }
+        if let Some(long) = strings.iter().flatten().find(|s| s.len() > limit && s.chars().count() > limit) {
             return Err(FoamError::Query {
                 message: format!(
                     "value too long for type {} in column \"{}\": \"{}\"",
