@@ -216,15 +216,12 @@ struct FoamChannelResolver {
 impl ChannelResolver for FoamChannelResolver {
     async fn get_worker_client_for_url(&self, url: &Url) -> Result<Box<dyn WorkerChannel>> {
         let catalog = self.node.catalog.current();
-        let node_id = catalog
-            .nodes
-            .values()
-            .find(|n| worker_url(&n.node_addr).is_ok_and(|u| u == *url))
-            .map(|n| n.id)
-            .ok_or_else(|| DataFusionError::Internal(format!("no node serves the query worker at {url}")))?;
+        // A node that left the catalog since the plan was made is still
+        // connected to: it may serve its tasks until it stops.
+        let node_id = catalog.nodes.values().find(|n| worker_url(&n.node_addr).is_ok_and(|u| u == *url)).map(|n| n.id);
         let channel = self.node.worker_channels.get(node_id, url).await?;
         let inner = create_worker_client(BoxCloneSyncChannel::new(channel));
-        let peer = Some(node_id).filter(|id| *id != self.node.node_id);
+        let peer = node_id.filter(|id| *id != self.node.node_id);
         Ok(match peer {
             Some(peer) => {
                 let traffic = self.node.traffic.clone();

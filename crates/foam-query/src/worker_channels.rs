@@ -8,7 +8,7 @@
 //! and a node receiving a shuffle would read its socket 16 KiB at a time.
 //!
 //! ```text
-//!   FoamChannelResolver (distributed.rs) ──▶ WorkerChannels::get(url) ──▶ tonic Channel ──▶ peer's worker
+//!   FoamChannelResolver (distributed.rs) ──▶ WorkerChannels::get(node, url) ──▶ tonic Channel ──▶ peer's worker
 //! ```
 //! A failed connect is not kept: the next query to that node tries again.
 
@@ -27,17 +27,23 @@ pub struct WorkerChannels {
 }
 
 impl WorkerChannels {
-    /// The channel to node `node_id`'s worker at `url`, connecting first if no
-    /// query has yet. Concurrent first calls wait for one connect.
-    pub async fn get(&self, node_id: NodeId, url: &Url) -> FoamResult<Channel> {
+    /// The channel to the worker at `url` (of node `node_id`, `None` for a
+    /// node no longer in the catalog), connecting first if no query has yet.
+    /// Concurrent first calls wait for one connect.
+    pub async fn get(&self, node_id: Option<NodeId>, url: &Url) -> FoamResult<Channel> {
         let cell = self.channels.lock().expect("worker channel map poisoned").entry(url.clone()).or_default().clone();
         let channel = cell
             .get_or_try_init(|| async {
                 let endpoint = foam_rpc::peer_endpoint(url.as_str())?;
-                endpoint.connect().await.map_err(|e| FoamError::NodeUnavailable {
-                    node_id,
-                    addr: url.to_string(),
-                    message: format!("cannot connect to its query worker: {e}"),
+                endpoint.connect().await.map_err(|e| match node_id {
+                    Some(node_id) => FoamError::NodeUnavailable {
+                        node_id,
+                        addr: url.to_string(),
+                        message: format!("cannot connect to its query worker: {e}"),
+                    },
+                    None => FoamError::PlacementChanged {
+                        message: format!("the query worker at {url}, of a node that left the cluster, is unreachable: {e}"),
+                    },
                 })
             })
             .await?;
@@ -57,13 +63,17 @@ mod tests {
         drop(listener);
 
         let channels = WorkerChannels::default();
-        let error = channels.get(7, &url).await.unwrap_err();
+        let error = channels.get(Some(7), &url).await.unwrap_err();
         assert_eq!(error.sqlstate(), "08006", "{error}");
         assert!(error.to_string().contains("query worker"), "{error}");
+        // A node gone from the catalog: the statement may be run again.
+        let error = channels.get(None, &url).await.unwrap_err();
+        assert_eq!(error.sqlstate(), "40001", "{error}");
+        assert!(error.to_string().contains("left the cluster"), "{error}");
 
         // The failure is not cached: once something listens there, it connects
         // (the kernel completes the TCP handshake and takes HTTP/2's preface).
         let _listener = std::net::TcpListener::bind(url.socket_addrs(|| None).unwrap()[0]).unwrap();
-        channels.get(7, &url).await.expect("connects once the worker listens");
+        channels.get(Some(7), &url).await.expect("connects once the worker listens");
     }
 }
