@@ -36,6 +36,7 @@ fn keep_freed_memory() {
 }
 
 mod bench;
+mod fuzz;
 mod report;
 mod local;
 
@@ -103,6 +104,9 @@ enum Command {
 enum BenchCommand {
     /// The 22 TPC-H queries, answers checked, per-query times.
     Tpch(bench::BenchTpchArgs),
+    /// Differential fuzzing: random schemas, layouts, data and queries on
+    /// the cluster and on single-process DataFusion; any difference reduced.
+    Fuzz(fuzz::BenchFuzzArgs),
 }
 
 #[derive(Subcommand)]
@@ -145,6 +149,7 @@ fn main() {
         Command::Local(args) => local::run(args),
         Command::Tpch { command: TpchCommand::Load { sf, url } } => tpch_load(&url, sf).map(|_| ()),
         Command::Bench { command: BenchCommand::Tpch(args) } => bench::run(args),
+        Command::Bench { command: BenchCommand::Fuzz(args) } => fuzz::run(args),
     };
     if let Err(message) = result {
         eprintln!("foam: {message}");

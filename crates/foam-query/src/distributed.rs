@@ -295,6 +295,12 @@ datafusion::common::extensions_options! {
         /// Whether an aggregate joined on its group key aggregates only the
         /// keys the other side's filtered table has (`group_key_filter.rs`).
         pub group_key_filters: bool, default = true
+        /// Whether `count(R.x)` grouped by the other side of a join counts R
+        /// per join key before the join (`eager_count.rs`).
+        pub eager_counts: bool, default = true
+        /// Whether a `LIKE` whose only wildcard is `%` runs as a substring
+        /// search instead of a regex (`like.rs`).
+        pub fast_like: bool, default = true
     }
 }
 

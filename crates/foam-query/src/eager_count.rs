@@ -18,6 +18,7 @@
 //! Only plain `count(column of R)` (no DISTINCT, FILTER or ORDER BY) grouped
 //! by columns of L over an equi-join without other conditions is rewritten;
 //! `count(*)` of a left join counts unmatched L rows as one and is left alone.
+//! `SET foam.eager_counts = false` turns the rule off.
 
 use std::sync::Arc;
 
@@ -29,6 +30,7 @@ use datafusion::logical_expr::{Aggregate, Expr, Join, JoinType, LogicalPlan, Log
 use datafusion::optimizer::optimizer::ApplyOrder;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 
+use crate::distributed::FoamOptions;
 use crate::plan_shape::columns_only;
 
 /// Prefix of the pre-counts' column names (internal; never in a result).
@@ -51,7 +53,10 @@ impl OptimizerRule for EagerCount {
         true
     }
 
-    fn rewrite(&self, plan: LogicalPlan, _config: &dyn OptimizerConfig) -> Result<Transformed<LogicalPlan>> {
+    fn rewrite(&self, plan: LogicalPlan, config: &dyn OptimizerConfig) -> Result<Transformed<LogicalPlan>> {
+        if config.options().extensions.get::<FoamOptions>().is_some_and(|o| !o.eager_counts) {
+            return Ok(Transformed::no(plan));
+        }
         let LogicalPlan::Aggregate(aggregate) = &plan else { return Ok(Transformed::no(plan)) };
         match count_before_join(aggregate)? {
             Some(rewritten) => Ok(Transformed::yes(rewritten)),

@@ -16,6 +16,7 @@
 //! when the pattern matches. Patterns with `_` or the escape character, ILIKE,
 //! and patterns Arrow matches without a regex are left to DataFusion. Only
 //! filters are rewritten, so no output column changes its name.
+//! `SET foam.fast_like = false` turns the rule off.
 
 use std::sync::Arc;
 
@@ -31,6 +32,8 @@ use datafusion::logical_expr::{
 use datafusion::optimizer::optimizer::ApplyOrder;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 use memchr::memmem::Finder;
+
+use crate::distributed::FoamOptions;
 
 /// The name of the matching function.
 pub const LIKE_FUNCTION: &str = "foam_like";
@@ -161,7 +164,10 @@ impl OptimizerRule for LikeWithoutRegex {
         true
     }
 
-    fn rewrite(&self, plan: LogicalPlan, _config: &dyn OptimizerConfig) -> Result<Transformed<LogicalPlan>> {
+    fn rewrite(&self, plan: LogicalPlan, config: &dyn OptimizerConfig) -> Result<Transformed<LogicalPlan>> {
+        if config.options().extensions.get::<FoamOptions>().is_some_and(|o| !o.fast_like) {
+            return Ok(Transformed::no(plan));
+        }
         let LogicalPlan::Filter(filter) = plan else { return Ok(Transformed::no(plan)) };
         let schema = filter.input.schema().clone();
         let predicate = filter.predicate.clone().transform_up(|e| rewrite_like(e, &schema))?;

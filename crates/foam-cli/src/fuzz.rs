@@ -1,0 +1,99 @@
+//! `foam bench fuzz`: the differential fuzzer (foam-fuzz) run long against a
+//! local cluster it starts, or a running one (`--url`). Prints every
+//! difference with its reduced reproduction, appends the reproductions to a
+//! sqllogictest file when asked (`--save`), and exits non-zero if any was
+//! found.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+
+use crate::local::LocalCluster;
+
+#[derive(clap::Args)]
+pub struct BenchFuzzArgs {
+    /// Queries to run in all.
+    #[arg(long, default_value_t = 10_000)]
+    queries: u64,
+    /// First seed; seeds S, S+1, ... each make a database and run
+    /// --queries-per-seed queries on it.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long, default_value_t = 200)]
+    queries_per_seed: u64,
+    /// Nodes of the local cluster to start (ignored with --url).
+    #[arg(long, default_value_t = 4)]
+    nodes: u16,
+    /// Fuzz a running cluster instead of starting one.
+    #[arg(long)]
+    url: Option<String>,
+    /// Where the local cluster keeps its data (emptied first).
+    #[arg(long, default_value = "foam-fuzz-data")]
+    data_dir: PathBuf,
+    /// First SQL port of the local cluster.
+    #[arg(long, default_value_t = 26433)]
+    sql_port: u16,
+    /// Append each reduced reproduction to this .slt file.
+    #[arg(long)]
+    save: Option<PathBuf>,
+    /// Report differences without reducing them.
+    #[arg(long)]
+    no_reduce: bool,
+    /// Stop after this many differences.
+    #[arg(long, default_value_t = 20)]
+    failures_max: usize,
+}
+
+pub fn run(args: BenchFuzzArgs) -> Result<(), String> {
+    if args.queries_per_seed == 0 {
+        return Err("--queries-per-seed must be at least 1".into());
+    }
+    let never_stop = AtomicBool::new(false);
+    let cluster = match &args.url {
+        Some(_) => None,
+        None => {
+            let _ = std::fs::remove_dir_all(&args.data_dir);
+            let cluster = LocalCluster::start(args.nodes, &args.data_dir, args.sql_port, &never_stop)?;
+            cluster.wait_until_settled()?;
+            Some(cluster)
+        }
+    };
+    let url = args.url.clone().unwrap_or_else(|| cluster.as_ref().map(|c| c.url()).unwrap_or_default());
+    let seeds = args.queries.div_ceil(args.queries_per_seed);
+    let config = foam_fuzz::FuzzConfig {
+        url: url.clone(),
+        seeds: foam_fuzz::seeds_from(args.seed, seeds),
+        queries_per_seed: args.queries_per_seed,
+        table_prefix: "fz".into(),
+        reduce: !args.no_reduce,
+        failures_max: args.failures_max.max(1),
+    };
+    println!("Fuzzing {url}: seeds {}..{}, {} queries each", args.seed, args.seed + seeds, args.queries_per_seed);
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let report = runtime.block_on(foam_fuzz::run(&config, |line| println!("{line}")))?;
+    println!();
+    println!(
+        "{} queries over {} databases in {:.0} s: {} compared, {} failed on both engines ({} of them with FoamDB's internal error), {} timed out, {} ternary-logic checks, {} differences",
+        report.queries,
+        report.seeds,
+        report.elapsed.as_secs_f64(),
+        report.compared,
+        report.both_failed,
+        report.both_failed_internal,
+        report.timed_out,
+        report.partitioning_checks,
+        report.failures.len()
+    );
+    for failure in &report.failures {
+        println!("\n== seed {} query {}: {:?}\n{}\n{}", failure.seed, failure.query_index, failure.kind, failure.detail, failure.sql);
+        if let Some(case) = &failure.reduced {
+            let slt = foam_fuzz::case_as_slt(failure, case);
+            println!("-- reduced (rules whose switch-off makes it pass: {:?}):\n{slt}", failure.rules);
+            if let Some(path) = &args.save {
+                let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+                file.write_all(slt.as_bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
+            }
+        }
+    }
+    if report.failures.is_empty() { Ok(()) } else { Err(format!("{} difference(s) found", report.failures.len())) }
+}

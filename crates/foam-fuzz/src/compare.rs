@@ -1,0 +1,117 @@
+//! Comparing two answers to one query, from two engines that print values
+//! differently.
+//!
+//! FoamDB answers over the PostgreSQL protocol as text (`t`, `1.5`, `1.50`);
+//! the reference answers in Arrow arrays. Both are brought to one canonical
+//! text per cell, by the reference's column type: booleans as `t`/`f`,
+//! floating point and decimal numbers rounded to
+//! [`SIGNIFICANT_DIGITS`] (engines may add floating point in different
+//! orders), everything else as printed. Answers without a defined order are
+//! compared as multisets (both sorted), ordered ones row by row.
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+
+/// Significant digits two numbers must agree to.
+pub const SIGNIFICANT_DIGITS: usize = 9;
+
+/// An answer: rows of cells, `None` for NULL.
+pub type Rows = Vec<Vec<Option<String>>>;
+
+/// The reference's rows as text, and each column's type.
+pub fn batches_to_rows(batches: &[RecordBatch]) -> Result<(Rows, Vec<DataType>), String> {
+    let options = FormatOptions::default();
+    let mut rows = Vec::new();
+    let mut types = Vec::new();
+    for batch in batches {
+        types = batch.schema().fields().iter().map(|f| f.data_type().clone()).collect();
+        let formatters = batch.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &options)).collect::<Result<Vec<_>, _>>();
+        let formatters = formatters.map_err(|e| e.to_string())?;
+        for row in 0..batch.num_rows() {
+            rows.push(
+                batch
+                    .columns()
+                    .iter()
+                    .zip(&formatters)
+                    .map(|(column, f)| (!column.is_null(row)).then(|| f.value(row).to_string()))
+                    .collect(),
+            );
+        }
+    }
+    Ok((rows, types))
+}
+
+fn number(text: &str) -> Option<String> {
+    let value: f64 = text.trim().parse().ok()?;
+    if value == 0.0 {
+        return Some("0".into());
+    }
+    Some(format!("{value:.prec$e}", prec = SIGNIFICANT_DIGITS - 1))
+}
+
+/// One cell's canonical text, given the reference's type of its column.
+pub fn canonical(cell: &Option<String>, data_type: Option<&DataType>) -> String {
+    let Some(text) = cell else { return "NULL".into() };
+    match data_type {
+        Some(DataType::Boolean) => match text.as_str() {
+            "true" | "t" => "t".into(),
+            "false" | "f" => "f".into(),
+            other => other.into(),
+        },
+        Some(t) if t.is_floating() || matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..)) => {
+            number(text).unwrap_or_else(|| text.clone())
+        }
+        _ => text.clone(),
+    }
+}
+
+fn canonical_rows(rows: &Rows, types: &[DataType], ordered: bool) -> Vec<Vec<String>> {
+    let mut out: Vec<Vec<String>> =
+        rows.iter().map(|row| row.iter().enumerate().map(|(i, cell)| canonical(cell, types.get(i))).collect()).collect();
+    if !ordered {
+        out.sort();
+    }
+    out
+}
+
+/// `None` when the answers agree, else a description of the first difference.
+pub fn difference(expected: &Rows, actual: &Rows, types: &[DataType], ordered: bool) -> Option<String> {
+    let (want, got) = (canonical_rows(expected, types, ordered), canonical_rows(actual, types, ordered));
+    if want == got {
+        return None;
+    }
+    if want.len() != got.len() {
+        return Some(format!("{} rows expected, {} returned", want.len(), got.len()));
+    }
+    let (index, (w, g)) = want.iter().zip(&got).enumerate().find(|(_, (w, g))| w != g)?;
+    Some(format!("row {index}{}: expected {w:?}, got {g:?}", if ordered { "" } else { " (sorted)" }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(values: &[&[Option<&str>]]) -> Rows {
+        values.iter().map(|r| r.iter().map(|v| v.map(str::to_string)).collect()).collect()
+    }
+
+    #[test]
+    fn engines_printing_one_value_differently_agree() {
+        let types = [DataType::Boolean, DataType::Float64, DataType::Decimal128(10, 2), DataType::Utf8];
+        let reference = rows(&[&[Some("true"), Some("3.0"), Some("1.50"), None], &[Some("false"), Some("0.1"), Some("-0"), Some("")]]);
+        let foam = rows(&[&[Some("f"), Some("0.10000000000000002"), Some("0.00"), Some("")], &[Some("t"), Some("3"), Some("1.5"), None]]);
+        assert_eq!(difference(&reference, &foam, &types, false), None);
+        assert!(difference(&reference, &foam, &types, true).is_some(), "in order the rows differ");
+    }
+
+    #[test]
+    fn a_missing_row_a_changed_value_or_null_is_a_difference() {
+        let types = [DataType::Int64];
+        let one = rows(&[&[Some("1")], &[Some("1")]]);
+        assert!(difference(&one, &rows(&[&[Some("1")]]), &types, false).is_some());
+        assert!(difference(&one, &rows(&[&[Some("1")], &[Some("2")]]), &types, false).is_some());
+        assert!(difference(&one, &rows(&[&[Some("1")], &[None]]), &types, false).is_some());
+        assert!(difference(&rows(&[&[Some("")]]), &rows(&[&[None]]), &[DataType::Utf8], false).is_some(), "'' is not NULL");
+    }
+}

@@ -1,0 +1,203 @@
+//! The two engines a fuzz query runs on: a FoamDB cluster over the
+//! PostgreSQL protocol, and a plain single-process DataFusion holding the
+//! same rows (no FoamDB code on its path).
+
+use std::time::Duration;
+
+use datafusion::arrow::datatypes::DataType;
+use datafusion::prelude::{SessionConfig, SessionContext};
+
+use crate::compare::{Rows, batches_to_rows};
+use crate::schema::Table;
+
+/// Longest one fuzz query may run on either engine; a query past it is
+/// counted as timed out, not compared.
+pub const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// SQLSTATEs a cluster answers while it settles or is loaded (a node not
+/// hearing the meta leader in time, a placement change under a write):
+/// retriable by definition, so not a difference.
+const TRANSIENT_STATES: &[&str] = &["57P03", "40001"];
+/// Tries after a transient refusal, waiting this much longer each time.
+const TRANSIENT_RETRIES_MAX: u32 = 5;
+const TRANSIENT_RETRY_WAIT: Duration = Duration::from_millis(500);
+
+fn is_transient(error: &tokio_postgres::Error) -> bool {
+    error.as_db_error().is_some_and(|d| TRANSIENT_STATES.contains(&d.code().code()))
+}
+
+/// Rows per INSERT statement when filling tables.
+const INSERT_ROWS_PER_STATEMENT: usize = 200;
+
+/// FoamDB's switches for its own optimizer rules (`SET foam.<name>`), each
+/// on by default. The fuzzer runs with random ones off, and a failing query
+/// is run again with each off to name the rule behind it.
+pub const RULE_SWITCHES: &[&str] =
+    &["regroup_scans", "early_replica_joins", "eager_aggregates", "early_semi_joins", "group_key_filters", "eager_counts", "fast_like"];
+
+/// The SQLSTATE the reference's errors are given (DataFusion has none).
+pub const REFERENCE_ERROR: &str = "reference";
+
+/// What one engine answered.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    Rows(Rows),
+    /// SQLSTATE ([`REFERENCE_ERROR`] for the reference's errors) and message.
+    Error(String, String),
+    TimedOut,
+}
+
+impl Outcome {
+    /// FoamDB's internal error (XX000): a bug, FoamDB's or DataFusion's.
+    pub fn is_internal_error(&self) -> bool {
+        matches!(self, Outcome::Error(state, _) if state == "XX000")
+    }
+}
+
+/// A FoamDB session.
+pub struct Foam {
+    client: tokio_postgres::Client,
+}
+
+impl Foam {
+    pub async fn connect(url: &str) -> Result<Foam, String> {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.map_err(|e| format!("connect {url}: {e}"))?;
+        tokio::spawn(connection);
+        let foam = Foam { client };
+        foam.execute(&format!("SET statement_timeout = '{}s'", QUERY_TIMEOUT.as_secs())).await?;
+        Ok(foam)
+    }
+
+    /// Runs a statement that must succeed.
+    pub async fn execute(&self, sql: &str) -> Result<(), String> {
+        let mut tries = 0;
+        loop {
+            match self.client.simple_query(sql).await {
+                Ok(_) => return Ok(()),
+                Err(e) if tries < TRANSIENT_RETRIES_MAX && is_transient(&e) => {
+                    tries += 1;
+                    tokio::time::sleep(TRANSIENT_RETRY_WAIT * tries).await;
+                }
+                Err(e) => return Err(format!("{sql}: {}", describe(&e))),
+            }
+        }
+    }
+
+    /// The answer to `sql`; a transient refusal (see [`is_transient`]) is
+    /// retried, as a client of a cluster would.
+    pub async fn query(&self, sql: &str) -> Outcome {
+        let mut tries = 0;
+        loop {
+            let outcome = self.query_once(sql).await;
+            match &outcome {
+                Outcome::Error(state, _) if tries < TRANSIENT_RETRIES_MAX && TRANSIENT_STATES.contains(&state.as_str()) => {
+                    tries += 1;
+                    tokio::time::sleep(TRANSIENT_RETRY_WAIT * tries).await;
+                }
+                _ => return outcome,
+            }
+        }
+    }
+
+    async fn query_once(&self, sql: &str) -> Outcome {
+        match tokio::time::timeout(QUERY_TIMEOUT + Duration::from_secs(5), self.client.simple_query(sql)).await {
+            Err(_) => Outcome::TimedOut,
+            Ok(Err(e)) => {
+                let state = e.as_db_error().map(|d| d.code().code().to_string()).unwrap_or_else(|| "08006".into());
+                if state == "57014" { Outcome::TimedOut } else { Outcome::Error(state, describe(&e)) }
+            }
+            Ok(Ok(messages)) => Outcome::Rows(
+                messages
+                    .into_iter()
+                    .filter_map(|m| match m {
+                        tokio_postgres::SimpleQueryMessage::Row(row) => Some((0..row.len()).map(|i| row.get(i).map(str::to_string)).collect()),
+                        _ => None,
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    /// Turns FoamDB's rule switches on except those in `off`.
+    pub async fn set_rules_off(&self, off: &[&str]) -> Result<(), String> {
+        for rule in RULE_SWITCHES {
+            self.execute(&format!("SET foam.{rule} = {}", !off.contains(rule))).await?;
+        }
+        Ok(())
+    }
+
+    /// Drops the tables if they exist and creates and fills them anew.
+    pub async fn load(&self, tables: &[Table]) -> Result<(), String> {
+        for table in tables {
+            self.execute(&format!("DROP TABLE IF EXISTS {}", table.name)).await?;
+            self.execute(&table.create_foam()).await?;
+            for insert in table.inserts(INSERT_ROWS_PER_STATEMENT) {
+                self.execute(&insert).await?;
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn drop_tables(&self, tables: &[Table]) -> Result<(), String> {
+        for table in tables {
+            self.execute(&format!("DROP TABLE IF EXISTS {}", table.name)).await?;
+        }
+        Ok(())
+    }
+}
+
+fn describe(error: &tokio_postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => format!("{}: {}", db.code().code(), db.message()),
+        None => error.to_string(),
+    }
+}
+
+/// The reference: DataFusion in this process, parsing SQL as FoamDB does.
+pub struct Reference {
+    ctx: SessionContext,
+}
+
+impl Reference {
+    pub async fn new(tables: &[Table]) -> Result<Reference, String> {
+        let config = SessionConfig::new().set_str("datafusion.sql_parser.dialect", "PostgreSQL");
+        let reference = Reference { ctx: SessionContext::new_with_config(config) };
+        reference.load(tables).await?;
+        Ok(reference)
+    }
+
+    /// Creates and fills the tables (replacing any of the same name).
+    pub async fn load(&self, tables: &[Table]) -> Result<(), String> {
+        for table in tables {
+            let _ = self.ctx.deregister_table(table.name.as_str());
+            self.run(&table.create_reference()).await?;
+            for insert in table.inserts(INSERT_ROWS_PER_STATEMENT) {
+                self.run(&insert).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn run(&self, sql: &str) -> Result<(), String> {
+        let frame = self.ctx.sql(sql).await.map_err(|e| format!("{sql}: {e}"))?;
+        frame.collect().await.map(|_| ()).map_err(|e| format!("{sql}: {e}"))
+    }
+
+    /// The answer and its column types (empty when it failed).
+    pub async fn query(&self, sql: &str) -> (Outcome, Vec<DataType>) {
+        let run = async {
+            let frame = self.ctx.sql(sql).await?;
+            let schema: Vec<DataType> = frame.schema().fields().iter().map(|f| f.data_type().clone()).collect();
+            let batches = frame.collect().await?;
+            Ok::<_, datafusion::error::DataFusionError>((batches, schema))
+        };
+        match tokio::time::timeout(QUERY_TIMEOUT, run).await {
+            Err(_) => (Outcome::TimedOut, Vec::new()),
+            Ok(Err(e)) => (Outcome::Error(REFERENCE_ERROR.into(), e.to_string()), Vec::new()),
+            Ok(Ok((batches, types))) => match batches_to_rows(&batches) {
+                Ok((rows, _)) => (Outcome::Rows(rows), types),
+                Err(e) => (Outcome::Error(REFERENCE_ERROR.into(), e), Vec::new()),
+            },
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! FoamDB's differential SQL fuzzer.
+//!
+//! Random schemas with random layouts (`schema.rs`) and random queries
+//! (`query.rs`), drawn from a recorded stream of choices (`choices.rs`), run
+//! on a FoamDB cluster and on single-process DataFusion over the same rows
+//! (`engines.rs`); answers are compared as multisets (`compare.rs`), and
+//! every difference is reduced to a small case that can be kept as a
+//! sqllogictest regression (`run.rs`). `foam bench fuzz` runs it long; the
+//! foam-cli `fuzz` test runs a fixed list of seeds in CI.
+
+pub mod choices;
+pub mod compare;
+pub mod engines;
+pub mod query;
+pub mod run;
+pub mod schema;
+
+pub use run::{Failure, FuzzConfig, Kind, Report, case_as_slt, run, seeds_from};

@@ -1,0 +1,437 @@
+//! The fuzz loop: for each seed a random database on both engines, then
+//! random queries on both, any difference reduced and reported.
+//!
+//! ```text
+//!   seed ─▶ schema::generate ─▶ tables on FoamDB (with layouts) and on the reference
+//!   (seed, i) ─▶ query::generate ─▶ FoamDB answer ─┐
+//!                                 reference answer ─┴▶ compare ─▶ differ? ─▶ reduce ─▶ Failure
+//! ```
+//! A difference is: different rows (as multisets, or in order under a full
+//! ORDER BY), an error on one side only, or a query whose rows differ from the
+//! UNION ALL of its rows where a predicate is true, false and NULL (ternary
+//! logic partitioning, checked on FoamDB when the reference agrees with
+//! itself). Both sides failing, or either timing out, is counted, not
+//! compared.
+
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::datatypes::DataType;
+
+use crate::choices::Choices;
+use crate::compare::{Rows, difference};
+use crate::engines::{Foam, Outcome, RULE_SWITCHES, Reference};
+use crate::query::{self, Query};
+use crate::schema::{self, Table};
+
+/// Queries of one seed are numbered below this; query `i` of seed `s`
+/// draws its choices from seed `s * QUERIES_PER_SEED_MAX + i`.
+pub const QUERIES_PER_SEED_MAX: u64 = 1 << 20;
+/// The schema of seed `s` draws from seed `s ^ SCHEMA_SEED_SALT`.
+const SCHEMA_SEED_SALT: u64 = 0x5eed_5c4e_3a00_0000;
+/// Candidate cases one reduction may try, and how long it may take.
+const REDUCE_TRIES_MAX: u32 = 500;
+const REDUCE_TIME_MAX: Duration = Duration::from_secs(120);
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct FuzzConfig {
+    /// Any node's SQL endpoint.
+    pub url: String,
+    pub seeds: Vec<u64>,
+    pub queries_per_seed: u64,
+    /// Fuzz tables are named `{table_prefix}{i}` (dropped and created anew
+    /// for every seed).
+    pub table_prefix: String,
+    /// Reduce each failing case to a small one.
+    pub reduce: bool,
+    /// Stop after this many failures.
+    pub failures_max: usize,
+}
+
+/// How two answers differ.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Both answered, with different rows.
+    WrongAnswer,
+    /// FoamDB failed where the reference answered: its SQLSTATE and the
+    /// start of its message without numbers, so a reduction keeps the
+    /// same error, not just any error with the same SQLSTATE.
+    FoamError(String),
+    /// FoamDB answered where the reference failed.
+    ReferenceError,
+    /// FoamDB's rows differ from the union of its rows under p, NOT p and
+    /// p IS NULL.
+    Partitioning,
+}
+
+/// A reproduction: the tables it needs, the query, and the right answer.
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub tables: Vec<Table>,
+    pub sql: String,
+    pub ordered: bool,
+    /// The reference's answer and column types, when it answered.
+    pub expected: Option<(Rows, Vec<DataType>)>,
+}
+
+/// One difference found.
+#[derive(Clone, Debug)]
+pub struct Failure {
+    pub seed: u64,
+    pub query_index: u64,
+    pub kind: Kind,
+    pub sql: String,
+    pub detail: String,
+    /// The smallest case found that fails the same way.
+    pub reduced: Option<Case>,
+    /// FoamDB rules whose switch, turned off, makes the reduced case pass.
+    pub rules: Vec<String>,
+}
+
+/// What a run did.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub seeds: u64,
+    pub queries: u64,
+    /// Both answered and were compared.
+    pub compared: u64,
+    pub both_failed: u64,
+    /// Of those, FoamDB's error was internal (XX000): DataFusion's bugs,
+    /// which the reference shares.
+    pub both_failed_internal: u64,
+    pub timed_out: u64,
+    pub partitioning_checks: u64,
+    pub failures: Vec<Failure>,
+    pub elapsed: Duration,
+}
+
+/// The verdict on one query.
+enum Verdict {
+    Agree,
+    BothFailed {
+        /// FoamDB's error was an internal one (XX000).
+        internal: bool,
+    },
+    TimedOut,
+    Differ(Kind, String),
+}
+
+/// What a query's check needs: both engines and the tables they hold.
+struct Bench<'a> {
+    foam: &'a Foam,
+    reference: &'a Reference,
+}
+
+impl Bench<'_> {
+    async fn check(&self, query: &Query) -> (Verdict, Option<(Rows, Vec<DataType>)>) {
+        let (expected, types) = self.reference.query(&query.sql).await;
+        let actual = self.foam.query(&query.sql).await;
+        let expected_rows = match &expected {
+            Outcome::Rows(rows) => Some((rows.clone(), types.clone())),
+            _ => None,
+        };
+        let verdict = match (&expected, &actual) {
+            (Outcome::TimedOut, _) | (_, Outcome::TimedOut) => Verdict::TimedOut,
+            // Both failing is no difference, even when FoamDB's error is an
+            // internal one: the reference, which runs no FoamDB code, has the
+            // same bug (DataFusion's), and the run counts these apart.
+            (Outcome::Error(..), Outcome::Error(..)) => Verdict::BothFailed { internal: actual.is_internal_error() },
+            (Outcome::Rows(_), Outcome::Error(state, message)) => Verdict::Differ(Kind::FoamError(signature(state, message)), message.clone()),
+            (Outcome::Error(_, message), Outcome::Rows(_)) => Verdict::Differ(Kind::ReferenceError, message.clone()),
+            (Outcome::Rows(want), Outcome::Rows(got)) => match difference(want, got, &types, query.ordered) {
+                Some(detail) => Verdict::Differ(Kind::WrongAnswer, detail),
+                None => match &query.partitioned {
+                    Some(partitioned) => self.check_partitioning(want, partitioned, &types).await,
+                    None => Verdict::Agree,
+                },
+            },
+        };
+        (verdict, expected_rows)
+    }
+
+    /// FoamDB's rows of the partitioned form against its (already checked)
+    /// rows of the query, when the reference's two answers agree.
+    async fn check_partitioning(&self, rows: &Rows, partitioned: &str, types: &[DataType]) -> Verdict {
+        let (reference, _) = self.reference.query(partitioned).await;
+        let Outcome::Rows(reference) = reference else { return Verdict::Agree };
+        if difference(rows, &reference, types, false).is_some() {
+            // The reference disagrees with itself: nothing to say of FoamDB.
+            return Verdict::Agree;
+        }
+        match self.foam.query(partitioned).await {
+            Outcome::Rows(foam) => match difference(rows, &foam, types, false) {
+                Some(detail) => Verdict::Differ(Kind::Partitioning, format!("{detail}\npartitioned: {partitioned}")),
+                None => Verdict::Agree,
+            },
+            Outcome::TimedOut => Verdict::TimedOut,
+            Outcome::Error(state, message) => Verdict::Differ(Kind::FoamError(signature(&state, &message)), format!("{message}\npartitioned: {partitioned}")),
+        }
+    }
+
+    async fn fails_as(&self, query: &Query, kind: &Kind) -> bool {
+        matches!(self.check(query).await.0, Verdict::Differ(k, _) if k == *kind)
+    }
+}
+
+/// Letters of an error message that identify it in [`Kind::FoamError`].
+const ERROR_SIGNATURE_CHARS: usize = 60;
+
+fn signature(state: &str, message: &str) -> String {
+    let first_line = message.lines().next().unwrap_or_default();
+    let text: String = first_line.chars().filter(|c| !c.is_ascii_digit()).take(ERROR_SIGNATURE_CHARS).collect();
+    format!("{state} {text}")
+}
+
+/// The tables of `seed`, named `{prefix}{i}`, and the rule switches it runs with off.
+pub fn seed_database(seed: u64, prefix: &str) -> (Vec<Table>, Vec<&'static str>) {
+    let mut choices = Choices::random(seed ^ SCHEMA_SEED_SALT);
+    let tables = schema::generate(&mut choices, prefix);
+    let off = if choices.chance(30) { RULE_SWITCHES.iter().copied().filter(|_| choices.chance(50)).collect() } else { Vec::new() };
+    (tables, off)
+}
+
+/// The choices query `index` of `seed` is generated from.
+pub fn query_choices(seed: u64, index: u64) -> Choices {
+    Choices::random(seed.wrapping_mul(QUERIES_PER_SEED_MAX).wrapping_add(index))
+}
+
+/// Runs the fuzzer; `progress` hears a line after every seed.
+pub async fn run(config: &FuzzConfig, mut progress: impl FnMut(&str)) -> Result<Report, String> {
+    let started = Instant::now();
+    let foam = Foam::connect(&config.url).await?;
+    let mut report = Report::default();
+    for &seed in &config.seeds {
+        let (tables, off) = seed_database(seed, &config.table_prefix);
+        foam.load(&tables).await?;
+        foam.set_rules_off(&off).await?;
+        let reference = Reference::new(&tables).await?;
+        let bench = Bench { foam: &foam, reference: &reference };
+        for index in 0..config.queries_per_seed.min(QUERIES_PER_SEED_MAX) {
+            let mut choices = query_choices(seed, index);
+            let query = query::generate(&mut choices, &tables);
+            report.queries += 1;
+            report.partitioning_checks += u64::from(query.partitioned.is_some());
+            match bench.check(&query).await.0 {
+                Verdict::Agree => report.compared += 1,
+                Verdict::BothFailed { internal } => {
+                    report.both_failed += 1;
+                    report.both_failed_internal += u64::from(internal);
+                }
+                Verdict::TimedOut => report.timed_out += 1,
+                Verdict::Differ(kind, detail) => {
+                    progress(&format!("seed {seed} query {index}: {kind:?}: {detail}\n  {}", query.sql));
+                    let mut failure =
+                        Failure { seed, query_index: index, kind, sql: query.sql.clone(), detail, reduced: None, rules: Vec::new() };
+                    if config.reduce {
+                        let name = format!("{}s{seed}q{index}t", config.table_prefix);
+                        let case = reduce(&bench, &tables, choices.recorded().to_vec(), &failure.kind, &name).await?;
+                        failure.rules = rules_behind(&bench, &case, &failure.kind, &off).await?;
+                        foam.drop_tables(&case.tables).await?;
+                        failure.reduced = Some(case);
+                        foam.set_rules_off(&off).await?;
+                    }
+                    report.failures.push(failure);
+                    if report.failures.len() >= config.failures_max {
+                        break;
+                    }
+                }
+            }
+        }
+        foam.drop_tables(&tables).await?;
+        report.seeds += 1;
+        progress(&format!(
+            "seed {seed}: {} queries so far, {} compared, {} both failed, {} timed out, {} failures ({:.0} s)",
+            report.queries,
+            report.compared,
+            report.both_failed,
+            report.timed_out,
+            report.failures.len(),
+            started.elapsed().as_secs_f64()
+        ));
+        if report.failures.len() >= config.failures_max {
+            break;
+        }
+    }
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
+
+/// Shrinks a failing case: first its query (editing the recorded choices
+/// and generating again, keeping any smaller query that fails the same
+/// way), then the rows of the tables it reads (on copies named
+/// `{name}{i}`, so the seed's own tables stay as they are).
+async fn reduce(bench: &Bench<'_>, tables: &[Table], recorded: Vec<u32>, kind: &Kind, name: &str) -> Result<Case, String> {
+    let started = Instant::now();
+    let mut tries = 0u32;
+    let within_budget = |tries: u32| tries < REDUCE_TRIES_MAX && started.elapsed() < REDUCE_TIME_MAX;
+
+    let mut tables: Vec<Table> = tables.iter().enumerate().map(|(i, t)| Table { name: format!("{name}{i}"), ..t.clone() }).collect();
+    bench.foam.load(&tables).await?;
+    bench.reference.load(&tables).await?;
+    let generate = |choices: &[u32], tables: &[Table]| {
+        let mut replay = Choices::replay(choices.to_vec());
+        let query = query::generate(&mut replay, tables);
+        (query, replay.used())
+    };
+    let (mut best, mut best_choices) = generate(&recorded, &tables);
+    let size = |q: &Query| q.sql.len() + q.partitioned.as_ref().map_or(0, |p| p.len());
+
+    // The query: delete runs of choices, then lower single ones.
+    let mut improved = true;
+    while improved && within_budget(tries) {
+        improved = false;
+        let mut chunk = (best_choices.len() / 2).max(1);
+        loop {
+            let mut start = 0;
+            while start < best_choices.len() && within_budget(tries) {
+                let mut candidate = best_choices.clone();
+                candidate.drain(start..(start + chunk).min(candidate.len()));
+                let (query, used) = generate(&candidate, &tables);
+                if size(&query) < size(&best) {
+                    tries += 1;
+                    if bench.fails_as(&query, kind).await {
+                        (best, best_choices) = (query, used);
+                        improved = true;
+                        continue;
+                    }
+                }
+                start += chunk;
+            }
+            if chunk == 1 {
+                break;
+            }
+            chunk /= 2;
+        }
+        for index in 0..best_choices.len() {
+            for lower in [0, best_choices.get(index).copied().unwrap_or(0) / 2] {
+                if index >= best_choices.len() || best_choices[index] <= lower || !within_budget(tries) {
+                    continue;
+                }
+                let mut candidate = best_choices.clone();
+                candidate[index] = lower;
+                let (query, used) = generate(&candidate, &tables);
+                if size(&query) <= size(&best) && query.sql != best.sql {
+                    tries += 1;
+                    if bench.fails_as(&query, kind).await {
+                        (best, best_choices) = (query, used);
+                        improved = true;
+                    }
+                }
+            }
+        }
+    }
+
+    // The rows: drop runs of rows from each table the query reads.
+    for index in 0..tables.len() {
+        if !mentions(&best, &tables[index].name) {
+            continue;
+        }
+        let mut chunk = (tables[index].rows.len() / 2).max(1);
+        while chunk >= 1 && !tables[index].rows.is_empty() {
+            let mut start = 0;
+            while start < tables[index].rows.len() && within_budget(tries) {
+                let mut candidate = tables[index].clone();
+                candidate.rows.drain(start..(start + chunk).min(candidate.rows.len()));
+                bench.foam.load(std::slice::from_ref(&candidate)).await?;
+                bench.reference.load(std::slice::from_ref(&candidate)).await?;
+                tries += 1;
+                if bench.fails_as(&best, kind).await {
+                    tables[index] = candidate;
+                } else {
+                    start += chunk;
+                }
+            }
+            // Put back the table as kept.
+            bench.foam.load(std::slice::from_ref(&tables[index])).await?;
+            bench.reference.load(std::slice::from_ref(&tables[index])).await?;
+            if chunk == 1 || !within_budget(tries) {
+                break;
+            }
+            chunk /= 2;
+        }
+    }
+    let expected = bench.check(&best).await.1;
+    let used: Vec<Table> = tables.iter().filter(|t| mentions(&best, &t.name)).cloned().collect();
+    // Tables the query does not read stay on FoamDB until dropped here.
+    bench.foam.drop_tables(&tables.iter().filter(|t| !mentions(&best, &t.name)).cloned().collect::<Vec<_>>()).await?;
+    let sql = best.partitioned.clone().map_or(best.sql.clone(), |p| format!("{}\n-- partitioned: {p}", best.sql));
+    Ok(Case { tables: used, sql, ordered: best.ordered, expected })
+}
+
+fn mentions(query: &Query, table: &str) -> bool {
+    let pattern = format!("{table} AS ");
+    query.sql.contains(&pattern) || query.partitioned.as_ref().is_some_and(|p| p.contains(&pattern))
+}
+
+/// The rule switches that, each turned off alone, make `case` pass.
+async fn rules_behind(bench: &Bench<'_>, case: &Case, kind: &Kind, off: &[&str]) -> Result<Vec<String>, String> {
+    let query = Query { sql: case.sql.split("\n-- partitioned: ").next().unwrap_or_default().to_string(), ordered: case.ordered, partitioned: None };
+    if *kind == Kind::Partitioning {
+        return Ok(Vec::new());
+    }
+    let mut rules = Vec::new();
+    for rule in RULE_SWITCHES {
+        let mut switched: Vec<&str> = off.to_vec();
+        switched.push(rule);
+        bench.foam.set_rules_off(&switched).await?;
+        if !bench.fails_as(&query, kind).await {
+            rules.push(rule.to_string());
+        }
+    }
+    Ok(rules)
+}
+
+/// FoamDB's rows as text for a sqllogictest file, as its runner prints them.
+fn slt_cell(cell: &Option<String>, data_type: Option<&DataType>) -> String {
+    match (cell, data_type) {
+        (None, _) => "NULL".into(),
+        (Some(text), _) if text.is_empty() => "(empty)".into(),
+        (Some(text), Some(DataType::Boolean)) => (if text == "true" { "t" } else { "f" }).into(),
+        (Some(text), Some(t)) if t.is_floating() => {
+            text.parse::<f64>().map_or(text.clone(), |v| if v.fract() == 0.0 { format!("{v:.0}") } else { v.to_string() })
+        }
+        (Some(text), _) => text.clone(),
+    }
+}
+
+/// A reduced case as a sqllogictest record group: its tables, their rows
+/// and the query with the reference's answer.
+pub fn case_as_slt(failure: &Failure, case: &Case) -> String {
+    let mut out = format!(
+        "# Differential fuzzer, seed {} query {}: {:?} ({}).\n",
+        failure.seed,
+        failure.query_index,
+        failure.kind,
+        failure.detail.lines().next().unwrap_or_default()
+    );
+    for table in &case.tables {
+        out.push_str(&format!("statement ok\n{}\n\n", table.create_foam()));
+        for insert in table.inserts(usize::MAX) {
+            out.push_str(&format!("statement ok\n{insert}\n\n"));
+        }
+    }
+    let sql = case.sql.split("\n-- partitioned: ").next().unwrap_or_default();
+    match &case.expected {
+        Some((rows, types)) => {
+            let letters: String = types
+                .iter()
+                .map(|t| if t.is_integer() { 'I' } else if t.is_floating() || matches!(t, DataType::Decimal128(..)) { 'R' } else { 'T' })
+                .collect();
+            let letters = if letters.is_empty() { "I".to_string() } else { letters };
+            let sort = if case.ordered { "nosort" } else { "rowsort" };
+            out.push_str(&format!("query {letters} {sort}\n{sql}\n----\n"));
+            for row in rows {
+                let cells: Vec<String> = row.iter().enumerate().map(|(i, c)| slt_cell(c, types.get(i))).collect();
+                out.push_str(&format!("{}\n", cells.join(" ")));
+            }
+        }
+        None => out.push_str(&format!("statement error\n{sql}\n")),
+    }
+    out.push('\n');
+    out
+}
+
+/// Seeds for a run: `first`, `first + 1`, ...
+pub fn seeds_from(first: u64, count: u64) -> Vec<u64> {
+    (first..first.saturating_add(count)).collect()
+}

@@ -1,0 +1,208 @@
+//! Random tables: their layouts on the cluster and their rows.
+//!
+//! Every table has the same columns (one of each type the fuzzer covers), so
+//! any two tables can be joined on any pair of columns of one type; what
+//! varies is the layout (distributed by one key, by two, by a text or date
+//! column, replicated; the default or a chosen partition count) and the rows:
+//! empty and one-row tables, NULLs, duplicates and skew. Values come from
+//! small domains so that joins, groups and set operations find matches.
+
+use crate::choices::Choices;
+
+/// The value families the generators type expressions by. INT and BIGINT are
+/// one family: they compare, join and union with each other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Ty {
+    Int,
+    Text,
+    Float,
+    Bool,
+    Date,
+    Decimal,
+}
+
+impl Ty {
+    /// A SQL type of this family, for casts.
+    pub fn sql(self) -> &'static str {
+        match self {
+            Ty::Int => "BIGINT",
+            Ty::Text => "TEXT",
+            Ty::Float => "DOUBLE PRECISION",
+            Ty::Bool => "BOOLEAN",
+            Ty::Date => "DATE",
+            Ty::Decimal => "DECIMAL(12,2)",
+        }
+    }
+
+    /// Whether `sum` and `avg` take this family.
+    pub fn numeric(self) -> bool {
+        matches!(self, Ty::Int | Ty::Float | Ty::Decimal)
+    }
+}
+
+/// A column every fuzz table has: name, SQL type, family.
+pub struct ColumnDef {
+    pub name: &'static str,
+    pub sql_type: &'static str,
+    pub ty: Ty,
+}
+
+/// The columns of every fuzz table.
+pub const COLUMNS: &[ColumnDef] = &[
+    ColumnDef { name: "a", sql_type: "INT", ty: Ty::Int },
+    ColumnDef { name: "b", sql_type: "INT", ty: Ty::Int },
+    ColumnDef { name: "c", sql_type: "BIGINT", ty: Ty::Int },
+    ColumnDef { name: "d", sql_type: "TEXT", ty: Ty::Text },
+    ColumnDef { name: "e", sql_type: "DOUBLE PRECISION", ty: Ty::Float },
+    ColumnDef { name: "f", sql_type: "BOOLEAN", ty: Ty::Bool },
+    ColumnDef { name: "g", sql_type: "DATE", ty: Ty::Date },
+    ColumnDef { name: "h", sql_type: "DECIMAL(10,2)", ty: Ty::Decimal },
+];
+
+/// Distribution keys a table may have (column names), `[]` for replicated.
+const LAYOUTS: &[&[&str]] = &[&["a"], &["b"], &["a", "b"], &["c"], &["d"], &["b", "a"], &["a", "d"], &["g"], &[], &["c", "b"]];
+
+/// Partition counts a table may ask for (`None`: the cluster's default).
+const PARTITION_COUNTS: &[Option<u32>] = &[None, Some(1), Some(2), Some(3), Some(5), Some(8), Some(16)];
+
+/// Tables in one fuzz database, at most.
+pub const TABLES_MAX: u32 = 4;
+
+/// Rows in one table, at most (a rare larger table is skewed).
+const ROWS_MAX: u32 = 100;
+const ROWS_LARGE: u32 = 300;
+
+/// How a table is laid out over the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Distribution key columns; empty means DISTRIBUTED REPLICATED.
+    pub keys: Vec<&'static str>,
+    pub partitions: Option<u32>,
+}
+
+/// One table: its name, layout and rows as SQL literals (`NULL` for null).
+#[derive(Clone, Debug)]
+pub struct Table {
+    pub name: String,
+    pub layout: Layout,
+    /// Column `a` declared NOT NULL (then it has no NULLs).
+    pub a_not_null: bool,
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// The column list of CREATE TABLE.
+    fn columns_sql(&self) -> String {
+        COLUMNS
+            .iter()
+            .map(|c| {
+                let not_null = if c.name == "a" && self.a_not_null { " NOT NULL" } else { "" };
+                format!("{} {}{not_null}", c.name, c.sql_type)
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// CREATE TABLE for FoamDB, with the layout.
+    pub fn create_foam(&self) -> String {
+        let layout = if self.layout.keys.is_empty() {
+            "DISTRIBUTED REPLICATED".to_string()
+        } else {
+            let partitions = self.layout.partitions.map(|n| format!(" PARTITIONS {n}")).unwrap_or_default();
+            format!("DISTRIBUTED BY ({}){partitions}", self.layout.keys.join(", "))
+        };
+        format!("CREATE TABLE {} ({}) {layout}", self.name, self.columns_sql())
+    }
+
+    /// CREATE TABLE for the reference (plain DataFusion, no layout).
+    pub fn create_reference(&self) -> String {
+        format!("CREATE TABLE {} ({})", self.name, self.columns_sql())
+    }
+
+    /// INSERT statements holding every row, `chunk` rows each.
+    pub fn inserts(&self, chunk: usize) -> Vec<String> {
+        self.rows
+            .chunks(chunk.max(1))
+            .map(|rows| {
+                let values: Vec<String> = rows.iter().map(|r| format!("({})", r.join(", "))).collect();
+                format!("INSERT INTO {} VALUES {}", self.name, values.join(", "))
+            })
+            .collect()
+    }
+}
+
+/// A random value of column `column` as a SQL literal; `skewed` makes one
+/// value most of them.
+fn value(choices: &mut Choices, column: &ColumnDef, nullable: bool, skewed: bool) -> String {
+    if nullable && choices.chance(12) {
+        return "NULL".into();
+    }
+    if skewed && choices.chance(70) {
+        return match column.ty {
+            Ty::Int => "1".into(),
+            Ty::Text => "'x'".into(),
+            Ty::Float => "1.5".into(),
+            Ty::Bool => "true".into(),
+            Ty::Date => "'2024-01-01'".into(),
+            Ty::Decimal => "1.50".into(),
+        };
+    }
+    match (column.ty, column.name) {
+        (Ty::Int, "a") => choices.below(10).to_string(),
+        (Ty::Int, "b") => (choices.below(7) as i64 - 1).to_string(),
+        (Ty::Int, _) => (choices.below(25) as i64 - 5).to_string(),
+        (Ty::Text, _) => format!("'{}'", choices.pick(&["x", "y", "z", "xy", "", "Ab", "x%y", "zz z"])),
+        (Ty::Float, _) => choices.pick(&["0.5", "1.5", "-2.25", "3", "0", "100.125", "-0.75"]).to_string(),
+        (Ty::Bool, _) => choices.pick(&["false", "true"]).to_string(),
+        (Ty::Date, _) => format!("'2024-0{}-{:02}'", choices.between(1, 3), choices.between(1, 4)),
+        (Ty::Decimal, _) => choices.pick(&["0.00", "1.50", "-3.25", "10.01", "2.00", "99.99", "-0.10"]).to_string(),
+    }
+}
+
+/// A random database of 1 to [`TABLES_MAX`] tables named `{prefix}0`, ...
+pub fn generate(choices: &mut Choices, prefix: &str) -> Vec<Table> {
+    let count = choices.between(1, TABLES_MAX).max(2);
+    (0..count)
+        .map(|index| {
+            let keys = choices.pick(LAYOUTS).to_vec();
+            let partitions = if keys.is_empty() { None } else { *choices.pick(PARTITION_COUNTS) };
+            let a_not_null = choices.chance(30);
+            let rows = match choices.below(10) {
+                0 => 0,
+                1 => 1,
+                2 => ROWS_LARGE,
+                _ => choices.between(2, ROWS_MAX),
+            };
+            let skewed = choices.chance(20);
+            let rows = (0..rows)
+                .map(|_| COLUMNS.iter().map(|c| value(choices, c, !(c.name == "a" && a_not_null), skewed)).collect())
+                .collect();
+            Table { name: format!("{prefix}{index}"), layout: Layout { keys, partitions }, a_not_null, rows }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_have_layouts_and_rows_that_fit_their_columns() {
+        let mut seen_replicated = false;
+        let mut seen_empty = false;
+        for seed in 0..200 {
+            let tables = generate(&mut Choices::random(seed), "t");
+            assert!((2..=TABLES_MAX as usize).contains(&tables.len()));
+            for table in &tables {
+                seen_replicated |= table.layout.keys.is_empty();
+                seen_empty |= table.rows.is_empty();
+                assert!(table.rows.iter().all(|r| r.len() == COLUMNS.len()));
+                if table.a_not_null {
+                    assert!(table.rows.iter().all(|r| r[0] != "NULL"), "a NOT NULL column got a NULL");
+                }
+                assert!(table.create_foam().starts_with(&table.create_reference()));
+            }
+        }
+        assert!(seen_replicated && seen_empty, "the generator covers replicated and empty tables");
+    }
+}
