@@ -530,7 +530,13 @@ fn routing(
     let conditions = key_conditions(stays, stay_keys, subset)?;
     let Partitioning::Hash(hashed_keys, _) = stays.output_partitioning() else { return None };
     let routed_keys: Vec<Arc<dyn PhysicalExpr>> = conditions.iter().map(|c| move_keys[*c].clone()).collect();
-    same_kind(hashed_keys, &stays.schema(), &routed_keys, &moves.schema()).then_some((owners, routed_keys))
+    // One expression twice among the moving side's keys (`a.x = b.p AND
+    // a.x = b.q`, `b` laid out by `(p, q)`) routes correctly, but DataFusion
+    // pairs a partitioned join's inputs key by key and takes the first
+    // condition an expression appears in, so it refuses the join as not
+    // co-partitioned: leave such a join to the shuffle of both sides.
+    let repeated = routed_keys.iter().enumerate().any(|(i, k)| routed_keys[..i].iter().any(|earlier| earlier.eq(k)));
+    (!repeated && same_kind(hashed_keys, &stays.schema(), &routed_keys, &moves.schema())).then_some((owners, routed_keys))
 }
 
 /// Whether keys hash alike: FoamDB's partition hash is over canonical
