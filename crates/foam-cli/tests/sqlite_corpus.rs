@@ -1,0 +1,165 @@
+//! SQLite's public sqllogictest corpus (`select1`–`select5`, 10,706 records
+//! of CASE, scalar and correlated subqueries, compound selects and
+//! many-table joins; see `shared/sqllogictest/README.md`) on a 1-node and a
+//! 3-node cluster. The two must fail exactly the same records, and the
+//! share that passes may not fall below [`PASS_RATE_FLOOR_PERCENT`]; the
+//! records that fail are printed by file with their first error, so the
+//! gap to full support stays visible.
+//!
+//! Not yet part of the default run: it has not been run to completion on
+//! this machine, so neither its time in the debug profile nor the floor
+//! below is measured. Run it with `cargo test -p foam-cli --test
+//! sqlite_corpus -- --ignored --nocapture`.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqllogictest::{AsyncDB, DBOutput, DefaultColumnType, Record};
+
+/// The least share of the corpus's records that must pass, on every
+/// cluster size. Raise it as support grows; the goal is 99.
+const PASS_RATE_FLOOR_PERCENT: f64 = 80.0;
+
+/// The corpus files, relative to the project root's parent.
+const CORPUS_FILES: &[&str] = &["select1.test", "select2.test", "select3.test", "select4.test", "select5.test"];
+
+struct Foam {
+    client: tokio_postgres::Client,
+}
+
+#[derive(Debug)]
+struct DbError(String);
+
+impl std::fmt::Display for DbError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for DbError {}
+
+/// A value as SQLite's runner prints it: reals with three decimals.
+fn sqlite_value(value: Option<&str>) -> String {
+    match value {
+        None => "NULL".into(),
+        Some("") => "(empty)".into(),
+        Some(text) if text.contains('.') => text.parse::<f64>().map_or(text.to_string(), |v| format!("{v:.3}")),
+        Some(text) => text.to_string(),
+    }
+}
+
+#[async_trait]
+impl AsyncDB for Foam {
+    type Error = DbError;
+    type ColumnType = DefaultColumnType;
+
+    async fn run(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, DbError> {
+        let messages = self.client.simple_query(sql).await.map_err(|e| {
+            DbError(e.as_db_error().map(|d| format!("{}: {}", d.code().code(), d.message())).unwrap_or_else(|| e.to_string()))
+        })?;
+        let mut rows = Vec::new();
+        let mut columns = None;
+        for message in messages {
+            match message {
+                tokio_postgres::SimpleQueryMessage::RowDescription(description) => columns = Some(description.len()),
+                tokio_postgres::SimpleQueryMessage::Row(row) => {
+                    columns = Some(row.len());
+                    rows.push((0..row.len()).map(|i| sqlite_value(row.get(i))).collect());
+                }
+                _ => {}
+            }
+        }
+        Ok(match columns {
+            Some(count) => DBOutput::Rows { types: vec![DefaultColumnType::Any; count], rows },
+            None => DBOutput::StatementComplete(0),
+        })
+    }
+
+    async fn shutdown(&mut self) {}
+
+    fn engine_name(&self) -> &str {
+        "postgresql"
+    }
+
+    async fn sleep(duration: Duration) {
+        tokio::time::sleep(duration).await;
+    }
+}
+
+fn corpus_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/sqllogictest/sqlite")
+}
+
+/// Runs every corpus file on a fresh cluster of `nodes` and returns, per
+/// file, the records run and the failing ones (line and first error line).
+async fn run_corpus(nodes: usize) -> BTreeMap<String, (usize, Vec<(u32, String)>)> {
+    let mut results = BTreeMap::new();
+    for name in CORPUS_FILES {
+        let path = corpus_dir().join(name);
+        let records = sqllogictest::parse_file::<DefaultColumnType>(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let cluster = common::Cluster::start(nodes);
+        let url = cluster.url(nodes - 1);
+        let mut runner = sqllogictest::Runner::new(move || {
+            let url = url.clone();
+            async move { Ok::<_, DbError>(Foam { client: common::connect(&url).await }) }
+        });
+        runner.add_label("postgresql");
+        let mut run = 0;
+        let mut failures = Vec::new();
+        for record in records {
+            let line = match &record {
+                Record::Statement { loc, .. } | Record::Query { loc, .. } => Some(loc.line()),
+                _ => None,
+            };
+            let outcome = runner.run_async(record).await;
+            if let Some(line) = line {
+                run += 1;
+                if let Err(error) = outcome {
+                    failures.push((line, error.to_string().lines().next().unwrap_or_default().to_string()));
+                }
+            }
+        }
+        results.insert(name.to_string(), (run, failures));
+    }
+    results
+}
+
+fn summary(nodes: usize, results: &BTreeMap<String, (usize, Vec<(u32, String)>)>) -> (f64, String) {
+    let run: usize = results.values().map(|(r, _)| r).sum();
+    let failed: usize = results.values().map(|(_, f)| f.len()).sum();
+    let rate = 100.0 * (run - failed) as f64 / run.max(1) as f64;
+    let mut text = format!("{nodes} node(s): {} of {run} records pass ({rate:.2}%)\n", run - failed);
+    for (file, (run, failures)) in results {
+        text.push_str(&format!("  {file}: {} of {run} fail", failures.len()));
+        if let Some((line, error)) = failures.first() {
+            text.push_str(&format!(", first at line {line}: {error}"));
+        }
+        text.push('\n');
+    }
+    (rate, text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "not yet measured: run time in the debug profile and pass-rate floor (issue 33)"]
+async fn sqlite_select_corpus_passes_alike_on_one_and_three_nodes() {
+    let one = run_corpus(1).await;
+    let three = run_corpus(3).await;
+    let (one_rate, one_text) = summary(1, &one);
+    let (three_rate, three_text) = summary(3, &three);
+    eprintln!("{one_text}{three_text}");
+    for (file, (_, failures)) in &one {
+        let lines = |f: &Vec<(u32, String)>| f.iter().map(|(l, _)| *l).collect::<Vec<_>>();
+        let other = three.get(file).map(|(_, f)| lines(f)).unwrap_or_default();
+        let only_one: Vec<u32> = lines(failures).into_iter().filter(|l| !other.contains(l)).collect();
+        let only_three: Vec<u32> = other.iter().copied().filter(|l| !lines(failures).contains(l)).collect();
+        assert!(
+            only_one.is_empty() && only_three.is_empty(),
+            "{file}: records failing on 1 node only {only_one:?}, on 3 nodes only {only_three:?}"
+        );
+    }
+    assert!(one_rate >= PASS_RATE_FLOOR_PERCENT && three_rate >= PASS_RATE_FLOOR_PERCENT, "pass rate fell:\n{one_text}{three_text}");
+}
