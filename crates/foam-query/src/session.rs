@@ -439,8 +439,12 @@ impl FoamSession {
         let running = self.node.traffic.query_started();
         self.pass_execution_options()?;
         let frame = self.ctx.execute_logical_plan(plan).await.map_err(FoamError::from)?;
-        let schema = Arc::new(frame.schema().as_arrow().clone());
         let physical = frame.clone().create_physical_plan().await.map_err(FoamError::from)?;
+        // The rows' own types: the logical plan's schema is the one before
+        // type coercion, so a UNION of INT and rank() (coerced to
+        // DECIMAL(20,0)) was described to the client as int4 and its
+        // values failed to encode.
+        let schema = physical.schema();
         self.apply_exchange_batch_bytes(&physical)?;
         let task_ctx = Arc::new(frame.task_ctx());
         let mut stream = datafusion::physical_plan::execute_stream(physical, task_ctx).map_err(FoamError::from)?;
