@@ -5,76 +5,16 @@
 mod common;
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-use async_trait::async_trait;
-use sqllogictest::{AsyncDB, DBOutput, DefaultColumnType};
+use common::slt_db::{DbError, SltDb};
 
-struct FoamDb {
-    client: tokio_postgres::Client,
-}
-
-#[derive(Debug)]
-struct DbError {
-    sqlstate: Option<String>,
-    message: String,
-}
-
-impl std::fmt::Display for DbError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.message)
+/// NULL as "NULL", the empty string as "(empty)", anything else as sent.
+fn format_value(value: Option<&str>) -> String {
+    match value {
+        None => "NULL".into(),
+        Some("") => "(empty)".into(),
+        Some(text) => text.to_string(),
     }
-}
-
-impl std::error::Error for DbError {}
-
-#[async_trait]
-impl AsyncDB for FoamDb {
-    type Error = DbError;
-    type ColumnType = DefaultColumnType;
-
-    async fn run(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, DbError> {
-        let messages = self.client.simple_query(sql).await.map_err(|e| DbError {
-            sqlstate: e.as_db_error().map(|d| d.code().code().to_string()),
-            message: e.as_db_error().map(|d| d.message().to_string()).unwrap_or_else(|| e.to_string()),
-        })?;
-        let mut rows = Vec::new();
-        let mut columns = None;
-        let mut affected = 0;
-        for message in messages {
-            match message {
-                tokio_postgres::SimpleQueryMessage::RowDescription(description) => columns = Some(description.len()),
-                tokio_postgres::SimpleQueryMessage::Row(row) => {
-                    columns = Some(row.len());
-                    rows.push((0..row.len()).map(|i| row.get(i).map(format_value).unwrap_or_else(|| "NULL".into())).collect());
-                }
-                tokio_postgres::SimpleQueryMessage::CommandComplete(count) => affected = count,
-                _ => {}
-            }
-        }
-        match columns {
-            Some(count) => Ok(DBOutput::Rows { types: vec![DefaultColumnType::Any; count], rows }),
-            None => Ok(DBOutput::StatementComplete(affected)),
-        }
-    }
-
-    async fn shutdown(&mut self) {}
-
-    fn engine_name(&self) -> &str {
-        "foamdb"
-    }
-
-    async fn sleep(duration: Duration) {
-        tokio::time::sleep(duration).await;
-    }
-
-    fn error_sql_state(error: &DbError) -> Option<String> {
-        error.sqlstate.clone()
-    }
-}
-
-fn format_value(value: &str) -> String {
-    if value.is_empty() { "(empty)".into() } else { value.to_string() }
 }
 
 fn slt_files() -> Vec<PathBuf> {
@@ -99,7 +39,7 @@ async fn run_all(nodes: usize) {
         let script = std::fs::read_to_string(&file).expect("read slt").replace("{DATA_DIR}", &data_dir.display().to_string());
         let mut runner = sqllogictest::Runner::new(move || {
             let url = url.clone();
-            async move { Ok::<_, DbError>(FoamDb { client: common::connect(&url).await }) }
+            async move { Ok::<_, DbError>(SltDb { client: common::connect(&url).await, format_value, engine: "foamdb" }) }
         });
         if let Err(error) = runner.run_script_with_name_async(&script, file.display().to_string()).await {
             failures.push(format!("{} on {nodes} node(s):\n{error}", file.display()));

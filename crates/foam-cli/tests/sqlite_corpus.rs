@@ -15,10 +15,10 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::Duration;
 
-use async_trait::async_trait;
-use sqllogictest::{AsyncDB, DBOutput, DefaultColumnType, Record};
+use sqllogictest::{DefaultColumnType, Record};
+
+use common::slt_db::{DbError, SltDb};
 
 /// The least share of the corpus's records that must pass, on every
 /// cluster size. Raise it as support grows; the goal is 99.
@@ -27,21 +27,6 @@ const PASS_RATE_FLOOR_PERCENT: f64 = 80.0;
 /// The corpus files, relative to the project root's parent.
 const CORPUS_FILES: &[&str] = &["select1.test", "select2.test", "select3.test", "select4.test", "select5.test"];
 
-struct Foam {
-    client: tokio_postgres::Client,
-}
-
-#[derive(Debug)]
-struct DbError(String);
-
-impl std::fmt::Display for DbError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for DbError {}
-
 /// A value as SQLite's runner prints it: reals with three decimals.
 fn sqlite_value(value: Option<&str>) -> String {
     match value {
@@ -49,44 +34,6 @@ fn sqlite_value(value: Option<&str>) -> String {
         Some("") => "(empty)".into(),
         Some(text) if text.contains('.') => text.parse::<f64>().map_or(text.to_string(), |v| format!("{v:.3}")),
         Some(text) => text.to_string(),
-    }
-}
-
-#[async_trait]
-impl AsyncDB for Foam {
-    type Error = DbError;
-    type ColumnType = DefaultColumnType;
-
-    async fn run(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, DbError> {
-        let messages = self.client.simple_query(sql).await.map_err(|e| {
-            DbError(e.as_db_error().map(|d| format!("{}: {}", d.code().code(), d.message())).unwrap_or_else(|| e.to_string()))
-        })?;
-        let mut rows = Vec::new();
-        let mut columns = None;
-        for message in messages {
-            match message {
-                tokio_postgres::SimpleQueryMessage::RowDescription(description) => columns = Some(description.len()),
-                tokio_postgres::SimpleQueryMessage::Row(row) => {
-                    columns = Some(row.len());
-                    rows.push((0..row.len()).map(|i| sqlite_value(row.get(i))).collect());
-                }
-                _ => {}
-            }
-        }
-        Ok(match columns {
-            Some(count) => DBOutput::Rows { types: vec![DefaultColumnType::Any; count], rows },
-            None => DBOutput::StatementComplete(0),
-        })
-    }
-
-    async fn shutdown(&mut self) {}
-
-    fn engine_name(&self) -> &str {
-        "postgresql"
-    }
-
-    async fn sleep(duration: Duration) {
-        tokio::time::sleep(duration).await;
     }
 }
 
@@ -105,7 +52,7 @@ async fn run_corpus(nodes: usize) -> BTreeMap<String, (usize, Vec<(u32, String)>
         let url = cluster.url(nodes - 1);
         let mut runner = sqllogictest::Runner::new(move || {
             let url = url.clone();
-            async move { Ok::<_, DbError>(Foam { client: common::connect(&url).await }) }
+            async move { Ok::<_, DbError>(SltDb { client: common::connect(&url).await, format_value: sqlite_value, engine: "postgresql" }) }
         });
         runner.add_label("postgresql");
         let mut run = 0;

@@ -22,6 +22,20 @@ const TRANSIENT_STATES: &[&str] = &["57P03", "40001"];
 const TRANSIENT_RETRIES_MAX: u32 = 5;
 const TRANSIENT_RETRY_WAIT: Duration = Duration::from_millis(500);
 
+/// Runs `attempt` until it gives an outcome that is not `transient`, or
+/// [`TRANSIENT_RETRIES_MAX`] more times, waiting longer after each.
+async fn retrying<T>(mut attempt: impl AsyncFnMut() -> T, transient: impl Fn(&T) -> bool) -> T {
+    let mut tries = 0;
+    loop {
+        let outcome = attempt().await;
+        if tries >= TRANSIENT_RETRIES_MAX || !transient(&outcome) {
+            return outcome;
+        }
+        tries += 1;
+        tokio::time::sleep(TRANSIENT_RETRY_WAIT * tries).await;
+    }
+}
+
 fn is_transient(error: &tokio_postgres::Error) -> bool {
     error.as_db_error().is_some_and(|d| TRANSIENT_STATES.contains(&d.code().code()))
 }
@@ -68,35 +82,17 @@ impl Foam {
         Ok(foam)
     }
 
-    /// Runs a statement that must succeed.
+    /// Runs a statement that must succeed; a transient refusal is retried.
     pub async fn execute(&self, sql: &str) -> Result<(), String> {
-        let mut tries = 0;
-        loop {
-            match self.client.simple_query(sql).await {
-                Ok(_) => return Ok(()),
-                Err(e) if tries < TRANSIENT_RETRIES_MAX && is_transient(&e) => {
-                    tries += 1;
-                    tokio::time::sleep(TRANSIENT_RETRY_WAIT * tries).await;
-                }
-                Err(e) => return Err(format!("{sql}: {}", describe(&e))),
-            }
-        }
+        let result = retrying(async || self.client.simple_query(sql).await, |r| r.as_ref().err().is_some_and(is_transient)).await;
+        result.map(|_| ()).map_err(|e| format!("{sql}: {}", describe(&e)))
     }
 
-    /// The answer to `sql`; a transient refusal (see [`is_transient`]) is
-    /// retried, as a client of a cluster would.
+    /// The answer to `sql`; a transient refusal (see [`TRANSIENT_STATES`])
+    /// is retried, as a client of a cluster would.
     pub async fn query(&self, sql: &str) -> Outcome {
-        let mut tries = 0;
-        loop {
-            let outcome = self.query_once(sql).await;
-            match &outcome {
-                Outcome::Error(state, _) if tries < TRANSIENT_RETRIES_MAX && TRANSIENT_STATES.contains(&state.as_str()) => {
-                    tries += 1;
-                    tokio::time::sleep(TRANSIENT_RETRY_WAIT * tries).await;
-                }
-                _ => return outcome,
-            }
-        }
+        retrying(async || self.query_once(sql).await, |o| matches!(o, Outcome::Error(state, _) if TRANSIENT_STATES.contains(&state.as_str())))
+            .await
     }
 
     async fn query_once(&self, sql: &str) -> Outcome {

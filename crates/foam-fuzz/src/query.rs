@@ -144,7 +144,7 @@ impl Generator<'_> {
     fn plain_items(&mut self, scope: &[Col], widths: &[Ty]) -> (Vec<String>, String) {
         let items = widths
             .iter()
-            .map(|ty| if self.c.chance(15) { self.window(scope, &[], *ty) } else { self.expr(*ty, scope, 0) })
+            .map(|ty| if self.c.chance(15) { self.window(scope, *ty) } else { self.expr(*ty, scope, 0) })
             .collect();
         (items, String::new())
     }
@@ -226,7 +226,7 @@ impl Generator<'_> {
     }
 
     /// A window function over the rows in `scope`.
-    fn window(&mut self, scope: &[Col], _keys: &[Col], ty: Ty) -> String {
+    fn window(&mut self, scope: &[Col], ty: Ty) -> String {
         let partition: Vec<String> = (0..self.c.below(3)).map(|_| self.column_any(scope)).collect();
         let partition = if partition.is_empty() { String::new() } else { format!("PARTITION BY {} ", partition.join(", ")) };
         let every_column: Vec<String> = scope.iter().map(|c| format!("{} NULLS FIRST", c.sql)).collect();

@@ -68,8 +68,7 @@ pub enum Kind {
 #[derive(Clone, Debug)]
 pub struct Case {
     pub tables: Vec<Table>,
-    pub sql: String,
-    pub ordered: bool,
+    pub query: Query,
     /// The reference's answer and column types, when it answered.
     pub expected: Option<(Rows, Vec<DataType>)>,
 }
@@ -327,7 +326,7 @@ async fn reduce(bench: &Bench<'_>, tables: &[Table], recorded: Vec<u32>, kind: &
             continue;
         }
         let mut chunk = (tables[index].rows.len() / 2).max(1);
-        while chunk >= 1 && !tables[index].rows.is_empty() {
+        while !tables[index].rows.is_empty() {
             let mut start = 0;
             while start < tables[index].rows.len() && within_budget(tries) {
                 let mut candidate = tables[index].clone();
@@ -354,8 +353,7 @@ async fn reduce(bench: &Bench<'_>, tables: &[Table], recorded: Vec<u32>, kind: &
     let used: Vec<Table> = tables.iter().filter(|t| mentions(&best, &t.name)).cloned().collect();
     // Tables the query does not read stay on FoamDB until dropped here.
     bench.foam.drop_tables(&tables.iter().filter(|t| !mentions(&best, &t.name)).cloned().collect::<Vec<_>>()).await?;
-    let sql = best.partitioned.clone().map_or(best.sql.clone(), |p| format!("{}\n-- partitioned: {p}", best.sql));
-    Ok(Case { tables: used, sql, ordered: best.ordered, expected })
+    Ok(Case { tables: used, query: best, expected })
 }
 
 fn mentions(query: &Query, table: &str) -> bool {
@@ -365,10 +363,10 @@ fn mentions(query: &Query, table: &str) -> bool {
 
 /// The rule switches that, each turned off alone, make `case` pass.
 async fn rules_behind(bench: &Bench<'_>, case: &Case, kind: &Kind, off: &[&str]) -> Result<Vec<String>, String> {
-    let query = Query { sql: case.sql.split("\n-- partitioned: ").next().unwrap_or_default().to_string(), ordered: case.ordered, partitioned: None };
     if *kind == Kind::Partitioning {
         return Ok(Vec::new());
     }
+    let query = Query { partitioned: None, ..case.query.clone() };
     let mut rules = Vec::new();
     for rule in RULE_SWITCHES {
         let mut switched: Vec<&str> = off.to_vec();
@@ -410,7 +408,7 @@ pub fn case_as_slt(failure: &Failure, case: &Case) -> String {
             out.push_str(&format!("statement ok\n{insert}\n\n"));
         }
     }
-    let sql = case.sql.split("\n-- partitioned: ").next().unwrap_or_default();
+    let sql = &case.query.sql;
     match &case.expected {
         Some((rows, types)) => {
             let letters: String = types
@@ -418,7 +416,7 @@ pub fn case_as_slt(failure: &Failure, case: &Case) -> String {
                 .map(|t| if t.is_integer() { 'I' } else if t.is_floating() || matches!(t, DataType::Decimal128(..)) { 'R' } else { 'T' })
                 .collect();
             let letters = if letters.is_empty() { "I".to_string() } else { letters };
-            let sort = if case.ordered { "nosort" } else { "rowsort" };
+            let sort = if case.query.ordered { "nosort" } else { "rowsort" };
             out.push_str(&format!("query {letters} {sort}\n{sql}\n----\n"));
             for row in rows {
                 let cells: Vec<String> = row.iter().enumerate().map(|(i, c)| slt_cell(c, types.get(i))).collect();

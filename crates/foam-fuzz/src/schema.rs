@@ -159,7 +159,7 @@ fn value(choices: &mut Choices, column: &ColumnDef, nullable: bool, skewed: bool
     }
 }
 
-/// A random database of 1 to [`TABLES_MAX`] tables named `{prefix}0`, ...
+/// A random database of 2 to [`TABLES_MAX`] tables named `{prefix}0`, ...
 pub fn generate(choices: &mut Choices, prefix: &str) -> Vec<Table> {
     let count = choices.between(1, TABLES_MAX).max(2);
     (0..count)

@@ -20,8 +20,8 @@
 //! hash distribution, pairs its inputs' partitions or declares a FoamDB layout
 //! (`unneeded_scans`), so a co-located join, an aggregate grouped by the
 //! distribution key or the staying side of a routed join keeps its
-//! partitions; DataFusion's plan sanity check must pass as well. Each owner's partitions are dealt
-//! round-robin over `target_partitions` groups, so every task still reads its
+//! partitions; DataFusion's plan sanity check must pass as well. Each
+//! owner's partitions are dealt round-robin over `target_partitions` groups, so every task still reads its
 //! own node's partitions in that many parallel streams. A single node keeps
 //! one stream per partition: it has no network traffic to save.
 
@@ -112,7 +112,6 @@ fn unneeded_scans(plan: &Arc<dyn ExecutionPlan>, needed: bool, scans: &mut Vec<A
     let pairs_inputs = plan.is::<InterleaveExec>() || plan.is::<crate::route::FoamRoutedExec>();
     let required = plan.required_input_distribution();
     for (index, child) in plan.children().into_iter().enumerate() {
-        #[allow(deprecated)] // HashPartitioned is still what DataFusion 55 operators return
         let child_needed = if moves_rows {
             false
         } else if pairs_inputs {

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod netns;
+pub mod slt_db;
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
