@@ -12,7 +12,7 @@
 //!
 //! ```text
 //!   both from FoamDB scans with the same layout, keys paired by the join ─▶ co-located: keep
-//!   both from DataFusion repartitions                                     ─▶ keep
+//!   both hashed by DataFusion on the keys the operator pairs              ─▶ keep
 //!   anything else                                                         ─▶ hash-repartition the
 //!                                                                            FoamDB-hashed inputs
 //! ```
@@ -104,6 +104,14 @@ fn co_partitioned_keys(plan: &Arc<dyn ExecutionPlan>) -> Option<Vec<Vec<Arc<dyn 
             _ => None,
         })
         .collect()
+}
+
+/// Whether `child` is hash partitioned on exactly `keys` (or on what its
+/// equivalences make the same), as an operator pairing partitions needs.
+fn partitioned_on(child: &Arc<dyn ExecutionPlan>, keys: &[Arc<dyn PhysicalExpr>]) -> bool {
+    #[allow(deprecated)] // HashPartitioned is still what DataFusion 55 joins require
+    let required = Distribution::HashPartitioned(keys.to_vec());
+    child.output_partitioning().satisfaction(&required, child.equivalence_properties(), false).is_satisfied()
 }
 
 /// True when the inputs are FoamDB-hashed with one layout and each input's
@@ -618,7 +626,16 @@ fn aggregate_in_place(node: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn Ex
     Ok(Some(Arc::new(single)))
 }
 
+/// One operator, bottom-up: first what it requires of inputs this rule
+/// rewrote below it is put back (`requirements.rs`), then its own inputs'
+/// partitioning is fixed.
 fn fix(node: Arc<dyn ExecutionPlan>, target: usize, workers: u64) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
+    let restored = crate::requirements::restore(node, target)?;
+    let fixed = fix_partitioning(restored.data, target, workers)?;
+    Ok(Transformed::new_transformed(fixed.data, restored.transformed || fixed.transformed))
+}
+
+fn fix_partitioning(node: Arc<dyn ExecutionPlan>, target: usize, workers: u64) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
     if let Some(in_place) = aggregate_in_place(&node)? {
         return Ok(Transformed::yes(in_place));
     }
@@ -659,20 +676,29 @@ fn fix(node: Arc<dyn ExecutionPlan>, target: usize, workers: u64) -> Result<Tran
     if let Some(routed) = route_one_side(&node, &owned, &origins, &required, workers)? {
         return Ok(Transformed::yes(routed));
     }
-    if origins.iter().all(|o| *o == HashOrigin::DataFusion) {
-        return Ok(Transformed::no(node));
-    }
-    // Shuffle every input DataFusion did not hash, to the partition count of
-    // the inputs it did (or the session's target).
-    let count = children
+    // An input DataFusion hashed on the keys this operator needs can stay.
+    // One it hashed on others (an aggregate this rule runs in place is
+    // partitioned like its input, on some of its group keys) cannot.
+    let hashed_as_needed: Vec<bool> = children
         .iter()
         .zip(&origins)
-        .find(|(_, o)| **o == HashOrigin::DataFusion)
+        .zip(&required)
+        .map(|((child, origin), keys)| *origin == HashOrigin::DataFusion && partitioned_on(child, keys))
+        .collect();
+    if hashed_as_needed.iter().all(|h| *h) {
+        return Ok(Transformed::no(node));
+    }
+    // Shuffle every other input, to the partition count of those that stay
+    // (or the session's target).
+    let count = children
+        .iter()
+        .zip(&hashed_as_needed)
+        .find(|(_, h)| **h)
         .map(|(c, _)| c.output_partitioning().partition_count())
         .unwrap_or(target);
     let mut new_children = Vec::with_capacity(children.len());
-    for ((child, origin), keys) in owned.into_iter().zip(&origins).zip(required) {
-        if *origin == HashOrigin::DataFusion || keys.is_empty() {
+    for ((child, stays), keys) in owned.into_iter().zip(&hashed_as_needed).zip(required) {
+        if *stays || keys.is_empty() {
             new_children.push(child);
         } else {
             let repartition = RepartitionExec::try_new(child, Partitioning::Hash(keys, count))?.with_preserve_order();

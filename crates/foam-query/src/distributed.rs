@@ -391,6 +391,7 @@ pub fn coordinator_state_builder(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv
         .with_physical_optimizer_rule(Arc::new(crate::regroup::ScanRegrouping { node: node.clone() }))
         .with_physical_optimizer_rule(Arc::new(crate::join_yield::JoinYielding))
         .with_physical_optimizer_rule(Arc::new(crate::count_ones::CountWithoutOnesArray))
+        .with_physical_optimizer_rule(Arc::new(crate::explicit_sorts::ExplicitSorts))
         .with_distributed_planner()
         .with_distributed_worker_resolver(FoamWorkerResolver { node: node.clone() })
         .with_distributed_user_codec(FoamCodec)

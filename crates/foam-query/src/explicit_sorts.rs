@@ -1,0 +1,133 @@
+//! Sorts on every column an operator needs ordered, constants included, so
+//! the order still holds once the plan is cut into stages.
+//!
+//! DataFusion's sorting rule leaves out of a sort the columns it knows are
+//! constant: a window `PARTITION BY k ORDER BY v` over rows where `k` is a
+//! literal NULL (a projection of an empty outer join side) gets a sort on
+//! `v` alone. That knowledge comes from the operators below, and a stage
+//! boundary hides them: the worker running the window's stage sees only the
+//! exchange it reads from, rebuilds the window over a sort on `v`, finds
+//! `k` unordered and fails (`Expects PARTITION BY expression to be
+//! ordered`). This rule, run last before the plan is distributed, puts
+//! such columns back into the sort right below an operator that requires
+//! them ordered:
+//!
+//! ```text
+//!   Window PARTITION BY k ORDER BY v          Window PARTITION BY k ORDER BY v
+//!     Sort v          (k constant below)  ─▶    Sort k, v
+//! ```
+//! The new sort orders rows exactly as the old one did wherever the
+//! constants are known, and it states the order where they are not.
+
+use std::sync::Arc;
+
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::config::ConfigOptions;
+use datafusion::error::Result;
+use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ReplaceChildrenOptions};
+
+/// The physical optimizer rule (see the module documentation).
+#[derive(Debug, Default)]
+pub struct ExplicitSorts;
+
+impl PhysicalOptimizerRule for ExplicitSorts {
+    fn optimize(&self, plan: Arc<dyn ExecutionPlan>, _config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
+        plan.transform_up(spell_out).map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "foam_explicit_sorts"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// `node` with each sort right below it extended to the whole ordering
+/// `node` requires of that input, where the sort leaves some of it out.
+fn spell_out(node: Arc<dyn ExecutionPlan>) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
+    let orderings = node.required_input_ordering();
+    let children: Vec<Arc<dyn ExecutionPlan>> = node.children().into_iter().cloned().collect();
+    let mut changed = false;
+    let mut new_children = Vec::with_capacity(children.len());
+    for (child, required) in children.into_iter().zip(orderings) {
+        let extended = match (child.downcast_ref::<SortExec>(), required) {
+            (Some(sort), Some(required)) => {
+                let (alternatives, soft) = required.into_alternatives();
+                match alternatives.into_iter().next() {
+                    Some(first) if !soft => extend(sort, &first),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        match extended {
+            Some(sort) => {
+                changed = true;
+                new_children.push(sort);
+            }
+            None => new_children.push(child),
+        }
+    }
+    if !changed {
+        return Ok(Transformed::no(node));
+    }
+    Ok(Transformed::yes(node.replace_children(new_children, ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute))?))
+}
+
+/// `sort` ordering by all of `required` first, then by its own columns
+/// not in it; `None` when it already begins with `required`.
+fn extend(sort: &SortExec, required: &datafusion::physical_expr::LexRequirement) -> Option<Arc<dyn ExecutionPlan>> {
+    let own: Vec<PhysicalSortExpr> = sort.expr().iter().cloned().collect();
+    let spelled = required.len() <= own.len()
+        && required.iter().zip(&own).all(|(r, s)| r.expr.eq(&s.expr) && r.options.is_none_or(|o| o == s.options));
+    if spelled {
+        return None;
+    }
+    let mut ordering: Vec<PhysicalSortExpr> = Vec::with_capacity(required.len() + own.len());
+    for r in required.iter() {
+        // An unspecified direction takes the sort's own for that column.
+        let options = r.options.or_else(|| own.iter().find(|s| s.expr.eq(&r.expr)).map(|s| s.options)).unwrap_or_default();
+        ordering.push(PhysicalSortExpr::new(r.expr.clone(), options));
+    }
+    for s in own {
+        if !ordering.iter().any(|o| o.expr.eq(&s.expr)) {
+            ordering.push(s);
+        }
+    }
+    let ordering = LexOrdering::new(ordering)?;
+    let extended = SortExec::new(ordering, sort.input().clone())
+        .with_preserve_partitioning(sort.preserve_partitioning())
+        .with_fetch(sort.fetch());
+    Some(Arc::new(extended))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::physical_expr::expressions::col;
+    use datafusion::physical_plan::empty::EmptyExec;
+    use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
+
+    #[test]
+    fn a_sort_missing_a_required_column_gets_it_first() {
+        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, true), Field::new("v", DataType::Int64, true)]));
+        let input: Arc<dyn ExecutionPlan> = Arc::new(EmptyExec::new(schema.clone()));
+        let by = |names: &[&str]| LexOrdering::new(names.iter().map(|n| PhysicalSortExpr::new_default(col(n, &schema).unwrap()))).unwrap();
+        // A merge requiring (k, v) over a sort on v alone, as if k were
+        // known constant below.
+        let sort: Arc<dyn ExecutionPlan> = Arc::new(SortExec::new(by(&["v"]), input.clone()));
+        let merge: Arc<dyn ExecutionPlan> = Arc::new(SortPreservingMergeExec::new(by(&["k", "v"]), sort));
+        let fixed = ExplicitSorts.optimize(merge, &ConfigOptions::default()).unwrap();
+        let sort = fixed.children()[0].downcast_ref::<SortExec>().expect("a sort").expr().clone();
+        assert_eq!(sort, by(&["k", "v"]));
+        // A sort that spells the requirement out already stays.
+        let again = ExplicitSorts.optimize(fixed.clone(), &ConfigOptions::default()).unwrap();
+        assert!(Arc::ptr_eq(&again.children()[0], &fixed.children()[0]));
+    }
+}
