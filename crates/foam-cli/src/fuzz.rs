@@ -73,7 +73,7 @@ pub fn run(args: BenchFuzzArgs) -> Result<(), String> {
     let report = runtime.block_on(foam_fuzz::run(&config, |line| println!("{line}")))?;
     println!();
     println!(
-        "{} queries over {} databases in {:.0} s: {} compared, {} failed on both engines ({} of them with FoamDB's internal error), {} timed out, {} ternary-logic checks, {} differences",
+        "{} queries over {} databases in {:.0} s: {} compared, {} failed on both engines ({} of them with FoamDB's internal error), {} timed out, {} the reference cannot run, {} ternary-logic checks, {} differences",
         report.queries,
         report.seeds,
         report.elapsed.as_secs_f64(),
@@ -81,6 +81,7 @@ pub fn run(args: BenchFuzzArgs) -> Result<(), String> {
         report.both_failed,
         report.both_failed_internal,
         report.timed_out,
+        report.reference_unsupported,
         report.partitioning_checks,
         report.failures.len()
     );

@@ -381,6 +381,8 @@ pub fn coordinator_state_builder(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv
         .with_config(config)
         .with_default_features()
         .with_runtime_env(runtime)
+        .with_optimizer_rules(crate::unnest_subqueries::datafusion_rules())
+        .with_optimizer_rule(Arc::new(crate::unnest_subqueries::SubqueryUnnesting))
         .with_optimizer_rule(Arc::new(crate::early_replica_join::EarlyReplicaJoin))
         .with_optimizer_rule(Arc::new(crate::early_semi_join::EarlySemiJoin))
         .with_optimizer_rule(Arc::new(crate::eager_count::EagerCount))
