@@ -41,6 +41,7 @@ pub mod session;
 pub mod statistics;
 pub mod system_tables;
 pub mod table;
+pub mod transaction_block;
 pub mod unnest_subqueries;
 pub mod worker_channels;
 pub mod write;

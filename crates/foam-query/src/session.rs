@@ -31,6 +31,7 @@ use crate::context::NodeContext;
 use crate::copy::{CopyFormat, CopyOptions};
 use crate::ddl::{self, RawStatement};
 use crate::interrupt::{Interrupt, STATEMENT_TIMEOUT, parse_statement_timeout, show_statement_timeout};
+use crate::transaction_block::{Admission, Block, StatementClass};
 
 /// While a query waits for its first batch, how often it checks that no node
 /// it uses was marked down (a stopped peer never answers, it does not fail).
@@ -82,6 +83,30 @@ enum Kind {
 }
 
 impl PreparedStatement {
+    /// What the statement is to a transaction block: a write is anything
+    /// that changes rows or the catalog.
+    fn class(&self) -> StatementClass {
+        match &self.kind {
+            Kind::Plan { is_insert: true, .. } => StatementClass::Write("INSERT"),
+            Kind::Plan { .. } | Kind::Empty => StatementClass::Read,
+            Kind::Cluster(_) => StatementClass::Write("ALTER CLUSTER"),
+            Kind::Checkpoint => StatementClass::Write("CHECKPOINT"),
+            Kind::Own(statement) => match statement.as_ref() {
+                Statement::StartTransaction { .. } => StatementClass::Begin,
+                Statement::Commit { .. } => StatementClass::Commit,
+                Statement::Rollback { .. } => StatementClass::Rollback,
+                Statement::CreateTable(_) => StatementClass::Write("CREATE TABLE"),
+                Statement::CreateView(_) => StatementClass::Write("CREATE VIEW"),
+                Statement::Drop { .. } => StatementClass::Write("DROP"),
+                Statement::Copy { to: false, .. } => StatementClass::Write("COPY FROM"),
+                Statement::Explain { analyze: true, statement, .. } if !matches!(statement.as_ref(), Statement::Query(_)) => {
+                    StatementClass::Write("EXPLAIN ANALYZE of a write")
+                }
+                _ => StatementClass::Read,
+            },
+        }
+    }
+
     /// Parameter types, in `$1, $2, ...` order; `None` where DataFusion could not infer one.
     pub fn parameter_types(&self) -> FoamResult<Vec<Option<DataType>>> {
         let Kind::Plan { plan, .. } = &self.kind else { return Ok(Vec::new()) };
@@ -175,6 +200,8 @@ pub struct FoamSession {
     /// Client settings FoamDB accepts but that do not change its behaviour
     /// (client_encoding, DateStyle, ...), so `SHOW` can answer them.
     settings: Mutex<BTreeMap<String, String>>,
+    /// Whether the session is inside `BEGIN ... COMMIT` (transaction_block.rs).
+    block: Mutex<Block>,
 }
 
 impl FoamSession {
@@ -202,7 +229,7 @@ impl FoamSession {
             ("datestyle".to_string(), "ISO, MDY".to_string()),
             (STATEMENT_TIMEOUT.to_string(), show_statement_timeout(0)),
         ]);
-        FoamSession { node, ctx, settings: Mutex::new(settings) }
+        FoamSession { node, ctx, settings: Mutex::new(settings), block: Mutex::new(Block::Idle) }
     }
 
     pub fn node(&self) -> &Arc<NodeContext> {
@@ -224,7 +251,10 @@ impl FoamSession {
         for (index, raw) in statements.into_iter().enumerate() {
             let mut result = match self.prepare_raw(raw).await {
                 Ok(prepared) => self.run(&prepared, None, &interrupt).await,
-                Err(error) => Err(error),
+                Err(error) => {
+                    self.block().after(StatementClass::Read, false);
+                    Err(error)
+                }
             };
             // A later statement must not run before this one's rows are read
             // (`SELECT count(*) FROM t; INSERT INTO t ...` counts the old rows).
@@ -248,11 +278,19 @@ impl FoamSession {
     /// Parses and plans a single statement (extended protocol's Parse).
     pub async fn prepare(&self, sql: &str) -> FoamResult<PreparedStatement> {
         let mut statements = ddl::split_statements(sql)?;
-        match statements.len() {
+        let prepared = match statements.len() {
             0 => Ok(PreparedStatement { raw: RawStatement { sql: String::new(), distribution: None }, kind: Kind::Empty }),
             1 => self.prepare_raw(statements.remove(0)).await,
             _ => Err(FoamError::Syntax { message: "cannot insert multiple commands into a prepared statement".into() }),
+        };
+        if prepared.is_err() {
+            self.block().after(StatementClass::Read, false);
         }
+        prepared
+    }
+
+    fn block(&self) -> std::sync::MutexGuard<'_, Block> {
+        self.block.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     async fn prepare_raw(&self, raw: RawStatement) -> FoamResult<PreparedStatement> {
@@ -350,8 +388,24 @@ impl FoamSession {
         Interrupt::new((timeout_ms > 0).then(|| std::time::Duration::from_millis(timeout_ms)), cancel)
     }
 
-    /// Executes a statement against the catalog this node has.
+    /// Runs a statement if the session's transaction block admits it
+    /// (transaction_block.rs), and moves the block on.
     async fn run(&self, prepared: &PreparedStatement, params: Option<ParamValues>, interrupt: &Interrupt) -> FoamResult<StatementOutput> {
+        let class = prepared.class();
+        let admission = self.block().admit(class);
+        if let Admission::Refuse { sqlstate, message } = admission {
+            return Err(FoamError::Query { message, sqlstate });
+        }
+        let result = self.run_admitted(prepared, params, interrupt).await;
+        let commit_tag = self.block().after(class, result.is_ok());
+        match (commit_tag, result) {
+            (Some(tag), Ok(StatementOutput::Command { .. })) => Ok(StatementOutput::Command { tag: tag.into(), rows: None }),
+            (_, result) => result,
+        }
+    }
+
+    /// Executes a statement against the catalog this node has.
+    async fn run_admitted(&self, prepared: &PreparedStatement, params: Option<ParamValues>, interrupt: &Interrupt) -> FoamResult<StatementOutput> {
         match &prepared.kind {
             Kind::Empty => Ok(StatementOutput::Command { tag: String::new(), rows: None }),
             Kind::Plan { plan, is_insert, catalog_version } => {
