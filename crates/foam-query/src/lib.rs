@@ -37,6 +37,7 @@ pub mod replica_join;
 pub mod requirements;
 pub mod route;
 pub mod scan_exec;
+pub mod select_names;
 pub mod session;
 pub mod statistics;
 pub mod system_tables;

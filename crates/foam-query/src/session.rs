@@ -303,7 +303,7 @@ impl FoamSession {
         }
         let mut parsed = Parser::parse_sql(&PostgreSqlDialect {}, &raw.sql)
             .map_err(|e| FoamError::Syntax { message: e.to_string().trim_start_matches("sql parser error: ").to_string() })?;
-        let Some(statement) = parsed.pop() else {
+        let Some(mut statement) = parsed.pop() else {
             return Ok(PreparedStatement { raw, kind: Kind::Empty });
         };
         // Catalog queries from psql and drivers use PostgreSQL-only forms
@@ -317,6 +317,9 @@ impl FoamSession {
             {
                 raw.sql = statement.to_string();
             }
+        } else if crate::select_names::name_subquery_columns(&mut statement) {
+            // Subquery columns DataFusion would refuse as duplicates, named.
+            raw.sql = statement.to_string();
         }
         if raw.distribution.is_some() && !matches!(statement, Statement::CreateTable(_)) {
             return Err(FoamError::Syntax { message: "DISTRIBUTED applies only to CREATE TABLE".into() });
