@@ -29,13 +29,23 @@ fn slt_files() -> Vec<PathBuf> {
     files
 }
 
+/// Files also run on four nodes: the reproductions and the fuzz
+/// cases, several found on four nodes only.
+const FOUR_NODE_FILES: &[&str] = &["grouped_joins.slt", "fuzz_regressions.slt"];
+
 async fn run_all(nodes: usize) {
+    // Every node must give the same answers: connect to the last one.
+    run_files(nodes, &[], nodes - 1, slt_files()).await;
+}
+
+/// Runs `files` each on a fresh cluster of `nodes` started with `args`,
+/// connected to node `coordinator`.
+async fn run_files(nodes: usize, args: &[&str], coordinator: usize, files: Vec<PathBuf>) {
     let data_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data").canonicalize().expect("tests/data");
     let mut failures = Vec::new();
-    for file in slt_files() {
-        let cluster = common::Cluster::start(nodes);
-        // Every node must give the same answers: connect to the last one.
-        let url = cluster.url(nodes - 1);
+    for file in files {
+        let cluster = common::Cluster::start_with(nodes, args);
+        let url = cluster.url(coordinator);
         let script = std::fs::read_to_string(&file).expect("read slt").replace("{DATA_DIR}", &data_dir.display().to_string());
         let mut runner = sqllogictest::Runner::new(move || {
             let url = url.clone();
@@ -56,4 +66,14 @@ async fn sql_on_one_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sql_on_three_nodes() {
     run_all(3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reproductions_on_four_nodes() {
+    let files: Vec<PathBuf> =
+        slt_files().into_iter().filter(|f| f.file_name().is_some_and(|n| FOUR_NODE_FILES.iter().any(|x| n == *x))).collect();
+    assert_eq!(files.len(), FOUR_NODE_FILES.len(), "missing: {FOUR_NODE_FILES:?}");
+    // As `foam local` starts them and connected to the first node, as the
+    // fuzzer was when it found them.
+    run_files(4, &["--worker-threads", "1"], 0, files).await;
 }
