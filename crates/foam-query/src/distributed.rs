@@ -362,22 +362,6 @@ fn scale_join_density_to_cluster(config: &mut SessionConfig, node: &NodeContext)
     config.options_mut().execution.perfect_hash_join_min_key_density = one_node / ratio.clamp(1.0, JOIN_DENSITY_SCALE_MAX);
 }
 
-/// A hash join's dynamic filter (the probe side filtered by the build
-/// side's keys as soon as it is built) is off in a cluster of several nodes:
-/// with a join FoamDB rewrote to build on each node's replicated copy
-/// (`replica_join.rs`) below the probe side of another join, the filter
-/// dropped rows it should keep (fuzz seed 1000 query 77: a semi join under a
-/// window answered no rows on 4 nodes, the right three on one, and the
-/// right three with the filter off). Until the rewrite and the filter are
-/// shown to agree, a cluster plans joins without it. `SET
-/// datafusion.optimizer.enable_join_dynamic_filter_pushdown = true` turns it
-/// back on for a session.
-fn no_join_dynamic_filters_on_a_cluster(config: &mut SessionConfig, node: &NodeContext) {
-    if node.catalog.current().nodes.len() > 1 {
-        config.options_mut().optimizer.enable_join_dynamic_filter_pushdown = false;
-    }
-}
-
 /// How stages compress the Arrow batches they send each other, unless a
 /// session sets `distributed.compression` ('lz4', 'zstd' or 'none').
 /// datafusion-distributed's default is LZ4, which pays off when the network
@@ -393,7 +377,6 @@ pub const EXCHANGE_COMPRESSION: Option<CompressionType> = None;
 pub fn coordinator_state_builder(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>) -> SessionStateBuilder {
     let mut config = base_config(node.clone());
     scale_join_density_to_cluster(&mut config, &node);
-    no_join_dynamic_filters_on_a_cluster(&mut config, &node);
     let mut builder = SessionStateBuilder::new()
         .with_config(config)
         .with_default_features()
