@@ -505,32 +505,17 @@ fn push_join(join: &Join, domain: &Domain) -> Result<Option<LogicalPlan>> {
     if on_correlated || (left && right) {
         return Ok(None);
     }
-    let into_left = left
-        || (!right && matches!(join.join_type, JoinType::Inner | JoinType::Left | JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark));
-    if into_left {
-        if !matches!(join.join_type, JoinType::Inner | JoinType::Left | JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark) {
-            return Ok(None);
-        }
-        let Some(pushed) = push(&join.left, domain)? else { return Ok(None) };
-        let rebuilt = Join::try_new(
-            Arc::new(pushed),
-            join.right.clone(),
-            join.on.clone(),
-            filter,
-            join.join_type,
-            join.join_constraint,
-            join.null_equality,
-            join.null_aware,
-        )?;
-        return Ok(Some(LogicalPlan::Join(rebuilt)));
-    }
-    if !matches!(join.join_type, JoinType::Inner | JoinType::Right | JoinType::RightSemi | JoinType::RightAnti) {
+    const KEEPS_LEFT: &[JoinType] = &[JoinType::Inner, JoinType::Left, JoinType::LeftSemi, JoinType::LeftAnti, JoinType::LeftMark];
+    const KEEPS_RIGHT: &[JoinType] = &[JoinType::Inner, JoinType::Right, JoinType::RightSemi, JoinType::RightAnti];
+    let into_left = left || (!right && KEEPS_LEFT.contains(&join.join_type));
+    if !(if into_left { KEEPS_LEFT } else { KEEPS_RIGHT }).contains(&join.join_type) {
         return Ok(None);
     }
-    let Some(pushed) = push(&join.right, domain)? else { return Ok(None) };
+    let Some(pushed) = push(if into_left { &join.left } else { &join.right }, domain)? else { return Ok(None) };
+    let (new_left, new_right) = if into_left { (Arc::new(pushed), join.right.clone()) } else { (join.left.clone(), Arc::new(pushed)) };
     let rebuilt = LogicalPlan::Join(Join::try_new(
-        join.left.clone(),
-        Arc::new(pushed),
+        new_left,
+        new_right,
         join.on.clone(),
         filter,
         join.join_type,
@@ -538,6 +523,9 @@ fn push_join(join: &Join, domain: &Domain) -> Result<Option<LogicalPlan>> {
         join.null_equality,
         join.null_aware,
     )?);
+    if into_left {
+        return Ok(Some(rebuilt));
+    }
     // Domain columns first, as every pushed plan has them.
     let mut exprs = domain.columns();
     exprs.extend(rebuilt.schema().columns().into_iter().filter(|c| !domain.names.contains(&c.name)).map(col));
@@ -588,35 +576,31 @@ mod tests {
         rows
     }
 
-    fn sorted(rows: &[&str]) -> Vec<String> {
-        let mut rows: Vec<String> = rows.iter().map(|r| r.to_string()).collect();
-        rows.sort();
-        rows
+    /// Asserts `sql`'s rows are `expected` (in any order).
+    async fn expect(ctx: &SessionContext, sql: &str, expected: &[&str]) {
+        let mut expected: Vec<String> = expected.iter().map(|r| r.to_string()).collect();
+        expected.sort();
+        assert_eq!(rows(ctx, sql).await, expected, "{sql}");
     }
 
     #[tokio::test]
     async fn a_count_under_a_non_equality_counts_zero_for_values_without_rows() {
         let ctx = context().await;
-        let got = rows(&ctx, "SELECT a, (SELECT count(*) FROM s1 AS x WHERE x.b < s1.b) AS n FROM s1").await;
-        assert_eq!(got, sorted(&["1 1", "2 3", "3 0", " 5", "7 0", "8 1", "9 6", "10 4"]));
-        let got = rows(&ctx, "SELECT a, (SELECT count(*) + 1 FROM s2 WHERE s2.b < s1.b AND s2.a <> s1.a) AS n, (SELECT sum(s2.c) FROM s2 WHERE s2.b > s1.b) AS s FROM s1").await;
-        assert_eq!(got, sorted(&["1 1 8", "2 3 5", "3 1 10", " 1 1", "7 1 ", "8 2 8", "9 6 ", "10 4 1"]));
+        expect(&ctx, "SELECT a, (SELECT count(*) FROM s1 AS x WHERE x.b < s1.b) AS n FROM s1", &["1 1", "2 3", "3 0", " 5", "7 0", "8 1", "9 6", "10 4"]).await;
+        expect(&ctx, "SELECT a, (SELECT count(*) + 1 FROM s2 WHERE s2.b < s1.b AND s2.a <> s1.a) AS n, (SELECT sum(s2.c) FROM s2 WHERE s2.b > s1.b) AS s FROM s1", &["1 1 8", "2 3 5", "3 1 10", " 1 1", "7 1 ", "8 2 8", "9 6 ", "10 4 1"]).await;
     }
 
     #[tokio::test]
     async fn exists_and_in_in_a_select_list_keep_sql_null_logic() {
         let ctx = context().await;
-        let got = rows(&ctx, "SELECT a, EXISTS (SELECT 1 FROM s2 WHERE s2.b > s1.c) AS e, NOT EXISTS (SELECT 1 FROM s2 WHERE s2.a = s1.a + 1) AS ne FROM s1").await;
-        assert_eq!(got, sorted(&["1 true false", "2 true false", "3 true false", " true true", "7 true true", "8 false true", "9 false true", "10 true true"]));
-        let got = rows(&ctx, "SELECT a, b IN (SELECT s2.b FROM s2 WHERE s2.a <> s1.a) AS i, b NOT IN (SELECT s2.b FROM s2 WHERE s2.c < s1.c) AS ni FROM s1").await;
-        assert_eq!(got, sorted(&["1 true false", "2  false", "3 true false", " false true", "7  true", "8 true false", "9  true", "10 true "]));
+        expect(&ctx, "SELECT a, EXISTS (SELECT 1 FROM s2 WHERE s2.b > s1.c) AS e, NOT EXISTS (SELECT 1 FROM s2 WHERE s2.a = s1.a + 1) AS ne FROM s1", &["1 true false", "2 true false", "3 true false", " true true", "7 true true", "8 false true", "9 false true", "10 true true"]).await;
+        expect(&ctx, "SELECT a, b IN (SELECT s2.b FROM s2 WHERE s2.a <> s1.a) AS i, b NOT IN (SELECT s2.b FROM s2 WHERE s2.c < s1.c) AS ni FROM s1", &["1 true false", "2  false", "3 true false", " false true", "7  true", "8 true false", "9  true", "10 true "]).await;
     }
 
     #[tokio::test]
     async fn a_correlation_below_a_grouped_subquery_is_unnested() {
         let ctx = context().await;
-        let got = rows(&ctx, "SELECT a, (SELECT max(g.t) FROM (SELECT s2.a, sum(s2.b) AS t FROM s2 WHERE s2.c < s1.c GROUP BY s2.a) AS g) AS m FROM s1").await;
-        assert_eq!(got, sorted(&["1 7", "2 7", "3 7", " ", "7 ", "8 7", "9 ", "10 7"]));
+        expect(&ctx, "SELECT a, (SELECT max(g.t) FROM (SELECT s2.a, sum(s2.b) AS t FROM s2 WHERE s2.c < s1.c GROUP BY s2.a) AS g) AS m FROM s1", &["1 7", "2 7", "3 7", " ", "7 ", "8 7", "9 ", "10 7"]).await;
     }
 
     #[tokio::test]
