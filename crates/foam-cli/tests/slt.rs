@@ -1,21 +1,13 @@
 //! Runs every `tests/sql/*.slt` file against a 1-node and a 3-node cluster of
-//! real processes over the PostgreSQL protocol; the expected results are the
-//! same for both, which is the point.
+//! real processes over the PostgreSQL protocol, and the reproductions
+//! and fuzz cases on 4 nodes too; the expected results are the same for
+//! every size, which is the point.
 
 mod common;
 
 use std::path::PathBuf;
 
-use common::slt_db::{DbError, SltDb};
-
-/// NULL as "NULL", the empty string as "(empty)", anything else as sent.
-fn format_value(value: Option<&str>) -> String {
-    match value {
-        None => "NULL".into(),
-        Some("") => "(empty)".into(),
-        Some(text) => text.to_string(),
-    }
-}
+use common::slt_db::{DbError, SltDb, plain_value};
 
 fn slt_files() -> Vec<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/sql");
@@ -49,7 +41,7 @@ async fn run_files(nodes: usize, args: &[&str], coordinator: usize, files: Vec<P
         let script = std::fs::read_to_string(&file).expect("read slt").replace("{DATA_DIR}", &data_dir.display().to_string());
         let mut runner = sqllogictest::Runner::new(move || {
             let url = url.clone();
-            async move { Ok::<_, DbError>(SltDb { client: common::connect(&url).await, format_value, engine: "foamdb" }) }
+            async move { Ok::<_, DbError>(SltDb { client: common::connect(&url).await, format_value: plain_value, engine: "foamdb" }) }
         });
         if let Err(error) = runner.run_script_with_name_async(&script, file.display().to_string()).await {
             failures.push(format!("{} on {nodes} node(s):\n{error}", file.display()));

@@ -26,7 +26,7 @@ use std::path::PathBuf;
 
 use sqllogictest::{DefaultColumnType, Record};
 
-use common::slt_db::{DbError, SltDb};
+use common::slt_db::{DbError, SltDb, plain_value};
 
 /// The least share of the corpus's records that must pass, on every
 /// cluster size. Raise it as support grows; the goal is 99.
@@ -59,10 +59,8 @@ fn corpus_files() -> &'static [&'static str] {
 /// A value as SQLite's runner prints it: reals with three decimals.
 fn sqlite_value(value: Option<&str>) -> String {
     match value {
-        None => "NULL".into(),
-        Some("") => "(empty)".into(),
         Some(text) if text.contains('.') => text.parse::<f64>().map_or(text.to_string(), |v| format!("{v:.3}")),
-        Some(text) => text.to_string(),
+        other => plain_value(other),
     }
 }
 

@@ -91,19 +91,13 @@ fn origin(plan: &Arc<dyn ExecutionPlan>) -> HashOrigin {
 
 /// The key expressions an operator requires of each input when it processes
 /// equal partition numbers of all inputs together, or `None`.
-#[allow(deprecated)] // HashPartitioned is still what DataFusion 55 joins return
+#[allow(deprecated)] // required_input_distribution: what DataFusion 55 joins implement
 fn co_partitioned_keys(plan: &Arc<dyn ExecutionPlan>) -> Option<Vec<Vec<Arc<dyn PhysicalExpr>>>> {
     let required = plan.required_input_distribution();
     if required.len() < 2 {
         return None;
     }
-    required
-        .into_iter()
-        .map(|d| match d {
-            Distribution::HashPartitioned(exprs) | Distribution::KeyPartitioned(exprs) => Some(exprs),
-            _ => None,
-        })
-        .collect()
+    required.iter().map(|d| crate::requirements::hash_keys(d).cloned()).collect()
 }
 
 /// Whether `child` is hash partitioned on exactly `keys` (or on what its

@@ -118,7 +118,7 @@ fn unneeded_scans(plan: &Arc<dyn ExecutionPlan>, needed: bool, scans: &mut Vec<A
             true
         } else {
             match required.get(index) {
-                Some(Distribution::HashPartitioned(_) | Distribution::KeyPartitioned(_)) => true,
+                Some(d) if crate::requirements::hash_keys(d).is_some() => true,
                 Some(Distribution::SinglePartition) => false,
                 _ => needed,
             }

@@ -61,7 +61,7 @@ fn sort_ordering(plan: &Arc<dyn ExecutionPlan>, required: &LexRequirement) -> Op
 
 /// The keys of a hash (or key) partitioning requirement.
 #[allow(deprecated)] // HashPartitioned is still what DataFusion 55 operators require
-fn hash_keys(distribution: &Distribution) -> Option<&Vec<Arc<dyn datafusion::physical_expr::PhysicalExpr>>> {
+pub(crate) fn hash_keys(distribution: &Distribution) -> Option<&Vec<Arc<dyn datafusion::physical_expr::PhysicalExpr>>> {
     match distribution {
         Distribution::HashPartitioned(keys) | Distribution::KeyPartitioned(keys) => Some(keys),
         _ => None,

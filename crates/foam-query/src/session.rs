@@ -252,7 +252,7 @@ impl FoamSession {
             let mut result = match self.prepare_raw(raw).await {
                 Ok(prepared) => self.run(&prepared, None, &interrupt).await,
                 Err(error) => {
-                    self.block().after(StatementClass::Read, false);
+                    self.block().statement_failed();
                     Err(error)
                 }
             };
@@ -284,7 +284,7 @@ impl FoamSession {
             _ => Err(FoamError::Syntax { message: "cannot insert multiple commands into a prepared statement".into() }),
         };
         if prepared.is_err() {
-            self.block().after(StatementClass::Read, false);
+            self.block().statement_failed();
         }
         prepared
     }

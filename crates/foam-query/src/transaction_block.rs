@@ -84,10 +84,18 @@ impl Block {
                 return Some(tag);
             }
             StatementClass::Rollback => *self = Block::Idle,
-            _ if !succeeded && *self == Block::InBlock => *self = Block::Failed,
+            _ if !succeeded => self.statement_failed(),
             _ => {}
         }
         None
+    }
+
+    /// A statement failed (also one that could not be parsed or planned):
+    /// inside a block, the block is aborted.
+    pub fn statement_failed(&mut self) {
+        if *self == Block::InBlock {
+            *self = Block::Failed;
+        }
     }
 }
 

@@ -26,8 +26,8 @@
 //!
 //! ```text
 //!   scalar subquery  ─▶ the subquery's column of S' (one row per value: only
-//!                       subqueries whose top is a scalar aggregate or a
-//!                       LIMIT 1 are unnested)
+//!                       subqueries whose top is a scalar aggregate are
+//!                       unnested; DataFusion refuses other correlated ones)
 //!   EXISTS           ─▶ a mark (one row per value that has rows) IS NOT NULL
 //!   x IN (subquery)  ─▶ x joins the domain; per value, 2 if a row equals x,
 //!                       else 1 if a row or x is NULL, else 0: true, NULL, false
@@ -42,7 +42,7 @@ use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{Column, DFSchemaRef, Result, ScalarValue, not_impl_err};
 use datafusion::logical_expr::expr::{AggregateFunction, Exists, InSubquery};
 use datafusion::logical_expr::{
-    Aggregate, BinaryExpr, Distinct, Expr, Operator, Filter, Join, JoinType, Limit, LogicalPlan, LogicalPlanBuilder, Projection, Sort, SortExpr, Subquery,
+    Aggregate, BinaryExpr, Distinct, Expr, Operator, Filter, Join, JoinType, LogicalPlan, LogicalPlanBuilder, Projection, Sort, SortExpr, Subquery,
     SubqueryAlias, col, lit, when,
 };
 use datafusion::optimizer::optimizer::ApplyOrder;
@@ -132,7 +132,7 @@ impl OptimizerRule for LeftWhereFailing {
     }
 
     fn rewrite(&self, plan: LogicalPlan, config: &dyn OptimizerConfig) -> Result<Transformed<LogicalPlan>> {
-        let has_subquery = plan.expressions().iter().any(|e| e.exists(|e| Ok(is_subquery(e))).unwrap_or(true));
+        let has_subquery = plan.expressions().iter().any(|e| e.exists(|e| Ok(subquery_of(e).is_some())).unwrap_or(true));
         if !has_subquery {
             return self.0.rewrite(plan, config);
         }
@@ -147,36 +147,32 @@ impl OptimizerRule for LeftWhereFailing {
     }
 }
 
-fn is_subquery(expr: &Expr) -> bool {
-    matches!(expr, Expr::ScalarSubquery(_) | Expr::Exists(_) | Expr::InSubquery(_))
+/// The subquery of a scalar subquery, EXISTS or IN expression.
+fn subquery_of(expr: &Expr) -> Option<&Subquery> {
+    match expr {
+        Expr::ScalarSubquery(subquery) | Expr::Exists(Exists { subquery, .. }) | Expr::InSubquery(InSubquery { subquery, .. }) => Some(subquery),
+        _ => None,
+    }
 }
 
-/// Whether `expr` holds a subquery this rule takes: one that reads columns
-/// of the query around it (DataFusion runs the others itself).
+/// The subquery of `expr` when it reads columns of the query around it:
+/// one this rule takes (DataFusion runs the others itself).
+fn correlated_subquery(expr: &Expr) -> Option<&Subquery> {
+    subquery_of(expr).filter(|subquery| !subquery.outer_ref_columns.is_empty())
+}
+
 fn has_subquery_to_unnest(expr: &Expr) -> bool {
-    expr.exists(|e| {
-        Ok(match e {
-            Expr::ScalarSubquery(subquery) | Expr::Exists(Exists { subquery, .. }) | Expr::InSubquery(InSubquery { subquery, .. }) => {
-                !subquery.outer_ref_columns.is_empty()
-            }
-            _ => false,
-        })
-    })
-    .unwrap_or(false)
+    expr.exists(|e| Ok(correlated_subquery(e).is_some())).unwrap_or(false)
 }
 
 /// `expr` with each subquery this rule can unnest replaced by its answer
 /// column, `input` joined with the answers.
 fn unnest_in(expr: Expr, input: &mut LogicalPlan, config: &dyn OptimizerConfig) -> Result<Transformed<Expr>> {
     expr.transform_up(|e| {
-        let answer = match &e {
-            Expr::ScalarSubquery(subquery) if !subquery.outer_ref_columns.is_empty() => {
-                unnest_one(Kind::Scalar, subquery, input, config)?
-            }
-            Expr::Exists(Exists { subquery, negated }) if !subquery.outer_ref_columns.is_empty() => {
-                unnest_one(Kind::Exists { negated: *negated }, subquery, input, config)?
-            }
-            Expr::InSubquery(InSubquery { expr, subquery, negated }) if !subquery.outer_ref_columns.is_empty() => {
+        let answer = match (&e, correlated_subquery(&e)) {
+            (Expr::ScalarSubquery(_), Some(subquery)) => unnest_one(Kind::Scalar, subquery, input, config)?,
+            (Expr::Exists(Exists { negated, .. }), Some(subquery)) => unnest_one(Kind::Exists { negated: *negated }, subquery, input, config)?,
+            (Expr::InSubquery(InSubquery { expr, negated, .. }), Some(subquery)) => {
                 unnest_one(Kind::In { expr: expr.as_ref().clone(), negated: *negated }, subquery, input, config)?
             }
             _ => None,
@@ -242,11 +238,12 @@ fn unnest_one(kind: Kind, subquery: &Subquery, input: &LogicalPlan, config: &dyn
     let mut outer: Vec<Expr> = Vec::new();
     for reference in &subquery.outer_ref_columns {
         let Expr::OuterReferenceColumn(_, column) = reference else { return Ok(None) };
-        if input.schema().has_column(column) && !outer.iter().any(|o| matches!(o, Expr::Column(c) if c == column)) {
-            outer.push(Expr::Column(column.clone()));
-        } else if !input.schema().has_column(column) {
+        if !input.schema().has_column(column) {
             // Read from a query further out than `input`.
             return Ok(None);
+        }
+        if !outer.iter().any(|o| matches!(o, Expr::Column(c) if c == column)) {
+            outer.push(Expr::Column(column.clone()));
         }
     }
     if let Kind::In { expr, .. } = &kind {
@@ -313,8 +310,8 @@ fn keyed(domain: &Domain, answer: Expr) -> Vec<Expr> {
     exprs
 }
 
-/// Whether `plan` returns no more than one row: a scalar aggregate or a
-/// LIMIT 1, under projections, aliases, sorts and filters.
+/// Whether `plan` returns no more than one row: a scalar aggregate under
+/// projections, aliases, sorts and filters (the shapes `push` takes).
 fn at_most_one_row(plan: &LogicalPlan) -> bool {
     match plan {
         LogicalPlan::Aggregate(aggregate) => aggregate.group_expr.is_empty(),
@@ -322,8 +319,6 @@ fn at_most_one_row(plan: &LogicalPlan) -> bool {
         | LogicalPlan::SubqueryAlias(SubqueryAlias { input, .. })
         | LogicalPlan::Sort(Sort { input, fetch: None, .. })
         | LogicalPlan::Filter(Filter { input, .. }) => at_most_one_row(input),
-        LogicalPlan::Sort(Sort { fetch: Some(fetch), .. }) => *fetch <= 1,
-        LogicalPlan::Limit(limit) => matches!(limit.get_fetch_type(), Ok(datafusion::logical_expr::FetchType::Literal(Some(n))) if n <= 1),
         _ => false,
     }
 }
@@ -337,14 +332,12 @@ fn correlated(plan: &LogicalPlan) -> bool {
 /// Whether a subquery inside `node`'s expressions reads an outer column
 /// itself (beyond `node`'s own columns).
 fn nested_subquery_reads_outer(node: &LogicalPlan) -> bool {
+    let reads_outer = |column: &Column| !node.schema().has_column(column) && !node.inputs().iter().any(|i| i.schema().has_column(column));
     node.expressions().iter().any(|e| {
         e.exists(|inner| {
-            Ok(match inner {
-                Expr::ScalarSubquery(s) | Expr::Exists(Exists { subquery: s, .. }) | Expr::InSubquery(InSubquery { subquery: s, .. }) => {
-                    s.outer_ref_columns.iter().any(|r| matches!(r, Expr::OuterReferenceColumn(_, c) if !node.schema().has_column(c) && !node.inputs().iter().any(|i| i.schema().has_column(c))))
-                }
-                _ => false,
-            })
+            Ok(subquery_of(inner).is_some_and(|s| {
+                s.outer_ref_columns.iter().any(|r| matches!(r, Expr::OuterReferenceColumn(_, c) if reads_outer(c)))
+            }))
         })
         .unwrap_or(true)
     })
@@ -403,7 +396,6 @@ fn push(plan: &LogicalPlan, domain: &Domain) -> Result<Option<LogicalPlan>> {
                 None => crossed,
             }
         }
-        LogicalPlan::Limit(Limit { .. }) => return Ok(None),
         _ => return Ok(None),
     }))
 }

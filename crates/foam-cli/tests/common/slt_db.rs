@@ -8,6 +8,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqllogictest::{AsyncDB, DBOutput, DefaultColumnType};
 
+/// NULL as "NULL", the empty string as "(empty)", anything else as sent.
+pub fn plain_value(value: Option<&str>) -> String {
+    match value {
+        None => "NULL".into(),
+        Some("") => "(empty)".into(),
+        Some(text) => text.to_string(),
+    }
+}
+
 pub struct SltDb {
     pub client: tokio_postgres::Client,
     /// How a value prints in the files (`None` is NULL).
