@@ -23,6 +23,8 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionConfig;
 use datafusion::execution::TaskContext;
@@ -301,6 +303,11 @@ datafusion::common::extensions_options! {
         /// Whether a `LIKE` whose only wildcard is `%` runs as a substring
         /// search instead of a regex (`like.rs`).
         pub fast_like: bool, default = true
+        /// Whether a plan the locality rules made that fails DataFusion's
+        /// plan check gives way to DataFusion's own (`checked_rules.rs`);
+        /// off, the statement fails with the check's error (the fuzzer
+        /// turns it off to see such plans).
+        pub plan_check_fallback: bool, default = true
     }
 }
 
@@ -372,6 +379,32 @@ fn scale_join_density_to_cluster(config: &mut SessionConfig, node: &NodeContext)
 /// all 22 queries 0.99).
 pub const EXCHANGE_COMPRESSION: Option<CompressionType> = None;
 
+/// The DataFusion rule that wires dynamic filters (a join's build-side
+/// bounds, a TopK's threshold) to the scans below: it must see the final
+/// plan, since a rule that rebuilds an operator afterwards leaves a scan
+/// filtered by an operator no longer in the plan.
+const DYNAMIC_FILTER_RULE: &str = "FilterPushdown(Post)";
+
+/// DataFusion's physical rules with FoamDB's inserted before the dynamic
+/// filters are wired, so that those filters and DataFusion's closing
+/// sanity check see the plan FoamDB's rules leave; the locality rules'
+/// plan only if it passes that check (`checked_rules.rs`).
+fn physical_rules(node: &Arc<NodeContext>) -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
+    let locality = crate::checked_rules::CheckedRules {
+        rules: vec![
+            Arc::new(crate::copartition::CoPartitioning { node: node.clone() }),
+            Arc::new(crate::regroup::ScanRegrouping { node: node.clone() }),
+            Arc::new(crate::count_ones::CountWithoutOnesArray),
+        ],
+    };
+    let foam: Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> =
+        vec![Arc::new(locality), Arc::new(crate::join_yield::JoinYielding), Arc::new(crate::explicit_sorts::ExplicitSorts)];
+    let mut rules = PhysicalOptimizer::new().rules;
+    let at = rules.iter().position(|rule| rule.name() == DYNAMIC_FILTER_RULE).unwrap_or(rules.len());
+    rules.splice(at..at, foam);
+    rules
+}
+
 /// A coordinating session state: plans with the distributed planner and the
 /// FoamDB handlers above.
 pub fn coordinator_state_builder(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>) -> SessionStateBuilder {
@@ -389,11 +422,7 @@ pub fn coordinator_state_builder(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv
         .with_optimizer_rule(Arc::new(crate::eager_aggregate::EagerAggregate))
         .with_optimizer_rule(Arc::new(crate::group_key_filter::GroupKeyFilter))
         .with_optimizer_rule(Arc::new(crate::like::LikeWithoutRegex))
-        .with_physical_optimizer_rule(Arc::new(crate::copartition::CoPartitioning { node: node.clone() }))
-        .with_physical_optimizer_rule(Arc::new(crate::regroup::ScanRegrouping { node: node.clone() }))
-        .with_physical_optimizer_rule(Arc::new(crate::join_yield::JoinYielding))
-        .with_physical_optimizer_rule(Arc::new(crate::count_ones::CountWithoutOnesArray))
-        .with_physical_optimizer_rule(Arc::new(crate::explicit_sorts::ExplicitSorts))
+        .with_physical_optimizer_rules(physical_rules(&node))
         .with_distributed_planner()
         .with_distributed_worker_resolver(FoamWorkerResolver { node: node.clone() })
         .with_distributed_user_codec(FoamCodec)

@@ -14,6 +14,7 @@
 //! ```
 
 pub mod catalog_provider;
+pub mod checked_rules;
 pub mod codec;
 pub mod context;
 pub mod copartition;
