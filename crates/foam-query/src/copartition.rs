@@ -36,7 +36,8 @@ use datafusion::error::Result;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{Distribution, Partitioning, PhysicalExpr, physical_exprs_equal};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
-use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, PhysicalGroupBy};
+use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::repartition::RepartitionExec;
@@ -152,10 +153,19 @@ fn key_conditions(child: &Arc<dyn ExecutionPlan>, required: &[Arc<dyn PhysicalEx
         return None;
     }
     let conditions: Vec<usize> = keys.iter().map(|k| required.iter().position(|e| e.eq(k))).collect::<Option<_>>()?;
-    let mut distinct = conditions.clone();
-    distinct.sort_unstable();
-    distinct.dedup();
-    (distinct.len() == conditions.len()).then_some(conditions)
+    all_distinct(&conditions).then_some(conditions)
+}
+
+/// Whether no index appears twice in `indices`.
+fn all_distinct(indices: &[usize]) -> bool {
+    let mut sorted = indices.to_vec();
+    sorted.sort_unstable();
+    sorted.windows(2).all(|w| w[0] != w[1])
+}
+
+/// Whether `order` maps every position to itself.
+fn identity(order: &[usize]) -> bool {
+    order.iter().enumerate().all(|(i, &o)| i == o)
 }
 
 /// The input of a hash repartition on keys that include all those its
@@ -608,16 +618,52 @@ fn aggregate_in_place(node: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn Ex
     if !same_aggregate {
         return Ok(None);
     }
+    // Hashed on all the group keys in another order: any order groups
+    // alike, but DataFusion states the requirement in the group order and
+    // accepts a partitioning on all the keys only in that order. The keys
+    // are regrouped in the input's order and a projection restores the
+    // output's.
+    let order = key_order(keys, first.group_expr());
+    if order.is_some() && last.limit_options().is_some_and(|l| l.descending.is_some()) {
+        return Ok(None);
+    }
+    let group_expr = match &order {
+        Some(order) => PhysicalGroupBy::new_single(order.iter().map(|&i| first.group_expr().expr()[i].clone()).collect()),
+        None => first.group_expr().clone(),
+    };
     let single = AggregateExec::try_new(
         AggregateMode::SinglePartitioned,
-        first.group_expr().clone(),
+        group_expr,
         first.aggr_expr().to_vec(),
         first.filter_expr().to_vec(),
         first.input().clone(),
         first.input_schema(),
     )?
     .with_limit_options(last.limit_options());
-    Ok(Some(Arc::new(single)))
+    let single: Arc<dyn ExecutionPlan> = Arc::new(single);
+    let Some(order) = order else { return Ok(Some(single)) };
+    // Output column `i` of the original aggregate is column `order⁻¹(i)`.
+    let schema = single.schema();
+    let groups = order.len();
+    let exprs: Vec<(Arc<dyn PhysicalExpr>, String)> = (0..schema.fields().len())
+        .map(|i| {
+            let from = if i < groups { order.iter().position(|&o| o == i).unwrap_or(i) } else { i };
+            let name = schema.field(from).name().clone();
+            (Arc::new(Column::new(&name, from)) as Arc<dyn PhysicalExpr>, name)
+        })
+        .collect();
+    Ok(Some(Arc::new(ProjectionExec::try_new(exprs, single)?)))
+}
+
+/// When `keys` are all the single grouping's keys, in another order: for
+/// each key, the index of its group expression.
+fn key_order(keys: &[Arc<dyn PhysicalExpr>], group_by: &PhysicalGroupBy) -> Option<Vec<usize>> {
+    let groups = group_by.expr();
+    if !group_by.is_single() || keys.len() != groups.len() {
+        return None;
+    }
+    let order: Vec<usize> = keys.iter().map(|k| groups.iter().position(|(g, _)| g.eq(k))).collect::<Option<_>>()?;
+    (all_distinct(&order) && !identity(&order)).then_some(order)
 }
 
 /// One operator, bottom-up: first what it requires of inputs this rule
@@ -626,7 +672,34 @@ fn aggregate_in_place(node: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn Ex
 fn fix(node: Arc<dyn ExecutionPlan>, target: usize, workers: u64) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
     let restored = crate::requirements::restore(node, target)?;
     let fixed = fix_partitioning(restored.data, target, workers)?;
-    Ok(Transformed::new_transformed(fixed.data, restored.transformed || fixed.transformed))
+    let aligned = align_join_keys(fixed.data)?;
+    Ok(Transformed::new_transformed(aligned.data, restored.transformed || fixed.transformed || aligned.transformed))
+}
+
+/// A partitioned hash join whose inputs are hashed on all its keys, pair by
+/// pair, but in another order than its conditions (a FoamDB layout lists
+/// its keys in its own order) gets its conditions in the inputs' order:
+/// the same join, and DataFusion's plan check accepts hash partitioning on
+/// all the keys only in the order the join states them.
+fn align_join_keys(node: Arc<dyn ExecutionPlan>) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
+    let Some(join) = node.downcast_ref::<HashJoinExec>() else { return Ok(Transformed::no(node)) };
+    let (Partitioning::Hash(left, _), Partitioning::Hash(right, _)) = (join.left().output_partitioning(), join.right().output_partitioning())
+    else {
+        return Ok(Transformed::no(node));
+    };
+    let on = join.on();
+    if join.mode != PartitionMode::Partitioned || left.len() != on.len() || right.len() != on.len() {
+        return Ok(Transformed::no(node));
+    }
+    let Some(order) = left.iter().map(|k| on.iter().position(|(l, _)| l.eq(k))).collect::<Option<Vec<usize>>>() else {
+        return Ok(Transformed::no(node));
+    };
+    let pairs_match = order.iter().zip(right.iter()).all(|(&i, r)| on[i].1.eq(r));
+    if !all_distinct(&order) || identity(&order) || !pairs_match {
+        return Ok(Transformed::no(node));
+    }
+    let aligned = order.iter().map(|&i| on[i].clone()).collect();
+    Ok(Transformed::yes(join.builder().with_on(aligned).build_exec()?))
 }
 
 fn fix_partitioning(node: Arc<dyn ExecutionPlan>, target: usize, workers: u64) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {

@@ -16,6 +16,15 @@
 //!   Window PARTITION BY k ORDER BY v          Window PARTITION BY k ORDER BY v
 //!     Sort v          (k constant below)  ─▶    Sort k, v
 //! ```
+//! Where the whole requirement is met by constants there is no sort at all
+//! (a window `PARTITION BY k` over a join with `k = DATE '2024-01-01'`);
+//! then a sort on the required columns is put in, cheap over constants:
+//!
+//! ```text
+//!   Window PARTITION BY k                     Window PARTITION BY k
+//!     Repartition (k constant below)      ─▶    Sort k (each partition)
+//!                                                 Repartition
+//! ```
 //! The new sort orders rows exactly as the old one did wherever the
 //! constants are known, and it states the order where they are not.
 
@@ -27,7 +36,7 @@ use datafusion::error::Result;
 use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::sorts::sort::SortExec;
-use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ReplaceChildrenOptions};
+use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ExecutionPlanProperties, ReplaceChildrenOptions};
 
 /// The physical optimizer rule (see the module documentation).
 #[derive(Debug, Default)]
@@ -55,14 +64,13 @@ fn spell_out(node: Arc<dyn ExecutionPlan>) -> Result<Transformed<Arc<dyn Executi
     let mut changed = false;
     let mut new_children = Vec::with_capacity(children.len());
     for (child, required) in children.into_iter().zip(orderings) {
-        let extended = match (child.downcast_ref::<SortExec>(), required) {
-            (Some(sort), Some(required)) => {
-                let (alternatives, soft) = required.into_alternatives();
-                match alternatives.into_iter().next() {
-                    Some(first) if !soft => extend(sort, &first),
-                    _ => None,
-                }
-            }
+        let hard = required.and_then(|r| {
+            let (alternatives, soft) = r.into_alternatives();
+            alternatives.into_iter().next().filter(|_| !soft)
+        });
+        let extended = match (child.downcast_ref::<SortExec>(), hard) {
+            (Some(sort), Some(required)) => extend(sort, &required),
+            (None, Some(required)) => sort_constants(&child, &required)?,
             _ => None,
         };
         match extended {
@@ -79,15 +87,40 @@ fn spell_out(node: Arc<dyn ExecutionPlan>) -> Result<Transformed<Arc<dyn Executi
     Ok(Transformed::yes(node.replace_children(new_children, ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute))?))
 }
 
+/// Whether `ordering` begins with `required`, column by column.
+fn begins_with(ordering: &LexOrdering, required: &datafusion::physical_expr::LexRequirement) -> bool {
+    required.len() <= ordering.len() && required.iter().zip(ordering.iter()).all(|(r, s)| r.expr.eq(&s.expr) && r.options.is_none_or(|o| o == s.options))
+}
+
+/// A sort on `required` over `child` when some required column is a
+/// constant of `child` (so DataFusion placed no sort for it) and `child`
+/// does not state the order itself; `None` otherwise.
+fn sort_constants(child: &Arc<dyn ExecutionPlan>, required: &datafusion::physical_expr::LexRequirement) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let properties = child.equivalence_properties();
+    if !required.iter().any(|r| properties.is_expr_constant(&r.expr).is_some()) {
+        return Ok(None);
+    }
+    if child.output_ordering().is_some_and(|own| begins_with(own, required)) {
+        return Ok(None);
+    }
+    let mut ordering: Vec<PhysicalSortExpr> = Vec::with_capacity(required.len());
+    for r in required.iter() {
+        if !ordering.iter().any(|o| o.expr.eq(&r.expr)) {
+            ordering.push(PhysicalSortExpr::new(r.expr.clone(), r.options.unwrap_or_default()));
+        }
+    }
+    let Some(ordering) = LexOrdering::new(ordering) else { return Ok(None) };
+    let sort = SortExec::new(ordering, child.clone()).with_preserve_partitioning(child.output_partitioning().partition_count() > 1);
+    Ok(Some(Arc::new(sort)))
+}
+
 /// `sort` ordering by all of `required` first, then by its own columns
 /// not in it; `None` when it already begins with `required`.
 fn extend(sort: &SortExec, required: &datafusion::physical_expr::LexRequirement) -> Option<Arc<dyn ExecutionPlan>> {
-    let own: Vec<PhysicalSortExpr> = sort.expr().iter().cloned().collect();
-    let spelled = required.len() <= own.len()
-        && required.iter().zip(&own).all(|(r, s)| r.expr.eq(&s.expr) && r.options.is_none_or(|o| o == s.options));
-    if spelled {
+    if begins_with(sort.expr(), required) {
         return None;
     }
+    let own: Vec<PhysicalSortExpr> = sort.expr().iter().cloned().collect();
     let mut ordering: Vec<PhysicalSortExpr> = Vec::with_capacity(required.len() + own.len());
     for r in required.iter() {
         // An unspecified direction takes the sort's own for that column.
@@ -129,5 +162,28 @@ mod tests {
         // A sort that spells the requirement out already stays.
         let again = ExplicitSorts.optimize(fixed.clone(), &ConfigOptions::default()).unwrap();
         assert!(Arc::ptr_eq(&again.children()[0], &fixed.children()[0]));
+    }
+
+    #[test]
+    fn an_order_met_only_by_a_constant_gets_a_sort() {
+        use datafusion::physical_expr::expressions::lit;
+        use datafusion::physical_plan::projection::ProjectionExec;
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, true)]));
+        let input: Arc<dyn ExecutionPlan> = Arc::new(EmptyExec::new(schema.clone()));
+        // k is the literal 1: DataFusion needs no sort to have it ordered.
+        let constant: Arc<dyn ExecutionPlan> = Arc::new(
+            ProjectionExec::try_new(vec![(lit(1i64), "k".to_string()), (col("v", &schema).unwrap(), "v".to_string())], input).unwrap(),
+        );
+        let projected = constant.schema();
+        let by_k = LexOrdering::new(vec![PhysicalSortExpr::new_default(col("k", &projected).unwrap())]).unwrap();
+        let merge: Arc<dyn ExecutionPlan> = Arc::new(SortPreservingMergeExec::new(by_k.clone(), constant.clone()));
+        let fixed = ExplicitSorts.optimize(merge, &ConfigOptions::default()).unwrap();
+        let sort = fixed.children()[0].downcast_ref::<SortExec>().expect("a sort on the constant");
+        assert_eq!(sort.expr(), &by_k);
+        // A requirement on a column that is not constant is DataFusion's.
+        let by_v = LexOrdering::new(vec![PhysicalSortExpr::new_default(col("v", &projected).unwrap())]).unwrap();
+        let merge: Arc<dyn ExecutionPlan> = Arc::new(SortPreservingMergeExec::new(by_v, constant));
+        let fixed = ExplicitSorts.optimize(merge, &ConfigOptions::default()).unwrap();
+        assert!(fixed.children()[0].downcast_ref::<SortExec>().is_none());
     }
 }
