@@ -42,6 +42,11 @@ pub struct BenchFuzzArgs {
     /// Stop after this many differences.
     #[arg(long, default_value_t = 20)]
     failures_max: usize,
+    /// A PostgreSQL server (URL of a scratch database, whose fz* tables
+    /// are replaced) to judge differences: one where PostgreSQL answers as
+    /// FoamDB does is counted as the reference's error.
+    #[arg(long)]
+    postgres: Option<String>,
 }
 
 pub fn run(args: BenchFuzzArgs) -> Result<(), String> {
@@ -67,13 +72,14 @@ pub fn run(args: BenchFuzzArgs) -> Result<(), String> {
         table_prefix: "fz".into(),
         reduce: !args.no_reduce,
         failures_max: args.failures_max.max(1),
+        postgres: args.postgres.clone(),
     };
     println!("Fuzzing {url}: seeds {}..{}, {} queries each", args.seed, args.seed + seeds, args.queries_per_seed);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     let report = runtime.block_on(foam_fuzz::run(&config, |line| println!("{line}")))?;
     println!();
     println!(
-        "{} queries over {} databases in {:.0} s: {} compared, {} failed on both engines ({} of them with FoamDB's internal error), {} timed out, {} the reference cannot run, {} ternary-logic checks, {} differences",
+        "{} queries over {} databases in {:.0} s: {} compared, {} failed on both engines ({} of them with FoamDB's internal error), {} timed out, {} the reference cannot run, {} ternary-logic checks, {} where PostgreSQL sides with FoamDB, {} differences",
         report.queries,
         report.seeds,
         report.elapsed.as_secs_f64(),
@@ -83,6 +89,7 @@ pub fn run(args: BenchFuzzArgs) -> Result<(), String> {
         report.timed_out,
         report.reference_unsupported,
         report.partitioning_checks,
+        report.reference_wrong.len(),
         report.failures.len()
     );
     for failure in &report.failures {

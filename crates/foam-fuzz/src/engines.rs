@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use datafusion::arrow::datatypes::DataType;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
+use futures::StreamExt;
 
 use crate::compare::{Rows, batches_to_rows};
 use crate::schema::Table;
@@ -13,6 +15,13 @@ use crate::schema::Table;
 /// Longest one fuzz query may run on either engine; a query past it is
 /// counted as timed out, not compared.
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Most memory the reference's operators may hold for one query (a query
+/// past it fails there and is not compared).
+const REFERENCE_MEMORY_MAX: usize = 2 << 30;
+/// Most rows the reference collects for one answer; a query past it counts
+/// as timed out.
+const REFERENCE_ROWS_MAX: usize = 1_000_000;
 
 /// SQLSTATEs a cluster answers while it settles or is loaded (a node not
 /// hearing the meta leader in time, a placement change under a write):
@@ -68,7 +77,7 @@ impl Outcome {
     }
 }
 
-/// A FoamDB session.
+/// A FoamDB session (or one with the PostgreSQL server that judges).
 pub struct Foam {
     client: tokio_postgres::Client,
 }
@@ -79,6 +88,14 @@ impl Foam {
         tokio::spawn(connection);
         let foam = Foam { client };
         foam.execute(&format!("SET statement_timeout = '{}s'", QUERY_TIMEOUT.as_secs())).await?;
+        Ok(foam)
+    }
+
+    /// A FoamDB session that fails a statement whose plan FoamDB's rules
+    /// broke, instead of running DataFusion's (so the fuzzer sees it).
+    pub async fn connect_checked(url: &str) -> Result<Foam, String> {
+        let foam = Foam::connect(url).await?;
+        foam.execute("SET foam.plan_check_fallback = false").await?;
         Ok(foam)
     }
 
@@ -124,9 +141,18 @@ impl Foam {
 
     /// Drops the tables if they exist and creates and fills them anew.
     pub async fn load(&self, tables: &[Table]) -> Result<(), String> {
+        self.load_as(tables, Table::create_foam).await
+    }
+
+    /// As [`Foam::load`], without layouts: for a PostgreSQL server.
+    pub async fn load_plain(&self, tables: &[Table]) -> Result<(), String> {
+        self.load_as(tables, Table::create_reference).await
+    }
+
+    async fn load_as(&self, tables: &[Table], create: impl Fn(&Table) -> String) -> Result<(), String> {
         for table in tables {
             self.execute(&format!("DROP TABLE IF EXISTS {}", table.name)).await?;
-            self.execute(&table.create_foam()).await?;
+            self.execute(&create(table)).await?;
             for insert in table.inserts(INSERT_ROWS_PER_STATEMENT) {
                 self.execute(&insert).await?;
             }
@@ -156,8 +182,17 @@ pub struct Reference {
 
 impl Reference {
     pub async fn new(tables: &[Table]) -> Result<Reference, String> {
-        let config = SessionConfig::new().set_str("datafusion.sql_parser.dialect", "PostgreSQL");
-        let reference = Reference { ctx: SessionContext::new_with_config(config) };
+        // Dynamic filters only speed a query up; DataFusion 55 can apply
+        // them to the wrong one of two same-named columns
+        // (apache/datafusion#25263), so the reference runs without.
+        let config = SessionConfig::new()
+            .set_str("datafusion.sql_parser.dialect", "PostgreSQL")
+            .set_bool("datafusion.optimizer.enable_dynamic_filter_pushdown", false);
+        let runtime = RuntimeEnvBuilder::new()
+            .with_memory_limit(REFERENCE_MEMORY_MAX, 1.0)
+            .build_arc()
+            .map_err(|e| e.to_string())?;
+        let reference = Reference { ctx: SessionContext::new_with_config_rt(config, runtime) };
         reference.load(tables).await?;
         Ok(reference)
     }
@@ -179,18 +214,37 @@ impl Reference {
         frame.collect().await.map(|_| ()).map_err(|e| format!("{sql}: {e}"))
     }
 
-    /// The answer and its column types (empty when it failed).
+    /// The answer and its column types (empty when it failed). The query
+    /// runs as its own task, so that one which never yields (an operator
+    /// looping over a huge intermediate result) is still stopped at the
+    /// timeout; an answer past [`REFERENCE_ROWS_MAX`] counts as timed out.
     pub async fn query(&self, sql: &str) -> (Outcome, Vec<DataType>) {
-        let run = async {
-            let frame = self.ctx.sql(sql).await?;
+        let ctx = self.ctx.clone();
+        let sql = sql.to_string();
+        let mut run = tokio::spawn(async move {
+            let frame = ctx.sql(&sql).await?;
             let schema: Vec<DataType> = frame.schema().fields().iter().map(|f| f.data_type().clone()).collect();
-            let batches = frame.collect().await?;
-            Ok::<_, datafusion::error::DataFusionError>((batches, schema))
-        };
-        match tokio::time::timeout(QUERY_TIMEOUT, run).await {
-            Err(_) => (Outcome::TimedOut, Vec::new()),
-            Ok(Err(e)) => (Outcome::Error(REFERENCE_ERROR.into(), e.to_string()), Vec::new()),
-            Ok(Ok((batches, types))) => match batches_to_rows(&batches) {
+            let mut stream = frame.execute_stream().await?;
+            let (mut batches, mut rows): (Vec<datafusion::arrow::record_batch::RecordBatch>, usize) = (Vec::new(), 0);
+            while let Some(batch) = stream.next().await {
+                let batch = batch?;
+                rows += batch.num_rows();
+                if rows > REFERENCE_ROWS_MAX {
+                    return Ok(None);
+                }
+                batches.push(batch);
+            }
+            Ok::<_, datafusion::error::DataFusionError>(Some((batches, schema)))
+        });
+        let finished = tokio::time::timeout(QUERY_TIMEOUT, &mut run).await;
+        if finished.is_err() {
+            run.abort();
+        }
+        match finished {
+            Err(_) | Ok(Ok(Ok(None))) => (Outcome::TimedOut, Vec::new()),
+            Ok(Err(e)) => (Outcome::Error(REFERENCE_ERROR.into(), format!("the reference's task failed: {e}")), Vec::new()),
+            Ok(Ok(Err(e))) => (Outcome::Error(REFERENCE_ERROR.into(), e.to_string()), Vec::new()),
+            Ok(Ok(Ok(Some((batches, types))))) => match batches_to_rows(&batches) {
                 Ok((rows, _)) => (Outcome::Rows(rows), types),
                 Err(e) => (Outcome::Error(REFERENCE_ERROR.into(), e), Vec::new()),
             },

@@ -11,7 +11,9 @@
 //! UNION ALL of its rows where a predicate is true, false and NULL (ternary
 //! logic partitioning, checked on FoamDB when the reference agrees with
 //! itself). Both sides failing, or either timing out, is counted, not
-//! compared.
+//! compared. With a PostgreSQL server to ask (`FuzzConfig::postgres`), a
+//! difference where PostgreSQL answers exactly as FoamDB does is the
+//! reference's error: counted and listed, not a failure.
 
 use std::time::{Duration, Instant};
 
@@ -46,6 +48,9 @@ pub struct FuzzConfig {
     pub reduce: bool,
     /// Stop after this many failures.
     pub failures_max: usize,
+    /// A PostgreSQL server (URL) holding a scratch database: the judge of
+    /// the two engines' differences (see the module documentation).
+    pub postgres: Option<String>,
 }
 
 /// How two answers differ.
@@ -104,6 +109,9 @@ pub struct Report {
     /// here; the slt tests check those answers against PostgreSQL's.
     pub reference_unsupported: u64,
     pub partitioning_checks: u64,
+    /// Differences where PostgreSQL answered as FoamDB did: the
+    /// reference's errors (seed, query, how it differed).
+    pub reference_wrong: Vec<(u64, u64, String)>,
     pub failures: Vec<Failure>,
     pub elapsed: Duration,
 }
@@ -118,6 +126,8 @@ enum Verdict {
     TimedOut,
     /// The reference cannot run the query (see [`reference_lacks`]).
     Unjudged,
+    /// PostgreSQL answered as FoamDB did where the reference differed.
+    ReferenceWrong(String),
     Differ(Kind, String),
 }
 
@@ -135,6 +145,8 @@ fn reference_lacks(message: &str) -> bool {
 struct Bench<'a> {
     foam: &'a Foam,
     reference: &'a Reference,
+    /// The judge, holding the same tables, when there is one.
+    postgres: Option<&'a Foam>,
 }
 
 impl Bench<'_> {
@@ -162,7 +174,22 @@ impl Bench<'_> {
                 },
             },
         };
+        let verdict = match (verdict, &actual) {
+            (Verdict::Differ(Kind::WrongAnswer | Kind::ReferenceError, detail), Outcome::Rows(got)) => self.judge(query, got, &types, detail).await,
+            (verdict, _) => verdict,
+        };
         (verdict, expected_rows)
+    }
+
+    /// A difference where FoamDB answered `got`, put to PostgreSQL: the
+    /// reference's error if PostgreSQL answers the same rows.
+    async fn judge(&self, query: &Query, got: &Rows, types: &[DataType], detail: String) -> Verdict {
+        let kind = if types.is_empty() { Kind::ReferenceError } else { Kind::WrongAnswer };
+        let Some(postgres) = self.postgres else { return Verdict::Differ(kind, detail) };
+        match postgres.query(&query.sql).await {
+            Outcome::Rows(judged) if difference(&judged, got, types, query.ordered).is_none() => Verdict::ReferenceWrong(detail),
+            _ => Verdict::Differ(kind, detail),
+        }
     }
 
     /// FoamDB's rows of the partitioned form against its (already checked)
@@ -214,14 +241,21 @@ pub fn query_choices(seed: u64, index: u64) -> Choices {
 /// Runs the fuzzer; `progress` hears a line after every seed.
 pub async fn run(config: &FuzzConfig, mut progress: impl FnMut(&str)) -> Result<Report, String> {
     let started = Instant::now();
-    let foam = Foam::connect(&config.url).await?;
+    let foam = Foam::connect_checked(&config.url).await?;
+    let postgres = match &config.postgres {
+        Some(url) => Some(Foam::connect(url).await?),
+        None => None,
+    };
     let mut report = Report::default();
     for &seed in &config.seeds {
         let (tables, off) = seed_database(seed, &config.table_prefix);
         foam.load(&tables).await?;
         foam.set_rules_off(&off).await?;
         let reference = Reference::new(&tables).await?;
-        let bench = Bench { foam: &foam, reference: &reference };
+        if let Some(postgres) = &postgres {
+            postgres.load_plain(&tables).await?;
+        }
+        let bench = Bench { foam: &foam, reference: &reference, postgres: postgres.as_ref() };
         for index in 0..config.queries_per_seed.min(QUERIES_PER_SEED_MAX) {
             let mut choices = query_choices(seed, index);
             let query = query::generate(&mut choices, &tables);
@@ -235,6 +269,10 @@ pub async fn run(config: &FuzzConfig, mut progress: impl FnMut(&str)) -> Result<
                 }
                 Verdict::TimedOut => report.timed_out += 1,
                 Verdict::Unjudged => report.reference_unsupported += 1,
+                Verdict::ReferenceWrong(detail) => {
+                    progress(&format!("seed {seed} query {index}: the reference is wrong (PostgreSQL answers as FoamDB): {detail}\n  {}", query.sql));
+                    report.reference_wrong.push((seed, index, detail));
+                }
                 Verdict::Differ(kind, detail) => {
                     progress(&format!("seed {seed} query {index}: {kind:?}: {detail}\n  {}", query.sql));
                     let mut failure =
