@@ -54,21 +54,22 @@ fn number(text: &str) -> Option<String> {
 pub fn canonical(cell: &Option<String>, data_type: Option<&DataType>) -> String {
     let Some(text) = cell else { return "NULL".into() };
     match data_type {
-        Some(DataType::Boolean) => match text.as_str() {
-            "true" | "t" => "t".into(),
-            "false" | "f" => "f".into(),
-            other => other.into(),
-        },
+        Some(DataType::Boolean) => boolean(text).unwrap_or(text).into(),
         Some(t) if t.is_floating() || matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..)) => {
             number(text).unwrap_or_else(|| text.clone())
         }
         Some(_) => text.clone(),
         // No type known (the reference failed): two servers' texts.
-        None => match text.as_str() {
-            "true" | "t" => "t".into(),
-            "false" | "f" => "f".into(),
-            _ => number(text).unwrap_or_else(|| text.clone()),
-        },
+        None => boolean(text).map(str::to_string).or_else(|| number(text)).unwrap_or_else(|| text.clone()),
+    }
+}
+
+/// A boolean as `t` or `f`, however an engine printed it.
+fn boolean(text: &str) -> Option<&'static str> {
+    match text {
+        "true" | "t" => Some("t"),
+        "false" | "f" => Some("f"),
+        _ => None,
     }
 }
 

@@ -175,7 +175,9 @@ impl Bench<'_> {
             },
         };
         let verdict = match (verdict, &actual) {
-            (Verdict::Differ(Kind::WrongAnswer | Kind::ReferenceError, detail), Outcome::Rows(got)) => self.judge(query, got, &types, detail).await,
+            (Verdict::Differ(kind @ (Kind::WrongAnswer | Kind::ReferenceError), detail), Outcome::Rows(got)) => {
+                self.judge(query, got, &types, kind, detail).await
+            }
             (verdict, _) => verdict,
         };
         (verdict, expected_rows)
@@ -183,8 +185,7 @@ impl Bench<'_> {
 
     /// A difference where FoamDB answered `got`, put to PostgreSQL: the
     /// reference's error if PostgreSQL answers the same rows.
-    async fn judge(&self, query: &Query, got: &Rows, types: &[DataType], detail: String) -> Verdict {
-        let kind = if types.is_empty() { Kind::ReferenceError } else { Kind::WrongAnswer };
+    async fn judge(&self, query: &Query, got: &Rows, types: &[DataType], kind: Kind, detail: String) -> Verdict {
         let Some(postgres) = self.postgres else { return Verdict::Differ(kind, detail) };
         match postgres.query(&query.sql).await {
             Outcome::Rows(judged) if difference(&judged, got, types, query.ordered).is_none() => Verdict::ReferenceWrong(detail),

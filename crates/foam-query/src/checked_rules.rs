@@ -24,9 +24,8 @@ use std::sync::Arc;
 use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
-use datafusion::physical_optimizer::sanity_checker::check_plan_sanity;
+use datafusion::physical_optimizer::sanity_checker::SanityCheckPlan;
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 
 /// Rules run in order, their result kept only if it passes the plan check.
 #[derive(Debug)]
@@ -34,17 +33,9 @@ pub struct CheckedRules {
     pub rules: Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>>,
 }
 
-/// The first plan-check failure among `plan`'s operators.
+/// DataFusion's plan check (its closing `SanityCheckPlan` rule) on `plan`.
 fn plan_check(plan: &Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<()> {
-    let mut failure = None;
-    plan.apply(|node| {
-        if let Err(error) = check_plan_sanity(node, &config.optimizer) {
-            failure = Some(error);
-            return Ok(TreeNodeRecursion::Stop);
-        }
-        Ok(TreeNodeRecursion::Continue)
-    })?;
-    failure.map_or(Ok(()), Err)
+    SanityCheckPlan::new().optimize(plan.clone(), config).map(|_| ())
 }
 
 impl PhysicalOptimizerRule for CheckedRules {

@@ -152,20 +152,27 @@ fn key_conditions(child: &Arc<dyn ExecutionPlan>, required: &[Arc<dyn PhysicalEx
     if keys.is_empty() || keys.len() > required.len() || (!subset && keys.len() != required.len()) {
         return None;
     }
-    let conditions: Vec<usize> = keys.iter().map(|k| required.iter().position(|e| e.eq(k))).collect::<Option<_>>()?;
-    all_distinct(&conditions).then_some(conditions)
+    positions(keys, required.iter())
 }
 
-/// Whether no index appears twice in `indices`.
-fn all_distinct(indices: &[usize]) -> bool {
-    let mut sorted = indices.to_vec();
+/// For each of `keys`, the position of the one expression of `among` equal
+/// to it, when every key has one and no two keys share it.
+fn positions<'a>(keys: &[Arc<dyn PhysicalExpr>], among: impl Iterator<Item = &'a Arc<dyn PhysicalExpr>> + Clone) -> Option<Vec<usize>> {
+    let found: Vec<usize> = keys.iter().map(|k| among.clone().position(|e| e.eq(k))).collect::<Option<_>>()?;
+    let mut sorted = found.clone();
     sorted.sort_unstable();
-    sorted.windows(2).all(|w| w[0] != w[1])
+    sorted.windows(2).all(|w| w[0] != w[1]).then_some(found)
 }
 
-/// Whether `order` maps every position to itself.
-fn identity(order: &[usize]) -> bool {
-    order.iter().enumerate().all(|(i, &o)| i == o)
+/// `positions` of `keys` in `among` when they are all of `among` in another
+/// order: the order to list `among` in to match `keys`.
+fn reordering<'a>(keys: &[Arc<dyn PhysicalExpr>], among: impl ExactSizeIterator<Item = &'a Arc<dyn PhysicalExpr>> + Clone) -> Option<Vec<usize>> {
+    if keys.len() != among.len() {
+        return None;
+    }
+    let order = positions(keys, among)?;
+    let in_order = order.iter().enumerate().all(|(i, &o)| i == o);
+    (!in_order).then_some(order)
 }
 
 /// The input of a hash repartition on keys that include all those its
@@ -659,11 +666,10 @@ fn aggregate_in_place(node: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn Ex
 /// each key, the index of its group expression.
 fn key_order(keys: &[Arc<dyn PhysicalExpr>], group_by: &PhysicalGroupBy) -> Option<Vec<usize>> {
     let groups = group_by.expr();
-    if !group_by.is_single() || keys.len() != groups.len() {
+    if !group_by.is_single() {
         return None;
     }
-    let order: Vec<usize> = keys.iter().map(|k| groups.iter().position(|(g, _)| g.eq(k))).collect::<Option<_>>()?;
-    (all_distinct(&order) && !identity(&order)).then_some(order)
+    reordering(keys, groups.iter().map(|(g, _)| g))
 }
 
 /// One operator, bottom-up: first what it requires of inputs this rule
@@ -688,14 +694,11 @@ fn align_join_keys(node: Arc<dyn ExecutionPlan>) -> Result<Transformed<Arc<dyn E
         return Ok(Transformed::no(node));
     };
     let on = join.on();
-    if join.mode != PartitionMode::Partitioned || left.len() != on.len() || right.len() != on.len() {
+    if join.mode != PartitionMode::Partitioned || right.len() != on.len() {
         return Ok(Transformed::no(node));
     }
-    let Some(order) = left.iter().map(|k| on.iter().position(|(l, _)| l.eq(k))).collect::<Option<Vec<usize>>>() else {
-        return Ok(Transformed::no(node));
-    };
-    let pairs_match = order.iter().zip(right.iter()).all(|(&i, r)| on[i].1.eq(r));
-    if !all_distinct(&order) || identity(&order) || !pairs_match {
+    let Some(order) = reordering(left, on.iter().map(|(l, _)| l)) else { return Ok(Transformed::no(node)) };
+    if !order.iter().zip(right.iter()).all(|(&i, r)| on[i].1.eq(r)) {
         return Ok(Transformed::no(node));
     }
     let aligned = order.iter().map(|&i| on[i].clone()).collect();
