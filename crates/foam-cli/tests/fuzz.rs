@@ -2,8 +2,7 @@
 //! database with random layouts and a bounded number of random queries, run
 //! on a 3-node cluster of real processes and on single-process DataFusion.
 //! Any difference fails the test with its reduced reproduction (replay it
-//! with `foam bench fuzz --seed S --queries-per-seed N`), except the few in
-//! [`KNOWN_OPEN`], each written up as open.
+//! with `foam bench fuzz --seed S --queries-per-seed N`).
 
 mod common;
 
@@ -11,12 +10,6 @@ mod common;
 /// profile's unoptimized dependencies (`foam bench fuzz` runs many more).
 const CI_SEEDS: &[u64] = &[1, 2, 3, 4, 5];
 const CI_QUERIES_PER_SEED: u64 = 80;
-
-/// Differences known and open, each with where it is written up: reported
-/// when found, not failed on. Seed 1 query 56 coordinated from some nodes
-/// (a FULL JOIN ON true whose two sides answer 2 and 4 rows gives 10 rows
-/// for 8): bench/results/fuzz-open-cases-2026-11-27c.slt.
-const KNOWN_OPEN: &[(u64, u64)] = &[(1, 56)];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_answer_random_queries_as_one_process_does() {
@@ -27,15 +20,12 @@ async fn three_nodes_answer_random_queries_as_one_process_does() {
         queries_per_seed: CI_QUERIES_PER_SEED,
         table_prefix: "fz".into(),
         reduce: true,
-        failures_max: 3 + KNOWN_OPEN.len(),
+        failures_max: 3,
         postgres: None,
     };
     let report = foam_fuzz::run(&config, |line| eprintln!("{line}")).await.expect("fuzz run");
-    let (known, failures): (Vec<_>, Vec<_>) = report.failures.iter().partition(|f| KNOWN_OPEN.contains(&(f.seed, f.query_index)));
-    for f in known {
-        eprintln!("known open difference, seed {} query {}: {:?}: {}", f.seed, f.query_index, f.kind, f.detail);
-    }
-    let reproductions: Vec<String> = failures
+    let reproductions: Vec<String> = report
+        .failures
         .iter()
         .map(|f| match &f.reduced {
             Some(case) => format!("{}rules behind it: {:?}\n", foam_fuzz::case_as_slt(f, case), f.rules),

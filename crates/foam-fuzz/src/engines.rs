@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use datafusion::arrow::datatypes::DataType;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::StreamExt;
 
@@ -175,7 +176,9 @@ fn describe(error: &tokio_postgres::Error) -> String {
     }
 }
 
-/// The reference: DataFusion in this process, parsing SQL as FoamDB does.
+/// The reference: DataFusion in this process, parsing SQL as FoamDB does,
+/// with FoamDB's fix for DataFusion's claims about grouping sets' output
+/// (apache/datafusion#16965, foam-query's `grouping_sets.rs`).
 pub struct Reference {
     ctx: SessionContext,
 }
@@ -192,7 +195,13 @@ impl Reference {
             .with_memory_limit(REFERENCE_MEMORY_MAX, 1.0)
             .build_arc()
             .map_err(|e| e.to_string())?;
-        let reference = Reference { ctx: SessionContext::new_with_config_rt(config, runtime) };
+        let state = SessionStateBuilder::new()
+            .with_config(config)
+            .with_runtime_env(runtime)
+            .with_default_features()
+            .with_physical_optimizer_rules(foam_query::grouping_sets::datafusion_rules())
+            .build();
+        let reference = Reference { ctx: SessionContext::new_with_state(state) };
         reference.load(tables).await?;
         Ok(reference)
     }

@@ -24,7 +24,6 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
-use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionConfig;
 use datafusion::execution::TaskContext;
@@ -388,7 +387,9 @@ const DYNAMIC_FILTER_RULE: &str = "FilterPushdown(Post)";
 /// DataFusion's physical rules with FoamDB's inserted before the dynamic
 /// filters are wired, so that those filters and DataFusion's closing
 /// sanity check see the plan FoamDB's rules leave; the locality rules'
-/// plan only if it passes that check (`checked_rules.rs`).
+/// plan only if it passes that check (`checked_rules.rs`). Before all of
+/// them, the true properties of aggregates over grouping sets
+/// (`grouping_sets.rs`).
 fn physical_rules(node: &Arc<NodeContext>) -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
     let locality = crate::checked_rules::CheckedRules {
         rules: vec![
@@ -399,7 +400,7 @@ fn physical_rules(node: &Arc<NodeContext>) -> Vec<Arc<dyn PhysicalOptimizerRule 
     };
     let foam: Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> =
         vec![Arc::new(locality), Arc::new(crate::join_yield::JoinYielding), Arc::new(crate::explicit_sorts::ExplicitSorts)];
-    let mut rules = PhysicalOptimizer::new().rules;
+    let mut rules = crate::grouping_sets::datafusion_rules();
     let at = rules.iter().position(|rule| rule.name() == DYNAMIC_FILTER_RULE).unwrap_or(rules.len());
     rules.splice(at..at, foam);
     rules

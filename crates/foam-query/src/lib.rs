@@ -29,6 +29,7 @@ pub mod early_semi_join;
 pub mod explain;
 pub mod explicit_sorts;
 pub mod group_key_filter;
+pub mod grouping_sets;
 pub mod interrupt;
 pub mod join_yield;
 pub mod like;
