@@ -387,7 +387,9 @@ const DYNAMIC_FILTER_RULE: &str = "FilterPushdown(Post)";
 /// DataFusion's physical rules with FoamDB's inserted before the dynamic
 /// filters are wired, so that those filters and DataFusion's closing
 /// sanity check see the plan FoamDB's rules leave; the locality rules'
-/// plan only if it passes that check (`checked_rules.rs`). Before all of
+/// plan only if it passes that check (`checked_rules.rs`). The dynamic
+/// filters are skipped where DataFusion could misplace them
+/// (`dynamic_filters.rs`). Before all of
 /// them, the true properties of aggregates over grouping sets
 /// (`grouping_sets.rs`).
 fn physical_rules(node: &Arc<NodeContext>) -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
@@ -402,6 +404,9 @@ fn physical_rules(node: &Arc<NodeContext>) -> Vec<Arc<dyn PhysicalOptimizerRule 
         vec![Arc::new(locality), Arc::new(crate::join_yield::JoinYielding), Arc::new(crate::explicit_sorts::ExplicitSorts)];
     let mut rules = crate::grouping_sets::datafusion_rules();
     let at = rules.iter().position(|rule| rule.name() == DYNAMIC_FILTER_RULE).unwrap_or(rules.len());
+    if let Some(rule) = rules.get_mut(at) {
+        *rule = Arc::new(crate::dynamic_filters::GuardedDynamicFilters { inner: rule.clone() });
+    }
     rules.splice(at..at, foam);
     rules
 }

@@ -22,6 +22,7 @@ pub mod copy;
 pub mod count_ones;
 pub mod ddl;
 pub mod distributed;
+pub mod dynamic_filters;
 pub mod eager_aggregate;
 pub mod eager_count;
 pub mod early_replica_join;
