@@ -34,7 +34,7 @@ pub struct CheckedRules {
 }
 
 /// DataFusion's plan check (its closing `SanityCheckPlan` rule) on `plan`.
-fn plan_check(plan: &Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<()> {
+pub(crate) fn plan_check(plan: &Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<()> {
     SanityCheckPlan::new().optimize(plan.clone(), config).map(|_| ())
 }
 

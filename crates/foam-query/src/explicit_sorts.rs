@@ -27,6 +27,12 @@
 //! ```
 //! The new sort orders rows exactly as the old one did wherever the
 //! constants are known, and it states the order where they are not.
+//!
+//! A longer sort can cost an operator further up its order: DataFusion 55
+//! keeps the sort's ordering as written, `k, v`, and a projection above that
+//! drops `k` drops the whole ordering, where `v` alone would have survived.
+//! If the extended plan fails DataFusion's plan check and the plan as it was
+//! passes, the plan is kept as it was.
 
 use std::sync::Arc;
 
@@ -38,13 +44,20 @@ use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ExecutionPlanProperties, ReplaceChildrenOptions};
 
+use crate::checked_rules::plan_check;
+
 /// The physical optimizer rule (see the module documentation).
 #[derive(Debug, Default)]
 pub struct ExplicitSorts;
 
 impl PhysicalOptimizerRule for ExplicitSorts {
-    fn optimize(&self, plan: Arc<dyn ExecutionPlan>, _config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
-        plan.transform_up(spell_out).map(|t| t.data)
+    fn optimize(&self, plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
+        let spelled = plan.clone().transform_up(spell_out)?;
+        if spelled.transformed && plan_check(&spelled.data, config).is_err() && plan_check(&plan, config).is_ok() {
+            tracing::debug!("explicit sorts would break an order above them; plan kept as it was");
+            return Ok(plan);
+        }
+        Ok(spelled.data)
     }
 
     fn name(&self) -> &str {
