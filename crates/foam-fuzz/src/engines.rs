@@ -177,8 +177,8 @@ fn describe(error: &tokio_postgres::Error) -> String {
 }
 
 /// The reference: DataFusion in this process, parsing SQL as FoamDB does,
-/// with FoamDB's fix for DataFusion's claims about grouping sets' output
-/// (apache/datafusion#16965, foam-query's `grouping_sets.rs`).
+/// with FoamDB's fixes for what DataFusion claims of grouping sets' and
+/// outer joins' output (foam-query's `output_claims.rs`).
 pub struct Reference {
     ctx: SessionContext,
 }
@@ -199,7 +199,7 @@ impl Reference {
             .with_config(config)
             .with_runtime_env(runtime)
             .with_default_features()
-            .with_physical_optimizer_rules(foam_query::grouping_sets::datafusion_rules())
+            .with_physical_optimizer_rules(foam_query::output_claims::datafusion_rules())
             .build();
         let reference = Reference { ctx: SessionContext::new_with_state(state) };
         reference.load(tables).await?;

@@ -5,7 +5,7 @@
 //! bytes; the replica join carries its hash join (with the build side the
 //! distributed planner does not see) as datafusion-proto bytes, its probe side
 //! replaced by an empty placeholder since that travels as the node's input.
-//! `GroupingSetsOutputExec` carries nothing but its input.
+//! `ClaimsDroppedExec` carries nothing but its input.
 
 use std::sync::Arc;
 
@@ -16,7 +16,7 @@ use datafusion::physical_plan::empty::EmptyExec;
 use datafusion_proto::physical_plan::{AsExecutionPlan, PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 use datafusion_proto::protobuf::PhysicalPlanNode;
 
-use crate::grouping_sets::GroupingSetsOutputExec;
+use crate::output_claims::ClaimsDroppedExec;
 use crate::replica_join::FoamReplicaJoinExec;
 use crate::route::{FoamRoutedExec, RouteSpec};
 use crate::scan_exec::{FoamScanExec, ScanSpec};
@@ -27,7 +27,7 @@ enum FoamNode {
     Scan(ScanSpec),
     Routed(RouteSpec),
     ReplicaJoin(Vec<u8>),
-    GroupingSetsOutput,
+    ClaimsDropped,
 }
 
 #[derive(Debug, Default)]
@@ -51,7 +51,7 @@ impl PhysicalExtensionCodec for FoamCodec {
                 let build = join.children().first().map(|b| (*b).clone()).ok_or_else(|| DataFusionError::Internal("replica join without a build side".into()))?;
                 Ok(Arc::new(FoamReplicaJoinExec::try_new(join.replace_children(vec![build, probe.clone()], ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute))?)?))
             }
-            (FoamNode::GroupingSetsOutput, [input]) => Ok(Arc::new(GroupingSetsOutputExec::new(input.clone()))),
+            (FoamNode::ClaimsDropped, [input]) => Ok(Arc::new(ClaimsDroppedExec::new(input.clone()))),
             (_, inputs) => Err(DataFusionError::Internal(format!("FoamDB plan node with {} inputs", inputs.len()))),
         }
     }
@@ -75,8 +75,8 @@ impl PhysicalExtensionCodec for FoamCodec {
             let mut bytes = Vec::new();
             PhysicalPlanNode::try_from_physical_plan(without_probe, self)?.try_encode(&mut bytes)?;
             FoamNode::ReplicaJoin(bytes)
-        } else if node.is::<GroupingSetsOutputExec>() {
-            FoamNode::GroupingSetsOutput
+        } else if node.is::<ClaimsDroppedExec>() {
+            FoamNode::ClaimsDropped
         } else {
             return Err(DataFusionError::Internal(format!("FoamCodec cannot encode {}", node.name())));
         };

@@ -390,8 +390,8 @@ const DYNAMIC_FILTER_RULE: &str = "FilterPushdown(Post)";
 /// plan only if it passes that check (`checked_rules.rs`). The dynamic
 /// filters are skipped where DataFusion could misplace them
 /// (`dynamic_filters.rs`). Before all of
-/// them, the true properties of aggregates over grouping sets
-/// (`grouping_sets.rs`).
+/// them, the true properties of aggregates over grouping sets and of
+/// outer joins (`output_claims.rs`).
 fn physical_rules(node: &Arc<NodeContext>) -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
     let locality = crate::checked_rules::CheckedRules {
         rules: vec![
@@ -402,7 +402,7 @@ fn physical_rules(node: &Arc<NodeContext>) -> Vec<Arc<dyn PhysicalOptimizerRule 
     };
     let foam: Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> =
         vec![Arc::new(locality), Arc::new(crate::join_yield::JoinYielding), Arc::new(crate::explicit_sorts::ExplicitSorts)];
-    let mut rules = crate::grouping_sets::datafusion_rules();
+    let mut rules = crate::output_claims::datafusion_rules();
     let at = rules.iter().position(|rule| rule.name() == DYNAMIC_FILTER_RULE).unwrap_or(rules.len());
     if let Some(rule) = rules.get_mut(at) {
         *rule = Arc::new(crate::dynamic_filters::GuardedDynamicFilters { inner: rule.clone() });
