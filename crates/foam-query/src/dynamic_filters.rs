@@ -9,8 +9,8 @@
 //! land on the first and drop rows that match. The guard skips the rule for
 //! a plan in which a filter could travel through such an operator: one with
 //! a duplicate field name under the probe side of a hash join, under a sort
-//! with a limit, or under a partial aggregate without groups (min/max). The plan then runs without dynamic filters, which
-//! only ever save work.
+//! with a limit, or under a partial aggregate without groups (min/max). The
+//! plan then runs without dynamic filters, which only ever save work.
 //!
 //! ```text
 //!   HashJoinExec (semi)                        probe side:
