@@ -93,37 +93,51 @@ impl PhysicalOptimizerRule for OuterJoinProperties {
     }
 }
 
-/// The join type of a join DataFusion 55 may pad with NULLs, and the size of
-/// its left input.
-fn outer_join(node: &Arc<dyn ExecutionPlan>) -> Option<(JoinType, usize)> {
-    let left = |n: &Arc<dyn ExecutionPlan>| n.children().first().map(|c| c.schema().fields().len()).unwrap_or(0);
-    let join_type = if let Some(join) = node.downcast_ref::<HashJoinExec>() {
-        *join.join_type()
+/// A join DataFusion 55 may pad with NULLs: its type, the size of its left
+/// input, and the projection it may carry (output column `i` is the join's
+/// column `projection[i]`, left columns first).
+struct OuterJoin {
+    join_type: JoinType,
+    left_size: usize,
+    projection: Option<Arc<[usize]>>,
+}
+
+fn outer_join(node: &Arc<dyn ExecutionPlan>) -> Option<OuterJoin> {
+    let left_size = node.children().first().map(|c| c.schema().fields().len()).unwrap_or(0);
+    let (join_type, projection) = if let Some(join) = node.downcast_ref::<HashJoinExec>() {
+        (*join.join_type(), join.projection.clone())
     } else if let Some(join) = node.downcast_ref::<NestedLoopJoinExec>() {
-        *join.join_type()
+        (*join.join_type(), join.projection().clone())
     } else if let Some(join) = node.downcast_ref::<SortMergeJoinExec>() {
-        join.join_type()
+        (join.join_type(), None)
     } else if let Some(join) = node.downcast_ref::<SymmetricHashJoinExec>() {
-        *join.join_type()
+        (*join.join_type(), None)
     } else {
         return None;
     };
-    Some((join_type, left(node)))
+    Some(OuterJoin { join_type, left_size, projection })
 }
 
 /// Whether `node` is an outer join claiming one of its padded output
 /// columns constant.
 fn pads_a_constant(node: &Arc<dyn ExecutionPlan>) -> bool {
-    let Some((join_type, left_size)) = outer_join(node) else { return false };
-    let schema = node.schema();
-    let padded = match join_type {
-        JoinType::Left => left_size..schema.fields().len(),
-        JoinType::Right => 0..left_size,
-        JoinType::Full => 0..schema.fields().len(),
-        _ => return false,
+    let Some(join) = outer_join(node) else { return false };
+    let padded = |joined: usize| match join.join_type {
+        JoinType::Left => joined >= join.left_size,
+        JoinType::Right => joined < join.left_size,
+        JoinType::Full => true,
+        _ => false,
     };
+    let schema = node.schema();
     let properties = node.equivalence_properties();
-    padded.filter(|i| *i < schema.fields().len()).any(|i| {
+    (0..schema.fields().len()).any(|i| {
+        let joined = match &join.projection {
+            Some(projection) => projection.get(i).copied().unwrap_or(i),
+            None => i,
+        };
+        if !padded(joined) {
+            return false;
+        }
         let column: Arc<dyn PhysicalExpr> = Arc::new(Column::new(schema.field(i).name(), i));
         properties.is_expr_constant(&column).is_some()
     })
@@ -292,5 +306,27 @@ mod tests {
         }
         rows.sort();
         assert_eq!(rows, vec![(0, None), (1, Some(2)), (2, Some(0))]);
+    }
+
+    #[tokio::test]
+    async fn a_padded_constant_is_found_behind_a_joins_own_projection() {
+        // Stock DataFusion embeds the projection into the join. Whichever
+        // side it builds on, the padded literal's output index differs from
+        // its index in the join.
+        let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(1));
+        let sql = "SELECT l.a, l.b, r.c0 FROM (SELECT column1 AS a, column2 AS b, column3 AS d FROM (VALUES (1, 1, 'x'), (2, 2, 'y'))) AS l \
+                   LEFT JOIN (SELECT 'x' AS c0, column1 AS d FROM (VALUES ('x'))) AS r ON l.d = r.d";
+        let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
+        let mut joins = Vec::new();
+        plan.apply(|node| {
+            if node.downcast_ref::<HashJoinExec>().is_some_and(|j| j.contains_projection()) {
+                joins.push(node.clone());
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .unwrap();
+        let text = displayable(plan.as_ref()).indent(false).to_string();
+        assert_eq!(joins.len(), 1, "{text}");
+        assert!(pads_a_constant(&joins[0]), "{text}");
     }
 }
