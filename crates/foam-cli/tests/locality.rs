@@ -147,7 +147,7 @@ async fn co_located_join_moves_no_table_data_and_a_shuffled_one_does() {
 
     // A join on dense integer keys probes an array, not a hash table, on a
     // cluster as on one node, though each partition holds a sixth of the
-    // key range's rows (distributed.rs scales DataFusion's density limit).
+    // key range's rows (distributed/mod.rs scales DataFusion's density limit).
     let dense = "SELECT count(*) FROM a x JOIN a y ON y.k = x.k + 3";
     let analyzed = analyze(&client, dense).await;
     let arrays = array_joins(&analyzed);

@@ -199,7 +199,7 @@ impl Reference {
             .with_config(config)
             .with_runtime_env(runtime)
             .with_default_features()
-            .with_physical_optimizer_rules(foam_query::output_claims::datafusion_rules())
+            .with_physical_optimizer_rules(foam_query::optimizer::physical::output_claims::datafusion_rules())
             .build();
         let reference = Reference { ctx: SessionContext::new_with_state(state) };
         reference.load(tables).await?;

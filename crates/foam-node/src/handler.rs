@@ -99,7 +99,7 @@ impl NodeHandler for FoamNodeHandler {
             None => schema,
         };
         let node = self.node.clone();
-        let stream = foam_query::scan_exec::read_local_partition_filtered(
+        let stream = foam_query::exec::scan::read_local_partition_filtered(
             &self.node,
             &table,
             request.partition,

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use foam_common::FoamError;
-use foam_query::session::{CopyInTarget, PreparedStatement};
+use foam_query::frontend::session::{CopyInTarget, PreparedStatement};
 use foam_query::{FoamSession, NodeContext, StatementOutput};
 use futures::{Sink, SinkExt, StreamExt};
 use pgwire::api::auth::noop::NoopStartupHandler;
@@ -92,7 +92,7 @@ struct AcceptAll {
 /// Kept under a type of our own rather than the one pgwire looks for: pgwire
 /// would then race every statement against the cancel signal itself and drop
 /// it midway, a write included. FoamDB stops only reads, rows being sent
-/// included (`foam_query::interrupt`).
+/// included (`foam_query::frontend::interrupt`).
 struct CancelKey {
     handle: Arc<ConnectionHandle>,
     _registered: ConnectionGuard,
@@ -332,7 +332,7 @@ impl CopyHandler for FoamPgHandler {
             Some(message) => Err(FoamError::FileAccess { path: copy.path.display().to_string(), message }),
             None => {
                 let path = copy.path.display().to_string();
-                foam_query::copy::copy_from_file(self.node.clone(), copy.target.table, path, copy.target.options).await
+                foam_query::write::copy::copy_from_file(self.node.clone(), copy.target.table, path, copy.target.options).await
             }
         };
         let _ = std::fs::remove_file(&copy.path);

@@ -97,7 +97,7 @@ pub struct NodeContext {
     pub clients: Arc<NodeClients>,
     pub catalog: Arc<dyn CatalogService>,
     /// Cached connections to the query workers of every node.
-    pub worker_channels: crate::worker_channels::WorkerChannels,
+    pub worker_channels: crate::distributed::channels::WorkerChannels,
     /// Messages, bytes and waiting between this node and its peers.
     pub traffic: Arc<foam_rpc::Traffic>,
     /// Partitions this node has read for queries (its own or for a peer), since start.
@@ -105,7 +105,7 @@ pub struct NodeContext {
     /// Rows this node streamed to peers from its partitions, since start.
     pub rows_sent_to_peers: std::sync::atomic::AtomicU64,
     /// Its segments' footer statistics, which planning reads (`statistics.rs`).
-    pub segment_statistics: crate::statistics::SegmentStatistics,
+    pub segment_statistics: crate::catalog::statistics::SegmentStatistics,
 }
 
 impl std::fmt::Debug for NodeContext {

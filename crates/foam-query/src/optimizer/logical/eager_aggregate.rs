@@ -47,9 +47,9 @@ use datafusion::logical_expr::{
 use datafusion::optimizer::optimizer::ApplyOrder;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 
-use crate::distributed::FoamOptions;
-use crate::eager_count::PRE_COUNT_PREFIX;
-use crate::plan_shape::{columns_only, unfiltered_table};
+use crate::options::FoamOptions;
+use crate::optimizer::logical::eager_count::PRE_COUNT_PREFIX;
+use crate::optimizer::logical::plan_shape::{columns_only, unfiltered_table};
 
 /// Prefix of the pre-aggregates' column names (internal; never in a result).
 /// An aggregate of such a column (or of `eager_count.rs`'s pre-counts) was
@@ -383,7 +383,7 @@ mod tests {
             ("lineitem", vec![("l_orderkey", DataType::Int64), ("l_extendedprice", money.clone()), ("l_discount", money.clone()), ("l_returnflag", text.clone())]),
             ("nation", vec![("n_nationkey", DataType::Int32), ("n_name", text.clone())]),
         ];
-        let sql = include_str!("../../foam-tpch/queries/q10.sql");
+        let sql = include_str!("../../../../foam-tpch/queries/q10.sql");
         let mut plans = Vec::new();
         for with_rule in [false, true] {
             let mut builder = SessionStateBuilder::new().with_default_features();

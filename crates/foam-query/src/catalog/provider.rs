@@ -14,8 +14,8 @@ use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::prelude::SessionContext;
 
 use crate::context::NodeContext;
-use crate::system_tables;
-use crate::table::FoamTable;
+use crate::catalog::system_tables;
+use crate::catalog::table::FoamTable;
 
 pub const CATALOG_NAME: &str = "foam";
 pub const SCHEMA_NAME: &str = "public";

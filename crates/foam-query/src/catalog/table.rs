@@ -21,7 +21,7 @@ use foam_catalog::{Distribution, TableDef};
 use foam_common::PartitionId;
 
 use crate::context::NodeContext;
-use crate::scan_exec::{FoamScanExec, HashLayout, PartitionRead, ScanSpec};
+use crate::exec::scan::{FoamScanExec, HashLayout, PartitionRead, ScanSpec};
 use crate::write::FoamSink;
 
 /// Most distinct key combinations pruning will enumerate from IN lists before
@@ -228,7 +228,7 @@ impl TableProvider for FoamTable {
             groups,
             home: None,
             replicated: self.table.is_replicated(),
-            filters: crate::scan_exec::encode_filters(filters),
+            filters: crate::exec::scan::encode_filters(filters),
             layout,
             estimated_rows,
             statistics,

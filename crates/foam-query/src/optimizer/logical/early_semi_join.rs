@@ -31,8 +31,8 @@ use datafusion::logical_expr::{Join, JoinType, LogicalPlan, Projection};
 use datafusion::optimizer::optimizer::ApplyOrder;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 
-use crate::distributed::FoamOptions;
-use crate::plan_shape::{columns_only, unfiltered_table, with_input};
+use crate::options::FoamOptions;
+use crate::optimizer::logical::plan_shape::{columns_only, unfiltered_table, with_input};
 
 /// The optimizer rule (see the module documentation).
 #[derive(Debug, Default)]

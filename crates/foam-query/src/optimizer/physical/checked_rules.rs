@@ -44,7 +44,7 @@ impl PhysicalOptimizerRule for CheckedRules {
         for rule in &self.rules {
             rewritten = rule.optimize(rewritten, config)?;
         }
-        let fallback = config.extensions.get::<crate::distributed::FoamOptions>().is_none_or(|o| o.plan_check_fallback);
+        let fallback = config.extensions.get::<crate::options::FoamOptions>().is_none_or(|o| o.plan_check_fallback);
         match plan_check(&rewritten, config) {
             Ok(()) => Ok(rewritten),
             Err(error) if !fallback => Err(error),

@@ -28,10 +28,10 @@ use futures::StreamExt;
 use futures::channel::oneshot;
 
 use crate::context::NodeContext;
-use crate::copy::{CopyFormat, CopyOptions};
-use crate::ddl::{self, RawStatement};
-use crate::interrupt::{Interrupt, STATEMENT_TIMEOUT, parse_statement_timeout, show_statement_timeout};
-use crate::transaction_block::{Admission, Block, StatementClass};
+use crate::write::copy::{CopyFormat, CopyOptions};
+use crate::frontend::ddl::{self, RawStatement};
+use crate::frontend::interrupt::{Interrupt, STATEMENT_TIMEOUT, parse_statement_timeout, show_statement_timeout};
+use crate::frontend::transaction_block::{Admission, Block, StatementClass};
 
 /// While a query waits for its first batch, how often it checks that no node
 /// it uses was marked down (a stopped peer never answers, it does not fail).
@@ -207,10 +207,10 @@ pub struct FoamSession {
 impl FoamSession {
     pub fn new(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>) -> Self {
         let state = crate::distributed::coordinator_state_builder(node.clone(), runtime.clone())
-            .with_catalog_list(crate::catalog_provider::catalog_list(node.clone(), runtime))
+            .with_catalog_list(crate::catalog::provider::catalog_list(node.clone(), runtime))
             .build();
         let ctx = SessionContext::new_with_state(state);
-        ctx.register_udf(crate::system_tables::ClusterStatsReset::udf(node.clone()));
+        ctx.register_udf(crate::catalog::system_tables::ClusterStatsReset::udf(node.clone()));
         // Per-task metrics travel back only for EXPLAIN ANALYZE: collecting
         // them for every query cost 5-10% of small distributed queries.
         set_collect_metrics(&ctx, false);
@@ -218,7 +218,7 @@ impl FoamSession {
         // emulates it over our catalog.
         if let Err(error) = datafusion_pg_catalog::setup_pg_catalog(
             &ctx,
-            crate::catalog_provider::CATALOG_NAME,
+            crate::catalog::provider::CATALOG_NAME,
             datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider,
         ) {
             tracing::warn!(%error, "pg_catalog emulation unavailable");
@@ -317,7 +317,7 @@ impl FoamSession {
             {
                 raw.sql = statement.to_string();
             }
-        } else if crate::select_names::name_subquery_columns(&mut statement) {
+        } else if crate::frontend::select_names::name_subquery_columns(&mut statement) {
             // Subquery columns DataFusion would refuse as duplicates, named.
             raw.sql = statement.to_string();
         }
@@ -618,7 +618,7 @@ impl FoamSession {
                         self.settings.lock().unwrap_or_else(|p| p.into_inner()).insert(name, shown);
                         return command("SET");
                     } else if name.starts_with("foam.") {
-                        // FoamDB's planner settings (distributed::FoamOptions).
+                        // FoamDB's planner settings (options::FoamOptions).
                         let state = self.ctx.state_ref();
                         let mut state = state.write();
                         state.config_mut().options_mut().set(&name, &value).map_err(|_| FoamError::Query {
@@ -775,7 +775,7 @@ impl FoamSession {
             CopyTarget::Stdin => return Ok(StatementOutput::CopyIn(CopyInTarget { table, options })),
             other => return Err(FoamError::FeatureNotSupported { feature: format!("COPY FROM {other}") }),
         };
-        let rows = crate::copy::copy_from_file(self.node.clone(), table, path, options).await?;
+        let rows = crate::write::copy::copy_from_file(self.node.clone(), table, path, options).await?;
         Ok(StatementOutput::Command { tag: "COPY".into(), rows: Some(rows) })
     }
 
@@ -796,17 +796,17 @@ impl FoamSession {
         .await;
         set_collect_metrics(&self.ctx, false);
         let (task_ctx, plan) = planned.map_err(FoamError::from)?;
-        let before = crate::system_tables::traffic_snapshots(&self.node, false).await;
+        let before = crate::catalog::system_tables::traffic_snapshots(&self.node, false).await;
         let started = std::time::Instant::now();
         let batches = datafusion::physical_plan::collect(plan.clone(), Arc::new(task_ctx)).await.map_err(FoamError::from)?;
         let elapsed = started.elapsed();
-        let after = crate::system_tables::traffic_snapshots(&self.node, false).await;
+        let after = crate::catalog::system_tables::traffic_snapshots(&self.node, false).await;
         let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
         let mut text = datafusion_distributed::explain_analyze(plan, datafusion_distributed::DistributedMetricsFormat::PerTask)
             .await
             .map_err(FoamError::from)?;
         text.push_str(&format!("\n{rows} rows in {:.1} ms\nPer node while it ran:\n", elapsed.as_secs_f64() * 1e3));
-        text.push_str(&crate::system_tables::traffic_delta_lines(&before, &after).join("\n"));
+        text.push_str(&crate::catalog::system_tables::traffic_delta_lines(&before, &after).join("\n"));
         text.push('\n');
         explain_output("plan_with_metrics", text)
     }
@@ -818,7 +818,7 @@ impl FoamSession {
         let frame = self.ctx.sql(&sql).await.map_err(FoamError::from)?;
         let plan = frame.create_physical_plan().await.map_err(FoamError::from)?;
         let mut text = datafusion_distributed::display_plan_ascii(plan.as_ref(), false);
-        let exchanges = crate::explain::exchanges(&plan);
+        let exchanges = crate::frontend::explain::exchanges(&plan);
         text.push_str("\nExchanges between nodes:\n");
         if exchanges.is_empty() {
             text.push_str("  none\n");

@@ -34,7 +34,7 @@ use datafusion::physical_plan::coop::CooperativeExec;
 use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ReplaceChildrenOptions};
 use datafusion::physical_plan::joins::{CrossJoinExec, HashJoinExec, NestedLoopJoinExec, SortMergeJoinExec, SymmetricHashJoinExec};
 
-use crate::replica_join::FoamReplicaJoinExec;
+use crate::exec::replica_join::FoamReplicaJoinExec;
 
 /// The physical optimizer rule (see the module documentation).
 #[derive(Debug)]

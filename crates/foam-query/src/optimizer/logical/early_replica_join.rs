@@ -33,9 +33,9 @@ use datafusion::logical_expr::{Expr, Join, JoinType, LogicalPlan, LogicalPlanBui
 use datafusion::optimizer::optimizer::ApplyOrder;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 
-use crate::distributed::FoamOptions;
-use crate::plan_shape::{columns_only, with_input};
-use crate::table::FoamTable;
+use crate::options::FoamOptions;
+use crate::optimizer::logical::plan_shape::{columns_only, with_input};
+use crate::catalog::table::FoamTable;
 
 /// The optimizer rule (see the module documentation).
 #[derive(Debug, Default)]

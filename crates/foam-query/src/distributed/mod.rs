@@ -16,6 +16,9 @@
 //! A scan of a replicated table runs as a single task (the copy on whichever
 //! node runs it), which keeps every join with it correct whatever its type.
 
+pub mod channels;
+pub mod codec;
+
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -23,7 +26,6 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::runtime_env::RuntimeEnv;
-use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionConfig;
 use datafusion::execution::TaskContext;
@@ -44,9 +46,10 @@ use futures::stream::BoxStream;
 use tonic::codegen::http::HeaderMap;
 use url::Url;
 
-use crate::codec::FoamCodec;
+use crate::distributed::codec::FoamCodec;
 use crate::context::NodeContext;
-use crate::scan_exec::{FoamScanExec, PartitionRead};
+use crate::options::FoamOptions;
+use crate::exec::scan::{FoamScanExec, PartitionRead};
 
 /// The worker URL of a node: its node address, where the worker service is mounted.
 pub fn worker_url(node_addr: &str) -> Result<Url> {
@@ -139,7 +142,7 @@ fn scale_up_scan(scan: &FoamScanExec, original: &Arc<dyn ExecutionPlan>, task_co
     } else {
         // Task index = the owner's position among the layout's distinct
         // owners (pruned or not), the numbering routed shuffles use too.
-        let index = crate::route::owner_index(match &scan.spec().layout {
+        let index = crate::exec::route::owner_index(match &scan.spec().layout {
             Some(layout) => &layout.owners,
             None => &owners,
         });
@@ -275,45 +278,6 @@ impl WorkerChannel for ObservedChannel {
     }
 }
 
-datafusion::common::extensions_options! {
-    /// FoamDB's planner settings, set with `SET foam.<name> = value`.
-    pub struct FoamOptions {
-        /// Estimated rows per task before a scan is spread over more of its
-        /// owner nodes (see `SCAN_ROWS_PER_TASK`).
-        pub scan_rows_per_task: u64, default = SCAN_ROWS_PER_TASK
-        /// Whether a scan whose hash partitioning nothing relies on reads its
-        /// partitions in `target_partitions` streams per task (`regroup.rs`).
-        pub regroup_scans: bool, default = true
-        /// Whether a join with a filtered replicated table moves down to the
-        /// input its key comes from (`early_replica_join.rs`).
-        pub early_replica_joins: bool, default = true
-        /// Whether an aggregate of one side of an inner join tree runs
-        /// before the join, grouped by the join keys (`eager_aggregate.rs`).
-        pub eager_aggregates: bool, default = true
-        /// Whether a semi or anti join moves below inner joins with whole
-        /// tables, to the input its keys come from (`early_semi_join.rs`).
-        pub early_semi_joins: bool, default = true
-        /// Whether an aggregate joined on its group key aggregates only the
-        /// keys the other side's filtered table has (`group_key_filter.rs`).
-        pub group_key_filters: bool, default = true
-        /// Whether `count(R.x)` grouped by the other side of a join counts R
-        /// per join key before the join (`eager_count.rs`).
-        pub eager_counts: bool, default = true
-        /// Whether a `LIKE` whose only wildcard is `%` runs as a substring
-        /// search instead of a regex (`like.rs`).
-        pub fast_like: bool, default = true
-        /// Whether a plan the locality rules made that fails DataFusion's
-        /// plan check gives way to DataFusion's own (`checked_rules.rs`);
-        /// off, the statement fails with the check's error (the fuzzer
-        /// turns it off to see such plans).
-        pub plan_check_fallback: bool, default = true
-    }
-}
-
-impl datafusion::config::ConfigExtension for FoamOptions {
-    const PREFIX: &'static str = "foam";
-}
-
 /// The share of rows (percent) the planner assumes a filter keeps when the
 /// scans' statistics cannot tell: they have row counts and min/max, not
 /// distinct counts, so DataFusion falls back to this for `p_brand = 'X'`.
@@ -338,7 +302,7 @@ pub fn base_config(node: Arc<NodeContext>) -> SessionConfig {
     config.options_mut().optimizer.default_filter_selectivity = DEFAULT_FILTER_SELECTIVITY_PERCENT;
     config
         .with_option_extension(FoamOptions::default())
-        .with_default_catalog_and_schema(crate::catalog_provider::CATALOG_NAME, crate::catalog_provider::SCHEMA_NAME)
+        .with_default_catalog_and_schema(crate::catalog::provider::CATALOG_NAME, crate::catalog::provider::SCHEMA_NAME)
         .with_create_default_catalog_and_schema(false)
         .with_information_schema(true)
         .with_extension(node)
@@ -378,39 +342,6 @@ fn scale_join_density_to_cluster(config: &mut SessionConfig, node: &NodeContext)
 /// all 22 queries 0.99).
 pub const EXCHANGE_COMPRESSION: Option<CompressionType> = None;
 
-/// The DataFusion rule that wires dynamic filters (a join's build-side
-/// bounds, a TopK's threshold) to the scans below: it must see the final
-/// plan, since a rule that rebuilds an operator afterwards leaves a scan
-/// filtered by an operator no longer in the plan.
-const DYNAMIC_FILTER_RULE: &str = "FilterPushdown(Post)";
-
-/// DataFusion's physical rules with FoamDB's inserted before the dynamic
-/// filters are wired, so that those filters and DataFusion's closing
-/// sanity check see the plan FoamDB's rules leave; the locality rules'
-/// plan only if it passes that check (`checked_rules.rs`). The dynamic
-/// filters are skipped where DataFusion could misplace them
-/// (`dynamic_filters.rs`). Before all of
-/// them, the true properties of aggregates over grouping sets and of
-/// outer joins (`output_claims.rs`).
-fn physical_rules(node: &Arc<NodeContext>) -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
-    let locality = crate::checked_rules::CheckedRules {
-        rules: vec![
-            Arc::new(crate::copartition::CoPartitioning { node: node.clone() }),
-            Arc::new(crate::regroup::ScanRegrouping { node: node.clone() }),
-            Arc::new(crate::count_ones::CountWithoutOnesArray),
-        ],
-    };
-    let foam: Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> =
-        vec![Arc::new(locality), Arc::new(crate::join_yield::JoinYielding), Arc::new(crate::explicit_sorts::ExplicitSorts)];
-    let mut rules = crate::output_claims::datafusion_rules();
-    let at = rules.iter().position(|rule| rule.name() == DYNAMIC_FILTER_RULE).unwrap_or(rules.len());
-    if let Some(rule) = rules.get_mut(at) {
-        *rule = Arc::new(crate::dynamic_filters::GuardedDynamicFilters { inner: rule.clone() });
-    }
-    rules.splice(at..at, foam);
-    rules
-}
-
 /// A coordinating session state: plans with the distributed planner and the
 /// FoamDB handlers above.
 pub fn coordinator_state_builder(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>) -> SessionStateBuilder {
@@ -420,15 +351,8 @@ pub fn coordinator_state_builder(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv
         .with_config(config)
         .with_default_features()
         .with_runtime_env(runtime)
-        .with_optimizer_rules(crate::unnest_subqueries::datafusion_rules())
-        .with_optimizer_rule(Arc::new(crate::unnest_subqueries::SubqueryUnnesting))
-        .with_optimizer_rule(Arc::new(crate::early_replica_join::EarlyReplicaJoin))
-        .with_optimizer_rule(Arc::new(crate::early_semi_join::EarlySemiJoin))
-        .with_optimizer_rule(Arc::new(crate::eager_count::EagerCount))
-        .with_optimizer_rule(Arc::new(crate::eager_aggregate::EagerAggregate))
-        .with_optimizer_rule(Arc::new(crate::group_key_filter::GroupKeyFilter))
-        .with_optimizer_rule(Arc::new(crate::like::LikeWithoutRegex))
-        .with_physical_optimizer_rules(physical_rules(&node))
+        .with_optimizer_rules(crate::optimizer::logical_rules())
+        .with_physical_optimizer_rules(crate::optimizer::physical_rules(&node))
         .with_distributed_planner()
         .with_distributed_worker_resolver(FoamWorkerResolver { node: node.clone() })
         .with_distributed_user_codec(FoamCodec)
@@ -509,11 +433,9 @@ fn apply_execution_options(config: &mut SessionConfig, headers: &HeaderMap) {
 /// function afresh, about an eighth of a worker's CPU in a short query.
 fn worker_template(runtime: Arc<RuntimeEnv>) -> Result<datafusion::execution::SessionState> {
     let mut state = SessionStateBuilder::new().with_default_features().with_runtime_env(runtime).build();
-    // Routed shuffles, rewritten LIKE filters and counted rows call these in
-    // stages this worker runs.
-    datafusion::execution::FunctionRegistry::register_udf(&mut state, Arc::new(crate::route::FoamRoute::udf()))?;
-    datafusion::execution::FunctionRegistry::register_udf(&mut state, Arc::new(crate::like::FoamLike::udf()))?;
-    datafusion::execution::FunctionRegistry::register_udf(&mut state, Arc::new(crate::count_ones::FoamOnes::udf()))?;
+    for udf in crate::optimizer::worker_udfs() {
+        datafusion::execution::FunctionRegistry::register_udf(&mut state, Arc::new(udf))?;
+    }
     Ok(state)
 }
 

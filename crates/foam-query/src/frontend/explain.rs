@@ -69,7 +69,7 @@ fn is_join(plan: &dyn ExecutionPlan) -> bool {
 pub fn exchanges(plan: &Arc<dyn ExecutionPlan>) -> Vec<String> {
     let mut lines = Vec::new();
     let _ = plan.apply(|node| {
-        if node.is::<crate::replica_join::FoamReplicaJoinExec>() {
+        if node.is::<crate::exec::replica_join::FoamReplicaJoinExec>() {
             let line = displayable(node.as_ref()).one_line().to_string();
             lines.push(format!("{}  ─ exchange: none (replicated, each node's own copy)", line.trim_end()));
         } else if is_join(node.as_ref()) {

@@ -16,10 +16,10 @@ use datafusion::physical_plan::empty::EmptyExec;
 use datafusion_proto::physical_plan::{AsExecutionPlan, PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 use datafusion_proto::protobuf::PhysicalPlanNode;
 
-use crate::output_claims::ClaimsDroppedExec;
-use crate::replica_join::FoamReplicaJoinExec;
-use crate::route::{FoamRoutedExec, RouteSpec};
-use crate::scan_exec::{FoamScanExec, ScanSpec};
+use crate::optimizer::physical::output_claims::ClaimsDroppedExec;
+use crate::exec::replica_join::FoamReplicaJoinExec;
+use crate::exec::route::{FoamRoutedExec, RouteSpec};
+use crate::exec::scan::{FoamScanExec, ScanSpec};
 
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -34,8 +34,8 @@ use datafusion::logical_expr::{
 use datafusion::optimizer::optimizer::ApplyOrder;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 
-use crate::distributed::FoamOptions;
-use crate::plan_shape::{columns_only, with_input};
+use crate::options::FoamOptions;
+use crate::optimizer::logical::plan_shape::{columns_only, with_input};
 
 /// Alias of the key set a restricted aggregate is semi-joined with; an
 /// aggregate whose input has one is not restricted again.

@@ -33,7 +33,7 @@ use datafusion::optimizer::optimizer::ApplyOrder;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 use memchr::memmem::Finder;
 
-use crate::distributed::FoamOptions;
+use crate::options::FoamOptions;
 
 /// The name of the matching function.
 pub const LIKE_FUNCTION: &str = "foam_like";

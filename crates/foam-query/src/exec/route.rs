@@ -3,7 +3,7 @@
 //!
 //! When one input of a partitioned join is a FoamDB table distributed on the
 //! join key, its rows stay where they are stored (task `t` of the join stage
-//! holds partitions `p` with `task_of(p) = t`, see `distributed.rs`), and the
+//! holds partitions `p` with `task_of(p) = t`, see `distributed/mod.rs`), and the
 //! other input is shuffled so each row lands in exactly that task and partition:
 //!
 //! ```text
@@ -195,7 +195,7 @@ pub struct RouteSpec {
 }
 
 /// The task index of an owner node: its position among a layout's distinct
-/// owners. Scans put a partition in task `index mod T` (`distributed.rs`) and
+/// owners. Scans put a partition in task `index mod T` (`distributed/mod.rs`) and
 /// routed shuffles deliver to the same task; both number owners here.
 pub fn owner_index(owners: &[NodeId]) -> impl Fn(NodeId) -> u64 + use<> {
     let mut distinct: Vec<NodeId> = owners.to_vec();

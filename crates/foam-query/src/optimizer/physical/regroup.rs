@@ -2,7 +2,7 @@
 //! scan relies on its hash partitioning.
 //!
 //! A scan of a hash-distributed table has one DataFusion partition per FoamDB
-//! partition (see `scan_exec.rs`), which is what lets joins and aggregates on
+//! partition (see `exec/scan.rs`), which is what lets joins and aggregates on
 //! the distribution key run where the data is. Above a scan whose rows are
 //! reshuffled anyway, those many partitions only cost: each keeps its own
 //! partial-aggregate hash table, so a grouping with many distinct keys sends
@@ -34,7 +34,7 @@ use datafusion::error::Result;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
 
-use crate::scan_exec::{FoamScanExec, PartitionRead};
+use crate::exec::scan::{FoamScanExec, PartitionRead};
 
 /// The physical optimizer rule (see the module documentation).
 #[derive(Debug)]
@@ -48,7 +48,7 @@ pub struct ScanRegrouping {
 impl PhysicalOptimizerRule for ScanRegrouping {
     fn optimize(&self, plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
         if self.node.catalog.current().nodes.len() < 2
-            || config.extensions.get::<crate::distributed::FoamOptions>().is_some_and(|o| !o.regroup_scans)
+            || config.extensions.get::<crate::options::FoamOptions>().is_some_and(|o| !o.regroup_scans)
         {
             return Ok(plan);
         }
@@ -109,7 +109,7 @@ fn unneeded_scans(plan: &Arc<dyn ExecutionPlan>, needed: bool, scans: &mut Vec<A
         return;
     }
     let moves_rows = plan.is::<RepartitionExec>() || plan.is::<CoalescePartitionsExec>() || plan.is::<SortPreservingMergeExec>();
-    let pairs_inputs = plan.is::<InterleaveExec>() || plan.is::<crate::route::FoamRoutedExec>();
+    let pairs_inputs = plan.is::<InterleaveExec>() || plan.is::<crate::exec::route::FoamRoutedExec>();
     let required = plan.required_input_distribution();
     for (index, child) in plan.children().into_iter().enumerate() {
         let child_needed = if moves_rows {
@@ -118,7 +118,7 @@ fn unneeded_scans(plan: &Arc<dyn ExecutionPlan>, needed: bool, scans: &mut Vec<A
             true
         } else {
             match required.get(index) {
-                Some(d) if crate::requirements::hash_keys(d).is_some() => true,
+                Some(d) if crate::optimizer::physical::requirements::hash_keys(d).is_some() => true,
                 Some(Distribution::SinglePartition) => false,
                 _ => needed,
             }

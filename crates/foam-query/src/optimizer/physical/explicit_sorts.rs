@@ -44,7 +44,7 @@ use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ExecutionPlanProperties, ReplaceChildrenOptions};
 
-use crate::checked_rules::plan_check;
+use crate::optimizer::physical::checked_rules::plan_check;
 
 /// The physical optimizer rule (see the module documentation).
 #[derive(Debug, Default)]

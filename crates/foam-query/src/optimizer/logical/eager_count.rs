@@ -30,8 +30,8 @@ use datafusion::logical_expr::{Aggregate, Expr, Join, JoinType, LogicalPlan, Log
 use datafusion::optimizer::optimizer::ApplyOrder;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 
-use crate::distributed::FoamOptions;
-use crate::plan_shape::columns_only;
+use crate::options::FoamOptions;
+use crate::optimizer::logical::plan_shape::columns_only;
 
 /// Prefix of the pre-counts' column names (internal; never in a result).
 pub(crate) const PRE_COUNT_PREFIX: &str = "__foam_pre_count_";

@@ -46,7 +46,7 @@ use datafusion::physical_plan::union::InterleaveExec;
 use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ExecutionPlanProperties, ReplaceChildrenOptions};
 use foam_common::NodeId;
 
-use crate::scan_exec::FoamScanExec;
+use crate::exec::scan::FoamScanExec;
 
 /// Where an input's hash partitioning comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,7 +72,7 @@ fn origin(plan: &Arc<dyn ExecutionPlan>) -> HashOrigin {
     if plan.is::<RepartitionExec>() {
         return HashOrigin::DataFusion;
     }
-    if let Some(routed) = plan.downcast_ref::<crate::route::FoamRoutedExec>() {
+    if let Some(routed) = plan.downcast_ref::<crate::exec::route::FoamRoutedExec>() {
         // Laid out by some of its keys: like no layout on all of them.
         if routed.spec().by_some_keys {
             return HashOrigin::Unknown;
@@ -98,7 +98,7 @@ fn co_partitioned_keys(plan: &Arc<dyn ExecutionPlan>) -> Option<Vec<Vec<Arc<dyn 
     if required.len() < 2 {
         return None;
     }
-    required.iter().map(|d| crate::requirements::hash_keys(d).cloned()).collect()
+    required.iter().map(|d| crate::optimizer::physical::requirements::hash_keys(d).cloned()).collect()
 }
 
 /// Whether `child` is hash partitioned on exactly `keys` (or on what its
@@ -259,14 +259,14 @@ fn route_on_some_keys(
     move_keys: &[Arc<dyn PhysicalExpr>],
     workers: u64,
 ) -> Result<Option<(Arc<dyn ExecutionPlan>, Arc<dyn ExecutionPlan>)>> {
-    use crate::route::{FoamRoutedExec, RouteSpec};
+    use crate::exec::route::{FoamRoutedExec, RouteSpec};
     let Some((owners, routed_keys)) = routing(stays, stay_keys, moves, move_keys, true) else { return Ok(None) };
     if routed_keys.len() == stay_keys.len() {
         return Ok(None);
     }
     let columns = |keys: &[Arc<dyn PhysicalExpr>]| keys.iter().map(|k| k.downcast_ref::<Column>().map(|c| c.index())).collect::<Option<Vec<usize>>>();
     let (Some(stay_columns), Some(move_columns)) = (columns(stay_keys), columns(move_keys)) else { return Ok(None) };
-    let Some(routed) = crate::route::routed_shuffle_declaring(moves.clone(), &routed_keys, Some(move_columns), &owners, workers)? else {
+    let Some(routed) = crate::exec::route::routed_shuffle_declaring(moves.clone(), &routed_keys, Some(move_columns), &owners, workers)? else {
         return Ok(None);
     };
     let declared = FoamRoutedExec::try_new(stays.clone(), RouteSpec { key_columns: stay_columns, owners, by_some_keys: true })?;
@@ -487,7 +487,7 @@ fn collect_join_to_co_located(node: &Arc<dyn ExecutionPlan>, workers: u64) -> Re
         // a broadcast sends every row to every task.
         (routed, right, join)
     } else if workers > 1
-        && (!crate::replica_join::emits_only_probe_rows(join.join_type()) || routing_moves_less(&left, &right, workers))
+        && (!crate::exec::replica_join::emits_only_probe_rows(join.join_type()) || routing_moves_less(&left, &right, workers))
         && let Some((routed, join)) = route(1, &left, &right)?
     {
         (left, routed, join)
@@ -531,7 +531,7 @@ fn route_toward(
     workers: u64,
 ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     let Some((owners, routed_keys)) = routing(stays, stay_keys, &moves, move_keys, false) else { return Ok(None) };
-    crate::route::routed_shuffle(moves, &routed_keys, &owners, workers)
+    crate::exec::route::routed_shuffle(moves, &routed_keys, &owners, workers)
 }
 
 /// Where `moves` goes to meet `stays` and on which of its keys it is
@@ -676,7 +676,7 @@ fn key_order(keys: &[Arc<dyn PhysicalExpr>], group_by: &PhysicalGroupBy) -> Opti
 /// rewrote below it is put back (`requirements.rs`), then its own inputs'
 /// partitioning is fixed.
 fn fix(node: Arc<dyn ExecutionPlan>, target: usize, workers: u64) -> Result<Transformed<Arc<dyn ExecutionPlan>>> {
-    let restored = crate::requirements::restore(node, target)?;
+    let restored = crate::optimizer::physical::requirements::restore(node, target)?;
     let fixed = fix_partitioning(restored.data, target, workers)?;
     let aligned = align_join_keys(fixed.data)?;
     Ok(Transformed::new_transformed(aligned.data, restored.transformed || fixed.transformed || aligned.transformed))
@@ -712,7 +712,7 @@ fn fix_partitioning(node: Arc<dyn ExecutionPlan>, target: usize, workers: u64) -
     // A join collecting only replicated tables joins each node's own copy:
     // nothing moves (one node joins its copy anyway).
     if workers > 1
-        && let Some(local) = crate::replica_join::replica_join(&node)?
+        && let Some(local) = crate::exec::replica_join::replica_join(&node)?
     {
         return Ok(Transformed::yes(local));
     }
@@ -781,7 +781,7 @@ fn fix_partitioning(node: Arc<dyn ExecutionPlan>, target: usize, workers: u64) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::route::{FoamRoutedExec, RouteSpec};
+    use crate::exec::route::{FoamRoutedExec, RouteSpec};
     use arrow::datatypes::{DataType, Field};
     use datafusion::physical_plan::empty::EmptyExec;
 

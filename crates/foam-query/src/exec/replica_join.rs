@@ -35,7 +35,7 @@ use datafusion::physical_plan::{
 use foam_catalog::Distribution;
 
 use crate::context::NodeContext;
-use crate::scan_exec::{FoamScanExec, PartitionRead};
+use crate::exec::scan::{FoamScanExec, PartitionRead};
 
 /// A collected hash join (see the module documentation). `join` is the
 /// `HashJoinExec` with both children; only its probe side is a child here.

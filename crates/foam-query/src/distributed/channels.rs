@@ -8,7 +8,7 @@
 //! and a node receiving a shuffle would read its socket 16 KiB at a time.
 //!
 //! ```text
-//!   FoamChannelResolver (distributed.rs) ──▶ WorkerChannels::get(node, url) ──▶ tonic Channel ──▶ peer's worker
+//!   FoamChannelResolver (mod.rs) ──▶ WorkerChannels::get(node, url) ──▶ tonic Channel ──▶ peer's worker
 //! ```
 //! A failed connect is not kept: the next query to that node tries again.
 

@@ -11,7 +11,7 @@
 //!   any plan shape correct; routing makes it rare).
 //! ```
 //! Distributed planning splits the scan into one variant per owner node (see
-//! `distributed.rs`) so each partition is read where it is stored and only the
+//! `distributed/mod.rs`) so each partition is read where it is stored and only the
 //! results of the operators above cross the network.
 
 use std::fmt;
@@ -193,7 +193,7 @@ impl ExecutionPlan for FoamScanExec {
             None => 1.0,
         };
         Ok(Arc::new(match &self.spec.statistics {
-            Some(table) => crate::statistics::scaled(table.as_ref().clone(), share).project(self.spec.projection.as_ref()),
+            Some(table) => crate::catalog::statistics::scaled(table.as_ref().clone(), share).project(self.spec.projection.as_ref()),
             None => {
                 let mut statistics = datafusion::common::Statistics::new_unknown(&self.schema);
                 statistics.num_rows = datafusion::common::stats::Precision::Inexact((rows as f64 * share) as usize);

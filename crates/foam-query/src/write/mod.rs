@@ -15,6 +15,8 @@
 //! `commit_transaction` (the protocol) are separate so a bulk loader outside
 //! the cluster can ship rows straight to their owners and let a node commit.
 
+pub mod copy;
+
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;

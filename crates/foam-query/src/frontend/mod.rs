@@ -1,0 +1,10 @@
+//! The front end: one client session's statements, from the query text to a
+//! plan or a FoamDB command, with the settings, EXPLAIN and interruption
+//! around them.
+
+pub mod ddl;
+pub mod explain;
+pub mod interrupt;
+pub mod select_names;
+pub mod session;
+pub mod transaction_block;

@@ -1,0 +1,11 @@
+//! FoamDB's logical optimizer rules, run on the coordinating node after
+//! DataFusion's (order: `optimizer/mod.rs`).
+
+pub mod eager_aggregate;
+pub mod eager_count;
+pub mod early_replica_join;
+pub mod early_semi_join;
+pub mod group_key_filter;
+pub mod like;
+pub(crate) mod plan_shape;
+pub mod unnest_subqueries;

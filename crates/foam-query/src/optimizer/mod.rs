@@ -1,0 +1,69 @@
+//! The query optimizer: FoamDB's logical and physical rules, the order they
+//! run in among DataFusion's, and the functions their rewrites call, which
+//! every worker must register. Which rules are general and which exist for
+//! distribution is in `README.md` beside this file.
+
+pub mod logical;
+pub mod physical;
+
+use std::sync::Arc;
+
+use datafusion::logical_expr::ScalarUDF;
+use datafusion::optimizer::OptimizerRule;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+
+use crate::context::NodeContext;
+
+/// The coordinating node's logical rules: DataFusion's (their decorrelation
+/// guarded, `unnest_subqueries.rs`), then FoamDB's.
+pub fn logical_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
+    let mut rules = logical::unnest_subqueries::datafusion_rules();
+    rules.extend([
+        Arc::new(logical::unnest_subqueries::SubqueryUnnesting) as Arc<dyn OptimizerRule + Send + Sync>,
+        Arc::new(logical::early_replica_join::EarlyReplicaJoin),
+        Arc::new(logical::early_semi_join::EarlySemiJoin),
+        Arc::new(logical::eager_count::EagerCount),
+        Arc::new(logical::eager_aggregate::EagerAggregate),
+        Arc::new(logical::group_key_filter::GroupKeyFilter),
+        Arc::new(logical::like::LikeWithoutRegex),
+    ]);
+    rules
+}
+
+/// The DataFusion rule that wires dynamic filters (a join's build-side
+/// bounds, a TopK's threshold) to the scans below: it must see the final
+/// plan, since a rule that rebuilds an operator afterwards leaves a scan
+/// filtered by an operator no longer in the plan.
+const DYNAMIC_FILTER_RULE: &str = "FilterPushdown(Post)";
+
+/// The true properties of aggregates over grouping sets and of outer joins
+/// first (`output_claims.rs`), then DataFusion's physical rules with
+/// FoamDB's inserted before the dynamic filters are wired, so that those
+/// filters and DataFusion's closing sanity check see the plan FoamDB's
+/// rules leave. The locality rules' plan is kept only if it passes that
+/// check (`checked_rules.rs`); the dynamic filters are skipped where
+/// DataFusion could misplace them (`dynamic_filters.rs`).
+pub fn physical_rules(node: &Arc<NodeContext>) -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
+    let locality = physical::checked_rules::CheckedRules {
+        rules: vec![
+            Arc::new(physical::copartition::CoPartitioning { node: node.clone() }),
+            Arc::new(physical::regroup::ScanRegrouping { node: node.clone() }),
+            Arc::new(physical::count_ones::CountWithoutOnesArray),
+        ],
+    };
+    let foam: Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> =
+        vec![Arc::new(locality), Arc::new(physical::join_yield::JoinYielding), Arc::new(physical::explicit_sorts::ExplicitSorts)];
+    let mut rules = physical::output_claims::datafusion_rules();
+    let at = rules.iter().position(|rule| rule.name() == DYNAMIC_FILTER_RULE).unwrap_or(rules.len());
+    if let Some(rule) = rules.get_mut(at) {
+        *rule = Arc::new(physical::dynamic_filters::GuardedDynamicFilters { inner: rule.clone() });
+    }
+    rules.splice(at..at, foam);
+    rules
+}
+
+/// The functions FoamDB's rewrites put into plans: routed shuffles, rewritten
+/// `LIKE` filters and counted rows call them in the stages workers run.
+pub fn worker_udfs() -> Vec<ScalarUDF> {
+    vec![crate::exec::route::FoamRoute::udf(), logical::like::FoamLike::udf(), physical::count_ones::FoamOnes::udf()]
+}
