@@ -4,7 +4,7 @@
 //! from a remote node travel as `(sqlstate, message)` and are rebuilt as
 //! [`FoamError::Remote`], keeping their code and text across the network.
 
-use datafusion::error::DataFusionError;
+use datafusion_common::DataFusionError;
 
 pub type FoamResult<T> = Result<T, FoamError>;
 
@@ -296,8 +296,8 @@ mod tests {
         assert_eq!(error.sqlstate(), "42P01");
         assert_eq!(error.to_string(), "relation \"nope\" does not exist");
         let error = FoamError::from(DataFusionError::SchemaError(
-            Box::new(datafusion::common::SchemaError::FieldNotFound {
-                field: Box::new(datafusion::common::Column::from_name("zz")),
+            Box::new(datafusion_common::SchemaError::FieldNotFound {
+                field: Box::new(datafusion_common::Column::from_name("zz")),
                 valid_fields: vec![],
             }),
             Box::new(None),

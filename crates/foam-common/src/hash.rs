@@ -16,7 +16,7 @@ use arrow::datatypes::{
     TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
     TimestampSecondType, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
 };
-use datafusion::common::ScalarValue;
+use datafusion_common::ScalarValue;
 use strength_reduce::StrengthReducedU64;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
