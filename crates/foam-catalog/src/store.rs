@@ -1,5 +1,7 @@
-//! The authoritative catalog on disk: one JSON file replaced atomically on every
-//! change, so a crash leaves either the old or the new catalog, never a mix.
+//! A node's saved copy of the newest catalog it was sent, to restart from (the
+//! authoritative catalog is the meta nodes' Raft state, `foam-node`'s
+//! `consensus.rs`): one JSON file replaced atomically on every change, so a
+//! crash leaves either the old or the new copy, never a mix.
 
 use std::path::{Path, PathBuf};
 

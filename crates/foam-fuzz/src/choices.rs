@@ -2,7 +2,7 @@
 //!
 //! A generated schema or query is a pure function of the choices it drew, so
 //! a case is replayed from its recorded choices and shrunk by editing them
-//! (as Hypothesis shrinks its choice sequences): `reduce.rs` deletes or
+//! (as Hypothesis shrinks its choice sequences): `run.rs`'s `reduce` deletes or
 //! lowers recorded choices and generates again. Generators therefore make
 //! choice `0` the simplest option (no join, no WHERE, stop recursing), and a
 //! replayed stream that runs out answers `0` from then on, so every edit of
