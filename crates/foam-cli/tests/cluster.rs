@@ -351,7 +351,7 @@ async fn garbage_input_gets_errors_and_the_node_keeps_serving() {
     let (table_id, partition) = (1, 0);
     let escape = NodeRequest::ReadSegment { table_id, partition, file_name: "../../catalog.json".into(), offset: 0, length: 100 };
     let error = rpc.call(&escape, &[]).await.expect_err("a path outside the partition");
-    assert!(["22023", "57P03"].contains(&error.sqlstate()), "{error}");
+    assert!(["22023", "57P03"].contains(&error.sqlstate().code()), "{error}");
     // A bulk loader's segment for a table that does not exist, whose bytes
     // are not the file its checksum names, or whose stream ends before its
     // trailer, is refused by name and leaves nothing in staging.
@@ -383,7 +383,7 @@ async fn garbage_input_gets_errors_and_the_node_keeps_serving() {
     assert_eq!(staging, 0, "nothing refused stays in staging");
     let forged = NodeRequest::SwitchInReplica { table_id, partition, node: 2, fence_token: 42 };
     let error = rpc.call(&forged, &[]).await.expect_err("no lease");
-    assert!(["40001", "57P03"].contains(&error.sqlstate()), "{error}");
+    assert!(["40001", "57P03"].contains(&error.sqlstate().code()), "{error}");
     // A Raft message that does not parse is refused by name; the meta group
     // goes on (the DDL below needs it).
     let bad_vote = NodeRequest::Raft { rpc: foam_rpc::RaftRpc::Vote };

@@ -3,8 +3,12 @@
 //! `42P01 relation "x" does not exist` rather than a Rust debug string. Errors
 //! from a remote node travel as `(sqlstate, message)` and are rebuilt as
 //! [`FoamError::Remote`], keeping their code and text across the network.
+//! Inside one node an error keeps its variant through DataFusion's error
+//! type (`DataFusionError::External`).
 
 use datafusion_common::DataFusionError;
+
+use crate::sqlstate::SqlState;
 
 pub type FoamResult<T> = Result<T, FoamError>;
 
@@ -67,7 +71,7 @@ pub enum FoamError {
     Corrupted { path: String, message: String },
 
     #[error("{message}")]
-    Query { message: String, sqlstate: &'static str },
+    Query { message: String, sqlstate: SqlState },
 
     /// A read stopped before it finished: it ran past `statement_timeout`, or
     /// the client sent a cancel request. Worded as PostgreSQL words it.
@@ -76,7 +80,7 @@ pub enum FoamError {
 
     /// An error raised on another node, carried with its original code and text.
     #[error("{message}")]
-    Remote { sqlstate: String, message: String },
+    Remote { sqlstate: SqlState, message: String },
 
     /// A bug in FoamDB: an invariant of our own code did not hold.
     #[error("internal error: {message}")]
@@ -89,29 +93,29 @@ fn line_part(line: u64) -> String {
 
 impl FoamError {
     /// The PostgreSQL SQLSTATE a client sees for this error.
-    pub fn sqlstate(&self) -> &str {
+    pub fn sqlstate(&self) -> SqlState {
         match self {
-            FoamError::Syntax { .. } => "42601",
-            FoamError::UndefinedTable { .. } => "42P01",
-            FoamError::DuplicateTable { .. } => "42P07",
-            FoamError::UndefinedColumn { .. } => "42703",
-            FoamError::InvalidTableDefinition { .. } => "42P16",
-            FoamError::FeatureNotSupported { .. } => "0A000",
-            FoamError::InvalidParameter { .. } => "22023",
-            FoamError::CopyData { .. } => "22P04",
-            FoamError::FileAccess { .. } => "58P01",
-            FoamError::DataException { .. } => "22000",
-            FoamError::NodeUnavailable { .. } => "08006",
-            FoamError::CatalogUnavailable { .. } => "57P03",
-            FoamError::TransactionAborted { .. } => "40000",
-            FoamError::PlacementChanged { .. } => "40001",
-            FoamError::PartitionUnavailable { .. } => "57P03",
-            FoamError::Io { .. } => "58030",
-            FoamError::Corrupted { .. } => "XX001",
-            FoamError::Query { sqlstate, .. } => sqlstate,
-            FoamError::QueryCanceled { .. } => "57014",
-            FoamError::Remote { sqlstate, .. } => sqlstate,
-            FoamError::Internal { .. } => "XX000",
+            FoamError::Syntax { .. } => SqlState::SyntaxError,
+            FoamError::UndefinedTable { .. } => SqlState::UndefinedTable,
+            FoamError::DuplicateTable { .. } => SqlState::DuplicateTable,
+            FoamError::UndefinedColumn { .. } => SqlState::UndefinedColumn,
+            FoamError::InvalidTableDefinition { .. } => SqlState::InvalidTableDefinition,
+            FoamError::FeatureNotSupported { .. } => SqlState::FeatureNotSupported,
+            FoamError::InvalidParameter { .. } => SqlState::InvalidParameterValue,
+            FoamError::CopyData { .. } => SqlState::BadCopyFileFormat,
+            FoamError::FileAccess { .. } => SqlState::UndefinedFile,
+            FoamError::DataException { .. } => SqlState::DataException,
+            FoamError::NodeUnavailable { .. } => SqlState::ConnectionFailure,
+            FoamError::CatalogUnavailable { .. } => SqlState::CannotConnectNow,
+            FoamError::TransactionAborted { .. } => SqlState::TransactionRollback,
+            FoamError::PlacementChanged { .. } => SqlState::SerializationFailure,
+            FoamError::PartitionUnavailable { .. } => SqlState::CannotConnectNow,
+            FoamError::Io { .. } => SqlState::IoError,
+            FoamError::Corrupted { .. } => SqlState::DataCorrupted,
+            FoamError::Query { sqlstate, .. } => *sqlstate,
+            FoamError::QueryCanceled { .. } => SqlState::QueryCanceled,
+            FoamError::Remote { sqlstate, .. } => *sqlstate,
+            FoamError::Internal { .. } => SqlState::InternalError,
         }
     }
 
@@ -131,31 +135,40 @@ impl FoamError {
     /// Rebuilds an error packed by [`FoamError::to_wire`]; text from a peer that
     /// does not follow the format is kept whole as an internal error.
     pub fn from_wire(text: &str) -> Self {
-        match text.split_once('|') {
-            Some((code, message)) if code.len() == 5 && code.chars().all(|c| c.is_ascii_alphanumeric()) => {
-                FoamError::Remote { sqlstate: code.to_string(), message: message.to_string() }
-            }
-            _ => FoamError::internal(text.to_string()),
+        match text.split_once('|').and_then(|(code, message)| Some((SqlState::from_code(code)?, message))) {
+            Some((sqlstate, message)) => FoamError::Remote { sqlstate, message: message.to_string() },
+            None => FoamError::internal(text.to_string()),
         }
+    }
+
+    /// Whether a write was refused because a partition's copies changed
+    /// under it (raised here or on a peer): it may run again on the new
+    /// placement.
+    pub fn is_placement_change(&self) -> bool {
+        self.sqlstate() == SqlState::SerializationFailure
     }
 }
 
-/// Marker prefix that carries a [`FoamError`] through DataFusion's error type
-/// (for example out of a `DataSink` or a remote scan) without losing its code.
+/// Marker prefix of a [`FoamError`] carried through DataFusion's error type
+/// as text: datafusion-distributed relays a worker's error to the
+/// coordinator as its message, so the code must be in the message.
 const WRAPPED_PREFIX: &str = "foam-error:";
 
+/// A [`FoamError`] inside a `DataFusionError::External` (out of a
+/// `DataSink`, a scan, a rule): taken back whole on this node, and printed
+/// with its code for the trip to another.
 impl From<FoamError> for DataFusionError {
     fn from(error: FoamError) -> Self {
-        DataFusionError::External(Box::new(WrappedFoamError(error.to_wire())))
+        DataFusionError::External(Box::new(WrappedFoamError(error)))
     }
 }
 
 #[derive(Debug)]
-struct WrappedFoamError(String);
+struct WrappedFoamError(FoamError);
 
 impl std::fmt::Display for WrappedFoamError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{WRAPPED_PREFIX}{}", self.0)
+        write!(f, "{WRAPPED_PREFIX}{}", self.0.to_wire())
     }
 }
 
@@ -164,6 +177,22 @@ impl std::error::Error for WrappedFoamError {}
 impl From<DataFusionError> for FoamError {
     fn from(error: DataFusionError) -> Self {
         classify_datafusion_error(error)
+    }
+}
+
+/// The [`FoamError`] `error` carries on this node, or `error` unchanged.
+fn take_foam_error(error: DataFusionError) -> Result<FoamError, DataFusionError> {
+    match error {
+        DataFusionError::External(inner) => match inner.downcast::<WrappedFoamError>() {
+            Ok(wrapped) => Ok(wrapped.0),
+            Err(inner) => Err(DataFusionError::External(inner)),
+        },
+        DataFusionError::Context(context, inner) => take_foam_error(*inner).map_err(|inner| DataFusionError::Context(context, Box::new(inner))),
+        DataFusionError::Shared(shared) => match std::sync::Arc::try_unwrap(shared) {
+            Ok(inner) => take_foam_error(inner),
+            Err(shared) => Err(DataFusionError::Shared(shared)),
+        },
+        other => Err(other),
     }
 }
 
@@ -179,8 +208,13 @@ impl From<std::io::Error> for FoamError {
 /// DataFusion variants depending on where it was found (planner, optimizer,
 /// remote worker).
 pub fn classify_datafusion_error(error: DataFusionError) -> FoamError {
+    let error = match take_foam_error(error) {
+        Ok(foam) => return foam,
+        Err(error) => error,
+    };
     let root = error.find_root();
     let text = root.to_string();
+    // Raised on another node and relayed as text.
     if let Some(index) = text.find(WRAPPED_PREFIX) {
         return FoamError::from_wire(&text[index + WRAPPED_PREFIX.len()..]);
     }
@@ -189,12 +223,12 @@ pub fn classify_datafusion_error(error: DataFusionError) -> FoamError {
         return FoamError::UndefinedTable { name };
     }
     let by_variant = match root {
-        DataFusionError::SQL(..) => "42601",
-        DataFusionError::NotImplemented(_) => "0A000",
-        DataFusionError::ResourcesExhausted(_) => "53200",
-        DataFusionError::ArrowError(..) => "22P02",
-        DataFusionError::Plan(_) | DataFusionError::SchemaError(..) => "42000",
-        _ => "XX000",
+        DataFusionError::SQL(..) => SqlState::SyntaxError,
+        DataFusionError::NotImplemented(_) => SqlState::FeatureNotSupported,
+        DataFusionError::ResourcesExhausted(_) => SqlState::OutOfMemory,
+        DataFusionError::ArrowError(..) => SqlState::InvalidTextRepresentation,
+        DataFusionError::Plan(_) | DataFusionError::SchemaError(..) => SqlState::SyntaxErrorOrAccessRuleViolation,
+        _ => SqlState::InternalError,
     };
     let sqlstate = sqlstate_from_message(&message).unwrap_or(by_variant);
     FoamError::Query { message, sqlstate }
@@ -210,26 +244,27 @@ fn missing_table_name(message: &str) -> Option<String> {
     Some(qualified.rsplit('.').next().unwrap_or(qualified).to_string())
 }
 
-fn sqlstate_from_message(message: &str) -> Option<&'static str> {
-    const PATTERNS: &[(&str, &str)] = &[
-        ("No field named", "42703"),
-        ("declared as non-nullable but contains null values", "23502"),
-        ("not found", "42P01"),
-        ("Divide by zero", "22012"),
-        ("divide by zero", "22012"),
-        ("No function matches", "42883"),
-        ("Invalid function", "42883"),
-        ("Cannot cast", "22P02"),
-        ("Cast error", "22P02"),
-        ("Error parsing", "22P02"),
-        ("Error while parsing", "22P02"),
-        ("overflow", "22003"),
-        ("Ambiguous reference", "42702"),
-        ("is not implemented", "0A000"),
-        ("Unsupported", "0A000"),
-        ("sql parser error", "42601"),
+fn sqlstate_from_message(message: &str) -> Option<SqlState> {
+    use SqlState::*;
+    const PATTERNS: &[(&str, SqlState)] = &[
+        ("No field named", UndefinedColumn),
+        ("declared as non-nullable but contains null values", NotNullViolation),
+        ("not found", UndefinedTable),
+        ("Divide by zero", DivisionByZero),
+        ("divide by zero", DivisionByZero),
+        ("No function matches", UndefinedFunction),
+        ("Invalid function", UndefinedFunction),
+        ("Cannot cast", InvalidTextRepresentation),
+        ("Cast error", InvalidTextRepresentation),
+        ("Error parsing", InvalidTextRepresentation),
+        ("Error while parsing", InvalidTextRepresentation),
+        ("overflow", NumericValueOutOfRange),
+        ("Ambiguous reference", AmbiguousColumn),
+        ("is not implemented", FeatureNotSupported),
+        ("Unsupported", FeatureNotSupported),
+        ("sql parser error", SyntaxError),
     ];
-    PATTERNS.iter().find(|(pattern, _)| message.contains(pattern)).map(|(_, code)| *code)
+    PATTERNS.iter().find(|(pattern, _)| message.contains(pattern)).map(|(_, state)| *state)
 }
 
 /// DataFusion prefixes messages with layers such as "Error during planning: ";
@@ -288,6 +323,18 @@ mod tests {
         let back = FoamError::from(DataFusionError::Context("scan".into(), Box::new(through)));
         assert_eq!(back.sqlstate(), "42P01");
         assert_eq!(back.to_string(), "relation \"missing\" does not exist");
+        assert!(matches!(back, FoamError::UndefinedTable { .. }), "the variant itself comes back: {back:?}");
+    }
+
+    #[test]
+    fn an_error_relayed_as_text_by_another_node_keeps_its_code() {
+        // datafusion-distributed sends a worker's error as its message only.
+        let on_worker: DataFusionError = FoamError::PlacementChanged { message: "copy moved".into() }.into();
+        let relayed = DataFusionError::External(Box::new(std::io::Error::other(on_worker.to_string())));
+        let back = FoamError::from(relayed);
+        assert!(matches!(back, FoamError::Remote { sqlstate: SqlState::SerializationFailure, .. }), "{back:?}");
+        assert!(back.is_placement_change());
+        assert!(back.to_string().contains("copy moved"), "{back}");
     }
 
     #[test]

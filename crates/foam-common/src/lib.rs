@@ -8,6 +8,8 @@ pub mod fs;
 pub mod hash;
 pub mod ids;
 pub mod limits;
+pub mod sqlstate;
 
 pub use error::{FoamError, FoamResult};
+pub use sqlstate::SqlState;
 pub use ids::{NodeId, PartitionId, TableId, TxnId};

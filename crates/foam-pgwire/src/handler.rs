@@ -184,7 +184,7 @@ impl FoamPgHandler {
 
 /// A FoamDB error as the client sees it: SQLSTATE plus message.
 fn user_error(error: &FoamError) -> PgWireError {
-    PgWireError::UserError(Box::new(ErrorInfo::new("ERROR".into(), error.sqlstate().into(), error.to_string())))
+    PgWireError::UserError(Box::new(ErrorInfo::new("ERROR".into(), error.sqlstate().code().into(), error.to_string())))
 }
 
 #[async_trait]
@@ -351,7 +351,7 @@ impl CopyHandler for FoamPgHandler {
         if let Some(copy) = state.0.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = std::fs::remove_file(&copy.path);
         }
-        user_error(&FoamError::Query { message: format!("COPY from stdin failed: {}", fail.message), sqlstate: "57014" })
+        user_error(&FoamError::Query { message: format!("COPY from stdin failed: {}", fail.message), sqlstate: foam_common::SqlState::QueryCanceled })
     }
 }
 

@@ -183,7 +183,7 @@ impl NodeClient {
                     message: status.message().to_string(),
                 }
             }
-            _ => FoamError::Remote { sqlstate: "XX000".into(), message: status.message().to_string() },
+            _ => FoamError::Remote { sqlstate: foam_common::SqlState::InternalError, message: status.message().to_string() },
         }
     }
 }

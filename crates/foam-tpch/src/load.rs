@@ -71,7 +71,10 @@ pub async fn connect(url: &str) -> FoamResult<tokio_postgres::Client> {
 
 fn sql_error(error: tokio_postgres::Error) -> FoamError {
     match error.as_db_error() {
-        Some(db) => FoamError::Remote { sqlstate: db.code().code().to_string(), message: db.message().to_string() },
+        Some(db) => match foam_common::SqlState::from_code(db.code().code()) {
+            Some(sqlstate) => FoamError::Remote { sqlstate, message: db.message().to_string() },
+            None => FoamError::internal(format!("[{}] {}", db.code().code(), db.message())),
+        },
         None => FoamError::internal(error.to_string()),
     }
 }

@@ -240,7 +240,7 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(
-            (error.sqlstate(), error.to_string().as_str()),
+            (error.sqlstate().code(), error.to_string().as_str()),
             ("57014", "canceling statement due to statement timeout")
         );
         let items: Vec<_> = interrupt

@@ -463,14 +463,11 @@ impl FoamSession {
     /// [`STATEMENT_RETRIES_MAX`] times; any other failure is retried once if
     /// the catalog leader, asked now, marked a node down or a copy out of service.
     async fn worth_retrying(&self, error: &FoamError, planned_with: &foam_catalog::Catalog, is_write: bool, retries: u32) -> bool {
-        // 40001 is `PlacementChanged`; compared by SQLSTATE since a refusal
-        // from a peer arrives as `Remote`.
-        if is_write && error.sqlstate() == "40001" {
+        // A refusal from a peer arrives as `Remote`, with its code.
+        if is_write && error.is_placement_change() {
             return retries < STATEMENT_RETRIES_MAX;
         }
-        let class = &error.sqlstate()[..2];
-        // 57014: stopped by its timeout or its client, not by the cluster.
-        if retries > 0 || matches!(class, "22" | "23" | "42" | "0A" | "53" | "54") || error.sqlstate() == "57014" {
+        if retries > 0 || error.sqlstate().is_the_statements_fault() {
             return false;
         }
         match self.node.catalog.check_nodes().await {
@@ -623,7 +620,7 @@ impl FoamSession {
                         let mut state = state.write();
                         state.config_mut().options_mut().set(&name, &value).map_err(|_| FoamError::Query {
                             message: format!("unrecognized configuration parameter \"{name}\" or bad value \"{value}\""),
-                            sqlstate: "42704",
+                            sqlstate: foam_common::SqlState::UndefinedObject,
                         })?;
                     }
                     self.settings.lock().unwrap_or_else(|p| p.into_inner()).insert(name, value);
@@ -633,7 +630,7 @@ impl FoamSession {
             Statement::ShowVariable { variable } => {
                 let name = variable.iter().map(|i| i.value.to_lowercase()).collect::<Vec<_>>().join(".");
                 let value = self.settings.lock().unwrap_or_else(|p| p.into_inner()).get(&name).cloned().ok_or_else(|| {
-                    FoamError::Query { message: format!("unrecognized configuration parameter \"{name}\""), sqlstate: "42704" }
+                    FoamError::Query { message: format!("unrecognized configuration parameter \"{name}\""), sqlstate: foam_common::SqlState::UndefinedObject }
                 })?;
                 let schema = Arc::new(Schema::new(vec![Field::new(name, DataType::Utf8, false)]));
                 let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(vec![value])) as ArrayRef])
@@ -695,7 +692,7 @@ impl FoamSession {
             if relation == name {
                 return Err(FoamError::Query {
                     message: format!("infinite recursion detected: view \"{name}\" would read itself"),
-                    sqlstate: "42P17",
+                    sqlstate: foam_common::SqlState::InvalidObjectDefinition,
                 });
             }
             if !seen.insert(relation.clone()) {

@@ -47,7 +47,7 @@ pub enum Admission {
     /// Run it.
     Run,
     /// Refuse it with this SQLSTATE and message; the block is now failed.
-    Refuse { sqlstate: &'static str, message: String },
+    Refuse { sqlstate: foam_common::SqlState, message: String },
 }
 
 impl Block {
@@ -56,13 +56,13 @@ impl Block {
         match (*self, class) {
             (Block::Failed, StatementClass::Commit | StatementClass::Rollback) => Admission::Run,
             (Block::Failed, _) => Admission::Refuse {
-                sqlstate: "25P02",
+                sqlstate: foam_common::SqlState::InFailedSqlTransaction,
                 message: "current transaction is aborted, commands ignored until end of transaction block".into(),
             },
             (Block::InBlock, StatementClass::Write(what)) => {
                 *self = Block::Failed;
                 Admission::Refuse {
-                    sqlstate: "0A000",
+                    sqlstate: foam_common::SqlState::FeatureNotSupported,
                     message: format!(
                         "{what} inside a transaction block is not supported: FoamDB commits each write statement on its own, \
                          so it cannot be rolled back; run it outside BEGIN ... COMMIT (this transaction is now aborted)"
@@ -111,8 +111,8 @@ mod tests {
         assert_eq!(block, Block::InBlock);
         assert_eq!(block.admit(StatementClass::Read), Admission::Run);
         block.after(StatementClass::Read, true);
-        assert!(matches!(block.admit(StatementClass::Write("INSERT")), Admission::Refuse { sqlstate: "0A000", .. }));
-        assert!(matches!(block.admit(StatementClass::Read), Admission::Refuse { sqlstate: "25P02", .. }));
+        assert!(matches!(block.admit(StatementClass::Write("INSERT")), Admission::Refuse { sqlstate: foam_common::SqlState::FeatureNotSupported, .. }));
+        assert!(matches!(block.admit(StatementClass::Read), Admission::Refuse { sqlstate: foam_common::SqlState::InFailedSqlTransaction, .. }));
         assert_eq!(block.admit(StatementClass::Commit), Admission::Run);
         assert_eq!(block.after(StatementClass::Commit, true), Some("ROLLBACK"));
         assert_eq!(block, Block::Idle);

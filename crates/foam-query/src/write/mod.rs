@@ -261,7 +261,7 @@ pub fn conform_rows(table: &TableDef, schema: &SchemaRef, batch: RecordBatch) ->
         if !column.nullable && array.null_count() > 0 {
             return Err(FoamError::Query {
                 message: format!("null value in column \"{}\" of relation \"{}\" violates not-null constraint", column.name, table.name),
-                sqlstate: "23502",
+                sqlstate: foam_common::SqlState::NotNullViolation,
             });
         }
         let length_max = match column.sql_type {
@@ -285,7 +285,7 @@ pub fn conform_rows(table: &TableDef, schema: &SchemaRef, batch: RecordBatch) ->
                     column.name,
                     long.chars().take(40).collect::<String>()
                 ),
-                sqlstate: "22001",
+                sqlstate: foam_common::SqlState::StringDataRightTruncation,
             });
         }
     }
