@@ -1,65 +1,21 @@
 //! FoamDB's DDL dialect on top of PostgreSQL's: the `DISTRIBUTED BY (cols)
 //! [PARTITIONS n]` / `DISTRIBUTED REPLICATED` clause of CREATE TABLE, which the
-//! SQL parser does not know, is cut from the statement text here; the rest is
-//! parsed as PostgreSQL and turned into a catalog command.
+//! SQL parser does not know, is cut from the statement's tokens here
+//! (`statement.rs` splits them); the parsed CREATE TABLE and the clause
+//! become a catalog command.
 
 use datafusion::sql::sqlparser::ast::{ObjectName, Statement};
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer, Whitespace};
+use datafusion::sql::sqlparser::tokenizer::Token;
 use foam_catalog::model::DistributionSpec;
 use foam_catalog::types::DECIMAL_PRECISION_MAX;
 use foam_catalog::{CatalogCommand, ColumnDef, SqlType};
-use foam_common::{FoamError, FoamResult, NodeId};
+use foam_common::{FoamError, FoamResult};
 
-/// One statement of a query string, with its distribution clause taken out.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RawStatement {
-    pub sql: String,
-    pub distribution: Option<DistributionSpec>,
-}
+use crate::frontend::statement::keyword_is;
 
-/// Splits `sql` into statements at top-level semicolons and removes any
-/// distribution clause from CREATE TABLE statements.
-pub fn split_statements(sql: &str) -> FoamResult<Vec<RawStatement>> {
-    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
-        .tokenize()
-        .map_err(|e| FoamError::Syntax { message: e.to_string() })?;
-    let mut statements = Vec::new();
-    let mut current: Vec<Token> = Vec::new();
-    for token in tokens {
-        if token == Token::SemiColon {
-            push_statement(&mut statements, std::mem::take(&mut current))?;
-        } else {
-            current.push(token);
-        }
-    }
-    push_statement(&mut statements, current)?;
-    Ok(statements)
-}
-
-fn is_blank(token: &Token) -> bool {
-    matches!(token, Token::Whitespace(_))
-}
-
-fn keyword_is(token: &Token, word: &str) -> bool {
-    matches!(token, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(word))
-}
-
-fn push_statement(statements: &mut Vec<RawStatement>, tokens: Vec<Token>) -> FoamResult<()> {
-    if tokens.iter().all(|t| is_blank(t) || matches!(t, Token::Whitespace(Whitespace::SingleLineComment { .. }))) {
-        return Ok(());
-    }
-    let significant: Vec<&Token> = tokens.iter().filter(|t| !is_blank(t)).collect();
-    let is_create_table = significant.first().is_some_and(|t| keyword_is(t, "create"))
-        && significant.iter().take(6).any(|t| keyword_is(t, "table"));
-    let (tokens, distribution) = if is_create_table { cut_distribution(tokens)? } else { (tokens, None) };
-    let sql: String = tokens.iter().map(|t| t.to_string()).collect();
-    statements.push(RawStatement { sql: sql.trim().to_string(), distribution });
-    Ok(())
-}
-
-/// Removes a top-level `DISTRIBUTED ...` / `PARTITIONS n` tail from CREATE TABLE tokens.
-fn cut_distribution(tokens: Vec<Token>) -> FoamResult<(Vec<Token>, Option<DistributionSpec>)> {
+/// Where a top-level `DISTRIBUTED ...` / `PARTITIONS n` tail of CREATE
+/// TABLE tokens starts, and what it says; `None` without one.
+pub(crate) fn distribution_clause(tokens: &[Token]) -> FoamResult<Option<(usize, DistributionSpec)>> {
     let mut depth = 0i32;
     let mut start = None;
     for (index, token) in tokens.iter().enumerate() {
@@ -76,11 +32,10 @@ fn cut_distribution(tokens: Vec<Token>) -> FoamResult<(Vec<Token>, Option<Distri
         }
     }
     let Some(start) = start else {
-        return Ok((tokens, None));
+        return Ok(None);
     };
-    let clause: Vec<Token> = tokens[start..].iter().filter(|t| !is_blank(t)).cloned().collect();
-    let spec = parse_distribution(&clause)?;
-    Ok((tokens[..start].to_vec(), Some(spec)))
+    let clause: Vec<Token> = tokens[start..].iter().filter(|t| !matches!(t, Token::Whitespace(_))).cloned().collect();
+    Ok(Some((start, parse_distribution(&clause)?)))
 }
 
 fn parse_distribution(clause: &[Token]) -> FoamResult<DistributionSpec> {
@@ -179,6 +134,9 @@ pub fn create_table_command(statement: &Statement, distribution: Option<Distribu
     if create.query.is_some() {
         return Err(FoamError::FeatureNotSupported { feature: "CREATE TABLE ... AS SELECT".into() });
     }
+    if create.external || create.location.is_some() {
+        return Err(FoamError::FeatureNotSupported { feature: "CREATE EXTERNAL TABLE".into() });
+    }
     let name = table_name(&create.name)?;
     let mut columns = Vec::with_capacity(create.columns.len());
     for column in &create.columns {
@@ -267,59 +225,9 @@ pub fn parse_sql_type(text: &str) -> Result<SqlType, String> {
     })
 }
 
-/// `ALTER CLUSTER DRAIN NODE n` / `ALTER CLUSTER REMOVE NODE n` as a catalog
-/// command; `None` when `sql` is not an `ALTER CLUSTER` statement.
-pub fn cluster_command(sql: &str) -> FoamResult<Option<CatalogCommand>> {
-    let words: Vec<String> = sql.split_whitespace().map(|w| w.trim_end_matches(';').to_lowercase()).filter(|w| !w.is_empty()).collect();
-    if words.len() < 2 || words[0] != "alter" || words[1] != "cluster" {
-        return Ok(None);
-    }
-    let syntax = || FoamError::Syntax { message: "expected ALTER CLUSTER DRAIN NODE n or ALTER CLUSTER REMOVE NODE n".into() };
-    if words.len() != 5 || words[3] != "node" {
-        return Err(syntax());
-    }
-    let id: NodeId = words[4].parse().map_err(|_| syntax())?;
-    match words[2].as_str() {
-        "drain" => Ok(Some(CatalogCommand::DrainNode { id })),
-        "remove" => Ok(Some(CatalogCommand::RemoveNode { id })),
-        _ => Err(syntax()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn distribution_clause_is_cut_and_parsed() {
-        let statements = split_statements(
-            "CREATE TABLE t (a INT, \"B\" TEXT) DISTRIBUTED BY (a, \"B\") PARTITIONS 6; select 1; \
-             create table r (x int) distributed replicated",
-        )
-        .unwrap();
-        assert_eq!(statements.len(), 3);
-        assert_eq!(statements[0].sql, "CREATE TABLE t (a INT, \"B\" TEXT)");
-        assert_eq!(
-            statements[0].distribution,
-            Some(DistributionSpec::Hash { key_columns: vec!["a".into(), "B".into()], partitions: Some(6), replicas: None })
-        );
-        assert_eq!(statements[1].distribution, None);
-        assert_eq!(statements[2].distribution, Some(DistributionSpec::Replicated));
-    }
-
-    #[test]
-    fn bad_distribution_clause_is_a_syntax_error() {
-        for sql in [
-            "CREATE TABLE t (a INT) DISTRIBUTED (a)",
-            "CREATE TABLE t (a INT) DISTRIBUTED BY a",
-            "CREATE TABLE t (a INT) DISTRIBUTED BY (a) PARTITIONS x",
-            "CREATE TABLE t (a INT) DISTRIBUTED REPLICATED PARTITIONS 4",
-            "CREATE TABLE t (a INT) DISTRIBUTED BY (a) extra",
-        ] {
-            let error = split_statements(sql).unwrap_err();
-            assert_eq!(error.sqlstate(), "42601", "{sql}");
-        }
-    }
 
     #[test]
     fn sql_types_map() {

@@ -6,5 +6,6 @@ pub mod ddl;
 pub mod explain;
 pub mod interrupt;
 pub mod select_names;
+pub mod statement;
 pub mod session;
 pub mod transaction_block;

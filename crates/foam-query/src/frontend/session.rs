@@ -15,8 +15,9 @@ use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::SessionContext;
+use datafusion::sql::parser::Statement as DataFusionStatement;
 use datafusion::sql::sqlparser::ast::{
-    CopyLegacyOption, CopyOption, CopySource, CopyTarget, ObjectType, Set, Statement,
+    CopyLegacyOption, CopyOption, CopySource, CopyTarget, Expr, ObjectType, Set, Statement, Value,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -29,7 +30,8 @@ use futures::channel::oneshot;
 
 use crate::context::NodeContext;
 use crate::write::copy::{CopyFormat, CopyOptions};
-use crate::frontend::ddl::{self, RawStatement};
+use crate::frontend::ddl;
+use crate::frontend::statement::{self, FoamStatement, StatementTokens};
 use crate::frontend::interrupt::{Interrupt, STATEMENT_TIMEOUT, parse_statement_timeout, show_statement_timeout};
 use crate::frontend::transaction_block::{Admission, Block, StatementClass};
 
@@ -62,16 +64,20 @@ pub struct CopyInTarget {
 /// parameter values.
 #[derive(Clone)]
 pub struct PreparedStatement {
-    pub raw: RawStatement,
+    /// The statement as the client wrote it (for messages).
+    pub text: String,
+    /// A CREATE TABLE's `DISTRIBUTED ...` clause.
+    distribution: Option<foam_catalog::model::DistributionSpec>,
     kind: Kind,
 }
 
 #[derive(Clone)]
 enum Kind {
-    /// Planned by DataFusion with catalog version `catalog_version` (a newer
-    /// catalog may place partitions elsewhere: the plan is then made again);
-    /// may have `$n` parameters.
-    Plan { plan: LogicalPlan, is_insert: bool, catalog_version: u64 },
+    /// Planned by DataFusion from `statement` with catalog version
+    /// `catalog_version` (a newer catalog may place partitions elsewhere:
+    /// the plan is then made again from `statement`); may have `$n`
+    /// parameters.
+    Plan { statement: Box<Statement>, plan: LogicalPlan, is_insert: bool, catalog_version: u64 },
     /// FoamDB's own statement, run by this module.
     Own(Box<Statement>),
     /// `ALTER CLUSTER ...`: a change to the cluster's membership.
@@ -134,13 +140,36 @@ impl PreparedStatement {
     }
 }
 
-/// The setting's name (lowercase) and value (unquoted) of `SET [SESSION|LOCAL] name = value` or `... TO value`.
+/// The setting's name (lowercase) and value (a string literal's text) of
+/// `SET [SESSION|LOCAL] name = value, ...` or `... TO value`.
 fn set_name_and_value(set: &Set) -> Option<(String, String)> {
-    let text = set.to_string();
-    let body = text.trim_start_matches(|c: char| !c.is_whitespace()).trim();
-    let body = body.strip_prefix("SESSION ").or_else(|| body.strip_prefix("LOCAL ")).unwrap_or(body);
-    let (name, value) = body.split_once(" = ").or_else(|| body.split_once(" TO "))?;
-    Some((name.trim().to_lowercase(), value.trim().trim_matches('\'').to_string()))
+    let Set::SingleAssignment { variable, values, .. } = set else { return None };
+    let value = values
+        .iter()
+        .map(|value| match value {
+            Expr::Value(literal) => match &literal.value {
+                Value::SingleQuotedString(text) => text.clone(),
+                other => other.to_string(),
+            },
+            other => other.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    Some((variable.to_string().to_lowercase(), value))
+}
+
+/// `statement` as DataFusion's planner takes it. `RESET name` is DataFusion's
+/// own statement (its parser, not sqlparser's, reads it from text).
+fn datafusion_statement(statement: &Statement) -> DataFusionStatement {
+    use datafusion::sql::parser::ResetStatement as DataFusionReset;
+    use datafusion::sql::sqlparser::ast::{Ident, ObjectName, Reset};
+    match statement {
+        Statement::Reset(reset) => DataFusionStatement::Reset(DataFusionReset::Variable(match &reset.reset {
+            Reset::ConfigurationParameter(name) => name.clone(),
+            Reset::ALL => ObjectName::from(vec![Ident::new("ALL")]),
+        })),
+        other => DataFusionStatement::Statement(Box::new(other.clone())),
+    }
 }
 
 /// The codecs `distributed.compression` takes (see
@@ -241,15 +270,15 @@ impl FoamSession {
     /// `cancel` fires or the session's `statement_timeout` passes (one
     /// deadline for the whole string, as in PostgreSQL).
     pub async fn execute_all(&self, sql: &str, cancel: Option<oneshot::Receiver<()>>) -> Vec<FoamResult<StatementOutput>> {
-        let statements = match ddl::split_statements(sql) {
+        let statements = match statement::split(sql) {
             Ok(statements) => statements,
             Err(error) => return vec![Err(error)],
         };
         let interrupt = self.interrupt(cancel);
         let mut outputs = Vec::with_capacity(statements.len());
         let count = statements.len();
-        for (index, raw) in statements.into_iter().enumerate() {
-            let mut result = match self.prepare_raw(raw).await {
+        for (index, tokens) in statements.into_iter().enumerate() {
+            let mut result = match self.prepare_tokens(tokens).await {
                 Ok(prepared) => self.run(&prepared, None, &interrupt).await,
                 Err(error) => {
                     self.block().statement_failed();
@@ -277,10 +306,10 @@ impl FoamSession {
 
     /// Parses and plans a single statement (extended protocol's Parse).
     pub async fn prepare(&self, sql: &str) -> FoamResult<PreparedStatement> {
-        let mut statements = ddl::split_statements(sql)?;
+        let mut statements = statement::split(sql)?;
         let prepared = match statements.len() {
-            0 => Ok(PreparedStatement { raw: RawStatement { sql: String::new(), distribution: None }, kind: Kind::Empty }),
-            1 => self.prepare_raw(statements.remove(0)).await,
+            0 => Ok(PreparedStatement { text: String::new(), distribution: None, kind: Kind::Empty }),
+            1 => self.prepare_tokens(statements.remove(0)).await,
             _ => Err(FoamError::Syntax { message: "cannot insert multiple commands into a prepared statement".into() }),
         };
         if prepared.is_err() {
@@ -293,39 +322,34 @@ impl FoamSession {
         self.block.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    async fn prepare_raw(&self, raw: RawStatement) -> FoamResult<PreparedStatement> {
+    async fn prepare_tokens(&self, tokens: StatementTokens) -> FoamResult<PreparedStatement> {
         self.node.catalog.refresh().await?;
-        if let Some(command) = ddl::cluster_command(&raw.sql)? {
-            return Ok(PreparedStatement { raw, kind: Kind::Cluster(command) });
-        }
-        if raw.sql.trim().trim_end_matches(';').trim().eq_ignore_ascii_case("checkpoint") {
-            return Ok(PreparedStatement { raw, kind: Kind::Checkpoint });
-        }
-        let mut parsed = Parser::parse_sql(&PostgreSqlDialect {}, &raw.sql)
-            .map_err(|e| FoamError::Syntax { message: e.to_string().trim_start_matches("sql parser error: ").to_string() })?;
-        let Some(mut statement) = parsed.pop() else {
-            return Ok(PreparedStatement { raw, kind: Kind::Empty });
+        let text = tokens.text.clone();
+        let prepared = |distribution, kind| Ok(PreparedStatement { text: text.clone(), distribution, kind });
+        let recursion_limit = self.ctx.state().config().options().sql_parser.recursion_limit.get();
+        let (mut statement, distribution) = match tokens.parse(recursion_limit)? {
+            FoamStatement::Empty => return prepared(None, Kind::Empty),
+            FoamStatement::Checkpoint => return prepared(None, Kind::Checkpoint),
+            FoamStatement::AlterCluster(command) => return prepared(None, Kind::Cluster(command)),
+            FoamStatement::Sql { statement, distribution } => (statement, distribution),
         };
         // Catalog queries from psql and drivers use PostgreSQL-only forms
         // (`'t'::regclass`, `OPERATOR(pg_catalog.~)`); rewrite those, and only
-        // those, into forms DataFusion plans.
-        let mut raw = raw;
-        if raw.sql.contains("pg_") {
+        // those, into forms DataFusion plans. The compatibility parser reads
+        // the text again: it matches whole queries by their tokens.
+        if text.contains("pg_") {
             let compatible = datafusion_pg_catalog::sql::PostgresCompatibilityParser::new();
-            if let Ok(mut rewritten) = compatible.parse(&raw.sql)
-                && let Some(statement) = rewritten.pop()
+            if let Ok(mut rewritten) = compatible.parse(&text)
+                && let Some(rewritten) = rewritten.pop()
             {
-                raw.sql = statement.to_string();
+                *statement = rewritten;
             }
-        } else if crate::frontend::select_names::name_subquery_columns(&mut statement) {
+        } else {
             // Subquery columns DataFusion would refuse as duplicates, named.
-            raw.sql = statement.to_string();
-        }
-        if raw.distribution.is_some() && !matches!(statement, Statement::CreateTable(_)) {
-            return Err(FoamError::Syntax { message: "DISTRIBUTED applies only to CREATE TABLE".into() });
+            crate::frontend::select_names::name_subquery_columns(&mut statement);
         }
         let own = matches!(
-            statement,
+            *statement,
             Statement::CreateTable(_)
                 | Statement::CreateView(_)
                 | Statement::Drop { .. }
@@ -336,22 +360,27 @@ impl FoamSession {
                 | Statement::Explain { .. }
         ) || self.is_client_setting(&statement);
         if own {
-            return Ok(PreparedStatement { raw, kind: Kind::Own(Box::new(statement)) });
+            return prepared(distribution, Kind::Own(statement));
         }
-        if let Statement::CreateIndex(_) | Statement::AlterTable(_) | Statement::Delete(_) | Statement::Update(_) = statement {
-            let feature = raw.sql.split_whitespace().take(2).collect::<Vec<_>>().join(" ").to_uppercase();
+        if let Statement::CreateIndex(_) | Statement::AlterTable(_) | Statement::Delete(_) | Statement::Update(_) = *statement {
+            let feature = text.split_whitespace().take(2).collect::<Vec<_>>().join(" ").to_uppercase();
             return Err(FoamError::FeatureNotSupported { feature });
         }
-        if let Statement::Set(set) = &statement {
+        if let Statement::Set(set) = &*statement {
             check_exchange_compression(set)?;
         }
         let catalog_version = self.node.catalog.current().version;
-        let plan = self.ctx.state().create_logical_plan(&raw.sql).await.map_err(FoamError::from)?;
+        let plan = self.plan(&statement).await?;
         if let LogicalPlan::Ddl(_) = plan {
-            return Err(FoamError::FeatureNotSupported { feature: format!("\"{}\"", raw.sql) });
+            return Err(FoamError::FeatureNotSupported { feature: format!("\"{text}\"") });
         }
         let is_insert = matches!(plan, LogicalPlan::Dml(_));
-        Ok(PreparedStatement { raw, kind: Kind::Plan { plan, is_insert, catalog_version } })
+        prepared(None, Kind::Plan { statement, plan, is_insert, catalog_version })
+    }
+
+    /// DataFusion's logical plan of a parsed statement.
+    async fn plan(&self, statement: &Statement) -> FoamResult<LogicalPlan> {
+        self.ctx.state().statement_to_plan(datafusion_statement(statement)).await.map_err(FoamError::from)
     }
 
     /// `SET`/`SHOW` of a setting DataFusion does not know: a client setting.
@@ -411,14 +440,14 @@ impl FoamSession {
     async fn run_admitted(&self, prepared: &PreparedStatement, params: Option<ParamValues>, interrupt: &Interrupt) -> FoamResult<StatementOutput> {
         match &prepared.kind {
             Kind::Empty => Ok(StatementOutput::Command { tag: String::new(), rows: None }),
-            Kind::Plan { plan, is_insert, catalog_version } => {
+            Kind::Plan { statement, plan, is_insert, catalog_version } => {
                 let mut retries = 0;
                 loop {
                     let planned_with = self.node.catalog.current();
                     let plan = if planned_with.version == *catalog_version && retries == 0 {
                         plan.clone()
                     } else {
-                        self.ctx.state().create_logical_plan(&prepared.raw.sql).await.map_err(FoamError::from)?
+                        self.plan(statement).await?
                     };
                     let bound = bind(plan, params.clone())?;
                     let result = if *is_insert {
@@ -552,7 +581,7 @@ impl FoamSession {
         let command = |tag: &str| Ok(StatementOutput::Command { tag: tag.into(), rows: None });
         match statement {
             Statement::CreateTable(_) => {
-                let mut create = ddl::create_table_command(statement, prepared.raw.distribution.clone())?;
+                let mut create = ddl::create_table_command(statement, prepared.distribution.clone())?;
                 // The default partition count depends on this node's worker threads.
                 if let CatalogCommand::CreateTable { distribution: foam_catalog::model::DistributionSpec::Hash { partitions: partitions @ None, .. }, .. } = &mut create {
                     let nodes = self.node.catalog.current().placeable_nodes().len() as u32;
@@ -569,7 +598,7 @@ impl FoamSession {
                 let query_sql = view.query.to_string();
                 self.check_view_not_recursive(&name, &view.query)?;
                 // Plan the query now so a broken view is refused at creation.
-                self.ctx.state().create_logical_plan(&query_sql).await.map_err(FoamError::from)?;
+                self.plan(&Statement::Query(view.query.clone())).await?;
                 self.node.catalog.apply(CatalogCommand::CreateView { name, query_sql, or_replace: view.or_replace }).await?;
                 command("CREATE VIEW")
             }
@@ -782,17 +811,16 @@ impl FoamSession {
     /// messages and bytes sent and received, and time spent waiting on peers
     /// (other queries running at the same time are counted too).
     async fn explain_analyze(&self, statement: &Statement) -> FoamResult<StatementOutput> {
-        let sql = statement.to_string();
         self.pass_execution_options()?;
         set_collect_metrics(&self.ctx, true);
         let planned = async {
-            let frame = self.ctx.sql(&sql).await?;
+            let frame = self.ctx.execute_logical_plan(self.plan(statement).await?).await?;
             let task_ctx = frame.task_ctx();
-            Ok::<_, datafusion::error::DataFusionError>((task_ctx, frame.create_physical_plan().await?))
+            Ok::<_, FoamError>((task_ctx, frame.create_physical_plan().await?))
         }
         .await;
         set_collect_metrics(&self.ctx, false);
-        let (task_ctx, plan) = planned.map_err(FoamError::from)?;
+        let (task_ctx, plan) = planned?;
         let before = crate::catalog::system_tables::traffic_snapshots(&self.node, false).await;
         let started = std::time::Instant::now();
         let batches = datafusion::physical_plan::collect(plan.clone(), Arc::new(task_ctx)).await.map_err(FoamError::from)?;
@@ -811,8 +839,7 @@ impl FoamSession {
     /// EXPLAIN shows the distributed plan (stages, tasks, and the nodes that
     /// run them) and every exchange between nodes, named by kind.
     async fn explain(&self, statement: &Statement) -> FoamResult<StatementOutput> {
-        let sql = statement.to_string();
-        let frame = self.ctx.sql(&sql).await.map_err(FoamError::from)?;
+        let frame = self.ctx.execute_logical_plan(self.plan(statement).await?).await.map_err(FoamError::from)?;
         let plan = frame.create_physical_plan().await.map_err(FoamError::from)?;
         let mut text = datafusion_distributed::display_plan_ascii(plan.as_ref(), false);
         let exchanges = crate::frontend::explain::exchanges(&plan);

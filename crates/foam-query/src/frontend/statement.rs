@@ -1,0 +1,223 @@
+//! A query string parsed once: tokenized in one pass, split into statements
+//! at top-level semicolons, and each statement parsed from its own tokens
+//! into a [`FoamStatement`]. Planning starts from the parsed statement
+//! (DataFusion's `statement_to_plan`), never from printed text.
+//!
+//! ```text
+//!   "CREATE TABLE t (k INT) DISTRIBUTED BY (k); SELECT ...; CHECKPOINT"
+//!     ─▶ tokens ─▶ split at `;` ─▶ one StatementTokens per statement
+//!          (the DISTRIBUTED clause cut from CREATE TABLE's tokens, typed)
+//!     ─▶ parse, statement by statement ─▶ FoamStatement::{Sql, AlterCluster, Checkpoint, Empty}
+//! ```
+//! Each statement is parsed when its turn comes, so a syntax error in a
+//! later statement stops the string there, after the earlier ones ran.
+//! Catalog queries from tools (`pg_...`) are the one exception to parsing
+//! once: datafusion-pg-catalog's compatibility parser reads their text
+//! again to rewrite PostgreSQL-only forms (`session.rs`).
+
+use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer, Whitespace};
+use foam_catalog::CatalogCommand;
+use foam_catalog::model::DistributionSpec;
+use foam_common::{FoamError, FoamResult, NodeId};
+
+use crate::frontend::ddl;
+
+/// One statement of a query string: its tokens, not yet parsed.
+#[derive(Debug, Clone)]
+pub struct StatementTokens {
+    /// With their places in the query string, for the parser's messages.
+    tokens: Vec<TokenWithSpan>,
+    /// The statement as the client wrote it, without a distribution clause
+    /// (for messages and for the compatibility parser).
+    pub text: String,
+    /// A CREATE TABLE's `DISTRIBUTED ...` clause.
+    pub distribution: Option<DistributionSpec>,
+}
+
+/// What a statement is to FoamDB.
+#[derive(Debug, Clone)]
+pub enum FoamStatement {
+    /// Nothing but whitespace and comments.
+    Empty,
+    /// A statement in PostgreSQL's grammar; `distribution` is a CREATE
+    /// TABLE's `DISTRIBUTED ...` clause.
+    Sql { statement: Box<Statement>, distribution: Option<DistributionSpec> },
+    /// `ALTER CLUSTER DRAIN NODE n` / `ALTER CLUSTER REMOVE NODE n`.
+    AlterCluster(CatalogCommand),
+    /// `CHECKPOINT`: every up node writes its memtables to segments.
+    Checkpoint,
+}
+
+/// Splits `sql` into statements at top-level semicolons, tokenizing it
+/// once, and takes the distribution clause out of CREATE TABLE statements.
+pub fn split(sql: &str) -> FoamResult<Vec<StatementTokens>> {
+    let tokens =
+        Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize_with_location().map_err(|e| FoamError::Syntax { message: e.to_string() })?;
+    let mut statements = Vec::new();
+    let mut current: Vec<TokenWithSpan> = Vec::new();
+    for token in tokens {
+        if token.token == Token::SemiColon {
+            push_statement(&mut statements, std::mem::take(&mut current))?;
+        } else {
+            current.push(token);
+        }
+    }
+    push_statement(&mut statements, current)?;
+    Ok(statements)
+}
+
+fn is_blank(token: &Token) -> bool {
+    matches!(token, Token::Whitespace(_))
+}
+
+/// Whether `token` is the unquoted word `word`, in any case.
+pub(crate) fn keyword_is(token: &Token, word: &str) -> bool {
+    matches!(token, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(word))
+}
+
+fn push_statement(statements: &mut Vec<StatementTokens>, mut tokens: Vec<TokenWithSpan>) -> FoamResult<()> {
+    if tokens.iter().all(|t| is_blank(&t.token) || matches!(t.token, Token::Whitespace(Whitespace::SingleLineComment { .. }))) {
+        return Ok(());
+    }
+    let plain: Vec<Token> = tokens.iter().map(|t| t.token.clone()).collect();
+    let significant: Vec<&Token> = plain.iter().filter(|t| !is_blank(t)).collect();
+    let is_create_table =
+        significant.first().is_some_and(|t| keyword_is(t, "create")) && significant.iter().take(6).any(|t| keyword_is(t, "table"));
+    let mut distribution = None;
+    if is_create_table && let Some((start, clause)) = ddl::distribution_clause(&plain)? {
+        tokens.truncate(start);
+        distribution = Some(clause);
+    }
+    let text: String = tokens.iter().map(|t| t.token.to_string()).collect();
+    statements.push(StatementTokens { tokens, text: text.trim().to_string(), distribution });
+    Ok(())
+}
+
+impl StatementTokens {
+    /// Parses the statement from its tokens; `recursion_limit` bounds the
+    /// parser's nesting, as DataFusion's `sql_parser.recursion_limit` does.
+    pub fn parse(self, recursion_limit: usize) -> FoamResult<FoamStatement> {
+        let words: Vec<&Token> = self.tokens.iter().map(|t| &t.token).filter(|t| !is_blank(t)).collect();
+        if words.len() == 1 && keyword_is(words[0], "checkpoint") {
+            return Ok(FoamStatement::Checkpoint);
+        }
+        if words.len() >= 2 && keyword_is(words[0], "alter") && keyword_is(words[1], "cluster") {
+            return cluster_command(&words).map(FoamStatement::AlterCluster);
+        }
+        let mut parsed = Parser::new(&PostgreSqlDialect {})
+            .with_recursion_limit(recursion_limit)
+            .with_tokens_with_locations(self.tokens)
+            .parse_statements()
+            .map_err(|e| FoamError::Syntax { message: e.to_string().trim_start_matches("sql parser error: ").to_string() })?;
+        let statement = match (parsed.pop(), parsed.is_empty()) {
+            (None, _) => return Ok(FoamStatement::Empty),
+            (Some(statement), true) => statement,
+            (Some(_), false) => return Err(FoamError::Syntax { message: "one statement expected between semicolons".into() }),
+        };
+        if self.distribution.is_some() && !matches!(statement, Statement::CreateTable(_)) {
+            return Err(FoamError::Syntax { message: "DISTRIBUTED applies only to CREATE TABLE".into() });
+        }
+        Ok(FoamStatement::Sql { statement: Box::new(statement), distribution: self.distribution })
+    }
+}
+
+/// `ALTER CLUSTER DRAIN NODE n` / `ALTER CLUSTER REMOVE NODE n`, from its
+/// significant tokens, as a catalog command.
+fn cluster_command(words: &[&Token]) -> FoamResult<CatalogCommand> {
+    let syntax = || FoamError::Syntax { message: "expected ALTER CLUSTER DRAIN NODE n or ALTER CLUSTER REMOVE NODE n".into() };
+    if words.len() != 5 || !keyword_is(words[3], "node") {
+        return Err(syntax());
+    }
+    let id: NodeId = match words[4] {
+        Token::Number(n, _) => n.parse().map_err(|_| syntax())?,
+        _ => return Err(syntax()),
+    };
+    if keyword_is(words[2], "drain") {
+        Ok(CatalogCommand::DrainNode { id })
+    } else if keyword_is(words[2], "remove") {
+        Ok(CatalogCommand::RemoveNode { id })
+    } else {
+        Err(syntax())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMIT: usize = 50;
+
+    fn parse_all(sql: &str) -> FoamResult<Vec<FoamStatement>> {
+        split(sql)?.into_iter().map(|s| s.parse(LIMIT)).collect()
+    }
+
+    #[test]
+    fn distribution_clause_is_cut_and_parsed() {
+        let statements = split(
+            "CREATE TABLE t (a INT, \"B\" TEXT) DISTRIBUTED BY (a, \"B\") PARTITIONS 6; select 1; \
+             create table r (x int) distributed replicated",
+        )
+        .unwrap();
+        assert_eq!(statements.len(), 3);
+        assert_eq!(statements[0].text, "CREATE TABLE t (a INT, \"B\" TEXT)");
+        assert_eq!(
+            statements[0].distribution,
+            Some(DistributionSpec::Hash { key_columns: vec!["a".into(), "B".into()], partitions: Some(6), replicas: None })
+        );
+        assert_eq!(statements[1].distribution, None);
+        assert_eq!(statements[2].distribution, Some(DistributionSpec::Replicated));
+        let parsed: Vec<FoamStatement> = statements.into_iter().map(|s| s.parse(LIMIT).unwrap()).collect();
+        assert!(matches!(&parsed[0], FoamStatement::Sql { statement, distribution: Some(_) } if matches!(**statement, Statement::CreateTable(_))));
+        assert!(matches!(&parsed[1], FoamStatement::Sql { statement, distribution: None } if matches!(**statement, Statement::Query(_))));
+    }
+
+    #[test]
+    fn bad_distribution_clause_is_a_syntax_error() {
+        for sql in [
+            "CREATE TABLE t (a INT) DISTRIBUTED (a)",
+            "CREATE TABLE t (a INT) DISTRIBUTED BY a",
+            "CREATE TABLE t (a INT) DISTRIBUTED BY (a) PARTITIONS x",
+            "CREATE TABLE t (a INT) DISTRIBUTED REPLICATED PARTITIONS 4",
+            "CREATE TABLE t (a INT) DISTRIBUTED BY (a) extra",
+        ] {
+            let error = split(sql).unwrap_err();
+            assert_eq!(error.sqlstate(), "42601", "{sql}");
+        }
+    }
+
+    #[test]
+    fn foam_statements_are_typed() {
+        let parsed = parse_all("checkpoint; ALTER CLUSTER drain NODE 3; alter cluster REMOVE node 2; -- nothing\n").unwrap();
+        assert!(matches!(parsed[0], FoamStatement::Checkpoint));
+        assert!(matches!(parsed[1], FoamStatement::AlterCluster(CatalogCommand::DrainNode { id: 3 })));
+        assert!(matches!(parsed[2], FoamStatement::AlterCluster(CatalogCommand::RemoveNode { id: 2 })));
+        assert_eq!(parsed.len(), 3, "a trailing comment is no statement");
+        for sql in ["ALTER CLUSTER DRAIN 3", "ALTER CLUSTER STOP NODE 3", "ALTER CLUSTER DRAIN NODE x", "CHECKPOINT now"] {
+            let error = parse_all(sql).unwrap_err();
+            assert_eq!(error.sqlstate(), "42601", "{sql}");
+        }
+    }
+
+    #[test]
+    fn a_statement_is_parsed_from_its_own_tokens() {
+        let [FoamStatement::Sql { statement, .. }] = &parse_all("SELECT 'a;b' AS \"x;y\" -- c;d")
+            .unwrap()[..]
+        else {
+            panic!("one statement")
+        };
+        assert_eq!(statement.to_string(), "SELECT 'a;b' AS \"x;y\"");
+        let error = parse_all("SELECT 1;\nSELECT 1 (2)").unwrap_err();
+        assert_eq!(error.sqlstate(), "42601");
+        assert!(error.to_string().contains("Line: 2"), "the place is the query string's: {error}");
+        assert_eq!(parse_all("INSERT INTO t VALUES (1) DISTRIBUTED BY (a)").unwrap_err().sqlstate(), "42601");
+    }
+
+    #[test]
+    fn nesting_past_the_recursion_limit_is_refused() {
+        let deep = format!("SELECT {}1{}", "(".repeat(LIMIT + 5), ")".repeat(LIMIT + 5));
+        assert_eq!(parse_all(&deep).unwrap_err().sqlstate(), "42601");
+    }
+}
