@@ -158,3 +158,105 @@ fn count_before_join(aggregate: &Aggregate) -> Result<Option<LogicalPlan>> {
     }
     Ok(Some(LogicalPlanBuilder::from(summed).project(output)?.build()?))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::execution::SessionStateBuilder;
+    use datafusion::prelude::{SessionConfig, SessionContext};
+
+    use crate::optimizer::logical::rule_tests::{self, below, plan, table};
+
+    /// DataFusion's rules, then `EagerCount` when `with_rule`, over
+    /// `l (k, g)` and `r (k, x)` (NULL, duplicate and unmatched keys, NULL
+    /// `g` and `x`, pairs `(k, g)` that equal pairs `(k, x)`) and the empty
+    /// `e (k, x)`.
+    fn context(config: SessionConfig, with_rule: bool) -> SessionContext {
+        let mut builder = SessionStateBuilder::new().with_default_features().with_config(config);
+        if with_rule {
+            builder = builder.with_optimizer_rule(Arc::new(EagerCount));
+        }
+        let ctx = SessionContext::new_with_state(builder.build());
+        let l = table(["k", "g"], &[[Some(1), Some(10)], [Some(1), Some(10)], [Some(2), Some(20)], [Some(3), Some(10)], [None, Some(20)], [Some(5), None], [None, None], [Some(2), Some(30)]]);
+        let r = table(["k", "x"], &[[Some(1), Some(10)], [Some(1), None], [Some(1), Some(101)], [Some(2), None], [None, Some(7)], [Some(4), Some(8)], [Some(2), Some(20)], [Some(3), None], [Some(2), Some(20)]]);
+        ctx.register_table("l", l).expect("register");
+        ctx.register_table("r", r).expect("register");
+        ctx.register_table("e", table(["k", "x"], &[])).expect("register");
+        ctx
+    }
+
+    /// Asserts each query answers the same with the rule as without it, and
+    /// that the rule rewrote the plan exactly where marked `true`.
+    async fn assert_same_answers(queries: &[(&str, bool)]) {
+        rule_tests::assert_same_answers(&context(SessionConfig::new(), true), &context(SessionConfig::new(), false), queries).await;
+    }
+
+    #[tokio::test]
+    async fn counts_per_join_key_before_a_left_or_inner_join() {
+        let ctx = context(SessionConfig::new(), true);
+        for join in ["Left", "Inner"] {
+            let sql = format!("SELECT l.g, count(r.x) FROM l {} JOIN r ON l.k = r.k GROUP BY l.g", join.to_uppercase());
+            let shown = plan(&ctx, &sql).await;
+            let join_line = format!("{join} Join: l.k = r.k");
+            assert!(below(&shown, &join_line, "Aggregate: groupBy=[[r.k]], aggr=[[count(r.x) AS __foam_pre_count_0]]"), "r is counted per key below the join:\n{shown}");
+            assert!(below(&shown, "Aggregate: groupBy=[[l.g]], aggr=[[sum(__foam_pre_count_0) AS __foam_pre_count_0]]", &join_line), "the counts are summed per group above it:\n{shown}");
+            assert!(shown.starts_with("Projection: l.g AS g, CASE WHEN __foam_pre_count_0 IS NOT NULL THEN __foam_pre_count_0 ELSE Int64(0) END AS count(r.x)"), "{shown}");
+        }
+    }
+
+    #[tokio::test]
+    async fn leaves_other_joins_counts_and_conditions_and_a_switched_off_session_alone() {
+        let with = context(SessionConfig::new(), true);
+        let without = context(SessionConfig::new(), false);
+        for sql in [
+            "SELECT l.g, count(r.x) FROM l RIGHT JOIN r ON l.k = r.k GROUP BY l.g",
+            "SELECT l.g, count(r.x) FROM l FULL JOIN r ON l.k = r.k GROUP BY l.g",
+            "SELECT l.g, count(*) FROM l LEFT JOIN r ON l.k = r.k GROUP BY l.g",
+            "SELECT l.g, count(DISTINCT r.x) FROM l LEFT JOIN r ON l.k = r.k GROUP BY l.g",
+            "SELECT l.g, count(r.x) FILTER (WHERE r.x > 8) FROM l LEFT JOIN r ON l.k = r.k GROUP BY l.g",
+            "SELECT l.g, count(r.x), sum(r.x) FROM l LEFT JOIN r ON l.k = r.k GROUP BY l.g",
+            "SELECT l.g, count(l.k) FROM l LEFT JOIN r ON l.k = r.k GROUP BY l.g",
+            "SELECT r.x, count(r.k) FROM l LEFT JOIN r ON l.k = r.k GROUP BY r.x",
+            "SELECT l.g, count(r.x) FROM l LEFT JOIN r ON l.k = r.k AND r.x > l.g GROUP BY l.g",
+        ] {
+            let shown = plan(&with, sql).await;
+            assert!(!shown.contains(PRE_COUNT_PREFIX), "{sql}:\n{shown}");
+            assert_eq!(shown, plan(&without, sql).await, "{sql}");
+        }
+        let off = context(SessionConfig::new().with_option_extension(FoamOptions::default()), true);
+        off.sql("SET foam.eager_counts = false").await.expect("set").collect().await.expect("set");
+        let sql = "SELECT l.g, count(r.x) FROM l LEFT JOIN r ON l.k = r.k GROUP BY l.g";
+        assert_eq!(plan(&off, sql).await, plan(&without, sql).await, "SET foam.eager_counts = false turns the rule off");
+    }
+
+    #[tokio::test]
+    async fn answers_the_same_with_counts_before_left_and_inner_joins() {
+        assert_same_answers(&[
+            ("SELECT l.g, count(r.x) FROM l LEFT JOIN r ON l.k = r.k GROUP BY l.g", true),
+            ("SELECT l.g, count(r.x) FROM l JOIN r ON l.k = r.k GROUP BY l.g", true),
+            ("SELECT l.k, count(r.x) FROM l LEFT JOIN r ON l.k = r.k GROUP BY l.k", true),
+            ("SELECT l.k, l.g, count(r.x), count(r.k) FROM l LEFT JOIN r ON l.k = r.k GROUP BY l.k, l.g", true),
+            ("SELECT l.k, count(r.k), count(r.x) FROM l JOIN r ON l.k = r.k GROUP BY l.k", true),
+            ("SELECT count(r.x) FROM l LEFT JOIN r ON l.k = r.k", true),
+            ("SELECT count(r.x) FROM l JOIN r ON l.k = r.k", true),
+            ("SELECT count(r.x) FROM e JOIN r ON e.k = r.k", true),
+            ("SELECT count(r.x) FROM e LEFT JOIN r ON e.k = r.k", true),
+            ("SELECT e.k, count(r.x) FROM e LEFT JOIN r ON e.k = r.k GROUP BY e.k", true),
+            ("SELECT l.g, count(e.x) FROM l LEFT JOIN e ON l.k = e.k GROUP BY l.g", true),
+            ("SELECT l.g, count(e.x) FROM l JOIN e ON l.k = e.k GROUP BY l.g", true),
+            ("SELECT l.g, count(r.x) FROM l LEFT JOIN r ON l.k = r.k AND l.g = r.x GROUP BY l.g", true),
+            ("SELECT l.g, count(r.x) FROM l LEFT JOIN r ON l.k = r.k AND l.g = r.k GROUP BY l.g", true),
+            ("SELECT l.g, count(r.x) FROM l LEFT JOIN r ON l.k + 1 = r.k GROUP BY l.g", true),
+            ("SELECT l.g, count(r.x) FROM l LEFT JOIN r USING (k) GROUP BY l.g", true),
+            ("SELECT a.g, count(b.g) FROM l AS a LEFT JOIN l AS b ON a.k = b.k GROUP BY a.g", true),
+            ("SELECT l.g, count(r.x) AS n FROM l LEFT JOIN r ON l.k = r.k GROUP BY l.g HAVING count(r.x) < 3", true),
+            ("SELECT l.g, count(r.x) FROM l LEFT JOIN r ON l.k = r.k WHERE l.g > 10 GROUP BY l.g", true),
+            ("SELECT l.g, count(r.x) FROM l LEFT JOIN r ON l.k = r.k WHERE r.x > 8 GROUP BY l.g", true),
+            ("SELECT l.g, count(u.x) FROM l LEFT JOIN (SELECT k, x FROM r UNION ALL SELECT k, x FROM r) AS u ON l.k = u.k GROUP BY l.g", true),
+            ("SELECT n, count(*) FROM (SELECT l.k, count(r.x) AS n FROM l LEFT JOIN r ON l.k = r.k GROUP BY l.k) AS c GROUP BY n", true),
+            ("SELECT l.g, count(r.x) FROM l RIGHT JOIN r ON l.k = r.k GROUP BY l.g", false),
+            ("SELECT l.g, count(*) FROM l LEFT JOIN r ON l.k = r.k GROUP BY l.g", false),
+        ])
+        .await;
+    }
+}

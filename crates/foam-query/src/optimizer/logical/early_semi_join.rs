@@ -103,3 +103,117 @@ fn decided_by(semi: &Join, input: &LogicalPlan) -> bool {
     let outer: Vec<_> = columns.into_iter().filter(|c| !subquery.has_column(c)).collect();
     !outer.is_empty() && outer.iter().all(|c| input.schema().has_column(c))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::execution::SessionStateBuilder;
+    use datafusion::prelude::{SessionConfig, SessionContext};
+
+    use crate::optimizer::logical::rule_tests::{self, below, plan, table};
+
+    /// DataFusion's rules, then `EarlySemiJoin` when `with_rule`, over
+    /// `x (k, b)` joined to `b (b, v)` and `b` to `c (v, w)`, with NULL,
+    /// duplicate and unmatched keys; the subqueries read `s (k, j)`
+    /// (duplicate keys, a NULL `j`), `n (k, j)` (a NULL `k`) and the empty
+    /// `e (k, j)`.
+    fn context(config: SessionConfig, with_rule: bool) -> SessionContext {
+        let mut builder = SessionStateBuilder::new().with_default_features().with_config(config);
+        if with_rule {
+            builder = builder.with_optimizer_rule(Arc::new(EarlySemiJoin));
+        }
+        let ctx = SessionContext::new_with_state(builder.build());
+        let tables = [
+            ("x", table(["k", "b"], &[[Some(1), Some(1)], [Some(2), Some(1)], [Some(2), Some(2)], [Some(3), None], [None, Some(2)], [Some(4), Some(9)], [Some(5), Some(3)], [Some(7), Some(2)]])),
+            ("b", table(["b", "v"], &[[Some(1), Some(10)], [Some(2), Some(20)], [Some(2), Some(21)], [None, Some(30)], [Some(3), None]])),
+            ("c", table(["v", "w"], &[[Some(10), Some(1)], [Some(20), Some(2)], [Some(21), None], [None, Some(4)], [Some(20), Some(5)]])),
+            ("s", table(["k", "j"], &[[Some(1), Some(10)], [Some(2), Some(20)], [Some(2), Some(21)], [Some(7), Some(1)], [Some(4), None], [Some(8), Some(3)]])),
+            ("n", table(["k", "j"], &[[Some(1), Some(10)], [None, Some(20)]])),
+            ("e", table(["k", "j"], &[])),
+        ];
+        for (name, table) in tables {
+            ctx.register_table(name, table).expect("register");
+        }
+        ctx
+    }
+
+    /// Asserts each query answers the same with the rule as without it, and
+    /// that the rule rewrote the plan exactly where marked `true`.
+    async fn assert_same_answers(queries: &[(&str, bool)]) {
+        rule_tests::assert_same_answers(&context(SessionConfig::new(), true), &context(SessionConfig::new(), false), queries).await;
+    }
+
+    #[tokio::test]
+    async fn moves_semi_and_anti_joins_below_an_inner_join_to_the_input_their_keys_come_from() {
+        let ctx = context(SessionConfig::new(), true);
+        // (query, the semi or anti join, the table it moves onto, the other table)
+        let cases = [
+            ("SELECT x.k, b.v FROM x JOIN b ON x.b = b.b WHERE x.k IN (SELECT k FROM s)", "LeftSemi Join: x.k = __correlated_sq_1.k", "TableScan: x", "TableScan: b"),
+            ("SELECT x.k, b.v FROM x JOIN b ON x.b = b.b WHERE x.k NOT IN (SELECT k FROM s)", "LeftAnti Join: x.k = __correlated_sq_1.k null_aware", "TableScan: x", "TableScan: b"),
+            ("SELECT x.k, b.v FROM x JOIN b ON x.b = b.b WHERE NOT EXISTS (SELECT 1 FROM s WHERE s.k = x.k AND s.j > x.b)", "LeftAnti Join: x.k = __correlated_sq_1.k Filter: __correlated_sq_1.j > x.b", "TableScan: x", "TableScan: b"),
+            ("SELECT x.k, b.v FROM x JOIN b ON x.b = b.b WHERE b.v IN (SELECT j FROM s)", "LeftSemi Join: b.v = __correlated_sq_1.j", "TableScan: b", "TableScan: x"),
+        ];
+        for (sql, semi, onto, other) in cases {
+            let shown = plan(&ctx, sql).await;
+            assert!(below(&shown, "Inner Join: x.b = b.b", semi), "{sql}: the join moved below the inner join:\n{shown}");
+            assert!(below(&shown, semi, onto) && !below(&shown, semi, other), "{sql}: onto {onto} alone:\n{shown}");
+        }
+        // Through a projection and a second inner join, down to x.
+        let sql = "SELECT x.k, b.v, c.w FROM x JOIN b ON x.b = b.b JOIN c ON b.v = c.v WHERE x.k IN (SELECT k FROM s)";
+        let shown = plan(&ctx, sql).await;
+        assert!(below(&shown, "Inner Join: b.v = c.v", "Inner Join: x.b = b.b") && below(&shown, "Inner Join: x.b = b.b", "LeftSemi Join"), "{shown}");
+        assert!(below(&shown, "LeftSemi Join", "TableScan: x") && !below(&shown, "LeftSemi Join", "TableScan: b"), "{shown}");
+    }
+
+    #[tokio::test]
+    async fn leaves_a_join_with_a_filtered_table_an_outer_join_and_a_condition_on_both_sides_alone() {
+        let with = context(SessionConfig::new(), true);
+        let without = context(SessionConfig::new(), false);
+        for sql in [
+            "SELECT x.k, b.v FROM x JOIN b ON x.b = b.b WHERE b.v > 10 AND x.k IN (SELECT k FROM s)",
+            "SELECT x.k, b.v FROM x LEFT JOIN b ON x.b = b.b WHERE x.k IN (SELECT k FROM s)",
+            "SELECT x.k, b.v FROM x JOIN b ON x.b = b.b WHERE EXISTS (SELECT 1 FROM s WHERE s.k = x.k AND s.j = b.v)",
+            "SELECT x.k, b.v FROM x JOIN b ON x.b = b.b WHERE x.k IN (SELECT k FROM s) OR b.v > 20",
+        ] {
+            let shown = plan(&with, sql).await;
+            assert_eq!(shown, plan(&without, sql).await, "{sql}");
+            assert!(!below(&shown, "Join: x.b = b.b", "Join: "), "{sql}:\n{shown}");
+        }
+        let off = context(SessionConfig::new().with_option_extension(FoamOptions::default()), true);
+        off.sql("SET foam.early_semi_joins = false").await.expect("set").collect().await.expect("set");
+        let sql = "SELECT x.k, b.v FROM x JOIN b ON x.b = b.b WHERE x.k IN (SELECT k FROM s)";
+        assert_eq!(plan(&off, sql).await, plan(&without, sql).await, "SET foam.early_semi_joins = false turns the rule off");
+    }
+
+    #[tokio::test]
+    async fn answers_the_same_with_semi_and_anti_joins_below_inner_joins() {
+        assert_same_answers(&[
+            ("SELECT x.k, b.v FROM x JOIN b ON x.b = b.b WHERE x.k IN (SELECT k FROM s)", true),
+            ("SELECT x.k, b.v FROM x JOIN b ON x.b = b.b WHERE x.k IN (SELECT k FROM n)", true),
+            ("SELECT x.k, b.v FROM x JOIN b ON x.b = b.b WHERE x.k IN (SELECT k FROM e)", true),
+            ("SELECT x.k, b.v FROM x JOIN b ON x.b = b.b WHERE x.k NOT IN (SELECT k FROM s)", true),
+            ("SELECT x.k, b.v FROM x JOIN b ON x.b = b.b WHERE x.k NOT IN (SELECT k FROM n)", true),
+            ("SELECT x.k, b.v FROM x JOIN b ON x.b = b.b WHERE x.k NOT IN (SELECT k FROM e)", true),
+            ("SELECT x.k, b.v FROM x JOIN b ON x.b = b.b WHERE EXISTS (SELECT 1 FROM s WHERE s.k = x.k)", true),
+            ("SELECT x.k, b.v FROM x JOIN b ON x.b = b.b WHERE NOT EXISTS (SELECT 1 FROM n WHERE n.k = x.k)", true),
+            ("SELECT x.k, b.v FROM x JOIN b ON x.b = b.b WHERE NOT EXISTS (SELECT 1 FROM s WHERE s.k = x.k AND s.j > x.b)", true),
+            ("SELECT x.k, b.v FROM x JOIN b ON x.b = b.b WHERE EXISTS (SELECT 1 FROM s WHERE s.k = x.k AND s.j >= x.b * 10)", true),
+            ("SELECT x.k, b.v FROM x JOIN b ON x.b = b.b WHERE b.v IN (SELECT j FROM s)", true),
+            ("SELECT x.k, b.v FROM x JOIN b ON x.b = b.b WHERE b.v NOT IN (SELECT j FROM s)", true),
+            ("SELECT x.k, b.v FROM x JOIN b ON x.b = b.b WHERE b.v NOT IN (SELECT j FROM n)", true),
+            ("SELECT x.k, b.v FROM x JOIN b ON x.b = b.b WHERE x.k IN (SELECT k FROM s) AND b.v IN (SELECT j FROM s)", true),
+            ("SELECT x.k, b.v, c.w FROM x JOIN b ON x.b = b.b JOIN c ON b.v = c.v WHERE x.k IN (SELECT k FROM s)", true),
+            ("SELECT x.k, b.v, c.w FROM x JOIN b ON x.b = b.b JOIN c ON b.v = c.v WHERE NOT EXISTS (SELECT 1 FROM s WHERE s.k = x.k AND s.j > 20)", true),
+            ("SELECT x.k, b.v, c.w FROM x JOIN b ON x.b = b.b JOIN c ON b.v = c.v WHERE c.w IN (SELECT k FROM s)", false),
+            ("SELECT x.k, b.v FROM x JOIN b ON x.b = b.b AND x.k < b.v WHERE x.k IN (SELECT k FROM s)", true),
+            ("SELECT x.k, b.v FROM x CROSS JOIN b WHERE x.k NOT IN (SELECT k FROM s)", true),
+            ("SELECT x.k, b.v FROM x JOIN b USING (b) WHERE x.k IN (SELECT k FROM s)", true),
+            ("SELECT x.k, b.v FROM x JOIN b ON x.b = b.b WHERE x.k > 1 AND x.k IN (SELECT k FROM s)", true),
+            ("SELECT p.k, q.b FROM x AS p JOIN x AS q ON p.b = q.k WHERE p.k NOT IN (SELECT k FROM s)", true),
+            ("SELECT b.v, count(*) FROM x JOIN b ON x.b = b.b WHERE x.k IN (SELECT k FROM s) GROUP BY b.v", true),
+            ("SELECT x.k, b.v FROM x JOIN b ON x.b = b.b WHERE b.v > 10 AND x.k IN (SELECT k FROM s)", false),
+            ("SELECT x.k, b.v FROM x LEFT JOIN b ON x.b = b.b WHERE x.k NOT IN (SELECT k FROM s)", false),
+        ])
+        .await;
+    }
+}

@@ -258,3 +258,126 @@ fn semi_join_at_source(plan: &Arc<LogicalPlan>, column: &Column, key_set: &Logic
             .build(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::execution::SessionStateBuilder;
+    use datafusion::prelude::{SessionConfig, SessionContext};
+
+    use crate::optimizer::logical::rule_tests::{self, below, plan, table};
+
+    /// DataFusion's rules, then `GroupKeyFilter` when `with_rule`, over
+    /// `p (pk, brand)` (the table filtered by brand; NULL and duplicate
+    /// keys), `r (rk, q)` (the aggregated table: NULL, duplicate and
+    /// unmatched keys, a NULL `q`), `o (ok, pk)` (another path to `p`'s keys)
+    /// and the empty `e (rk, q)`.
+    fn context(config: SessionConfig, with_rule: bool) -> SessionContext {
+        let mut builder = SessionStateBuilder::new().with_default_features().with_config(config);
+        if with_rule {
+            builder = builder.with_optimizer_rule(Arc::new(GroupKeyFilter));
+        }
+        let ctx = SessionContext::new_with_state(builder.build());
+        let tables = [
+            ("p", table(["pk", "brand"], &[[Some(1), Some(1)], [Some(2), Some(1)], [Some(3), Some(2)], [None, Some(1)], [Some(5), Some(1)], [Some(6), None], [Some(2), Some(1)], [Some(7), Some(1)]])),
+            ("r", table(["rk", "q"], &[[Some(1), Some(10)], [Some(1), Some(11)], [Some(2), None], [Some(3), Some(30)], [None, Some(40)], [Some(4), Some(50)], [Some(6), Some(60)], [Some(2), Some(20)], [Some(1), Some(1)]])),
+            ("o", table(["ok", "pk"], &[[Some(100), Some(1)], [Some(101), Some(2)], [Some(102), Some(3)], [Some(103), None], [Some(104), Some(1)], [Some(105), Some(6)]])),
+            ("e", table(["rk", "q"], &[])),
+        ];
+        for (name, table) in tables {
+            ctx.register_table(name, table).expect("register");
+        }
+        ctx
+    }
+
+    /// Asserts each query answers the same with the rule as without it, and
+    /// that the rule rewrote the plan exactly where marked `true`.
+    async fn assert_same_answers(queries: &[(&str, bool)]) {
+        rule_tests::assert_same_answers(&context(SessionConfig::new(), true), &context(SessionConfig::new(), false), queries).await;
+    }
+
+    #[tokio::test]
+    async fn semi_joins_an_aggregate_joined_on_its_group_key_with_the_keys_of_the_filtered_table() {
+        let ctx = context(SessionConfig::new(), true);
+        let restricted = "LeftSemi Join: r.rk = __foam_group_keys.pk";
+        for sql in [
+            // A join with the aggregate, and TPC-H Q17's correlated average, decorrelated into one.
+            "SELECT p.pk, a.t FROM p JOIN (SELECT rk, sum(q) AS t FROM r GROUP BY rk) AS a ON p.pk = a.rk WHERE p.brand = 1",
+            "SELECT p.pk, r.q FROM p JOIN r ON p.pk = r.rk WHERE p.brand = 1 AND r.q > (SELECT avg(r2.q) FROM r AS r2 WHERE r2.rk = p.pk)",
+            // The key reaches the join through another inner join; the aggregate is the semi join's left side.
+            "SELECT o.ok, a.t FROM o JOIN p ON o.pk = p.pk JOIN (SELECT rk, sum(q) AS t FROM r GROUP BY rk) AS a ON o.pk = a.rk WHERE p.brand = 1",
+            "SELECT a.rk, a.t FROM (SELECT rk, sum(q) AS t FROM r GROUP BY rk) AS a WHERE a.rk IN (SELECT pk FROM p WHERE brand = 1)",
+        ] {
+            let shown = plan(&ctx, sql).await;
+            assert!(below(&shown, "Aggregate: groupBy=[[r", restricted), "{sql}: the aggregate's input is semi-joined with the keys:\n{shown}");
+            assert!(below(&shown, "SubqueryAlias: __foam_group_keys", "Filter: p.brand = Int64(1)"), "{sql}: the keys are the filtered table's:\n{shown}");
+            assert_eq!(shown.matches(restricted).count(), 1, "{sql}: restricted once:\n{shown}");
+        }
+        // Over an inner join, the semi join goes to the input the group key comes from.
+        let sql = "SELECT p.pk, a.t FROM p JOIN (SELECT r.rk, sum(o.ok) AS t FROM r JOIN o ON r.rk = o.pk GROUP BY r.rk) AS a ON p.pk = a.rk WHERE p.brand = 1";
+        let shown = plan(&ctx, sql).await;
+        assert!(below(&shown, "Inner Join: r.rk = o.pk", restricted) && below(&shown, restricted, "TableScan: r") && !below(&shown, restricted, "TableScan: o"), "{shown}");
+    }
+
+    #[tokio::test]
+    async fn leaves_preserved_aggregates_null_aware_and_null_equal_joins_and_unfiltered_keys_alone() {
+        let with = context(SessionConfig::new(), true);
+        let without = context(SessionConfig::new(), false);
+        for sql in [
+            // Joins that return the aggregate's unmatched groups.
+            "SELECT a.rk, a.t, p.pk FROM (SELECT rk, sum(q) AS t FROM r GROUP BY rk) AS a LEFT JOIN p ON a.rk = p.pk AND p.brand = 1",
+            "SELECT p.pk, a.t FROM p RIGHT JOIN (SELECT rk, sum(q) AS t FROM r GROUP BY rk) AS a ON p.pk = a.rk AND p.brand = 1",
+            "SELECT a.rk, a.t, p.pk FROM (SELECT rk, sum(q) AS t FROM r GROUP BY rk) AS a FULL JOIN (SELECT * FROM p WHERE brand = 1) AS p ON a.rk = p.pk",
+            "SELECT a.rk, a.t FROM (SELECT rk, sum(q) AS t FROM r GROUP BY rk) AS a WHERE a.rk NOT IN (SELECT pk FROM p WHERE brand = 1)",
+            // NOT IN's null-aware anti join, NULL-equal keys, a rolled-up key.
+            "SELECT p.pk FROM p WHERE p.brand = 1 AND p.pk NOT IN (SELECT rk FROM r GROUP BY rk)",
+            "SELECT p.pk, a.t FROM p JOIN (SELECT rk, sum(q) AS t FROM r GROUP BY rk) AS a ON p.pk IS NOT DISTINCT FROM a.rk WHERE p.brand = 1",
+            "SELECT p.pk, a.t FROM p JOIN (SELECT rk, sum(q) AS t FROM r GROUP BY ROLLUP (rk)) AS a ON p.pk = a.rk WHERE p.brand = 1",
+            // Keys of an unfiltered table, or of a volatile filter.
+            "SELECT p.pk, a.t FROM p JOIN (SELECT rk, sum(q) AS t FROM r GROUP BY rk) AS a ON p.pk = a.rk",
+            "SELECT p.pk, a.t FROM p JOIN (SELECT rk, sum(q) AS t FROM r GROUP BY rk) AS a ON p.pk = a.rk WHERE random() >= 0",
+        ] {
+            let shown = plan(&with, sql).await;
+            assert!(!shown.contains(KEYS_ALIAS), "{sql}:\n{shown}");
+            assert_eq!(shown, plan(&without, sql).await, "{sql}");
+        }
+        let off = context(SessionConfig::new().with_option_extension(FoamOptions::default()), true);
+        off.sql("SET foam.group_key_filters = false").await.expect("set").collect().await.expect("set");
+        let sql = "SELECT p.pk, a.t FROM p JOIN (SELECT rk, sum(q) AS t FROM r GROUP BY rk) AS a ON p.pk = a.rk WHERE p.brand = 1";
+        assert_eq!(plan(&off, sql).await, plan(&without, sql).await, "SET foam.group_key_filters = false turns the rule off");
+    }
+
+    #[tokio::test]
+    async fn answers_the_same_with_aggregates_restricted_to_the_filtered_keys() {
+        let agg = "(SELECT rk, sum(q) AS t, count(*) AS n, count(q) AS c FROM r GROUP BY rk) AS a";
+        let queries = [
+            (format!("SELECT p.pk, a.t, a.n, a.c FROM p JOIN {agg} ON p.pk = a.rk WHERE p.brand = 1"), true),
+            (format!("SELECT p.pk, a.t, a.n, a.c FROM p JOIN {agg} ON p.pk = a.rk WHERE p.brand = 99"), true),
+            (format!("SELECT p.pk, a.t, a.n, a.c FROM p LEFT JOIN {agg} ON p.pk = a.rk WHERE p.brand = 1"), true),
+            (format!("SELECT p.pk, a.t, a.n, a.c FROM p RIGHT JOIN {agg} ON p.pk = a.rk WHERE p.brand = 1"), true),
+            (format!("SELECT p.pk, a.t FROM p JOIN {agg} ON p.pk = a.rk AND p.pk = a.n WHERE p.brand = 1"), true),
+            (format!("SELECT o.ok, a.t, a.n FROM o JOIN p ON o.pk = p.pk JOIN {agg} ON o.pk = a.rk WHERE p.brand = 1"), true),
+            (format!("SELECT l.pk, a.t FROM (SELECT * FROM p WHERE brand = 1 ORDER BY pk LIMIT 2) AS l JOIN {agg} ON l.pk = a.rk"), true),
+            (format!("SELECT a.rk, a.t, a.n FROM {agg} WHERE a.rk IN (SELECT pk FROM p WHERE brand = 1)"), true),
+            (format!("SELECT a.rk, a.t, a.n FROM {agg} WHERE EXISTS (SELECT 1 FROM p WHERE p.pk = a.rk AND p.brand = 1)"), true),
+            ("SELECT p.pk, a.t FROM p JOIN (SELECT rk, sum(q) AS t FROM e GROUP BY rk) AS a ON p.pk = a.rk WHERE p.brand = 1".to_string(), true),
+            ("SELECT p.pk, a.m FROM p JOIN (SELECT rk, q, count(*) AS m FROM r GROUP BY rk, q) AS a ON p.pk = a.rk WHERE p.brand = 1".to_string(), true),
+            ("SELECT p.pk, a.t FROM p JOIN (SELECT r.rk, sum(o.ok) AS t FROM r JOIN o ON r.rk = o.pk GROUP BY r.rk) AS a ON p.pk = a.rk WHERE p.brand = 1".to_string(), true),
+            ("SELECT p.pk, r.q FROM p JOIN r ON p.pk = r.rk WHERE p.brand = 1 AND r.q > (SELECT avg(r2.q) FROM r AS r2 WHERE r2.rk = p.pk)".to_string(), true),
+            ("SELECT p.pk FROM p WHERE p.brand = 1 AND p.pk IN (SELECT rk FROM r GROUP BY rk HAVING sum(q) > 15)".to_string(), true),
+            ("SELECT p.pk FROM p WHERE p.brand = 1 AND NOT EXISTS (SELECT 1 FROM r GROUP BY rk HAVING rk = p.pk)".to_string(), true),
+            ("SELECT p.pk FROM p WHERE p.brand = 1 AND (p.pk IN (SELECT rk FROM r GROUP BY rk) OR p.pk = 5)".to_string(), true),
+            ("SELECT p.pk FROM p WHERE p.brand = 1 AND (p.pk NOT IN (SELECT rk FROM r GROUP BY rk) OR p.pk = 5)".to_string(), true),
+            (format!("SELECT a.rk, a.t, p.pk FROM {agg} LEFT JOIN p ON a.rk = p.pk AND p.brand = 1"), false),
+            (format!("SELECT p.pk, a.t FROM p RIGHT JOIN {agg} ON p.pk = a.rk AND p.brand = 1"), false),
+            (format!("SELECT a.rk, a.t, p.pk FROM {agg} FULL JOIN (SELECT * FROM p WHERE brand = 1) AS p ON a.rk = p.pk"), false),
+            (format!("SELECT a.rk, a.t FROM {agg} WHERE a.rk NOT IN (SELECT pk FROM p WHERE brand = 1 AND pk IS NOT NULL)"), false),
+            (format!("SELECT o.ok, a.t FROM o LEFT JOIN (SELECT * FROM p WHERE brand = 1) AS f ON o.pk = f.pk JOIN {agg} ON o.pk = a.rk"), false),
+            ("SELECT p.pk FROM p WHERE p.brand = 1 AND p.pk NOT IN (SELECT rk FROM r GROUP BY rk)".to_string(), false),
+            (format!("SELECT p.pk, a.t FROM p JOIN {agg} ON p.pk IS NOT DISTINCT FROM a.rk WHERE p.brand = 1"), false),
+            ("SELECT p.pk, a.t FROM p JOIN (SELECT rk, sum(q) AS t FROM r GROUP BY ROLLUP (rk)) AS a ON p.pk = a.rk WHERE p.brand = 1".to_string(), false),
+        ];
+        let queries: Vec<(&str, bool)> = queries.iter().map(|(sql, rewritten)| (sql.as_str(), *rewritten)).collect();
+        assert_same_answers(&queries).await;
+    }
+}

@@ -8,4 +8,6 @@ pub mod early_semi_join;
 pub mod group_key_filter;
 pub mod like;
 pub(crate) mod plan_shape;
+#[cfg(test)]
+mod rule_tests;
 pub mod unnest_subqueries;
