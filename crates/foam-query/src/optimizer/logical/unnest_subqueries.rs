@@ -1,12 +1,16 @@
-//! Unnests the correlated subqueries DataFusion's own rules leave in a plan:
-//! a logical optimizer rule run on the coordinating node after them.
+//! Unnests the subqueries DataFusion's own rules leave in a plan, or answer
+//! wrongly: a logical optimizer rule run on the coordinating node after them.
 //!
 //! DataFusion decorrelates a subquery when its correlation is an equality it
 //! can pull up to a join condition. Others stay as expressions that no
 //! physical operator runs (`Physical plan does not support logical
 //! expression ScalarSubquery`): a non-equality under an aggregate
 //! (`(SELECT count(*) FROM t AS x WHERE x.b < t.b)`), EXISTS or IN in a
-//! select list. This rule unnests those the general way (Neumann and
+//! select list. And an IN subquery inside another expression of a filter
+//! (`x NOT IN (..) OR y = 1`), DataFusion 55 answers with a mark join that
+//! is never NULL, so `NOT` of it holds where SQL's NOT IN is NULL; its
+//! decorrelation is made to leave such filters alone (`embedded`). This
+//! rule unnests all of those the general way (Neumann and
 //! Kemper, "Unnesting Arbitrary Queries", as DuckDB does): the subquery is
 //! computed once for every distinct value of the outer columns it reads,
 //! its *domain* `D`, and the outer rows are joined with those answers.
@@ -41,6 +45,7 @@ use std::sync::Arc;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{Column, DFSchemaRef, Result, ScalarValue, not_impl_err};
 use datafusion::logical_expr::expr::{AggregateFunction, Exists, InSubquery};
+use datafusion::logical_expr::utils::{conjunction, split_conjunction};
 use datafusion::logical_expr::{
     Aggregate, BinaryExpr, Distinct, Expr, Operator, Filter, Join, JoinType, LogicalPlan, LogicalPlanBuilder, Projection, Sort, SortExpr, Subquery,
     SubqueryAlias, col, lit, when,
@@ -67,13 +72,13 @@ impl OptimizerRule for SubqueryUnnesting {
 
     fn rewrite(&self, plan: LogicalPlan, config: &dyn OptimizerConfig) -> Result<Transformed<LogicalPlan>> {
         match plan {
-            LogicalPlan::Projection(projection) if projection.expr.iter().any(has_subquery_to_unnest) => {
+            LogicalPlan::Projection(projection) if projection.expr.iter().any(|e| has_subquery_to_unnest(e, true)) => {
                 let Projection { expr, input, schema, .. } = projection;
                 let mut input = Arc::unwrap_or_clone(input);
                 let mut changed = false;
                 let mut exprs = Vec::with_capacity(expr.len());
                 for (i, e) in expr.into_iter().enumerate() {
-                    let rewritten = unnest_in(e.clone(), &mut input, config)?;
+                    let rewritten = unnest_in(e.clone(), &mut input, config, true)?;
                     if rewritten.transformed {
                         changed = true;
                         let (qualifier, field) = schema.qualified_field(i);
@@ -85,14 +90,22 @@ impl OptimizerRule for SubqueryUnnesting {
                 let plan = LogicalPlan::Projection(Projection::try_new(exprs, Arc::new(input))?);
                 Ok(Transformed::new_transformed(plan, changed))
             }
-            LogicalPlan::Filter(filter) if has_subquery_to_unnest(&filter.predicate) => {
+            LogicalPlan::Filter(filter)
+                if split_conjunction(&filter.predicate).into_iter().any(|c| has_subquery_to_unnest(c, embedded(c))) =>
+            {
                 let original_schema = filter.input.schema().clone();
                 let mut input = Arc::unwrap_or_clone(filter.input.clone());
-                let rewritten = unnest_in(filter.predicate.clone(), &mut input, config)?;
-                if !rewritten.transformed {
-                    return Ok(Transformed::no(LogicalPlan::Filter(filter)));
+                let mut changed = false;
+                let mut conjuncts = Vec::new();
+                for conjunct in split_conjunction(&filter.predicate) {
+                    let rewritten = unnest_in(conjunct.clone(), &mut input, config, embedded(conjunct))?;
+                    changed |= rewritten.transformed;
+                    conjuncts.push(rewritten.data);
                 }
-                let filtered = LogicalPlan::Filter(Filter::try_new(rewritten.data, Arc::new(input))?);
+                let Some(predicate) = conjunction(conjuncts).filter(|_| changed) else {
+                    return Ok(Transformed::no(LogicalPlan::Filter(filter)));
+                };
+                let filtered = LogicalPlan::Filter(Filter::try_new(predicate, Arc::new(input))?);
                 Ok(Transformed::yes(keep_columns(filtered, &original_schema)?))
             }
             plan => Ok(Transformed::no(plan)),
@@ -132,6 +145,14 @@ impl OptimizerRule for LeftWhereFailing {
     }
 
     fn rewrite(&self, plan: LogicalPlan, config: &dyn OptimizerConfig) -> Result<Transformed<LogicalPlan>> {
+        if self.0.name() == "decorrelate_predicate_subquery"
+            && let LogicalPlan::Filter(filter) = &plan
+            && split_conjunction(&filter.predicate).into_iter().any(|c| embedded(c) && c.exists(|e| Ok(matches!(e, Expr::InSubquery(_)))).unwrap_or(true))
+        {
+            // Its mark join knows no NULL: `x NOT IN (..) OR ..` is taken
+            // as true where SQL says NULL. The rule here unnests such.
+            return Ok(Transformed::no(plan));
+        }
         let has_subquery = plan.expressions().iter().any(|e| e.exists(|e| Ok(subquery_of(e).is_some())).unwrap_or(true));
         if !has_subquery {
             return self.0.rewrite(plan, config);
@@ -161,15 +182,41 @@ fn correlated_subquery(expr: &Expr) -> Option<&Subquery> {
     subquery_of(expr).filter(|subquery| !subquery.outer_ref_columns.is_empty())
 }
 
-fn has_subquery_to_unnest(expr: &Expr) -> bool {
-    expr.exists(|e| Ok(correlated_subquery(e).is_some())).unwrap_or(false)
+/// The subquery of `expr` this rule takes: a correlated one, and with
+/// `any_in`, an IN subquery of any kind.
+fn subquery_to_unnest(expr: &Expr, any_in: bool) -> Option<&Subquery> {
+    correlated_subquery(expr).or_else(|| match expr {
+        Expr::InSubquery(InSubquery { subquery, .. }) if any_in => Some(subquery),
+        _ => None,
+    })
+}
+
+fn has_subquery_to_unnest(expr: &Expr, any_in: bool) -> bool {
+    expr.exists(|e| Ok(subquery_to_unnest(e, any_in).is_some())).unwrap_or(false)
+}
+
+/// Whether a filter's conjunct holds its subquery inside another expression
+/// (`x NOT IN (..) OR y = 1`), not as the conjunct itself (`x IN (..)`,
+/// `NOT EXISTS (..)`). DataFusion 55 turns the first kind into a mark
+/// join, whose mark is true or false, never NULL: right for EXISTS, wrong
+/// for IN, which is NULL when no row matches and a row or `x` is NULL. So
+/// an embedded IN is this rule's, correlated or not; DataFusion's
+/// decorrelation keeps the others (semi and anti joins, null-aware for
+/// NOT IN).
+fn embedded(conjunct: &Expr) -> bool {
+    let top = match conjunct {
+        Expr::Not(inner) => inner.as_ref(),
+        other => other,
+    };
+    !matches!(top, Expr::InSubquery(_) | Expr::Exists(_))
 }
 
 /// `expr` with each subquery this rule can unnest replaced by its answer
-/// column, `input` joined with the answers.
-fn unnest_in(expr: Expr, input: &mut LogicalPlan, config: &dyn OptimizerConfig) -> Result<Transformed<Expr>> {
+/// column, `input` joined with the answers; with `any_in`, uncorrelated IN
+/// subqueries too.
+fn unnest_in(expr: Expr, input: &mut LogicalPlan, config: &dyn OptimizerConfig, any_in: bool) -> Result<Transformed<Expr>> {
     expr.transform_up(|e| {
-        let answer = match (&e, correlated_subquery(&e)) {
+        let answer = match (&e, subquery_to_unnest(&e, any_in)) {
             (Expr::ScalarSubquery(_), Some(subquery)) => unnest_one(Kind::Scalar, subquery, input, config)?,
             (Expr::Exists(Exists { negated, .. }), Some(subquery)) => unnest_one(Kind::Exists { negated: *negated }, subquery, input, config)?,
             (Expr::InSubquery(InSubquery { expr, negated, .. }), Some(subquery)) => {
@@ -587,6 +634,20 @@ mod tests {
         let ctx = context().await;
         expect(&ctx, "SELECT a, EXISTS (SELECT 1 FROM s2 WHERE s2.b > s1.c) AS e, NOT EXISTS (SELECT 1 FROM s2 WHERE s2.a = s1.a + 1) AS ne FROM s1", &["1 true false", "2 true false", "3 true false", " true true", "7 true true", "8 false true", "9 false true", "10 true true"]).await;
         expect(&ctx, "SELECT a, b IN (SELECT s2.b FROM s2 WHERE s2.a <> s1.a) AS i, b NOT IN (SELECT s2.b FROM s2 WHERE s2.c < s1.c) AS ni FROM s1", &["1 true false", "2  false", "3 true false", " false true", "7  true", "8 true false", "9  true", "10 true "]).await;
+    }
+
+    #[tokio::test]
+    async fn an_in_subquery_inside_another_expression_keeps_sql_null_logic() {
+        let ctx = context().await;
+        // The answers are PostgreSQL 15's. s2.b holds a NULL: `x NOT IN` is
+        // NULL or false for every x, so only the other disjunct keeps a row.
+        expect(&ctx, "SELECT a FROM s1 WHERE b NOT IN (SELECT b FROM s2) OR a = 9", &["9"]).await;
+        expect(&ctx, "SELECT a FROM s1 WHERE NOT (b IN (SELECT b FROM s2) OR a > 7) AND a > 0", &[]).await;
+        expect(&ctx, "SELECT a FROM s1 WHERE (b IN (SELECT b FROM s2)) IS NOT TRUE", &["", "7", "9"]).await;
+        expect(&ctx, "SELECT a FROM s1 WHERE c NOT IN (SELECT c FROM s2 WHERE c IS NOT NULL) OR a IS NULL", &["", "8"]).await;
+        expect(&ctx, "SELECT a, b IN (SELECT b FROM s2) AS i, b NOT IN (SELECT a FROM s2) AS ni FROM s1", &["1 true false", "2 true false", "3 true false", "  false", "7  ", "8 true false", "9  ", "10 true false"]).await;
+        // A conjunct that is the subquery itself is DataFusion's (a null-aware anti join).
+        expect(&ctx, "SELECT a FROM s1 WHERE c NOT IN (SELECT c FROM s2 WHERE c IS NOT NULL)", &["8"]).await;
     }
 
     #[tokio::test]
