@@ -162,7 +162,6 @@ fn count_before_join(aggregate: &Aggregate) -> Result<Option<LogicalPlan>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use datafusion::execution::SessionStateBuilder;
     use datafusion::prelude::{SessionConfig, SessionContext};
 
     use crate::optimizer::logical::rule_tests::{self, below, plan, table};
@@ -172,11 +171,7 @@ mod tests {
     /// `g` and `x`, pairs `(k, g)` that equal pairs `(k, x)`) and the empty
     /// `e (k, x)`.
     fn context(config: SessionConfig, with_rule: bool) -> SessionContext {
-        let mut builder = SessionStateBuilder::new().with_default_features().with_config(config);
-        if with_rule {
-            builder = builder.with_optimizer_rule(Arc::new(EagerCount));
-        }
-        let ctx = SessionContext::new_with_state(builder.build());
+        let ctx = rule_tests::session(config, with_rule.then(|| Arc::new(EagerCount) as _));
         let l = table(["k", "g"], &[[Some(1), Some(10)], [Some(1), Some(10)], [Some(2), Some(20)], [Some(3), Some(10)], [None, Some(20)], [Some(5), None], [None, None], [Some(2), Some(30)]]);
         let r = table(["k", "x"], &[[Some(1), Some(10)], [Some(1), None], [Some(1), Some(101)], [Some(2), None], [None, Some(7)], [Some(4), Some(8)], [Some(2), Some(20)], [Some(3), None], [Some(2), Some(20)]]);
         ctx.register_table("l", l).expect("register");

@@ -107,7 +107,6 @@ fn decided_by(semi: &Join, input: &LogicalPlan) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use datafusion::execution::SessionStateBuilder;
     use datafusion::prelude::{SessionConfig, SessionContext};
 
     use crate::optimizer::logical::rule_tests::{self, below, plan, table};
@@ -118,11 +117,7 @@ mod tests {
     /// (duplicate keys, a NULL `j`), `n (k, j)` (a NULL `k`) and the empty
     /// `e (k, j)`.
     fn context(config: SessionConfig, with_rule: bool) -> SessionContext {
-        let mut builder = SessionStateBuilder::new().with_default_features().with_config(config);
-        if with_rule {
-            builder = builder.with_optimizer_rule(Arc::new(EarlySemiJoin));
-        }
-        let ctx = SessionContext::new_with_state(builder.build());
+        let ctx = rule_tests::session(config, with_rule.then(|| Arc::new(EarlySemiJoin) as _));
         let tables = [
             ("x", table(["k", "b"], &[[Some(1), Some(1)], [Some(2), Some(1)], [Some(2), Some(2)], [Some(3), None], [None, Some(2)], [Some(4), Some(9)], [Some(5), Some(3)], [Some(7), Some(2)]])),
             ("b", table(["b", "v"], &[[Some(1), Some(10)], [Some(2), Some(20)], [Some(2), Some(21)], [None, Some(30)], [Some(3), None]])),

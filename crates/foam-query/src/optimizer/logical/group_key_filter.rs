@@ -262,7 +262,6 @@ fn semi_join_at_source(plan: &Arc<LogicalPlan>, column: &Column, key_set: &Logic
 #[cfg(test)]
 mod tests {
     use super::*;
-    use datafusion::execution::SessionStateBuilder;
     use datafusion::prelude::{SessionConfig, SessionContext};
 
     use crate::optimizer::logical::rule_tests::{self, below, plan, table};
@@ -273,11 +272,7 @@ mod tests {
     /// unmatched keys, a NULL `q`), `o (ok, pk)` (another path to `p`'s keys)
     /// and the empty `e (rk, q)`.
     fn context(config: SessionConfig, with_rule: bool) -> SessionContext {
-        let mut builder = SessionStateBuilder::new().with_default_features().with_config(config);
-        if with_rule {
-            builder = builder.with_optimizer_rule(Arc::new(GroupKeyFilter));
-        }
-        let ctx = SessionContext::new_with_state(builder.build());
+        let ctx = rule_tests::session(config, with_rule.then(|| Arc::new(GroupKeyFilter) as _));
         let tables = [
             ("p", table(["pk", "brand"], &[[Some(1), Some(1)], [Some(2), Some(1)], [Some(3), Some(2)], [None, Some(1)], [Some(5), Some(1)], [Some(6), None], [Some(2), Some(1)], [Some(7), Some(1)]])),
             ("r", table(["rk", "q"], &[[Some(1), Some(10)], [Some(1), Some(11)], [Some(2), None], [Some(3), Some(30)], [None, Some(40)], [Some(4), Some(50)], [Some(6), Some(60)], [Some(2), Some(20)], [Some(1), Some(1)]])),

@@ -8,7 +8,18 @@ use arrow::array::{ArrayRef, Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::util::pretty::pretty_format_batches;
 use datafusion::datasource::MemTable;
-use datafusion::prelude::SessionContext;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::optimizer::OptimizerRule;
+use datafusion::prelude::{SessionConfig, SessionContext};
+
+/// A session with DataFusion's rules, then `rule` when given.
+pub(crate) fn session(config: SessionConfig, rule: Option<Arc<dyn OptimizerRule + Send + Sync>>) -> SessionContext {
+    let mut builder = SessionStateBuilder::new().with_default_features().with_config(config);
+    if let Some(rule) = rule {
+        builder = builder.with_optimizer_rule(rule);
+    }
+    SessionContext::new_with_state(builder.build())
+}
 
 /// A table of nullable `Int64` columns `names` holding `rows`, split over
 /// two partitions (an empty table: one partition without batches).
