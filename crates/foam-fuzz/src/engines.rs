@@ -178,7 +178,11 @@ fn describe(error: &tokio_postgres::Error) -> String {
 
 /// The reference: DataFusion in this process, parsing SQL as FoamDB does,
 /// with FoamDB's fixes for what DataFusion claims of grouping sets' and
-/// outer joins' output (foam-query's `output_claims.rs`).
+/// outer joins' output (foam-query's `output_claims.rs`), and DataFusion's
+/// decorrelation as FoamDB runs it: an IN subquery its mark or anti join
+/// answers wrongly (`unnest_subqueries.rs`) is left unplanned, so the
+/// reference cannot run that query and it is not compared (PostgreSQL,
+/// with `--postgres`, judges FoamDB's own unnesting of it).
 pub struct Reference {
     ctx: SessionContext,
 }
@@ -199,6 +203,7 @@ impl Reference {
             .with_config(config)
             .with_runtime_env(runtime)
             .with_default_features()
+            .with_optimizer_rules(foam_query::optimizer::logical::unnest_subqueries::datafusion_rules())
             .with_physical_optimizer_rules(foam_query::optimizer::physical::output_claims::datafusion_rules())
             .build();
         let reference = Reference { ctx: SessionContext::new_with_state(state) };

@@ -195,20 +195,28 @@ fn has_subquery_to_unnest(expr: &Expr, any_in: bool) -> bool {
     expr.exists(|e| Ok(subquery_to_unnest(e, any_in).is_some())).unwrap_or(false)
 }
 
-/// Whether a filter's conjunct holds its subquery inside another expression
-/// (`x NOT IN (..) OR y = 1`), not as the conjunct itself (`x IN (..)`,
-/// `NOT EXISTS (..)`). DataFusion 55 turns the first kind into a mark
-/// join, whose mark is true or false, never NULL: right for EXISTS, wrong
-/// for IN, which is NULL when no row matches and a row or `x` is NULL. So
-/// an embedded IN is this rule's, correlated or not; DataFusion's
-/// decorrelation keeps the others (semi and anti joins, null-aware for
-/// NOT IN).
+/// Whether a filter's conjunct is one DataFusion 55's decorrelation gets
+/// wrong, so this rule takes its IN subqueries, correlated or not:
+/// - an IN subquery inside another expression (`x NOT IN (..) OR y = 1`):
+///   DataFusion turns it into a mark join, whose mark is true or false,
+///   never NULL; right for EXISTS, wrong for IN, which is NULL when no row
+///   matches and a row or `x` is NULL;
+/// - `x NOT IN (..)` where `x` reads no column (`7 NOT IN (..)`): its
+///   anti join keeps every row though the subquery holds a NULL.
+///
+/// The other conjuncts that are a subquery themselves (`x IN (..)`,
+/// `NOT EXISTS (..)`, `col NOT IN (..)`) stay DataFusion's semi and anti
+/// joins (null-aware for NOT IN).
 fn embedded(conjunct: &Expr) -> bool {
-    let top = match conjunct {
-        Expr::Not(inner) => inner.as_ref(),
-        other => other,
+    let (top, negated_outside) = match conjunct {
+        Expr::Not(inner) => (inner.as_ref(), true),
+        other => (other, false),
     };
-    !matches!(top, Expr::InSubquery(_) | Expr::Exists(_))
+    match top {
+        Expr::Exists(_) => false,
+        Expr::InSubquery(InSubquery { expr, negated, .. }) => *negated != negated_outside && expr.column_refs().is_empty(),
+        _ => true,
+    }
 }
 
 /// `expr` with each subquery this rule can unnest replaced by its answer
@@ -648,6 +656,14 @@ mod tests {
         expect(&ctx, "SELECT a, b IN (SELECT b FROM s2) AS i, b NOT IN (SELECT a FROM s2) AS ni FROM s1", &["1 true false", "2 true false", "3 true false", "  false", "7  ", "8 true false", "9  ", "10 true false"]).await;
         // A conjunct that is the subquery itself is DataFusion's (a null-aware anti join).
         expect(&ctx, "SELECT a FROM s1 WHERE c NOT IN (SELECT c FROM s2 WHERE c IS NOT NULL)", &["8"]).await;
+        // NOT IN of a value that reads no column is NULL for every row when
+        // the subquery holds a NULL; the three parts of a ternary split add up.
+        expect(&ctx, "SELECT a FROM s1 WHERE 7 NOT IN (SELECT c FROM s2)", &[]).await;
+        expect(&ctx, "SELECT a FROM s1 WHERE NOT (7 IN (SELECT c FROM s2))", &[]).await;
+        expect(&ctx, "SELECT count(*) FROM s1 WHERE 7 NOT IN (SELECT c FROM s2 WHERE c IS NOT NULL)", &["8"]).await;
+        let p = "NOT (7) NOT IN (SELECT min(c) FROM s2 GROUP BY a)";
+        let split = format!("SELECT a FROM s1 WHERE {p} UNION ALL SELECT a FROM s1 WHERE NOT ({p}) UNION ALL SELECT a FROM s1 WHERE ({p}) IS NULL");
+        expect(&ctx, &split, &["", "1", "2", "3", "7", "8", "9", "10"]).await;
     }
 
     #[tokio::test]
