@@ -162,6 +162,7 @@ fn start(config: NodeConfig, worker_threads: Option<u16>) -> Result<(), String> 
     if let Some(threads) = worker_threads {
         builder.worker_threads(threads as usize);
     }
+    builder.thread_stack_size(foam_common::limits::NODE_THREAD_STACK_BYTES);
     let runtime = builder.enable_all().build().map_err(|e| e.to_string())?;
     runtime.block_on(async move {
         let shutdown = async {

@@ -397,6 +397,35 @@ async fn garbage_input_gets_errors_and_the_node_keeps_serving() {
     assert_eq!(scalar(&client, "SELECT count(*) FROM g").await, "3");
 }
 
+/// A chain of `terms` additions of 1: as deep as an expression gets
+/// without parentheses (the parser builds it in a loop, not by recursion).
+fn sum_of_ones(terms: usize) -> String {
+    format!("SELECT {}", vec!["1"; terms].join(" + "))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deeply_nested_statement_gets_54001_and_the_node_keeps_serving() {
+    let cluster = Cluster::start(1);
+    let client = cluster.client(0).await;
+    // Deep, yet inside the limit: parsed, planned and run (deeper than a
+    // default 2 MiB thread stack takes in a debug build).
+    let within = 2_000;
+    assert_eq!(scalar(&client, &sum_of_ones(within)).await, within.to_string());
+    for too_deep in [
+        sum_of_ones(foam_common::limits::EXPRESSION_DEPTH_MAX * 2),
+        sum_of_ones(200_000),
+        format!("SELECT 'a'{}", " || 'a'".repeat(50_000)),
+        format!("SELECT 1 WHERE {}", vec!["1 = 1"; 30_000].join(" AND ")),
+    ] {
+        let error = client.simple_query(&too_deep).await.expect_err("too deep");
+        let code = error.as_db_error().map(|e| e.code().code().to_string());
+        assert_eq!(code.as_deref(), Some("54001"), "{error}");
+    }
+    // The node is still up and answers.
+    let client = cluster.client(0).await;
+    assert_eq!(scalar(&client, "SELECT 40 + 2").await, "42");
+}
+
 async fn rpc_garbage(client: &foam_rpc::NodeClient) -> foam_common::FoamError {
     client.call_raw(bytes::Bytes::from_static(b"\x05\x00\x00\x00{bad}")).await.expect_err("garbage must be refused")
 }

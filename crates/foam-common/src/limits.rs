@@ -193,6 +193,22 @@ pub const PEER_KEEPALIVE_TIMEOUT_MS: u64 = 5_000;
 /// Longest accepted identifier (table, column, view names), as in PostgreSQL.
 pub const IDENTIFIER_BYTES_MAX: usize = 63;
 
+/// Stack of each thread of a node's runtime. Statements are parsed,
+/// planned and run on these threads, and an expression nests as deep as
+/// the statement says: sqlparser's derived clone, drop and visitors and
+/// DataFusion's evaluation recurse once per level. At the 2 MiB default
+/// a `SELECT 1+1+...` of 20,000 terms overflowed the stack and aborted
+/// the node. The memory is reserved, not committed: pages are used only as
+/// deep as a statement goes.
+pub const NODE_THREAD_STACK_BYTES: usize = 64 << 20;
+
+/// How deep a statement's expressions may nest, estimated from its tokens
+/// (`frontend/statement.rs`): deeper ones are refused with 54001, as
+/// PostgreSQL refuses what passes its `max_stack_depth`. Sized so the
+/// deepest allowed statement runs within [`NODE_THREAD_STACK_BYTES`] in a
+/// debug build with room to spare.
+pub const EXPRESSION_DEPTH_MAX: usize = 10_000;
+
 const _: () = assert!(BATCH_ROWS <= WRITE_SHIP_ROWS);
 const _: () = assert!(WRITE_SHIP_ROWS <= MEMTABLE_FLUSH_ROWS);
 const _: () = assert!(STAGE_INLINE_BYTES_MAX < RPC_MESSAGE_BYTES_MAX);

@@ -66,6 +66,7 @@ sqlstates! {
     InvalidTableDefinition = "42P16",
     InvalidObjectDefinition = "42P17",
     OutOfMemory = "53200",
+    StatementTooComplex = "54001",
     QueryCanceled = "57014",
     CannotConnectNow = "57P03",
     IoError = "58030",

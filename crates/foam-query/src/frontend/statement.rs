@@ -21,7 +21,8 @@ use datafusion::sql::sqlparser::parser::Parser;
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer, Whitespace};
 use foam_catalog::CatalogCommand;
 use foam_catalog::model::DistributionSpec;
-use foam_common::{FoamError, FoamResult, NodeId};
+use foam_common::limits::EXPRESSION_DEPTH_MAX;
+use foam_common::{FoamError, FoamResult, NodeId, SqlState};
 
 use crate::frontend::ddl;
 
@@ -101,6 +102,15 @@ impl StatementTokens {
     /// parser's nesting, as DataFusion's `sql_parser.recursion_limit` does.
     pub fn parse(self, recursion_limit: usize) -> FoamResult<FoamStatement> {
         let words: Vec<&Token> = self.tokens.iter().map(|t| &t.token).filter(|t| !is_blank(t)).collect();
+        let depth = nesting_estimate(&words);
+        if depth > EXPRESSION_DEPTH_MAX {
+            return Err(FoamError::Query {
+                message: format!(
+                    "statement too complex: its expressions nest about {depth} levels deep, more than the {EXPRESSION_DEPTH_MAX} a statement may"
+                ),
+                sqlstate: SqlState::StatementTooComplex,
+            });
+        }
         if words.len() == 1 && keyword_is(words[0], "checkpoint") {
             return Ok(FoamStatement::Checkpoint);
         }
@@ -122,6 +132,73 @@ impl StatementTokens {
         }
         Ok(FoamStatement::Sql { statement: Box::new(statement), distribution: self.distribution })
     }
+}
+
+/// An upper bound of how deep a statement's expressions nest, from its
+/// tokens. The parser recurses, up to its recursion limit, for
+/// parentheses and prefix operators, but builds a chain of infix
+/// operators (`1 + 1 + ...`, `a AND b AND ...`, `x || y || ...`,
+/// `UNION ...`) in a loop, one level deeper per operator: each operator
+/// counts one level for the expression it is in, an expression ends at a
+/// comma, and a parenthesis nests a new count inside its enclosing ones.
+fn nesting_estimate(words: &[&Token]) -> usize {
+    const OPERATOR_WORDS: [&str; 14] =
+        ["and", "or", "not", "is", "like", "ilike", "similar", "between", "in", "union", "except", "intersect", "collate", "at"];
+    let mut open: Vec<usize> = vec![0];
+    let (mut enclosing, mut deepest) = (0usize, 0usize);
+    for token in words {
+        match token {
+            Token::LParen | Token::LBracket | Token::LBrace => {
+                enclosing += open.last().copied().unwrap_or(0) + 1;
+                open.push(0);
+            }
+            Token::RParen | Token::RBracket | Token::RBrace => {
+                if open.len() > 1 {
+                    open.pop();
+                    enclosing = enclosing.saturating_sub(open.last().copied().unwrap_or(0) + 1);
+                }
+            }
+            Token::Comma => {
+                if let Some(count) = open.last_mut() {
+                    *count = 0;
+                }
+            }
+            Token::Word(word) if !OPERATOR_WORDS.iter().any(|w| word.quote_style.is_none() && word.value.eq_ignore_ascii_case(w)) => {}
+            Token::Number(..) | Token::Period | Token::Placeholder(_) | Token::Whitespace(_) => {}
+            token if is_literal(token) => {}
+            _ => {
+                if let Some(count) = open.last_mut() {
+                    *count += 1;
+                }
+            }
+        }
+        deepest = deepest.max(enclosing + open.last().copied().unwrap_or(0));
+    }
+    deepest
+}
+
+/// Whether `token` is a string literal of any quoting.
+fn is_literal(token: &Token) -> bool {
+    matches!(
+        token,
+        Token::SingleQuotedString(_)
+            | Token::DoubleQuotedString(_)
+            | Token::TripleSingleQuotedString(_)
+            | Token::TripleDoubleQuotedString(_)
+            | Token::DollarQuotedString(_)
+            | Token::SingleQuotedByteStringLiteral(_)
+            | Token::DoubleQuotedByteStringLiteral(_)
+            | Token::TripleSingleQuotedByteStringLiteral(_)
+            | Token::TripleDoubleQuotedByteStringLiteral(_)
+            | Token::SingleQuotedRawStringLiteral(_)
+            | Token::DoubleQuotedRawStringLiteral(_)
+            | Token::TripleSingleQuotedRawStringLiteral(_)
+            | Token::TripleDoubleQuotedRawStringLiteral(_)
+            | Token::NationalStringLiteral(_)
+            | Token::EscapedStringLiteral(_)
+            | Token::UnicodeStringLiteral(_)
+            | Token::HexStringLiteral(_)
+    )
 }
 
 /// `ALTER CLUSTER DRAIN NODE n` / `ALTER CLUSTER REMOVE NODE n`, from its
@@ -213,6 +290,42 @@ mod tests {
         assert_eq!(error.sqlstate(), "42601");
         assert!(error.to_string().contains("Line: 2"), "the place is the query string's: {error}");
         assert_eq!(parse_all("INSERT INTO t VALUES (1) DISTRIBUTED BY (a)").unwrap_err().sqlstate(), "42601");
+    }
+
+    /// `parse_all`'s outcome on a thread with a node's stack: the deepest
+    /// allowed tree is dropped recursively, deeper than a test thread's stack.
+    fn on_a_node_stack(sql: String) -> Result<usize, String> {
+        std::thread::Builder::new()
+            .stack_size(foam_common::limits::NODE_THREAD_STACK_BYTES)
+            .spawn(move || parse_all(&sql).map(|parsed| parsed.len()).map_err(|e| e.sqlstate().code().to_string()))
+            .unwrap()
+            .join()
+            .unwrap()
+    }
+
+    #[test]
+    fn chains_of_operators_past_the_depth_limit_are_refused() {
+        let chain = |terms: usize, op: &str| format!("SELECT {}", vec!["1"; terms].join(op));
+        let nested = |levels: usize| format!("SELECT {}1{}", "(1 + ".repeat(levels), ")".repeat(levels));
+        for sql in [
+            chain(EXPRESSION_DEPTH_MAX + 2, " + "),
+            chain(EXPRESSION_DEPTH_MAX / 2 + 10, " = 1 AND "),
+            nested(EXPRESSION_DEPTH_MAX / 2 + 10),
+            format!("SELECT 1{}", " UNION SELECT 1".repeat(EXPRESSION_DEPTH_MAX + 1)),
+        ] {
+            let head = sql[..40].to_string();
+            assert_eq!(on_a_node_stack(sql), Err("54001".into()), "{head}...");
+        }
+        // Wide is not deep: lists, many rows, long texts.
+        for sql in [
+            chain(EXPRESSION_DEPTH_MAX - 1, " + "),
+            format!("SELECT {}", vec!["-1 + 2"; 3 * EXPRESSION_DEPTH_MAX].join(", ")),
+            format!("INSERT INTO t VALUES {}", vec!["(-1, 'a+b', 2 * 3)"; 3 * EXPRESSION_DEPTH_MAX].join(", ")),
+            format!("SELECT 1 WHERE x IN ({})", vec!["-1"; 3 * EXPRESSION_DEPTH_MAX].join(", ")),
+        ] {
+            let head = sql[..40].to_string();
+            assert_eq!(on_a_node_stack(sql), Ok(1), "{head}...");
+        }
     }
 
     #[test]
