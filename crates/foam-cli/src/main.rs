@@ -3,16 +3,15 @@
 
 /// mimalloc instead of the system allocator: queries allocate and free large
 /// buffers (hash tables, Arrow arrays) all the time, and glibc's malloc handed
-/// them back to the kernel and faulted fresh zeroed pages in again; a profile
-/// of TPC-H Q18 spent about a third of its CPU time clearing pages.
+/// them back to the kernel and faulted fresh zeroed pages in again
+/// (bench/results/design-figures.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// How long mimalloc keeps memory a query freed before handing it back to
 /// the kernel: never (-1). With mimalloc's default of 10 ms every query
-/// faulted and zeroed its hash tables' pages afresh; on 4 local SF1 nodes the
-/// 22 TPC-H queries took 3393 ms against 3732 with a 10 s delay and about
-/// 4000 with the default (hand runs, two of each). A node's memory then
+/// faulted and zeroed its hash tables' pages afresh
+/// (bench/results/design-figures.md). A node's memory then
 /// stays at its high-water mark, which the query memory pool
 /// (`--memory-limit-mb`) bounds. `MIMALLOC_PURGE_DELAY` in the environment
 /// still decides when set.

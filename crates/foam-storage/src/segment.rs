@@ -44,15 +44,14 @@ const DICTIONARY_SAMPLE_ROWS: usize = 4096;
 /// A column whose sampled values are more than this share distinct is written
 /// without a dictionary: Parquet would otherwise hash every value into a
 /// dictionary that ends up nearly as large as the column (comments, prices,
-/// foreign keys), which was a third of a node's CPU while loading TPC-H.
+/// foreign keys), much of a node's CPU while loading (bench/results/design-figures.md).
 const DICTIONARY_DISTINCT_SHARE_MAX: f64 = 0.5;
 
 /// The codec of segment pages. LZ4 (raw blocks) makes TPC-H files as small
-/// as Snappy does, but decompresses faster: on 4 nodes at SF1, Snappy was 14%
-/// of all CPU over the 22 queries, and the queries took about 13% less time
-/// with LZ4 (loads a little less too). Uncompressed pages were no faster than
-/// LZ4 and twice the size. Files written with Snappy or zstd by earlier
-/// versions still read: each file names its codec.
+/// as Snappy does, but decompresses faster; uncompressed pages were no faster
+/// than LZ4 and twice the size (bench/results/design-figures.md). Files
+/// written with Snappy or zstd by earlier versions still read: each file
+/// names its codec.
 pub const CODEC: Compression = Compression::LZ4_RAW;
 
 /// Pages compressed with [`CODEC`]; dictionaries only for the columns of

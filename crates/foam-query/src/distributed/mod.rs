@@ -281,13 +281,12 @@ impl WorkerChannel for ObservedChannel {
 /// The share of rows (percent) the planner assumes a filter keeps when the
 /// scans' statistics cannot tell: they have row counts and min/max, not
 /// distinct counts, so DataFusion falls back to this for `p_brand = 'X'`.
-/// At its default of 20, TPC-H SF10's 2,000 filtered parts of Q17 were
-/// estimated at 400,000 rows, too many to collect, so their join was
-/// partitioned and all 60 million lineitem rows were routed to the parts'
-/// owners. At 5 the filtered side is collected and broadcast: on 4 nodes at
-/// SF10, Q17 took 0.27 of the time, Q8 0.28, Q9 0.48, Q3 and Q20 0.77 (12
-/// queries 0.70); the 22 queries at SF1 0.99 on 4 nodes and on 1 node. A
-/// session can change it with `SET datafusion.optimizer.default_filter_selectivity`.
+/// At its default of 20, a selective filter on a big dimension (TPC-H Q17's
+/// parts of one brand and container) is estimated too big to collect, so its
+/// join is partitioned and the whole fact table is routed to the parts'
+/// owners; at 5 the filtered side is collected and broadcast (figures:
+/// bench/results/design-figures.md). A session can change it with
+/// `SET datafusion.optimizer.default_filter_selectivity`.
 pub const DEFAULT_FILTER_SELECTIVITY_PERCENT: u8 = 5;
 
 /// Worker threads of this node's runtime (the nodes of a cluster run alike:
@@ -335,11 +334,8 @@ fn scale_join_density_to_cluster(config: &mut SessionConfig, node: &NodeContext)
 /// How stages compress the Arrow batches they send each other, unless a
 /// session sets `distributed.compression` ('lz4', 'zstd' or 'none').
 /// datafusion-distributed's default is LZ4, which pays off when the network
-/// is slower than a core compresses (about 0.5 GB/s). Between nodes on one
-/// machine or a fast LAN it is CPU spent for nothing: measured on 4 local
-/// nodes at SF1, LZ4 was a fifth of all CPU in the self-join of the TPC-H
-/// benchmark, which took 0.83 of the time without it (Q13 0.97, Q9 0.88,
-/// all 22 queries 0.99).
+/// is slower than a core compresses. Between nodes on one machine or a fast
+/// LAN it is CPU spent for nothing (figures: bench/results/design-figures.md).
 pub const EXCHANGE_COMPRESSION: Option<CompressionType> = None;
 
 /// A coordinating session state: plans with the distributed planner and the
@@ -430,7 +426,7 @@ fn apply_execution_options(config: &mut SessionConfig, headers: &HeaderMap) {
 /// The session state every task on a worker starts from: DataFusion's
 /// functions and rules and FoamDB's own functions, built once. Building it
 /// for each task (as datafusion-distributed's default does) registered every
-/// function afresh, about an eighth of a worker's CPU in a short query.
+/// function afresh, a visible share of a worker's CPU in a short query.
 fn worker_template(runtime: Arc<RuntimeEnv>) -> Result<datafusion::execution::SessionState> {
     let mut state = SessionStateBuilder::new().with_default_features().with_runtime_env(runtime).build();
     for udf in crate::optimizer::worker_udfs() {

@@ -8,8 +8,8 @@
 //! ```
 //! Arrow's `like` kernel matches `'abc'`, `'abc%'`, `'%abc'` and `'%abc%'`
 //! directly but turns any other pattern into a regex, and it does so for every
-//! batch it is given: TPC-H Q13 compiled `'%special%requests%'` once per 8K
-//! orders, about a tenth of the query's CPU on 4 nodes at SF1. A pattern
+//! batch it is given: TPC-H Q13 compiled `'%special%requests%'` once per
+//! batch of orders (bench/results/design-figures.md). A pattern
 //! whose only wildcard is `%` needs no regex: its pieces are found in order,
 //! each leftmost after the one before (the first must start the string and the
 //! last end it unless the pattern starts or ends with `%`), which is exactly

@@ -8,8 +8,8 @@
 //! ```
 //! DataFusion plans `count(*)` as `count(Int64(1))`, and an aggregate turns
 //! that literal into an array of as many ones as each batch has rows: 8 bytes
-//! allocated and written for every row counted. In a distributed `count(*)`
-//! of a 1M-row table that was about 7% of a node's CPU, more than its scan.
+//! allocated and written for every row counted; in a distributed `count(*)`
+//! that cost more than the scan (bench/results/design-figures.md).
 //! `count` looks only at which of its argument's values are null, so any
 //! Int64 array without nulls counts the same. `foam_ones()` returns a slice of
 //! one array of ones the process shares (no allocation, nothing written) for

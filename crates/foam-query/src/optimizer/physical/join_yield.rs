@@ -8,10 +8,9 @@
 //! channels, which share tokio's cooperative budget. A join does not: from
 //! one probe batch whose rows each match thousands of build rows it emits
 //! batch after batch without polling its inputs, and the aggregate above it
-//! consumes them in the same loop. Measured on 4 local nodes before this
-//! rule: a self-join of `ct` on a column with 1,000 rows per value, stopped
-//! by a 1 s statement_timeout, kept both cores busy for more than 6 s after
-//! the error reached the client.
+//! consumes them in the same loop. Before this rule a self-join with many
+//! rows per key, stopped by its statement_timeout, kept the cores busy for
+//! seconds after the error reached the client (bench/results/design-figures.md).
 //!
 //! ```text
 //!   AggregateExec                     AggregateExec
