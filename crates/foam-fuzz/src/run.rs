@@ -108,6 +108,9 @@ pub struct Report {
     /// correlated subquery stock DataFusion does not unnest): unchecked
     /// here; the slt tests check those answers against PostgreSQL's.
     pub reference_unsupported: u64,
+    /// Of the queries the reference cannot run, those PostgreSQL answered
+    /// as FoamDB did (with `--postgres`; not counted in the one above).
+    pub judged_by_postgres_alone: u64,
     pub partitioning_checks: u64,
     /// Differences where PostgreSQL answered as FoamDB did: the
     /// reference's errors (seed, query, how it differed).
@@ -126,6 +129,8 @@ enum Verdict {
     TimedOut,
     /// The reference cannot run the query (see [`reference_lacks`]).
     Unjudged,
+    /// The reference cannot run the query; PostgreSQL answered as FoamDB did.
+    JudgedAlone,
     /// PostgreSQL answered as FoamDB did where the reference differed.
     ReferenceWrong(String),
     Differ(Kind, String),
@@ -157,6 +162,11 @@ impl Bench<'_> {
             Outcome::Rows(rows) => Some((rows.clone(), types.clone())),
             _ => None,
         };
+        if let (Outcome::Error(_, message), Outcome::Rows(got)) = (&expected, &actual)
+            && reference_lacks(message)
+        {
+            return self.judge_alone(query, got).await;
+        }
         let verdict = match (&expected, &actual) {
             (Outcome::TimedOut, _) | (_, Outcome::TimedOut) => Verdict::TimedOut,
             // Both failing is no difference, even when FoamDB's error is an
@@ -164,7 +174,6 @@ impl Bench<'_> {
             // same bug (DataFusion's), and the run counts these apart.
             (Outcome::Error(..), Outcome::Error(..)) => Verdict::BothFailed { internal: actual.is_internal_error() },
             (Outcome::Rows(_), Outcome::Error(state, message)) => Verdict::Differ(Kind::FoamError(signature(state, message)), message.clone()),
-            (Outcome::Error(_, message), Outcome::Rows(_)) if reference_lacks(message) => Verdict::Unjudged,
             (Outcome::Error(_, message), Outcome::Rows(_)) => Verdict::Differ(Kind::ReferenceError, message.clone()),
             (Outcome::Rows(want), Outcome::Rows(got)) => match difference(want, got, &types, query.ordered) {
                 Some(detail) => Verdict::Differ(Kind::WrongAnswer, detail),
@@ -181,6 +190,20 @@ impl Bench<'_> {
             (verdict, _) => verdict,
         };
         (verdict, expected_rows)
+    }
+
+    /// A query only FoamDB runs (the reference lacks what it needs, see
+    /// [`reference_lacks`]), put to PostgreSQL when there is one: its rows
+    /// are then the expected ones (as text: no types are known).
+    async fn judge_alone(&self, query: &Query, got: &Rows) -> (Verdict, Option<(Rows, Vec<DataType>)>) {
+        let Some(postgres) = self.postgres else { return (Verdict::Unjudged, None) };
+        let Outcome::Rows(judged) = postgres.query(&query.sql).await else { return (Verdict::Unjudged, None) };
+        let types = vec![DataType::Utf8; judged.first().or(got.first()).map_or(0, |row| row.len())];
+        let verdict = match difference(&judged, got, &[], query.ordered) {
+            None => Verdict::JudgedAlone,
+            Some(detail) => Verdict::Differ(Kind::WrongAnswer, format!("{detail} (PostgreSQL's answer; the reference cannot run the query)")),
+        };
+        (verdict, Some((judged, types)))
     }
 
     /// A difference where FoamDB answered `got`, put to PostgreSQL: the
@@ -270,6 +293,7 @@ pub async fn run(config: &FuzzConfig, mut progress: impl FnMut(&str)) -> Result<
                 }
                 Verdict::TimedOut => report.timed_out += 1,
                 Verdict::Unjudged => report.reference_unsupported += 1,
+                Verdict::JudgedAlone => report.judged_by_postgres_alone += 1,
                 Verdict::ReferenceWrong(detail) => {
                     progress(&format!("seed {seed} query {index}: the reference is wrong (PostgreSQL answers as FoamDB): {detail}\n  {}", query.sql));
                     report.reference_wrong.push((seed, index, detail));
