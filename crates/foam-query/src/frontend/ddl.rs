@@ -5,7 +5,7 @@
 //! become a catalog command.
 
 use datafusion::sql::sqlparser::ast::{ObjectName, Statement};
-use datafusion::sql::sqlparser::tokenizer::Token;
+use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
 use foam_catalog::model::DistributionSpec;
 use foam_catalog::types::DECIMAL_PRECISION_MAX;
 use foam_catalog::{CatalogCommand, ColumnDef, SqlType};
@@ -15,10 +15,10 @@ use crate::frontend::statement::keyword_is;
 
 /// Where a top-level `DISTRIBUTED ...` / `PARTITIONS n` tail of CREATE
 /// TABLE tokens starts, and what it says; `None` without one.
-pub(crate) fn distribution_clause(tokens: &[Token]) -> FoamResult<Option<(usize, DistributionSpec)>> {
+pub(crate) fn distribution_clause(tokens: &[TokenWithSpan]) -> FoamResult<Option<(usize, DistributionSpec)>> {
     let mut depth = 0i32;
     let mut start = None;
-    for (index, token) in tokens.iter().enumerate() {
+    for (index, token) in tokens.iter().map(|t| &t.token).enumerate() {
         match token {
             Token::LParen => depth += 1,
             Token::RParen => depth -= 1,
@@ -34,7 +34,7 @@ pub(crate) fn distribution_clause(tokens: &[Token]) -> FoamResult<Option<(usize,
     let Some(start) = start else {
         return Ok(None);
     };
-    let clause: Vec<Token> = tokens[start..].iter().filter(|t| !matches!(t, Token::Whitespace(_))).cloned().collect();
+    let clause: Vec<Token> = tokens[start..].iter().map(|t| &t.token).filter(|t| !matches!(t, Token::Whitespace(_))).cloned().collect();
     Ok(Some((start, parse_distribution(&clause)?)))
 }
 

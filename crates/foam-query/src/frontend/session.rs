@@ -66,8 +66,6 @@ pub struct CopyInTarget {
 pub struct PreparedStatement {
     /// The statement as the client wrote it (for messages).
     pub text: String,
-    /// A CREATE TABLE's `DISTRIBUTED ...` clause.
-    distribution: Option<foam_catalog::model::DistributionSpec>,
     kind: Kind,
 }
 
@@ -78,8 +76,9 @@ enum Kind {
     /// the plan is then made again from `statement`); may have `$n`
     /// parameters.
     Plan { statement: Box<Statement>, plan: LogicalPlan, is_insert: bool, catalog_version: u64 },
-    /// FoamDB's own statement, run by this module.
-    Own(Box<Statement>),
+    /// FoamDB's own statement, run by this module, with a CREATE TABLE's
+    /// `DISTRIBUTED ...` clause.
+    Own(Box<Statement>, Option<foam_catalog::model::DistributionSpec>),
     /// `ALTER CLUSTER ...`: a change to the cluster's membership.
     Cluster(CatalogCommand),
     /// `CHECKPOINT`: every up node writes its memtables to segments.
@@ -97,7 +96,7 @@ impl PreparedStatement {
             Kind::Plan { .. } | Kind::Empty => StatementClass::Read,
             Kind::Cluster(_) => StatementClass::Write("ALTER CLUSTER"),
             Kind::Checkpoint => StatementClass::Write("CHECKPOINT"),
-            Kind::Own(statement) => match statement.as_ref() {
+            Kind::Own(statement, _) => match statement.as_ref() {
                 Statement::StartTransaction { .. } => StatementClass::Begin,
                 Statement::Commit { .. } => StatementClass::Commit,
                 Statement::Rollback { .. } => StatementClass::Rollback,
@@ -134,7 +133,7 @@ impl PreparedStatement {
     pub fn result_schema(&self) -> Option<SchemaRef> {
         match &self.kind {
             Kind::Plan { plan, is_insert: false, .. } if returns_rows(plan) => Some(Arc::new(plan.schema().as_arrow().clone())),
-            Kind::Own(statement) if matches!(**statement, Statement::Explain { .. }) => Some(explain_schema()),
+            Kind::Own(statement, _) if matches!(**statement, Statement::Explain { .. }) => Some(explain_schema()),
             _ => None,
         }
     }
@@ -308,7 +307,7 @@ impl FoamSession {
     pub async fn prepare(&self, sql: &str) -> FoamResult<PreparedStatement> {
         let mut statements = statement::split(sql)?;
         let prepared = match statements.len() {
-            0 => Ok(PreparedStatement { text: String::new(), distribution: None, kind: Kind::Empty }),
+            0 => Ok(PreparedStatement { text: String::new(), kind: Kind::Empty }),
             1 => self.prepare_tokens(statements.remove(0)).await,
             _ => Err(FoamError::Syntax { message: "cannot insert multiple commands into a prepared statement".into() }),
         };
@@ -325,12 +324,12 @@ impl FoamSession {
     async fn prepare_tokens(&self, tokens: StatementTokens) -> FoamResult<PreparedStatement> {
         self.node.catalog.refresh().await?;
         let text = tokens.text.clone();
-        let prepared = |distribution, kind| Ok(PreparedStatement { text: text.clone(), distribution, kind });
+        let prepared = |kind| Ok(PreparedStatement { text: text.clone(), kind });
         let recursion_limit = self.ctx.state().config().options().sql_parser.recursion_limit.get();
         let (mut statement, distribution) = match tokens.parse(recursion_limit)? {
-            FoamStatement::Empty => return prepared(None, Kind::Empty),
-            FoamStatement::Checkpoint => return prepared(None, Kind::Checkpoint),
-            FoamStatement::AlterCluster(command) => return prepared(None, Kind::Cluster(command)),
+            FoamStatement::Empty => return prepared(Kind::Empty),
+            FoamStatement::Checkpoint => return prepared(Kind::Checkpoint),
+            FoamStatement::AlterCluster(command) => return prepared(Kind::Cluster(command)),
             FoamStatement::Sql { statement, distribution } => (statement, distribution),
         };
         // Catalog queries from psql and drivers use PostgreSQL-only forms
@@ -360,7 +359,7 @@ impl FoamSession {
                 | Statement::Explain { .. }
         ) || self.is_client_setting(&statement);
         if own {
-            return prepared(distribution, Kind::Own(statement));
+            return prepared(Kind::Own(statement, distribution));
         }
         if let Statement::CreateIndex(_) | Statement::AlterTable(_) | Statement::Delete(_) | Statement::Update(_) = *statement {
             let feature = text.split_whitespace().take(2).collect::<Vec<_>>().join(" ").to_uppercase();
@@ -375,7 +374,7 @@ impl FoamSession {
             return Err(FoamError::FeatureNotSupported { feature: format!("\"{text}\"") });
         }
         let is_insert = matches!(plan, LogicalPlan::Dml(_));
-        prepared(None, Kind::Plan { statement, plan, is_insert, catalog_version })
+        prepared(Kind::Plan { statement, plan, is_insert, catalog_version })
     }
 
     /// DataFusion's logical plan of a parsed statement.
@@ -473,7 +472,7 @@ impl FoamSession {
                     retries += 1;
                 }
             }
-            Kind::Own(statement) => self.execute_own(prepared, statement).await,
+            Kind::Own(statement, distribution) => self.execute_own(statement, distribution).await,
             Kind::Cluster(command) => {
                 self.node.catalog.apply(command.clone()).await?;
                 Ok(StatementOutput::Command { tag: "ALTER CLUSTER".into(), rows: None })
@@ -577,11 +576,11 @@ impl FoamSession {
         Some(FoamError::NodeUnavailable { node_id: down.id, addr: down.node_addr.clone(), message: "marked down while the query ran".into() })
     }
 
-    async fn execute_own(&self, prepared: &PreparedStatement, statement: &Statement) -> FoamResult<StatementOutput> {
+    async fn execute_own(&self, statement: &Statement, distribution: &Option<foam_catalog::model::DistributionSpec>) -> FoamResult<StatementOutput> {
         let command = |tag: &str| Ok(StatementOutput::Command { tag: tag.into(), rows: None });
         match statement {
             Statement::CreateTable(_) => {
-                let mut create = ddl::create_table_command(statement, prepared.distribution.clone())?;
+                let mut create = ddl::create_table_command(statement, distribution.clone())?;
                 // The default partition count depends on this node's worker threads.
                 if let CatalogCommand::CreateTable { distribution: foam_catalog::model::DistributionSpec::Hash { partitions: partitions @ None, .. }, .. } = &mut create {
                     let nodes = self.node.catalog.current().placeable_nodes().len() as u32;

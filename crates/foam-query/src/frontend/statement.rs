@@ -83,12 +83,11 @@ fn push_statement(statements: &mut Vec<StatementTokens>, mut tokens: Vec<TokenWi
     if tokens.iter().all(|t| is_blank(&t.token) || matches!(t.token, Token::Whitespace(Whitespace::SingleLineComment { .. }))) {
         return Ok(());
     }
-    let plain: Vec<Token> = tokens.iter().map(|t| t.token.clone()).collect();
-    let significant: Vec<&Token> = plain.iter().filter(|t| !is_blank(t)).collect();
+    let mut significant = tokens.iter().map(|t| &t.token).filter(|t| !is_blank(t));
     let is_create_table =
-        significant.first().is_some_and(|t| keyword_is(t, "create")) && significant.iter().take(6).any(|t| keyword_is(t, "table"));
+        significant.next().is_some_and(|t| keyword_is(t, "create")) && significant.take(5).any(|t| keyword_is(t, "table"));
     let mut distribution = None;
-    if is_create_table && let Some((start, clause)) = ddl::distribution_clause(&plain)? {
+    if is_create_table && let Some((start, clause)) = ddl::distribution_clause(&tokens)? {
         tokens.truncate(start);
         distribution = Some(clause);
     }
@@ -163,7 +162,7 @@ fn nesting_estimate(words: &[&Token]) -> usize {
                     *count = 0;
                 }
             }
-            Token::Word(word) if !OPERATOR_WORDS.iter().any(|w| word.quote_style.is_none() && word.value.eq_ignore_ascii_case(w)) => {}
+            Token::Word(_) if !OPERATOR_WORDS.iter().any(|w| keyword_is(token, w)) => {}
             Token::Number(..) | Token::Period | Token::Placeholder(_) | Token::Whitespace(_) => {}
             token if is_literal(token) => {}
             _ => {

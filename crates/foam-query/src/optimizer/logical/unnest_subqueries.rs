@@ -6,14 +6,16 @@
 //! physical operator runs (`Physical plan does not support logical
 //! expression ScalarSubquery`): a non-equality under an aggregate
 //! (`(SELECT count(*) FROM t AS x WHERE x.b < t.b)`), EXISTS or IN in a
-//! select list. And an IN subquery inside another expression of a filter
-//! (`x NOT IN (..) OR y = 1`), DataFusion 55 answers with a mark join that
-//! is never NULL, so `NOT` of it holds where SQL's NOT IN is NULL; its
-//! decorrelation is made to leave such filters alone (`embedded`). This
-//! rule unnests all of those the general way (Neumann and
-//! Kemper, "Unnesting Arbitrary Queries", as DuckDB does): the subquery is
-//! computed once for every distinct value of the outer columns it reads,
-//! its *domain* `D`, and the outer rows are joined with those answers.
+//! select list. And two IN subqueries of a filter DataFusion 55 answers
+//! wrongly: one inside another expression (`x NOT IN (..) OR y = 1`) gets
+//! a mark join that is never NULL, so `NOT` of it holds where SQL's NOT IN
+//! is NULL, and `7 NOT IN (..)` an anti join that ignores the subquery's
+//! NULLs; its decorrelation leaves such filters alone
+//! (`in_subqueries_are_ours`). This rule unnests all of those the general
+//! way (Neumann and Kemper, "Unnesting Arbitrary Queries", as DuckDB
+//! does): the subquery is computed once for every distinct value of the
+//! outer columns it reads, its *domain* `D`, and the outer rows are joined
+//! with those answers.
 //!
 //! ```text
 //!   Projection/Filter [.. (subquery reading outer c) ..]      D = DISTINCT c AS d FROM input
@@ -91,14 +93,14 @@ impl OptimizerRule for SubqueryUnnesting {
                 Ok(Transformed::new_transformed(plan, changed))
             }
             LogicalPlan::Filter(filter)
-                if split_conjunction(&filter.predicate).into_iter().any(|c| has_subquery_to_unnest(c, embedded(c))) =>
+                if split_conjunction(&filter.predicate).into_iter().any(|c| has_subquery_to_unnest(c, in_subqueries_are_ours(c))) =>
             {
                 let original_schema = filter.input.schema().clone();
                 let mut input = Arc::unwrap_or_clone(filter.input.clone());
                 let mut changed = false;
                 let mut conjuncts = Vec::new();
                 for conjunct in split_conjunction(&filter.predicate) {
-                    let rewritten = unnest_in(conjunct.clone(), &mut input, config, embedded(conjunct))?;
+                    let rewritten = unnest_in(conjunct.clone(), &mut input, config, in_subqueries_are_ours(conjunct))?;
                     changed |= rewritten.transformed;
                     conjuncts.push(rewritten.data);
                 }
@@ -147,7 +149,7 @@ impl OptimizerRule for LeftWhereFailing {
     fn rewrite(&self, plan: LogicalPlan, config: &dyn OptimizerConfig) -> Result<Transformed<LogicalPlan>> {
         if self.0.name() == "decorrelate_predicate_subquery"
             && let LogicalPlan::Filter(filter) = &plan
-            && split_conjunction(&filter.predicate).into_iter().any(|c| embedded(c) && c.exists(|e| Ok(matches!(e, Expr::InSubquery(_)))).unwrap_or(true))
+            && split_conjunction(&filter.predicate).into_iter().any(|c| in_subqueries_are_ours(c) && c.exists(|e| Ok(matches!(e, Expr::InSubquery(_)))).unwrap_or(true))
         {
             // Its mark join knows no NULL: `x NOT IN (..) OR ..` is taken
             // as true where SQL says NULL. The rule here unnests such.
@@ -207,7 +209,7 @@ fn has_subquery_to_unnest(expr: &Expr, any_in: bool) -> bool {
 /// The other conjuncts that are a subquery themselves (`x IN (..)`,
 /// `NOT EXISTS (..)`, `col NOT IN (..)`) stay DataFusion's semi and anti
 /// joins (null-aware for NOT IN).
-fn embedded(conjunct: &Expr) -> bool {
+fn in_subqueries_are_ours(conjunct: &Expr) -> bool {
     let (top, negated_outside) = match conjunct {
         Expr::Not(inner) => (inner.as_ref(), true),
         other => (other, false),
