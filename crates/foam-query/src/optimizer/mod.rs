@@ -11,6 +11,7 @@ use std::sync::Arc;
 use datafusion::logical_expr::ScalarUDF;
 use datafusion::optimizer::OptimizerRule;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::filter_pushdown::FilterPushdownPhase;
 
 use crate::context::NodeContext;
 
@@ -36,13 +37,16 @@ pub fn logical_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
 /// filtered by an operator no longer in the plan.
 const DYNAMIC_FILTER_RULE: &str = "FilterPushdown(Post)";
 
+/// The DataFusion rule that pushes filters down before the plan is final.
+const FILTER_RULE: &str = "FilterPushdown";
+
 /// The true properties of aggregates over grouping sets and of outer joins
 /// first (`output_claims.rs`), then DataFusion's physical rules with
 /// FoamDB's inserted before the dynamic filters are wired, so that those
 /// filters and DataFusion's closing sanity check see the plan FoamDB's
 /// rules leave. The locality rules' plan is kept only if it passes that
-/// check (`checked_rules.rs`); the dynamic filters are skipped where
-/// DataFusion could misplace them (`dynamic_filters.rs`).
+/// check (`checked_rules.rs`). Both filter pushdowns are skipped where
+/// DataFusion could misplace a filter (`filter_pushdown.rs`).
 pub fn physical_rules(node: &Arc<NodeContext>) -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
     let locality = physical::checked_rules::CheckedRules {
         rules: vec![
@@ -54,10 +58,15 @@ pub fn physical_rules(node: &Arc<NodeContext>) -> Vec<Arc<dyn PhysicalOptimizerR
     let foam: Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> =
         vec![Arc::new(locality), Arc::new(physical::join_yield::JoinYielding), Arc::new(physical::explicit_sorts::ExplicitSorts)];
     let mut rules = physical::output_claims::datafusion_rules();
-    let at = rules.iter().position(|rule| rule.name() == DYNAMIC_FILTER_RULE).unwrap_or(rules.len());
-    if let Some(rule) = rules.get_mut(at) {
-        *rule = Arc::new(physical::dynamic_filters::GuardedDynamicFilters { inner: rule.clone() });
+    for rule in rules.iter_mut() {
+        let phase = match rule.name() {
+            FILTER_RULE => FilterPushdownPhase::Pre,
+            DYNAMIC_FILTER_RULE => FilterPushdownPhase::Post,
+            _ => continue,
+        };
+        *rule = Arc::new(physical::filter_pushdown::GuardedFilterPushdown { inner: rule.clone(), phase });
     }
+    let at = rules.iter().position(|rule| rule.name() == DYNAMIC_FILTER_RULE).unwrap_or(rules.len());
     rules.splice(at..at, foam);
     rules
 }

@@ -5,8 +5,8 @@
 pub mod checked_rules;
 pub mod copartition;
 pub mod count_ones;
-pub mod dynamic_filters;
 pub mod explicit_sorts;
+pub mod filter_pushdown;
 pub mod join_yield;
 pub mod output_claims;
 pub mod regroup;
