@@ -44,6 +44,10 @@ pub struct LocalArgs {
     /// Load TPC-H at this scale factor once (skipped when the data dir has it).
     #[arg(long)]
     tpch: Option<f64>,
+    /// Directory whose files clients may load with `COPY t FROM 'file'`;
+    /// without it COPY reads no server file (use `\copy` in psql).
+    #[arg(long)]
+    copy_dir: Option<PathBuf>,
 }
 
 struct NodeProcess {
@@ -88,7 +92,13 @@ fn check_sql_port(data_dir: &std::path::Path, sql_port: u16) -> Result<(), Strin
 impl LocalCluster {
     /// Starts `nodes` node processes and waits until each serves SQL; gives up
     /// early when `stop` is set.
-    pub fn start(nodes: u16, data_dir: &std::path::Path, sql_port: u16, stop: &AtomicBool) -> Result<LocalCluster, String> {
+    pub fn start(
+        nodes: u16,
+        data_dir: &std::path::Path,
+        sql_port: u16,
+        copy_dir: Option<&std::path::Path>,
+        stop: &AtomicBool,
+    ) -> Result<LocalCluster, String> {
         if nodes == 0 {
             return Err("--nodes must be at least 1".into());
         }
@@ -123,6 +133,9 @@ impl LocalCluster {
             ];
             if index > 0 {
                 node_args.extend(["--join".to_string(), first_node_addr.clone()]);
+            }
+            if let Some(copy_dir) = copy_dir {
+                node_args.extend(["--copy-dir".to_string(), copy_dir.display().to_string()]);
             }
             let ready_lines_before = ready_lines(&cluster.data_dir, index);
             let mut node = NodeProcess { ready_lines_before, index, args: node_args, child: None };
@@ -224,7 +237,7 @@ pub fn run(args: LocalArgs) -> Result<(), String> {
     let stop = Arc::new(AtomicBool::new(false));
     let stop_flag = stop.clone();
     ctrlc::set_handler(move || stop_flag.store(true, Ordering::SeqCst)).map_err(|e| format!("cannot handle Ctrl-C: {e}"))?;
-    let mut cluster = match LocalCluster::start(args.nodes, &args.data_dir, args.sql_port, &stop) {
+    let mut cluster = match LocalCluster::start(args.nodes, &args.data_dir, args.sql_port, args.copy_dir.as_deref(), &stop) {
         Ok(cluster) => cluster,
         // Ctrl-C or SIGTERM while nodes were starting: they are stopped (the
         // partly started cluster was dropped), which is what was asked.
@@ -243,6 +256,10 @@ pub fn run(args: LocalArgs) -> Result<(), String> {
     println!("  Connect:  psql -h 127.0.0.1 -p {} -U foam foam", args.sql_port);
     if args.nodes > 1 {
         println!("  (every node accepts SQL: ports {}..={})", args.sql_port, args.sql_port + args.nodes - 1);
+    }
+    match &args.copy_dir {
+        Some(dir) => println!("  Files:    COPY t FROM 'file' reads files under {}", dir.display()),
+        None => println!("  Files:    COPY t FROM 'file' is off (--copy-dir DIR allows DIR); psql's \\copy sends a local file"),
     }
     println!("  Logs:     {}/node-*/node.log", cluster.data_dir.display());
     println!("  Stop:     Ctrl-C (data stays; run the same command to start again)");

@@ -84,6 +84,10 @@ enum Command {
         /// core. `foam local` gives each of its nodes a share of the cores.
         #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
         worker_threads: Option<u16>,
+        /// Directory whose files clients may load with `COPY t FROM 'file'`
+        /// (paths relative to it); without it COPY reads no server file.
+        #[arg(long)]
+        copy_dir: Option<PathBuf>,
     },
     /// Run an N-node cluster on 127.0.0.1 as N processes; Ctrl-C stops it.
     Local(local::LocalArgs),
@@ -136,13 +140,23 @@ fn main() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let result = match cli.command {
-        Command::Start { data_dir, sql_addr, node_addr, join, memory_limit_mb, node_dead_after_ms, reprotect_after_ms, worker_threads } => {
+        Command::Start {
+            data_dir,
+            sql_addr,
+            node_addr,
+            join,
+            memory_limit_mb,
+            node_dead_after_ms,
+            reprotect_after_ms,
+            worker_threads,
+            copy_dir,
+        } => {
             let failure_policy = FailurePolicy {
                 node_dead_after: std::time::Duration::from_millis(node_dead_after_ms),
                 reprotect_after: std::time::Duration::from_millis(reprotect_after_ms),
             };
             let config =
-                NodeConfig { data_dir, sql_addr, node_addr, join, memory_limit_bytes: memory_limit_mb * 1024 * 1024, failure_policy };
+                NodeConfig { data_dir, sql_addr, node_addr, join, memory_limit_bytes: memory_limit_mb * 1024 * 1024, failure_policy, copy_dir };
             start(config, worker_threads)
         }
         Command::Local(args) => local::run(args),

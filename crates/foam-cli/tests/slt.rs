@@ -30,13 +30,21 @@ async fn run_all(nodes: usize) {
     run_files(nodes, &[], nodes - 1, slt_files()).await;
 }
 
+/// The directory of the data files the `.slt` files load with COPY.
+fn data_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data").canonicalize().expect("tests/data")
+}
+
 /// Runs `files` each on a fresh cluster of `nodes` started with `args`,
 /// connected to node `coordinator`.
 async fn run_files(nodes: usize, args: &[&str], coordinator: usize, files: Vec<PathBuf>) {
-    let data_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data").canonicalize().expect("tests/data");
+    let data_dir = data_dir();
+    let mut args: Vec<&str> = args.to_vec();
+    let copy_dir = data_dir.display().to_string();
+    args.extend(["--copy-dir", &copy_dir]);
     let mut failures = Vec::new();
     for file in files {
-        let cluster = common::Cluster::start_with(nodes, args);
+        let cluster = common::Cluster::start_with(nodes, &args);
         let url = cluster.url(coordinator);
         let script = std::fs::read_to_string(&file).expect("read slt").replace("{DATA_DIR}", &data_dir.display().to_string());
         let mut runner = sqllogictest::Runner::new(move || {

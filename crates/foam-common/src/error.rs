@@ -40,6 +40,10 @@ pub enum FoamError {
     #[error("COPY {table}{}{}: {message}", line_part(*line), column.as_ref().map(|c| format!(", column {c}")).unwrap_or_default())]
     CopyData { table: String, line: u64, column: Option<String>, message: String },
 
+    /// The client may not do this (PostgreSQL's "permission denied").
+    #[error("permission denied: {message}")]
+    InsufficientPrivilege { message: String },
+
     #[error("could not read file \"{path}\": {message}")]
     FileAccess { path: String, message: String },
 
@@ -103,6 +107,7 @@ impl FoamError {
             FoamError::FeatureNotSupported { .. } => SqlState::FeatureNotSupported,
             FoamError::InvalidParameter { .. } => SqlState::InvalidParameterValue,
             FoamError::CopyData { .. } => SqlState::BadCopyFileFormat,
+            FoamError::InsufficientPrivilege { .. } => SqlState::InsufficientPrivilege,
             FoamError::FileAccess { .. } => SqlState::UndefinedFile,
             FoamError::DataException { .. } => SqlState::DataException,
             FoamError::NodeUnavailable { .. } => SqlState::ConnectionFailure,

@@ -56,6 +56,7 @@ sqlstates! {
     TransactionRollback = "40000",
     SerializationFailure = "40001",
     SyntaxErrorOrAccessRuleViolation = "42000",
+    InsufficientPrivilege = "42501",
     SyntaxError = "42601",
     AmbiguousColumn = "42702",
     UndefinedColumn = "42703",

@@ -41,11 +41,18 @@ pub struct NodeConfig {
     /// When the failure detector (on the meta nodes' leader) marks nodes down and
     /// re-protects their partitions.
     pub failure_policy: FailurePolicy,
+    /// The directory whose files clients may load with `COPY ... FROM
+    /// 'file'`; `None` allows no server file.
+    pub copy_dir: Option<PathBuf>,
 }
 
 /// Runs a node until `shutdown` resolves or serving fails.
 pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> FoamResult<()> {
     foam_common::fs::create_dir_all(&config.data_dir)?;
+    let copy_dir = match &config.copy_dir {
+        Some(dir) => Some(dir.canonicalize().map_err(|e| FoamError::InvalidParameter { message: format!("--copy-dir {}: {e}", dir.display()) })?),
+        None => None,
+    };
     // Bind both ports first: a port in use is the most common start-up error.
     let sql_listener = bind(&config.sql_addr, "sql-addr").await?;
     let node_listener = bind(&config.node_addr, "node-addr").await?;
@@ -134,6 +141,7 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
         partition_scans: Default::default(),
         segment_statistics: Default::default(),
         rows_sent_to_peers: Default::default(),
+        copy_dir,
     });
     let runtime = query_runtime(&config)?;
     let replication = Replication::new(node.clone());

@@ -106,6 +106,8 @@ pub struct NodeContext {
     pub rows_sent_to_peers: std::sync::atomic::AtomicU64,
     /// Its segments' footer statistics, which planning reads (`statistics.rs`).
     pub segment_statistics: crate::catalog::statistics::SegmentStatistics,
+    /// Where clients' `COPY ... FROM 'file'` may read (`write/copy.rs`).
+    pub copy_dir: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for NodeContext {

@@ -209,6 +209,10 @@ impl Cluster {
         if let Some(join) = &node.join {
             command.args(["--join", join]);
         }
+        // Tests load the files they write into the cluster's directory.
+        if !self.args.iter().any(|a| a == "--copy-dir") {
+            command.arg("--copy-dir").arg(self.dir.path());
+        }
         self.nodes[index].child = Some(command.spawn().expect("start foam"));
     }
 

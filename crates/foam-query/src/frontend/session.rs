@@ -796,7 +796,7 @@ impl FoamSession {
         }
         let options = copy_options(options, legacy_options)?;
         let path = match target {
-            CopyTarget::File { filename } => filename.clone(),
+            CopyTarget::File { filename } => crate::write::copy::server_file(self.node.copy_dir.as_deref(), filename)?.display().to_string(),
             CopyTarget::Stdin => return Ok(StatementOutput::CopyIn(CopyInTarget { table, options })),
             other => return Err(FoamError::FeatureNotSupported { feature: format!("COPY FROM {other}") }),
         };

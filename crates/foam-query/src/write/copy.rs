@@ -6,9 +6,15 @@
 //! the column. Arrow's CSV reader reports positions in records per batch, so on
 //! the first error the file is read again one record at a time up to the bad
 //! record, which gives the exact line whatever went wrong.
+//!
+//! A client names a file on the server, so COPY reads only what the operator
+//! allowed: regular files under the directory given with `--copy-dir`
+//! ([`server_file`]), none without one. Data a client holds comes with
+//! `COPY ... FROM STDIN` (psql's `\copy`).
 
 use std::fs::File;
 use std::io::BufReader;
+use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::compute::cast_with_options;
@@ -45,6 +51,46 @@ impl Default for CopyOptions {
     fn default() -> Self {
         CopyOptions { format: CopyFormat::Text, header: false, delimiter: b'\t', quote: b'"', escape: None, null: Some("\\N".into()) }
     }
+}
+
+/// The file `COPY ... FROM 'path'` may read for a client: `path` (relative
+/// to `copy_dir`) when it is a regular file under `copy_dir` after every
+/// `..` and symbolic link is resolved. Without a `copy_dir` no file is
+/// readable. A path outside it gets 42501 whether or not it exists, so a
+/// client cannot probe the server's files.
+pub fn server_file(copy_dir: Option<&Path>, path: &str) -> FoamResult<PathBuf> {
+    let Some(copy_dir) = copy_dir else {
+        return Err(FoamError::InsufficientPrivilege {
+            message: "COPY from a file on the server needs a directory the operator allows with --copy-dir; \
+                      send the data with COPY ... FROM STDIN instead (psql: \\copy)"
+                .into(),
+        });
+    };
+    let outside = || FoamError::InsufficientPrivilege { message: format!("COPY reads files under {} only, not \"{path}\"", copy_dir.display()) };
+    // Lexically first: a path that leaves the directory is refused before
+    // the file system is asked anything about it.
+    let mut lexical = PathBuf::new();
+    for component in copy_dir.join(path).components() {
+        match component {
+            Component::ParentDir => {
+                lexical.pop();
+            }
+            Component::CurDir => {}
+            other => lexical.push(other),
+        }
+    }
+    if !lexical.starts_with(copy_dir) {
+        return Err(outside());
+    }
+    let resolved = lexical.canonicalize().map_err(|e| FoamError::FileAccess { path: path.into(), message: e.to_string() })?;
+    if !resolved.starts_with(copy_dir) {
+        return Err(outside());
+    }
+    let metadata = std::fs::metadata(&resolved).map_err(|e| FoamError::FileAccess { path: path.into(), message: e.to_string() })?;
+    if !metadata.is_file() {
+        return Err(FoamError::FileAccess { path: path.into(), message: "not a regular file".into() });
+    }
+    Ok(resolved)
 }
 
 pub async fn copy_from_file(node: Arc<NodeContext>, table: TableDef, path: String, options: CopyOptions) -> FoamResult<u64> {
@@ -239,4 +285,45 @@ fn regex_escape(text: &str) -> String {
         escaped.push(ch);
     }
     escaped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(result: FoamResult<PathBuf>) -> String {
+        match result {
+            Err(error) => error.sqlstate().code().to_string(),
+            Ok(path) => panic!("{} was allowed", path.display()),
+        }
+    }
+
+    #[test]
+    fn copy_reads_regular_files_under_the_copy_dir_only() {
+        let root = tempfile::tempdir().unwrap();
+        let root = root.path().canonicalize().unwrap();
+        let allowed = root.join("allowed");
+        std::fs::create_dir_all(allowed.join("sub")).unwrap();
+        std::fs::write(allowed.join("sub/a.csv"), "1\n").unwrap();
+        std::fs::write(root.join("secret.csv"), "2\n").unwrap();
+        std::os::unix::fs::symlink(root.join("secret.csv"), allowed.join("link.csv")).unwrap();
+        let dir = Some(allowed.as_path());
+
+        assert_eq!(server_file(dir, "sub/a.csv").unwrap(), allowed.join("sub/a.csv"));
+        assert_eq!(server_file(dir, &allowed.join("sub/./a.csv").display().to_string()).unwrap(), allowed.join("sub/a.csv"));
+        assert_eq!(server_file(dir, "sub/../sub/a.csv").unwrap(), allowed.join("sub/a.csv"));
+        // Out of the directory, by path, by `..` or by a link: 42501, and
+        // the same whether the file exists or not.
+        assert_eq!(refused(server_file(dir, "/etc/passwd")), "42501");
+        assert_eq!(refused(server_file(dir, "/no/such/file")), "42501");
+        assert_eq!(refused(server_file(dir, "../secret.csv")), "42501");
+        assert_eq!(refused(server_file(dir, "sub/../../secret.csv")), "42501");
+        assert_eq!(refused(server_file(dir, "link.csv")), "42501");
+        assert_eq!(refused(server_file(dir, "/proc/self/environ")), "42501");
+        // Inside it: a missing file or a directory is not a file to read.
+        assert_eq!(refused(server_file(dir, "missing.csv")), "58P01");
+        assert_eq!(refused(server_file(dir, "sub")), "58P01");
+        // Without a directory nothing is readable.
+        assert_eq!(refused(server_file(None, &allowed.join("sub/a.csv").display().to_string())), "42501");
+    }
 }
