@@ -188,6 +188,26 @@ fn check_exchange_compression(set: &Set) -> FoamResult<()> {
     }
 }
 
+/// The settings that belong to the node, not to a session: DataFusion's
+/// `datafusion.runtime.*` would replace the node's query memory pool
+/// (`memory_limit`) or send its spill files to any directory
+/// (`temp_directory`).
+const NODE_SETTINGS_PREFIX: &str = "datafusion.runtime";
+
+/// Refuses a `SET` or `RESET` of a node's setting with 42501.
+fn check_not_node_setting(statement: &Statement) -> FoamResult<()> {
+    let text = match statement {
+        Statement::Set(_) | Statement::Reset(_) => statement.to_string().to_lowercase(),
+        _ => return Ok(()),
+    };
+    if text.contains(NODE_SETTINGS_PREFIX) {
+        return Err(FoamError::InsufficientPrivilege {
+            message: format!("{NODE_SETTINGS_PREFIX}.* settings belong to the node (its memory pool and spill directory); a session may not change them"),
+        });
+    }
+    Ok(())
+}
+
 fn returns_rows(plan: &LogicalPlan) -> bool {
     !matches!(plan, LogicalPlan::Statement(_) | LogicalPlan::Ddl(_) | LogicalPlan::Dml(_) | LogicalPlan::Copy(_))
 }
@@ -347,6 +367,7 @@ impl FoamSession {
             // Subquery columns DataFusion would refuse as duplicates, named.
             crate::frontend::select_names::name_subquery_columns(&mut statement);
         }
+        check_not_node_setting(&statement)?;
         let own = matches!(
             *statement,
             Statement::CreateTable(_)
