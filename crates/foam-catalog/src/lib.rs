@@ -4,9 +4,11 @@
 //! The meta nodes replicate it with Raft (foam-node's `consensus.rs`) and apply
 //! each command with [`Catalog::apply`] in log order; every other node keeps a
 //! versioned read-only copy fetched from the leader. Types here are plain data
-//! that serialize to JSON for the Raft log, the catalog file and RPC.
+//! that serialize to JSON for the Raft log, the catalog file and RPC. Roles
+//! (`roles.rs`) are catalog entries too.
 
 pub mod model;
+pub mod roles;
 pub mod store;
 pub mod types;
 

@@ -8,9 +8,10 @@ use std::sync::Arc;
 
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use foam_common::limits::{IDENTIFIER_BYTES_MAX, PARTITIONS_PER_TABLE_MAX, REPLICAS_DEFAULT, WORKER_THREADS_UNKNOWN, default_partition_count};
-use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TableId};
+use foam_common::{FoamError, FoamResult, NodeId, PartitionId, SqlState, TableId};
 use serde::{Deserialize, Serialize};
 
+use crate::roles::{RoleDef, ScramVerifier};
 use crate::types::SqlType;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -212,6 +213,10 @@ pub fn arrow_schema(columns: &[ColumnDef]) -> SchemaRef {
     ))
 }
 
+fn undefined_role(name: &str) -> FoamError {
+    FoamError::Query { message: format!("role \"{name}\" does not exist"), sqlstate: SqlState::UndefinedObject }
+}
+
 fn is_up(nodes: &BTreeMap<NodeId, NodeInfo>, node: NodeId) -> bool {
     nodes.get(&node).is_some_and(|n| n.state == NodeState::Up)
 }
@@ -233,6 +238,9 @@ pub struct Catalog {
     pub nodes: BTreeMap<NodeId, NodeInfo>,
     pub tables: BTreeMap<String, TableDef>,
     pub views: BTreeMap<String, ViewDef>,
+    /// Who may connect (`roles.rs`); empty in catalogs from before roles.
+    #[serde(default)]
+    pub roles: BTreeMap<String, RoleDef>,
 }
 
 /// How a new table is to be spread; resolved into a [`Distribution`] with a
@@ -278,6 +286,12 @@ pub enum CatalogCommand {
     DrainNode { id: NodeId },
     /// `ALTER CLUSTER REMOVE NODE n`: forget a node that holds no copies.
     RemoveNode { id: NodeId },
+    /// `CREATE ROLE`; a new cluster's first node creates its superuser with
+    /// `if_not_exists`.
+    CreateRole { role: RoleDef, if_not_exists: bool },
+    /// `ALTER ROLE`: the password (`Some(None)` removes it) and LOGIN, where given.
+    AlterRole { name: String, password: Option<Option<ScramVerifier>>, login: Option<bool> },
+    DropRole { name: String, if_exists: bool },
 }
 
 /// What an applied command did, for the caller to report.
@@ -318,6 +332,18 @@ impl Catalog {
             table.derive_read_nodes(&nodes);
         }
         Ok((next, outcome))
+    }
+
+    /// After a change to role `changed`: some role must still be able to log
+    /// in, or the cluster would be locked for good (`apply` then keeps the
+    /// catalog as it was).
+    fn check_someone_can_log_in(&self, changed: &str) -> FoamResult<()> {
+        if self.roles.values().any(|r| r.login && r.password.is_some()) {
+            return Ok(());
+        }
+        Err(FoamError::InsufficientPrivilege {
+            message: format!("role \"{changed}\" is the last that can log in with a password; create another superuser first"),
+        })
     }
 
     fn apply_in_place(&mut self, command: &CatalogCommand) -> FoamResult<CommandOutcome> {
@@ -462,6 +488,41 @@ impl Catalog {
                     return Ok(CommandOutcome::Skipped);
                 }
                 node.draining = true;
+                Ok(CommandOutcome::Applied)
+            }
+            CatalogCommand::CreateRole { role, if_not_exists } => {
+                check_identifier(&role.name)?;
+                if self.roles.contains_key(&role.name) {
+                    if *if_not_exists {
+                        return Ok(CommandOutcome::Skipped);
+                    }
+                    return Err(FoamError::Query { message: format!("role \"{}\" already exists", role.name), sqlstate: SqlState::DuplicateObject });
+                }
+                if !role.superuser {
+                    return Err(FoamError::FeatureNotSupported {
+                        feature: format!("role \"{}\" without SUPERUSER (FoamDB has no privileges yet, so every role is a superuser)", role.name),
+                    });
+                }
+                self.roles.insert(role.name.clone(), role.clone());
+                Ok(CommandOutcome::Applied)
+            }
+            CatalogCommand::AlterRole { name, password, login } => {
+                let mut next = self.roles.get(name).cloned().ok_or_else(|| undefined_role(name))?;
+                if let Some(password) = password {
+                    next.password = password.clone();
+                }
+                if let Some(login) = login {
+                    next.login = *login;
+                }
+                self.roles.insert(name.clone(), next);
+                self.check_someone_can_log_in(name)?;
+                Ok(CommandOutcome::Applied)
+            }
+            CatalogCommand::DropRole { name, if_exists } => {
+                if self.roles.remove(name).is_none() {
+                    return if *if_exists { Ok(CommandOutcome::Skipped) } else { Err(undefined_role(name)) };
+                }
+                self.check_someone_can_log_in(name)?;
                 Ok(CommandOutcome::Applied)
             }
             CatalogCommand::RemoveNode { id } => {
@@ -648,6 +709,40 @@ mod tests {
 
     fn create(name: &str, spec: DistributionSpec) -> CatalogCommand {
         CatalogCommand::CreateTable { name: name.into(), columns: vec![column("a"), column("b")], distribution: spec, if_not_exists: false }
+    }
+
+    fn role(name: &str, superuser: bool, password: Option<&str>) -> CatalogCommand {
+        let password = password.map(|p| ScramVerifier::with_salt(p, b"salt".to_vec()));
+        CatalogCommand::CreateRole { role: RoleDef { name: name.into(), superuser, login: true, password }, if_not_exists: false }
+    }
+
+    #[test]
+    fn roles_change_through_commands_and_one_can_always_log_in() {
+        let catalog = cluster(1);
+        let (catalog, _) = catalog.apply(&role("foam", true, Some("secret"))).unwrap();
+        assert_eq!(catalog.apply(&role("foam", true, Some("other"))).unwrap_err().sqlstate(), "42710");
+        let skipped = CatalogCommand::CreateRole { role: catalog.roles["foam"].clone(), if_not_exists: true };
+        assert_eq!(catalog.apply(&skipped).unwrap().1, CommandOutcome::Skipped);
+        assert_eq!(catalog.apply(&role("app", false, Some("x"))).unwrap_err().sqlstate(), "0A000", "no privileges: superusers only");
+        // The only role that can log in keeps its password and its login.
+        let no_password = CatalogCommand::AlterRole { name: "foam".into(), password: Some(None), login: None };
+        assert_eq!(catalog.apply(&no_password).unwrap_err().sqlstate(), "42501");
+        let no_login = CatalogCommand::AlterRole { name: "foam".into(), password: None, login: Some(false) };
+        assert_eq!(catalog.apply(&no_login).unwrap_err().sqlstate(), "42501");
+        let drop = |name: &str| CatalogCommand::DropRole { name: name.into(), if_exists: false };
+        assert_eq!(catalog.apply(&drop("foam")).unwrap_err().sqlstate(), "42501");
+        assert_eq!(catalog.apply(&drop("nobody")).unwrap_err().sqlstate(), "42704");
+        // With a second superuser, the first can go.
+        let (catalog, _) = catalog.apply(&role("admin", true, Some("pw"))).unwrap();
+        let (catalog, _) = catalog.apply(&drop("foam")).unwrap();
+        assert_eq!(catalog.roles.keys().collect::<Vec<_>>(), ["admin"]);
+        let changed = CatalogCommand::AlterRole { name: "admin".into(), password: Some(Some(ScramVerifier::with_salt("new", b"s".to_vec()))), login: None };
+        let (after, _) = catalog.apply(&changed).unwrap();
+        assert_ne!(after.roles["admin"].password, catalog.roles["admin"].password);
+        // A catalog saved before roles existed still loads.
+        let mut old = serde_json::to_value(&cluster(1)).unwrap();
+        old.as_object_mut().unwrap().remove("roles");
+        assert!(serde_json::from_value::<Catalog>(old).unwrap().roles.is_empty());
     }
 
     #[test]

@@ -88,7 +88,7 @@ pub fn run(args: BenchTpchArgs) -> Result<(), String> {
         Some(_) => None,
         None => {
             let dir = args.data_dir.join(format!("sf{}-nodes{}", args.sf, args.nodes));
-            Some(LocalCluster::start(args.nodes, &dir, args.sql_port, None, &never_stop)?)
+            Some(LocalCluster::start(args.nodes, &dir, args.sql_port, &Default::default(), &never_stop)?)
         }
     };
     let url = args.url.clone().unwrap_or_else(|| cluster.as_ref().map(|c| c.url()).unwrap_or_default());

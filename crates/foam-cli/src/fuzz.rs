@@ -58,7 +58,7 @@ pub fn run(args: BenchFuzzArgs) -> Result<(), String> {
         Some(_) => None,
         None => {
             let _ = std::fs::remove_dir_all(&args.data_dir);
-            let cluster = LocalCluster::start(args.nodes, &args.data_dir, args.sql_port, None, &never_stop)?;
+            let cluster = LocalCluster::start(args.nodes, &args.data_dir, args.sql_port, &Default::default(), &never_stop)?;
             cluster.wait_until_settled()?;
             Some(cluster)
         }

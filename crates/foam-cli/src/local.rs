@@ -10,6 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use foam_node::superuser::{PASSWORD_FILE, SUPERUSER};
+
 /// Offset between a node's SQL port and its cluster port.
 const NODE_PORT_OFFSET: u16 = 1000;
 /// How long `foam local` waits for every node to accept SQL connections.
@@ -48,6 +50,18 @@ pub struct LocalArgs {
     /// without it COPY reads no server file (use `\copy` in psql).
     #[arg(long)]
     copy_dir: Option<PathBuf>,
+    /// Accept every client without a password (see `foam start --insecure`).
+    #[arg(long)]
+    insecure: bool,
+}
+
+/// How `foam local` starts its nodes, beyond their count and ports.
+#[derive(Debug, Clone, Default)]
+pub struct LocalOptions {
+    /// `--copy-dir` of every node.
+    pub copy_dir: Option<PathBuf>,
+    /// `--insecure` on every node.
+    pub insecure: bool,
 }
 
 struct NodeProcess {
@@ -96,7 +110,7 @@ impl LocalCluster {
         nodes: u16,
         data_dir: &std::path::Path,
         sql_port: u16,
-        copy_dir: Option<&std::path::Path>,
+        options: &LocalOptions,
         stop: &AtomicBool,
     ) -> Result<LocalCluster, String> {
         if nodes == 0 {
@@ -134,8 +148,11 @@ impl LocalCluster {
             if index > 0 {
                 node_args.extend(["--join".to_string(), first_node_addr.clone()]);
             }
-            if let Some(copy_dir) = copy_dir {
+            if let Some(copy_dir) = &options.copy_dir {
                 node_args.extend(["--copy-dir".to_string(), copy_dir.display().to_string()]);
+            }
+            if options.insecure {
+                node_args.push("--insecure".into());
             }
             let ready_lines_before = ready_lines(&cluster.data_dir, index);
             let mut node = NodeProcess { ready_lines_before, index, args: node_args, child: None };
@@ -212,8 +229,21 @@ impl LocalCluster {
         })
     }
 
+    /// The superuser's connection URL, with the password the cluster was
+    /// created with (none for an `--insecure` cluster).
     pub fn url(&self) -> String {
-        format!("postgres://foam@127.0.0.1:{}/foam", self.sql_port)
+        match self.password() {
+            Some(password) => format!("postgres://{SUPERUSER}:{password}@127.0.0.1:{}/foam", self.sql_port),
+            None => format!("postgres://{SUPERUSER}@127.0.0.1:{}/foam", self.sql_port),
+        }
+    }
+
+    /// The superuser's generated password, from the node that created it.
+    fn password(&self) -> Option<String> {
+        (0..self.nodes.len()).find_map(|index| {
+            let file = self.data_dir.join(format!("node-{index}")).join(PASSWORD_FILE);
+            std::fs::read_to_string(file).ok().map(|text| text.trim().to_string()).filter(|text| !text.is_empty())
+        })
     }
 
     /// Reports nodes that exited since the last call, with how to restart them.
@@ -237,7 +267,7 @@ pub fn run(args: LocalArgs) -> Result<(), String> {
     let stop = Arc::new(AtomicBool::new(false));
     let stop_flag = stop.clone();
     ctrlc::set_handler(move || stop_flag.store(true, Ordering::SeqCst)).map_err(|e| format!("cannot handle Ctrl-C: {e}"))?;
-    let mut cluster = match LocalCluster::start(args.nodes, &args.data_dir, args.sql_port, args.copy_dir.as_deref(), &stop) {
+    let mut cluster = match LocalCluster::start(args.nodes, &args.data_dir, args.sql_port, &LocalOptions { copy_dir: args.copy_dir.clone(), insecure: args.insecure }, &stop) {
         Ok(cluster) => cluster,
         // Ctrl-C or SIGTERM while nodes were starting: they are stopped (the
         // partly started cluster was dropped), which is what was asked.
@@ -253,7 +283,10 @@ pub fn run(args: LocalArgs) -> Result<(), String> {
     cluster.wait_until_settled()?;
     println!("FoamDB is running: {} nodes, data in {}", args.nodes, cluster.data_dir.display());
     println!();
-    println!("  Connect:  psql -h 127.0.0.1 -p {} -U foam foam", args.sql_port);
+    println!("  Connect:  psql {}", cluster.url());
+    if args.insecure {
+        println!("            (INSECURE: no passwords; anyone may connect as anyone)");
+    }
     if args.nodes > 1 {
         println!("  (every node accepts SQL: ports {}..={})", args.sql_port, args.sql_port + args.nodes - 1);
     }

@@ -88,6 +88,11 @@ enum Command {
         /// (paths relative to it); without it COPY reads no server file.
         #[arg(long)]
         copy_dir: Option<PathBuf>,
+        /// Accept every client without a password. Without it, a new
+        /// cluster's first node creates superuser `foam` with a generated
+        /// password (kept in DATA_DIR/password) and clients must log in.
+        #[arg(long)]
+        insecure: bool,
     },
     /// Run an N-node cluster on 127.0.0.1 as N processes; Ctrl-C stops it.
     Local(local::LocalArgs),
@@ -150,13 +155,14 @@ fn main() {
             reprotect_after_ms,
             worker_threads,
             copy_dir,
+            insecure,
         } => {
             let failure_policy = FailurePolicy {
                 node_dead_after: std::time::Duration::from_millis(node_dead_after_ms),
                 reprotect_after: std::time::Duration::from_millis(reprotect_after_ms),
             };
             let config =
-                NodeConfig { data_dir, sql_addr, node_addr, join, memory_limit_bytes: memory_limit_mb * 1024 * 1024, failure_policy, copy_dir };
+                NodeConfig { data_dir, sql_addr, node_addr, join, memory_limit_bytes: memory_limit_mb * 1024 * 1024, failure_policy, copy_dir, insecure };
             start(config, worker_threads)
         }
         Command::Local(args) => local::run(args),

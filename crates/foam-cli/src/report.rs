@@ -188,7 +188,7 @@ fn foam_cluster_run(args: &CompareArgs<'_>, nodes: u16, expected: &[Vec<Vec<Stri
     let never_stop = AtomicBool::new(false);
     let dir = args.data_dir.join(format!("sf{}-nodes{}", args.sf, nodes));
     println!("FoamDB, {nodes} node(s), data in {}...", dir.display());
-    let cluster = LocalCluster::start(nodes, &dir, args.sql_port, None, &never_stop)?;
+    let cluster = LocalCluster::start(nodes, &dir, args.sql_port, &Default::default(), &never_stop)?;
     let url = cluster.url();
     let load = load_tpch_once(&url, args.sf)?;
     cluster.wait_until_settled()?;

@@ -486,16 +486,20 @@ async fn whole_local_cluster_restarts_with_its_data() {
         let stdout = std::io::BufReader::new(local.stdout.take().expect("piped stdout"));
         std::thread::spawn(move || {
             for line in std::io::BufRead::lines(stdout).map_while(Result::ok) {
-                if line.starts_with("FoamDB is running") {
-                    let _ = said.send(());
+                // What it prints to connect with, password included.
+                if let Some(url) = line.trim().strip_prefix("Connect:  psql ") {
+                    let _ = said.send(url.to_string());
                 }
             }
         });
-        heard.recv_timeout(Duration::from_secs(120)).expect("foam local says it is running");
+        heard.recv_timeout(Duration::from_secs(120)).expect("foam local says it is running and how to connect")
     };
     let mut local = start();
-    running(&mut local);
-    let url = format!("host=127.0.0.1 port={sql_port} user=foam dbname=foam");
+    let url = running(&mut local);
+    assert!(url.starts_with("postgres://foam:") && url.ends_with(&format!("@127.0.0.1:{sql_port}/foam")), "{url}");
+    let wrong_password = format!("host=127.0.0.1 port={sql_port} user=foam dbname=foam password=guess");
+    let refused = tokio_postgres::connect(&wrong_password, tokio_postgres::NoTls).await.err().expect("a wrong password, no connection");
+    assert_eq!(refused.code().map(|c| c.code()), Some("28P01"), "{refused}");
     let client = common::connect(&url).await;
     client
         .batch_execute("CREATE TABLE kept (k INT, v TEXT); INSERT INTO kept VALUES (1, 'one'), (2, 'two'), (3, 'three')")
@@ -525,8 +529,9 @@ async fn whole_local_cluster_restarts_with_its_data() {
         assert!(port_free(sql_port + i), "node {i} stopped with foam local");
     }
     let mut local = start();
-    running(&mut local);
-    let client = common::connect(&format!("host=127.0.0.1 port={} user=foam dbname=foam", sql_port + 1)).await;
+    let again = running(&mut local);
+    assert_eq!(again, url, "the same password after a restart");
+    let client = common::connect(&again.replace(&format!(":{sql_port}/"), &format!(":{}/", sql_port + 1))).await;
     assert_eq!(
         query_text(&client, "SELECT k, v FROM kept ORDER BY k").await,
         vec![
@@ -774,4 +779,56 @@ async fn statement_timeout_and_cancel_stop_a_query_on_every_node() {
     wait_until_idle(&cluster, "after the cancel request", quickly).await;
     let active = scalar(&cluster.client(1).await, "SELECT active_queries FROM foam_cluster_stats WHERE node_id IS NULL").await;
     assert_eq!(active, "0");
+}
+
+/// What connecting to `url` fails with: its SQLSTATE and message.
+async fn login_error(url: &str) -> (String, String) {
+    match tokio_postgres::connect(url, tokio_postgres::NoTls).await {
+        Ok(_) => panic!("{url} should not connect"),
+        Err(error) => {
+            let db = error.as_db_error().unwrap_or_else(|| panic!("{url}: not a server error: {error}"));
+            (db.code().code().to_string(), db.message().to_string())
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_log_in_with_a_password_every_node_checks() {
+    let cluster = Cluster::start(2);
+    let password = cluster.password().expect("the first node wrote the superuser's password");
+    let node = |i: usize| format!("host=127.0.0.1 port={} dbname=foam", cluster.nodes[i].sql_port);
+    // The superuser's password works on every node; anything else is 28P01,
+    // and a user that does not exist looks like a wrong password.
+    for i in 0..2 {
+        assert_eq!(scalar(&common::connect(&cluster.url(i)).await, "SELECT 1").await, "1");
+        let (code, message) = login_error(&format!("{} user=foam password=guess", node(i))).await;
+        assert_eq!((code.as_str(), message.as_str()), ("28P01", "password authentication failed for user \"foam\""));
+        assert_eq!(login_error(&format!("{} user=nobody password={password}", node(i))).await.0, "28P01");
+    }
+    let (code, message) = login_error(&format!("host=127.0.0.1 port={} dbname=other user=foam password={password}", cluster.nodes[0].sql_port)).await;
+    assert_eq!(code, "3D000", "{message}");
+    // A role made on one node logs in on the other at once; its password
+    // changes and its removal count there at once too.
+    let admin = cluster.client(0).await;
+    admin.batch_execute("CREATE USER ops WITH SUPERUSER PASSWORD 'first'").await.unwrap();
+    let ops = |i: usize, password: &str| format!("{} user=ops password={password}", node(i));
+    assert_eq!(scalar(&common::connect(&ops(1, "first")).await, "SELECT 2").await, "2");
+    admin.batch_execute("ALTER ROLE ops PASSWORD 'second'").await.unwrap();
+    assert_eq!(login_error(&ops(1, "first")).await.0, "28P01");
+    let as_ops = common::connect(&ops(1, "second")).await;
+    // The last role that can log in cannot lock the cluster.
+    as_ops.batch_execute("DROP ROLE foam").await.unwrap();
+    assert_eq!(error_of(&as_ops, "DROP ROLE ops").await.0, "42501");
+    assert_eq!(login_error(&cluster.url(0)).await.0, "28P01", "foam was dropped");
+    // Non-superusers would need privileges FoamDB does not have: refused.
+    assert_eq!(error_of(&as_ops, "CREATE ROLE app LOGIN PASSWORD 'x'").await.0, "0A000");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_insecure_cluster_says_so_and_asks_no_password() {
+    let cluster = Cluster::start_with(1, &["--insecure"]);
+    assert!(cluster.password().is_none(), "no superuser is made");
+    assert!(cluster.log(0).contains("INSECURE"), "the ready line says it");
+    let url = format!("host=127.0.0.1 port={} user=anyone dbname=foam", cluster.nodes[0].sql_port);
+    assert_eq!(scalar(&common::connect(&url).await, "SELECT 3").await, "3");
 }

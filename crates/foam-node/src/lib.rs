@@ -18,6 +18,7 @@ mod identity;
 mod membership;
 mod replicas;
 mod runtime;
+pub mod superuser;
 
 pub use membership::FailurePolicy;
 pub use runtime::{NodeConfig, run_node};

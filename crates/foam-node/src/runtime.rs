@@ -44,6 +44,8 @@ pub struct NodeConfig {
     /// The directory whose files clients may load with `COPY ... FROM
     /// 'file'`; `None` allows no server file.
     pub copy_dir: Option<PathBuf>,
+    /// Let anyone connect as anyone, with no password (`--insecure`).
+    pub insecure: bool,
 }
 
 /// Runs a node until `shutdown` resolves or serving fails.
@@ -172,7 +174,15 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
         .add_service(worker.into_worker_server())
         .serve_with_incoming(foam_rpc::server::nodelay_incoming(node_listener));
     let grpc = tokio::spawn(grpc);
-    let sql = tokio::spawn(foam_pgwire::serve(sql_listener, node.clone(), runtime));
+    let auth = if config.insecure { foam_pgwire::ClientAuth::Insecure } else { foam_pgwire::ClientAuth::Password };
+    let sql = tokio::spawn(foam_pgwire::serve(sql_listener, node.clone(), runtime, auth));
+    if !config.insecure && node.catalog.current().roles.is_empty() {
+        let ensure = crate::superuser::ensure(node.catalog.clone(), config.data_dir.clone(), config.sql_addr.clone());
+        // A new cluster's first node leads its catalog alone: it has its
+        // superuser before it says it is ready. Elsewhere the catalog may
+        // have no leader yet (the whole cluster restarting).
+        if previous.is_none() && join_addr.is_none() { ensure.await } else { drop(tokio::spawn(ensure)) }
+    }
     let resolver = tokio::spawn(resolve_in_doubt(node.clone()));
     let sampler = tokio::spawn(sample_traffic(node.traffic.clone()));
 
@@ -180,8 +190,9 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
     // from here on, so the wait for them starts here too (a node restarting
     // with the whole cluster may have spent seconds looking for a leader).
     catalog.heard_from_leader();
-    tracing::info!(node_id, sql_addr = %config.sql_addr, node_addr = %config.node_addr, "node ready");
-    println!("FoamDB node {node_id} ready: SQL on {}, cluster traffic on {}", config.sql_addr, config.node_addr);
+    let insecure = if config.insecure { " (INSECURE: no passwords; anyone may connect as anyone)" } else { "" };
+    tracing::info!(node_id, sql_addr = %config.sql_addr, node_addr = %config.node_addr, insecure = config.insecure, "node ready");
+    println!("FoamDB node {node_id} ready: SQL on {}, cluster traffic on {}{insecure}", config.sql_addr, config.node_addr);
 
     let outcome = tokio::select! {
         _ = shutdown => Ok(()),

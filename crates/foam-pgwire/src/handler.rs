@@ -12,7 +12,6 @@ use foam_common::FoamError;
 use foam_query::frontend::session::{CopyInTarget, PreparedStatement};
 use foam_query::{FoamSession, NodeContext, StatementOutput};
 use futures::{Sink, SinkExt, StreamExt};
-use pgwire::api::auth::noop::NoopStartupHandler;
 use pgwire::api::cancel::{CancelHandler, DefaultCancelHandler};
 use pgwire::api::copy::CopyHandler;
 use pgwire::api::portal::{Format, Portal};
@@ -20,18 +19,22 @@ use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{CopyResponse, FieldInfo, QueryResponse, Response, Tag};
 use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::PortalStore;
-use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionGuard, ConnectionHandle, ConnectionManager, PgWireServerHandlers, Type};
+use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionManager, PgWireServerHandlers, Type};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
-use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use pgwire::types::format::FormatOptions;
 use tokio::net::TcpListener;
 
-/// Accepts PostgreSQL connections on `listener` until the process ends.
-pub async fn serve(listener: TcpListener, node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>) {
+use crate::startup::{CancelKey, ClientAuth, FoamStartup};
+
+/// Accepts PostgreSQL connections on `listener` until the process ends,
+/// authenticating clients as `auth` says.
+pub async fn serve(listener: TcpListener, node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>, auth: ClientAuth) {
     let factory = Arc::new(HandlerFactory {
         handler: Arc::new(FoamPgHandler { node, runtime }),
         connections: Arc::new(ConnectionManager::new()),
+        auth,
     });
     loop {
         match listener.accept().await {
@@ -57,6 +60,7 @@ struct HandlerFactory {
     /// This node's connections by cancel key: a cancel request (sent on a
     /// connection of its own) finds the statement to stop here.
     connections: Arc<ConnectionManager>,
+    auth: ClientAuth,
 }
 
 impl PgWireServerHandlers for HandlerFactory {
@@ -69,7 +73,7 @@ impl PgWireServerHandlers for HandlerFactory {
     }
 
     fn startup_handler(&self) -> Arc<impl pgwire::api::auth::StartupHandler> {
-        Arc::new(AcceptAll { connections: self.connections.clone() })
+        Arc::new(FoamStartup::new(self.auth, &self.handler.node, self.connections.clone()))
     }
 
     fn cancel_handler(&self) -> Arc<impl CancelHandler> {
@@ -78,38 +82,6 @@ impl PgWireServerHandlers for HandlerFactory {
 
     fn copy_handler(&self) -> Arc<impl CopyHandler> {
         self.handler.clone()
-    }
-}
-
-/// Any user and database may connect until authentication is configured.
-/// Each connection is registered under the cancel key it is sent at startup.
-struct AcceptAll {
-    connections: Arc<ConnectionManager>,
-}
-
-/// A connection's entry in the cancel registry, dropped with the connection.
-///
-/// Kept under a type of our own rather than the one pgwire looks for: pgwire
-/// would then race every statement against the cancel signal itself and drop
-/// it midway, a write included. FoamDB stops only reads, rows being sent
-/// included (`foam_query::frontend::interrupt`).
-struct CancelKey {
-    handle: Arc<ConnectionHandle>,
-    _registered: ConnectionGuard,
-}
-
-#[async_trait]
-impl NoopStartupHandler for AcceptAll {
-    async fn post_startup<C>(&self, client: &mut C, _message: PgWireFrontendMessage) -> PgWireResult<()>
-    where
-        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
-        C::Error: Debug,
-        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-    {
-        let (pid, secret) = client.pid_and_secret_key();
-        let (handle, registered) = self.connections.register(pid, secret);
-        client.session_extensions().insert(CancelKey { handle, _registered: registered });
-        Ok(())
     }
 }
 

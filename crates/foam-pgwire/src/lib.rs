@@ -1,7 +1,8 @@
 //! The PostgreSQL wire protocol front end of a node: every connection gets its
 //! own `FoamSession`; statements arrive over the simple protocol (psql) or the
 //! extended protocol (drivers: Parse/Bind/Describe/Execute) and results go back
-//! as PostgreSQL rows, with errors carrying FoamDB's SQLSTATEs.
+//! as PostgreSQL rows, with errors carrying FoamDB's SQLSTATEs. A connection
+//! first proves its password (`startup.rs`).
 //!
 //! ```text
 //!  client ─TCP─▶ pgwire process_socket ─▶ FoamPgHandler ─▶ FoamSession (foam-query)
@@ -9,5 +10,7 @@
 //! ```
 
 mod handler;
+mod startup;
 
 pub use handler::serve;
+pub use startup::{ClientAuth, DATABASE};

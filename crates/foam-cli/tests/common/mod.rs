@@ -276,8 +276,22 @@ impl Cluster {
         self.wait_ready(index);
     }
 
+    /// Node `index`'s connection string, as the superuser the cluster's
+    /// first node created (no password with `--insecure`).
     pub fn url(&self, index: usize) -> String {
-        format!("host={} port={} user=foam dbname=foam", self.nodes[index].sql_host, self.nodes[index].sql_port)
+        let url = format!("host={} port={} user=foam dbname=foam", self.nodes[index].sql_host, self.nodes[index].sql_port);
+        match self.password() {
+            Some(password) => format!("{url} password={password}"),
+            None => url,
+        }
+    }
+
+    /// The superuser's generated password, from the node that created it.
+    pub fn password(&self) -> Option<String> {
+        self.nodes.iter().find_map(|node| {
+            let text = std::fs::read_to_string(node.data_dir.join(foam_node::superuser::PASSWORD_FILE)).ok()?;
+            Some(text.trim().to_string()).filter(|t| !t.is_empty())
+        })
     }
 
     pub async fn client(&self, index: usize) -> tokio_postgres::Client {

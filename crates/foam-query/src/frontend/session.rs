@@ -79,8 +79,9 @@ enum Kind {
     /// FoamDB's own statement, run by this module, with a CREATE TABLE's
     /// `DISTRIBUTED ...` clause.
     Own(Box<Statement>, Option<foam_catalog::model::DistributionSpec>),
-    /// `ALTER CLUSTER ...`: a change to the cluster's membership.
-    Cluster(CatalogCommand),
+    /// A catalog command FoamDB parsed itself (`ALTER CLUSTER ...`, a role
+    /// statement), with its command tag.
+    Catalog { command: CatalogCommand, tag: &'static str },
     /// `CHECKPOINT`: every up node writes its memtables to segments.
     Checkpoint,
     /// Nothing to do (an empty statement).
@@ -94,7 +95,7 @@ impl PreparedStatement {
         match &self.kind {
             Kind::Plan { is_insert: true, .. } => StatementClass::Write("INSERT"),
             Kind::Plan { .. } | Kind::Empty => StatementClass::Read,
-            Kind::Cluster(_) => StatementClass::Write("ALTER CLUSTER"),
+            Kind::Catalog { tag, .. } => StatementClass::Write(tag),
             Kind::Checkpoint => StatementClass::Write("CHECKPOINT"),
             Kind::Own(statement, _) => match statement.as_ref() {
                 Statement::StartTransaction { .. } => StatementClass::Begin,
@@ -349,7 +350,8 @@ impl FoamSession {
         let (mut statement, distribution) = match tokens.parse(recursion_limit)? {
             FoamStatement::Empty => return prepared(Kind::Empty),
             FoamStatement::Checkpoint => return prepared(Kind::Checkpoint),
-            FoamStatement::AlterCluster(command) => return prepared(Kind::Cluster(command)),
+            FoamStatement::AlterCluster(command) => return prepared(Kind::Catalog { command, tag: "ALTER CLUSTER" }),
+            FoamStatement::Role { command, tag } => return prepared(Kind::Catalog { command, tag }),
             FoamStatement::Sql { statement, distribution } => (statement, distribution),
         };
         // Catalog queries from psql and drivers use PostgreSQL-only forms
@@ -494,9 +496,9 @@ impl FoamSession {
                 }
             }
             Kind::Own(statement, distribution) => self.execute_own(statement, distribution).await,
-            Kind::Cluster(command) => {
+            Kind::Catalog { command, tag } => {
                 self.node.catalog.apply(command.clone()).await?;
-                Ok(StatementOutput::Command { tag: "ALTER CLUSTER".into(), rows: None })
+                Ok(StatementOutput::Command { tag: tag.to_string(), rows: None })
             }
             Kind::Checkpoint => {
                 self.checkpoint().await?;

@@ -7,7 +7,7 @@
 //!   "CREATE TABLE t (k INT) DISTRIBUTED BY (k); SELECT ...; CHECKPOINT"
 //!     ─▶ tokens ─▶ split at `;` ─▶ one StatementTokens per statement
 //!          (the DISTRIBUTED clause cut from CREATE TABLE's tokens, typed)
-//!     ─▶ parse, statement by statement ─▶ FoamStatement::{Sql, AlterCluster, Checkpoint, Empty}
+//!     ─▶ parse, statement by statement ─▶ FoamStatement::{Sql, AlterCluster, Role, Checkpoint, Empty}
 //! ```
 //! Each statement is parsed when its turn comes, so a syntax error in a
 //! later statement stops the string there, after the earlier ones ran.
@@ -24,7 +24,7 @@ use foam_catalog::model::DistributionSpec;
 use foam_common::limits::EXPRESSION_DEPTH_MAX;
 use foam_common::{FoamError, FoamResult, NodeId, SqlState};
 
-use crate::frontend::ddl;
+use crate::frontend::{ddl, roles};
 
 /// One statement of a query string: its tokens, not yet parsed.
 #[derive(Debug, Clone)]
@@ -50,6 +50,8 @@ pub enum FoamStatement {
     AlterCluster(CatalogCommand),
     /// `CHECKPOINT`: every up node writes its memtables to segments.
     Checkpoint,
+    /// `CREATE`, `ALTER` or `DROP ROLE` (`roles.rs`) and its command tag.
+    Role { command: CatalogCommand, tag: &'static str },
 }
 
 /// Splits `sql` into statements at top-level semicolons, tokenizing it
@@ -116,9 +118,12 @@ impl StatementTokens {
         if words.len() >= 2 && keyword_is(words[0], "alter") && keyword_is(words[1], "cluster") {
             return cluster_command(&words).map(FoamStatement::AlterCluster);
         }
+        let is_role = roles::is_role_statement(&words);
+        let mut tokens = self.tokens;
+        let user = is_role && roles::user_as_role(&mut tokens);
         let mut parsed = Parser::new(&PostgreSqlDialect {})
             .with_recursion_limit(recursion_limit)
-            .with_tokens_with_locations(self.tokens)
+            .with_tokens_with_locations(tokens)
             .parse_statements()
             .map_err(|e| FoamError::Syntax { message: e.to_string().trim_start_matches("sql parser error: ").to_string() })?;
         let statement = match (parsed.pop(), parsed.is_empty()) {
@@ -126,6 +131,10 @@ impl StatementTokens {
             (Some(statement), true) => statement,
             (Some(_), false) => return Err(FoamError::Syntax { message: "one statement expected between semicolons".into() }),
         };
+        if is_role {
+            let (command, tag) = roles::role_command(&statement, user)?;
+            return Ok(FoamStatement::Role { command, tag });
+        }
         if self.distribution.is_some() && !matches!(statement, Statement::CreateTable(_)) {
             return Err(FoamError::Syntax { message: "DISTRIBUTED applies only to CREATE TABLE".into() });
         }
