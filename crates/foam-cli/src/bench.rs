@@ -36,6 +36,9 @@ pub struct BenchTpchArgs {
     /// Benchmark a running cluster instead of starting one.
     #[arg(long)]
     url: Option<String>,
+    /// With --url: the cluster's `cluster-secret` file, for loading TPC-H.
+    #[arg(long)]
+    cluster_secret_file: Option<PathBuf>,
     /// Where local clusters keep their data (one directory per SF and node count,
     /// so a second run skips the load).
     #[arg(long, default_value = "foam-bench-data")]
@@ -92,7 +95,8 @@ pub fn run(args: BenchTpchArgs) -> Result<(), String> {
         }
     };
     let url = args.url.clone().unwrap_or_else(|| cluster.as_ref().map(|c| c.url()).unwrap_or_default());
-    load_tpch_once(&url, args.sf)?;
+    let secret_file = args.cluster_secret_file.clone().or_else(|| cluster.as_ref().and_then(|c| c.secret_file()));
+    load_tpch_once(&url, secret_file.as_deref(), args.sf)?;
     if let Some(cluster) = &cluster {
         cluster.wait_until_settled()?;
     }

@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use foam_node::superuser::{PASSWORD_FILE, SUPERUSER};
+use foam_rpc::ClusterSecret;
+use foam_rpc::auth::CLUSTER_SECRET_FILE;
 
 /// Offset between a node's SQL port and its cluster port.
 const NODE_PORT_OFFSET: u16 = 1000;
@@ -78,6 +80,8 @@ pub struct LocalCluster {
     pub sql_port: u16,
     exe: PathBuf,
     nodes: Vec<NodeProcess>,
+    /// The cluster secret every node and the TPC-H loader use (`None` with `--insecure`).
+    secret_file: Option<PathBuf>,
 }
 
 /// The file in a local cluster's data directory naming the `--sql-port` it
@@ -128,7 +132,13 @@ impl LocalCluster {
         let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         let threads = worker_threads_per_node(cores, nodes);
         let first_node_addr = format!("127.0.0.1:{}", sql_port + NODE_PORT_OFFSET);
-        let mut cluster = LocalCluster { data_dir, sql_port, exe, nodes: Vec::new() };
+        // Every node gets the cluster secret from the start: the joining
+        // ones start before the first could have made it.
+        let secret_file = (!options.insecure).then(|| data_dir.join(CLUSTER_SECRET_FILE));
+        if let Some(file) = secret_file.as_ref().filter(|f| !f.exists()) {
+            ClusterSecret::generate().and_then(|secret| secret.save(file)).map_err(|e| e.to_string())?;
+        }
+        let mut cluster = LocalCluster { data_dir, sql_port, exe, nodes: Vec::new(), secret_file: secret_file.clone() };
         for index in 0..nodes {
             let dir = cluster.data_dir.join(format!("node-{index}"));
             std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -151,8 +161,9 @@ impl LocalCluster {
             if let Some(copy_dir) = &options.copy_dir {
                 node_args.extend(["--copy-dir".to_string(), copy_dir.display().to_string()]);
             }
-            if options.insecure {
-                node_args.push("--insecure".into());
+            match &secret_file {
+                Some(file) => node_args.extend(["--cluster-secret-file".to_string(), file.display().to_string()]),
+                None => node_args.push("--insecure".into()),
             }
             let ready_lines_before = ready_lines(&cluster.data_dir, index);
             let mut node = NodeProcess { ready_lines_before, index, args: node_args, child: None };
@@ -238,6 +249,11 @@ impl LocalCluster {
         }
     }
 
+    /// The file holding the cluster secret (`None` with `--insecure`).
+    pub fn secret_file(&self) -> Option<PathBuf> {
+        self.secret_file.clone()
+    }
+
     /// The superuser's generated password, from the node that created it.
     fn password(&self) -> Option<String> {
         (0..self.nodes.len()).find_map(|index| {
@@ -278,7 +294,7 @@ pub fn run(args: LocalArgs) -> Result<(), String> {
         Err(error) => return Err(error),
     };
     if let Some(scale_factor) = args.tpch {
-        load_tpch_once(&cluster.url(), scale_factor)?;
+        load_tpch_once(&cluster.url(), cluster.secret_file().as_deref(), scale_factor)?;
     }
     cluster.wait_until_settled()?;
     println!("FoamDB is running: {} nodes, data in {}", args.nodes, cluster.data_dir.display());
@@ -309,7 +325,7 @@ pub fn run(args: LocalArgs) -> Result<(), String> {
 
 /// Loads TPC-H unless an earlier run of this data directory did; returns
 /// (rows, seconds) when it loaded.
-pub fn load_tpch_once(url: &str, scale_factor: f64) -> Result<Option<(u64, f64)>, String> {
+pub fn load_tpch_once(url: &str, secret_file: Option<&std::path::Path>, scale_factor: f64) -> Result<Option<(u64, f64)>, String> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
     let loaded = runtime.block_on(async {
         let client = foam_tpch::load::connect(url).await?;
@@ -320,7 +336,7 @@ pub fn load_tpch_once(url: &str, scale_factor: f64) -> Result<Option<(u64, f64)>
             println!("TPC-H data is already loaded.");
             Ok(None)
         }
-        Ok(false) => crate::tpch_load(url, scale_factor).map(Some),
+        Ok(false) => crate::tpch_load(url, secret_file, scale_factor).map(Some),
         Err(error) => Err(format!("[{}] {error}", error.sqlstate())),
     }
 }

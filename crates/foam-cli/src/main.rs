@@ -88,11 +88,17 @@ enum Command {
         /// (paths relative to it); without it COPY reads no server file.
         #[arg(long)]
         copy_dir: Option<PathBuf>,
-        /// Accept every client without a password. Without it, a new
-        /// cluster's first node creates superuser `foam` with a generated
-        /// password (kept in DATA_DIR/password) and clients must log in.
+        /// Accept every client without a password and every process on
+        /// the node port. Without it, a new cluster's first node creates
+        /// superuser `foam` with a generated password (kept in
+        /// DATA_DIR/password) and the cluster secret (DATA_DIR/cluster-secret)
+        /// that every node-to-node request must carry.
         #[arg(long)]
         insecure: bool,
+        /// The cluster secret (another node's DATA_DIR/cluster-secret), for a
+        /// node joining a cluster; kept in this node's data directory.
+        #[arg(long)]
+        cluster_secret_file: Option<PathBuf>,
     },
     /// Run an N-node cluster on 127.0.0.1 as N processes; Ctrl-C stops it.
     Local(local::LocalArgs),
@@ -127,6 +133,11 @@ enum TpchCommand {
         /// Any node's SQL endpoint.
         #[arg(long, default_value = DEFAULT_URL)]
         url: String,
+        /// The cluster's secret (the `cluster-secret` file of any node's data
+        /// directory): the loader sends segments to the nodes' ports, which
+        /// ask for it. Not needed for a cluster started `--insecure`.
+        #[arg(long)]
+        cluster_secret_file: Option<PathBuf>,
     },
 }
 
@@ -156,17 +167,18 @@ fn main() {
             worker_threads,
             copy_dir,
             insecure,
+            cluster_secret_file,
         } => {
             let failure_policy = FailurePolicy {
                 node_dead_after: std::time::Duration::from_millis(node_dead_after_ms),
                 reprotect_after: std::time::Duration::from_millis(reprotect_after_ms),
             };
             let config =
-                NodeConfig { data_dir, sql_addr, node_addr, join, memory_limit_bytes: memory_limit_mb * 1024 * 1024, failure_policy, copy_dir, insecure };
+                NodeConfig { data_dir, sql_addr, node_addr, join, memory_limit_bytes: memory_limit_mb * 1024 * 1024, failure_policy, copy_dir, insecure, cluster_secret_file };
             start(config, worker_threads)
         }
         Command::Local(args) => local::run(args),
-        Command::Tpch { command: TpchCommand::Load { sf, url } } => tpch_load(&url, sf).map(|_| ()),
+        Command::Tpch { command: TpchCommand::Load { sf, url, cluster_secret_file } } => tpch_load(&url, cluster_secret_file.as_deref(), sf).map(|_| ()),
         Command::Bench { command: BenchCommand::Tpch(args) } => bench::run(args),
         Command::Bench { command: BenchCommand::Fuzz(args) } => fuzz::run(args),
     };
@@ -203,10 +215,11 @@ fn start(config: NodeConfig, worker_threads: Option<u16>) -> Result<(), String> 
 
 /// Loads TPC-H into the cluster at `url`, prints the load rate and returns
 /// (rows, seconds).
-pub fn tpch_load(url: &str, scale_factor: f64) -> Result<(u64, f64), String> {
+pub fn tpch_load(url: &str, secret_file: Option<&std::path::Path>, scale_factor: f64) -> Result<(u64, f64), String> {
+    let secret = secret_file.map(foam_rpc::ClusterSecret::load).transpose().map_err(|e| format!("[{}] {e}", e.sqlstate()))?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     let report = runtime
-        .block_on(foam_tpch::load::load(url, scale_factor, true))
+        .block_on(foam_tpch::load::load(url, secret.as_ref(), scale_factor, true))
         .map_err(|e| format!("[{}] {e}", e.sqlstate()))?;
     for table in &report.tables {
         println!(

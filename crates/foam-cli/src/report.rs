@@ -190,7 +190,7 @@ fn foam_cluster_run(args: &CompareArgs<'_>, nodes: u16, expected: &[Vec<Vec<Stri
     println!("FoamDB, {nodes} node(s), data in {}...", dir.display());
     let cluster = LocalCluster::start(nodes, &dir, args.sql_port, &Default::default(), &never_stop)?;
     let url = cluster.url();
-    let load = load_tpch_once(&url, args.sf)?;
+    let load = load_tpch_once(&url, cluster.secret_file().as_deref(), args.sf)?;
     cluster.wait_until_settled()?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     let name = if nodes == 1 { "FoamDB (1 node)".to_string() } else { format!("FoamDB ({nodes} nodes)") };

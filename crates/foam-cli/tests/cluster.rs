@@ -337,13 +337,24 @@ async fn garbage_input_gets_errors_and_the_node_keeps_serving() {
         let mut reply = Vec::new();
         let _ = socket.read_to_end(&mut reply);
     }
+    // Without the cluster's secret, or with another cluster's, the node port
+    // refuses every request (28000), a DROP TABLE through the catalog too.
+    use foam_rpc::NodeRequest;
+    let node_addr = format!("127.0.0.1:{}", cluster.nodes[0].node_port);
+    let drop = NodeRequest::CatalogApply { command: foam_catalog::CatalogCommand::DropTable { name: "g".into(), if_exists: false } };
+    let other_cluster = foam_rpc::ClusterSecret::generate().unwrap();
+    for secret in [None, Some(&other_cluster)] {
+        let outsider = foam_rpc::NodeClient::new(1, &node_addr, secret).unwrap();
+        let refused = outsider.call(&drop, &[]).await.expect_err("an outsider may not drop a table");
+        assert_eq!(refused.sqlstate(), "28000", "{refused}");
+    }
+    assert_eq!(scalar(&client, "SELECT count(*) FROM g").await, "2");
     // A well-formed Flight call with a garbage body gets a typed error back.
-    let rpc = foam_rpc::NodeClient::new(1, &format!("127.0.0.1:{}", cluster.nodes[0].node_port)).unwrap();
+    let rpc = foam_rpc::NodeClient::new(1, &node_addr, cluster.secret().as_ref()).unwrap();
     let reply = rpc_garbage(&rpc).await;
     assert_eq!(reply.sqlstate(), "22023", "{reply}");
     // Copy requests for data the node does not hold, or for a file its copy
     // does not list, are refused by name; a fence without its lease changes nothing.
-    use foam_rpc::NodeRequest;
     let unknown = NodeRequest::ListSegments { table_id: 9999, partition: 0 };
     assert_eq!(rpc.call(&unknown, &[]).await.expect_err("unknown table").sqlstate(), "42P01");
     // g is the fresh cluster's first table (id 1); with two nodes and two
@@ -822,6 +833,27 @@ async fn clients_log_in_with_a_password_every_node_checks() {
     assert_eq!(login_error(&cluster.url(0)).await.0, "28P01", "foam was dropped");
     // Non-superusers would need privileges FoamDB does not have: refused.
     assert_eq!(error_of(&as_ops, "CREATE ROLE app LOGIN PASSWORD 'x'").await.0, "0A000");
+    // A node joins only with the cluster's secret: without one it says what
+    // to give it, with another cluster's it is refused.
+    let join = |secret: Option<&std::path::Path>| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut command = std::process::Command::new(common::foam_binary());
+        command.args(["start", "--sql-addr", &format!("127.0.0.1:{}", common::free_port())]);
+        command.args(["--node-addr", &format!("127.0.0.1:{}", common::free_port()), "--join", &cluster.nodes[0].node_addr(), "--data-dir"]);
+        command.arg(dir.path());
+        if let Some(secret) = secret {
+            command.arg("--cluster-secret-file").arg(secret);
+        }
+        let output = command.output().expect("foam start");
+        assert!(!output.status.success(), "the node must not join");
+        String::from_utf8_lossy(&output.stderr).to_string()
+    };
+    let said = join(None);
+    assert!(said.contains("--cluster-secret-file"), "{said}");
+    let other = cluster.dir.path().join("other-secret");
+    foam_rpc::ClusterSecret::generate().unwrap().save(&other).unwrap();
+    let said = join(Some(&other));
+    assert!(said.contains("28000"), "{said}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

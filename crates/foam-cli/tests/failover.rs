@@ -576,7 +576,7 @@ async fn fourth_node_joins_under_write_load_then_drains_and_leaves() {
     // stopped, so a failed check does not leave it writing.)
     eventually("the drained node deleted its copies", Duration::from_secs(30), async || stored_copies(&drained_dir).is_empty()).await;
     let (table_id, partition) = (moved_copy.0.parse().unwrap(), moved_copy.1.parse().unwrap());
-    let drained = foam_rpc::NodeClient::new(new_id.parse().unwrap(), &cluster.nodes[added].node_addr()).unwrap();
+    let drained = foam_rpc::NodeClient::new(new_id.parse().unwrap(), &cluster.nodes[added].node_addr(), cluster.secret().as_ref()).unwrap();
     let request = foam_rpc::ScanRequest { table_id, partition, projection: None, filters: Vec::new() };
     let read = async {
         let mut rows = 0;
@@ -891,7 +891,7 @@ async fn killing_the_first_meta_node_leaves_catalog_detection_and_writes_working
     // The bulk loader asks the lowest-numbered node (node 1, now a follower)
     // for the catalog and follows its hint to the leader.
     assert_eq!(scalar(&client, "SELECT meta_role FROM foam_nodes WHERE node_id = 1").await, "follower");
-    let report = foam_tpch::load::load(&cluster.url(0), 0.001, false).await.expect("load through a follower");
+    let report = foam_tpch::load::load(&cluster.url(0), cluster.secret().as_ref(), 0.001, false).await.expect("load through a follower");
     let loaded = report.tables.iter().find(|t| t.table == "orders").map(|t| t.rows.to_string());
     assert_eq!(Some(scalar(&back, "SELECT count(*) FROM orders").await), loaded);
 }

@@ -13,7 +13,7 @@ const SCALE_FACTOR: f64 = 0.01;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpch_answers_match_single_process_datafusion() {
     let cluster = Cluster::start(3);
-    let report = foam_tpch::load::load(&cluster.url(0), SCALE_FACTOR, false).await.expect("load TPC-H");
+    let report = foam_tpch::load::load(&cluster.url(0), cluster.secret().as_ref(), SCALE_FACTOR, false).await.expect("load TPC-H");
     let client = cluster.client(2).await;
     for table in &report.tables {
         let count = query_text(&client, &format!("SELECT count(*) FROM {}", table.table)).await;
@@ -62,14 +62,14 @@ async fn an_unfinished_load_is_redone_and_a_finished_one_kept() {
     client.batch_execute("INSERT INTO nation VALUES (99, 'LEFT OVER', 0, 'from the stopped load')").await.expect("insert");
     assert!(!foam_tpch::load::is_loaded(&client).await.expect("is_loaded"), "empty lineitem: not loaded");
 
-    let report = foam_tpch::load::load(&cluster.url(0), 0.001, false).await.expect("a new load replaces the stopped one");
+    let report = foam_tpch::load::load(&cluster.url(0), cluster.secret().as_ref(), 0.001, false).await.expect("a new load replaces the stopped one");
     assert!(foam_tpch::load::is_loaded(&client).await.expect("is_loaded"));
     let nation = query_text(&client, "SELECT count(*), count(*) FILTER (WHERE n_nationkey = 99) FROM nation").await;
     assert_eq!(nation, vec![vec![Some("25".to_string()), Some("0".to_string())]], "the stopped load's row is gone");
     let orders = report.tables.iter().find(|t| t.table == "orders").map(|t| t.rows.to_string());
     assert_eq!(query_text(&client, "SELECT count(*) FROM orders").await[0][0], orders);
 
-    let again = foam_tpch::load::load(&cluster.url(0), 0.001, false).await.err().expect("a second load is refused");
+    let again = foam_tpch::load::load(&cluster.url(0), cluster.secret().as_ref(), 0.001, false).await.err().expect("a second load is refused");
     assert_eq!(again.sqlstate(), "42P07", "{again}");
     assert_eq!(query_text(&client, "SELECT count(*) FROM orders").await[0][0], orders, "the loaded data stays");
 }

@@ -59,6 +59,7 @@ sqlstates! {
     InsufficientPrivilege = "42501",
     InvalidPassword = "28P01",
     InvalidCatalogName = "3D000",
+    InvalidAuthorization = "28000",
     DuplicateObject = "42710",
     SyntaxError = "42601",
     AmbiguousColumn = "42702",

@@ -374,11 +374,16 @@ impl CatalogService for ClusterCatalog {
 
 /// Registers a new node through `seed` (any member), following leader hints,
 /// retrying while the cluster is not up yet.
-pub async fn register_through(seed: &str, register: CatalogCommand, wait: Duration) -> FoamResult<(Catalog, CommandOutcome)> {
+pub async fn register_through(
+    seed: &str,
+    register: CatalogCommand,
+    secret: Option<&foam_rpc::ClusterSecret>,
+    wait: Duration,
+) -> FoamResult<(Catalog, CommandOutcome)> {
     let deadline = Instant::now() + wait;
     let mut addr = seed.to_string();
     loop {
-        let client = NodeClient::new(0, &addr)?;
+        let client = NodeClient::new(0, &addr, secret)?;
         let last_error = match client.call(&NodeRequest::CatalogApply { command: register.clone() }, &[]).await {
             Ok((NodeResponse::Applied { catalog, outcome }, _)) => return Ok((catalog, outcome)),
             Ok((NodeResponse::NotLeader { leader: Some(next) }, _)) => {

@@ -14,6 +14,8 @@ use foam_catalog::model::CommandOutcome;
 use foam_catalog::{Catalog, CatalogCommand, CatalogStore};
 use foam_common::limits::{IN_DOUBT_RESOLVE_INTERVAL_MS, JOIN_RETRY_FOR_MS};
 use foam_common::{FoamError, FoamResult, NodeId};
+use foam_rpc::ClusterSecret;
+use foam_rpc::auth::CLUSTER_SECRET_FILE;
 use foam_query::{CatalogService, NodeContext};
 use foam_rpc::{NodeClients, NodeRequest, NodeResponse, Traffic};
 use foam_storage::{DecisionLog, StorageEngine, TxnOutcome};
@@ -44,8 +46,41 @@ pub struct NodeConfig {
     /// The directory whose files clients may load with `COPY ... FROM
     /// 'file'`; `None` allows no server file.
     pub copy_dir: Option<PathBuf>,
-    /// Let anyone connect as anyone, with no password (`--insecure`).
+    /// Let anyone connect as anyone, with no password, and any process
+    /// call the node port (`--insecure`).
     pub insecure: bool,
+    /// The cluster's secret, for a node joining (or one whose data
+    /// directory lost its copy); a new cluster's first node makes one.
+    pub cluster_secret_file: Option<PathBuf>,
+}
+
+/// The cluster secret this node sends and asks for (`foam_rpc::auth`):
+/// from `--cluster-secret-file` (kept in the data directory from then on),
+/// else the data directory's copy, else a new one if this node starts a
+/// new cluster.
+fn cluster_secret(config: &NodeConfig, starts_a_cluster: bool) -> FoamResult<ClusterSecret> {
+    let kept = config.data_dir.join(CLUSTER_SECRET_FILE);
+    if let Some(given) = &config.cluster_secret_file {
+        let secret = ClusterSecret::load(given)?;
+        if given.canonicalize().ok() != kept.canonicalize().ok() {
+            secret.save(&kept)?;
+        }
+        return Ok(secret);
+    }
+    if kept.exists() {
+        return ClusterSecret::load(&kept);
+    }
+    if starts_a_cluster {
+        let secret = ClusterSecret::generate()?;
+        secret.save(&kept)?;
+        return Ok(secret);
+    }
+    Err(FoamError::InvalidParameter {
+        message: format!(
+            "{} has no cluster secret: start with --cluster-secret-file naming the {CLUSTER_SECRET_FILE} file of a node of the cluster (or start every node with --insecure)",
+            config.data_dir.display()
+        ),
+    })
 }
 
 /// Runs a node until `shutdown` resolves or serving fails.
@@ -67,6 +102,7 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
     let decisions = Arc::new(DecisionLog::open(&config.data_dir)?);
     let previous = identity::load(&config.data_dir)?;
     let join_addr = config.join.clone().or_else(|| previous.as_ref().and_then(|p| p.join_addr.clone()));
+    let secret = if config.insecure { None } else { Some(cluster_secret(&config, previous.is_none() && join_addr.is_none())?) };
     let register = CatalogCommand::RegisterNode {
         id: previous.as_ref().map(|p| p.node_id),
         node_addr: config.node_addr.clone(),
@@ -82,17 +118,17 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
         (Some(identity), _) => (identity.node_id, store.load()?.unwrap_or_default(), false),
         (None, None) => (BOOTSTRAP_NODE_ID, Catalog::default(), !log.has_state()),
         (None, Some(addr)) => {
-            let (catalog, outcome) = register_through(addr, register.clone(), Duration::from_millis(JOIN_RETRY_FOR_MS)).await?;
+            let (catalog, outcome) = register_through(addr, register.clone(), secret.as_ref(), Duration::from_millis(JOIN_RETRY_FOR_MS)).await?;
             (registered_id(outcome)?, catalog, false)
         }
     };
     identity::save(&config.data_dir, &Identity { node_id, join_addr: join_addr.clone() })?;
 
     let traffic = Arc::new(Traffic::default());
-    let clients = Arc::new(NodeClients::counted(node_id, traffic.clone()));
+    let clients = Arc::new(NodeClients::counted(node_id, traffic.clone(), secret.clone()));
     // Raft's own heartbeats (ten a second) are not counted as query traffic
     // in foam_cluster_stats.
-    let network = Network { clients: Arc::new(NodeClients::default()) };
+    let network = Network { clients: Arc::new(NodeClients::new(secret.clone())) };
     let raft = Raft::new(node_id, raft_config()?, network, log, machine.clone())
         .await
         .map_err(|e| FoamError::internal(format!("raft failed to start: {e}")))?;
@@ -139,7 +175,7 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
         clients,
         catalog: catalog.clone(),
         traffic,
-        worker_channels: Default::default(),
+        worker_channels: foam_query::distributed::channels::WorkerChannels::new(secret.clone()),
         partition_scans: Default::default(),
         segment_statistics: Default::default(),
         rows_sent_to_peers: Default::default(),
@@ -170,6 +206,7 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
         .map_err(|e| FoamError::internal(format!("the query worker could not start: {e}")))?;
     let grpc = tonic::transport::Server::builder()
         .max_frame_size(foam_common::limits::RPC_FRAME_BYTES_MAX)
+        .layer(tonic::service::InterceptorLayer::new(foam_rpc::SecretCheck(secret.clone())))
         .add_service(foam_rpc::node_flight_server(handler))
         .add_service(worker.into_worker_server())
         .serve_with_incoming(foam_rpc::server::nodelay_incoming(node_listener));

@@ -14,7 +14,9 @@ use foam_common::limits::{
 };
 use foam_common::{FoamError, FoamResult, NodeId};
 use futures::{StreamExt, TryStreamExt};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
+
+use crate::auth::{ClusterSecret, SecretChannel, with_secret};
 
 use crate::frame;
 use crate::messages::{NodeRequest, NodeResponse, ScanRequest, SegmentPart};
@@ -40,16 +42,18 @@ pub fn peer_endpoint(url: &str) -> FoamResult<Endpoint> {
 pub struct NodeClient {
     node_id: NodeId,
     addr: String,
-    inner: FlightServiceClient<Channel>,
+    inner: FlightServiceClient<SecretChannel>,
     /// Where calls to this peer are counted; `None` for calls to this node itself.
     traffic: Option<Arc<Traffic>>,
 }
 
 impl NodeClient {
-    /// A client for `addr`; connects lazily, so creating one never blocks.
-    pub fn new(node_id: NodeId, addr: &str) -> FoamResult<Self> {
+    /// A client for `addr`, sending `secret` with every call (`None` only
+    /// for nodes started `--insecure`); connects lazily, so creating one
+    /// never blocks.
+    pub fn new(node_id: NodeId, addr: &str, secret: Option<&ClusterSecret>) -> FoamResult<Self> {
         let endpoint = peer_endpoint(&format!("http://{addr}"))?;
-        let inner = FlightServiceClient::new(endpoint.connect_lazy())
+        let inner = FlightServiceClient::new(with_secret(endpoint.connect_lazy(), secret))
             .max_decoding_message_size(RPC_MESSAGE_BYTES_MAX)
             .max_encoding_message_size(RPC_MESSAGE_BYTES_MAX);
         Ok(NodeClient { node_id, addr: addr.to_string(), inner, traffic: None })
@@ -183,6 +187,10 @@ impl NodeClient {
                     message: status.message().to_string(),
                 }
             }
+            tonic::Code::Unauthenticated => FoamError::Remote {
+                sqlstate: foam_common::SqlState::InvalidAuthorization,
+                message: format!("node {} at {} refused this process: {}", self.node_id, self.addr, status.message()),
+            },
             _ => FoamError::Remote { sqlstate: foam_common::SqlState::InternalError, message: status.message().to_string() },
         }
     }
@@ -196,17 +204,28 @@ fn never_sent(status: &tonic::Status) -> bool {
 }
 
 /// The clients of all peers, created on first use and reused after.
-#[derive(Default)]
 pub struct NodeClients {
     clients: Mutex<HashMap<(NodeId, String), NodeClient>>,
     /// This node and its traffic counters, when calls are counted.
     counted: Option<(NodeId, Arc<Traffic>)>,
+    /// What every call carries (`auth.rs`).
+    secret: Option<ClusterSecret>,
 }
 
 impl NodeClients {
+    /// Clients whose calls carry `secret`.
+    pub fn new(secret: Option<ClusterSecret>) -> Self {
+        NodeClients { clients: Mutex::default(), counted: None, secret }
+    }
+
     /// Clients of `local`'s peers whose calls are counted in `traffic`.
-    pub fn counted(local: NodeId, traffic: Arc<Traffic>) -> Self {
-        NodeClients { clients: Mutex::default(), counted: Some((local, traffic)) }
+    pub fn counted(local: NodeId, traffic: Arc<Traffic>, secret: Option<ClusterSecret>) -> Self {
+        NodeClients { clients: Mutex::default(), counted: Some((local, traffic)), secret }
+    }
+
+    /// The secret these clients send.
+    pub fn secret(&self) -> Option<&ClusterSecret> {
+        self.secret.as_ref()
     }
 
     /// The traffic counters these clients feed, if any.
@@ -219,7 +238,7 @@ impl NodeClients {
         if let Some(client) = clients.get(&(node_id, addr.to_string())) {
             return Ok(client.clone());
         }
-        let mut client = NodeClient::new(node_id, addr)?;
+        let mut client = NodeClient::new(node_id, addr, self.secret.as_ref())?;
         if let Some((local, traffic)) = &self.counted
             && *local != node_id
         {

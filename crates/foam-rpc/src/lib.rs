@@ -14,13 +14,16 @@
 //!   NodeClient::scan(ScanRequest)        ◀── NodeHandler::scan (Flight DoGet stream)
 //!   loader: NodeClient::put_segment      ──▶ NodeHandler::put (Flight DoPut stream)
 //! ```
+//! Every request carries the cluster's secret (`auth.rs`).
 
+pub mod auth;
 pub mod client;
 pub mod frame;
 pub mod messages;
 pub mod server;
 pub mod traffic;
 
+pub use auth::{ClusterSecret, SecretCheck};
 pub use client::{NodeClient, NodeClients, peer_endpoint};
 pub use messages::{NodeRequest, NodeResponse, RaftRpc, ScanRequest, SegmentPart, SegmentTrailer};
 pub use server::{NodeHandler, node_flight_server};

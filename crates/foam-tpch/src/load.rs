@@ -19,7 +19,7 @@ use arrow::record_batch::RecordBatch;
 use foam_catalog::Catalog;
 use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TxnId};
 use foam_query::write::{conform_rows, split_by_partition};
-use foam_rpc::{NodeClient, NodeClients, NodeRequest, NodeResponse, SegmentPart, SegmentTrailer};
+use foam_rpc::{ClusterSecret, NodeClient, NodeClients, NodeRequest, NodeResponse, SegmentPart, SegmentTrailer};
 use foam_storage::segment::SegmentBuilder;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use tokio::sync::mpsc;
@@ -120,8 +120,9 @@ async fn drop_tables(client: &tokio_postgres::Client, tables: &[TpchTable]) -> F
 /// Creates and loads the eight tables at `scale_factor`, all or nothing: a
 /// load that fails drops the tables it created, and one that finds an
 /// earlier load's tables with lineitem empty (that load was stopped before
-/// its last commit) drops them first.
-pub async fn load(url: &str, scale_factor: f64, show_progress: bool) -> FoamResult<LoadReport> {
+/// its last commit) drops them first. The segments go to the nodes' ports
+/// with the cluster's `secret` (`None` for a cluster started `--insecure`).
+pub async fn load(url: &str, secret: Option<&ClusterSecret>, scale_factor: f64, show_progress: bool) -> FoamResult<LoadReport> {
     if !(scale_factor > 0.0) {
         return Err(FoamError::InvalidParameter { message: format!("scale factor must be positive, got {scale_factor}") });
     }
@@ -139,7 +140,7 @@ pub async fn load(url: &str, scale_factor: f64, show_progress: bool) -> FoamResu
             return Err(sql_error(error));
         }
     }
-    let loaded = fill_tables(&client, scale_factor, show_progress, text_pool).await;
+    let loaded = fill_tables(&client, secret, scale_factor, show_progress, text_pool).await;
     if loaded.is_err() {
         let _ = drop_tables(&client, &ALL_TABLES).await;
     }
@@ -150,6 +151,7 @@ pub async fn load(url: &str, scale_factor: f64, show_progress: bool) -> FoamResu
 /// while the next is generated.
 async fn fill_tables(
     client: &tokio_postgres::Client,
+    secret: Option<&ClusterSecret>,
     scale_factor: f64,
     show_progress: bool,
     text_pool: tokio::task::JoinHandle<()>,
@@ -168,7 +170,8 @@ async fn fill_tables(
         .collect();
     let (&first_id, first_addr) =
         node_addrs.iter().next().ok_or_else(|| FoamError::CatalogUnavailable { message: "no node is up".into() })?;
-    let clients = Arc::new(NodeClients::default());
+    // Segments go straight to the nodes' ports, which ask for the cluster secret.
+    let clients = Arc::new(NodeClients::new(secret.cloned()));
     let catalog = fetch_catalog(&clients, &node_addrs, first_id, first_addr).await?;
     let coordinator = first_id;
     text_pool.await.map_err(|e| FoamError::internal(e.to_string()))?;

@@ -99,6 +99,9 @@ impl Cluster {
     fn start_in(count: usize, args: &[&str], network: Option<netns::Network>) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut cluster = Cluster { dir, nodes: Vec::new(), args: args.iter().map(|a| a.to_string()).collect(), network };
+        if let Some(file) = cluster.secret_file() {
+            foam_rpc::ClusterSecret::generate().unwrap().save(&file).expect("cluster secret");
+        }
         for _ in 0..count {
             let index = cluster.new_node();
             cluster.spawn(index);
@@ -213,6 +216,9 @@ impl Cluster {
         if !self.args.iter().any(|a| a == "--copy-dir") {
             command.arg("--copy-dir").arg(self.dir.path());
         }
+        if let Some(file) = self.secret_file() {
+            command.arg("--cluster-secret-file").arg(file);
+        }
         self.nodes[index].child = Some(command.spawn().expect("start foam"));
     }
 
@@ -284,6 +290,17 @@ impl Cluster {
             Some(password) => format!("{url} password={password}"),
             None => url,
         }
+    }
+
+    /// The file of the cluster secret every node is given (none for an
+    /// `--insecure` cluster).
+    pub fn secret_file(&self) -> Option<PathBuf> {
+        (!self.args.iter().any(|a| a == "--insecure")).then(|| self.dir.path().join(foam_rpc::auth::CLUSTER_SECRET_FILE))
+    }
+
+    /// The cluster secret, for calls this test makes to the nodes' ports.
+    pub fn secret(&self) -> Option<foam_rpc::ClusterSecret> {
+        self.secret_file().map(|file| foam_rpc::ClusterSecret::load(&file).expect("cluster secret"))
     }
 
     /// The superuser's generated password, from the node that created it.

@@ -17,25 +17,33 @@ use std::sync::{Arc, Mutex};
 
 use foam_common::{FoamError, FoamResult, NodeId};
 use tokio::sync::OnceCell;
-use tonic::transport::Channel;
+use foam_rpc::ClusterSecret;
+use foam_rpc::auth::SecretChannel;
 use url::Url;
 
-/// One lazily opened channel per worker URL.
+/// One lazily opened channel per worker URL, each sending the cluster
+/// secret with every request.
 #[derive(Default)]
 pub struct WorkerChannels {
-    channels: Mutex<HashMap<Url, Arc<OnceCell<Channel>>>>,
+    channels: Mutex<HashMap<Url, Arc<OnceCell<SecretChannel>>>>,
+    secret: Option<ClusterSecret>,
 }
 
 impl WorkerChannels {
+    /// Channels that send `secret` (`None` for nodes started `--insecure`).
+    pub fn new(secret: Option<ClusterSecret>) -> Self {
+        WorkerChannels { channels: Mutex::default(), secret }
+    }
+
     /// The channel to the worker at `url` (of node `node_id`, `None` for a
     /// node no longer in the catalog), connecting first if no query has yet.
     /// Concurrent first calls wait for one connect.
-    pub async fn get(&self, node_id: Option<NodeId>, url: &Url) -> FoamResult<Channel> {
+    pub async fn get(&self, node_id: Option<NodeId>, url: &Url) -> FoamResult<SecretChannel> {
         let cell = self.channels.lock().expect("worker channel map poisoned").entry(url.clone()).or_default().clone();
         let channel = cell
             .get_or_try_init(|| async {
                 let endpoint = foam_rpc::peer_endpoint(url.as_str())?;
-                endpoint.connect().await.map_err(|e| match node_id {
+                let channel = endpoint.connect().await.map_err(|e| match node_id {
                     Some(node_id) => FoamError::NodeUnavailable {
                         node_id,
                         addr: url.to_string(),
@@ -44,7 +52,8 @@ impl WorkerChannels {
                     None => FoamError::PlacementChanged {
                         message: format!("the query worker at {url}, of a node that left the cluster, is unreachable: {e}"),
                     },
-                })
+                })?;
+                Ok::<_, FoamError>(foam_rpc::auth::with_secret(channel, self.secret.as_ref()))
             })
             .await?;
         Ok(channel.clone())

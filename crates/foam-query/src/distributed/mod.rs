@@ -32,7 +32,7 @@ use datafusion::execution::TaskContext;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use arrow::ipc::CompressionType;
 use arrow::record_batch::RecordBatch;
-use datafusion_distributed::grpc::{BoxCloneSyncChannel, create_worker_client};
+use datafusion_distributed::grpc::create_worker_client;
 use datafusion_distributed::{
     ChannelResolver, CoordinatorToWorkerMsg, DesiredTaskCountEvent, DesiredTaskCountEventResponse, DesiredTaskCountHandler,
     DistributedExt, DistributedLeafExec, ExecuteTaskRequest, GetWorkerInfoRequest, GetWorkerInfoResponse, RouteTasksEvent,
@@ -224,7 +224,7 @@ impl ChannelResolver for FoamChannelResolver {
         // connected to: it may serve its tasks until it stops.
         let node_id = catalog.nodes.values().find(|n| worker_url(&n.node_addr).is_ok_and(|u| u == *url)).map(|n| n.id);
         let channel = self.node.worker_channels.get(node_id, url).await?;
-        let inner = create_worker_client(BoxCloneSyncChannel::new(channel));
+        let inner = create_worker_client(channel);
         let peer = node_id.filter(|id| *id != self.node.node_id);
         Ok(match peer {
             Some(peer) => {
