@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use foam_node::superuser::{PASSWORD_FILE, SUPERUSER};
+use foam_node::tls::{self, TLS_DIR};
 use foam_rpc::ClusterSecret;
 use foam_rpc::auth::CLUSTER_SECRET_FILE;
 
@@ -138,10 +139,18 @@ impl LocalCluster {
         if let Some(file) = secret_file.as_ref().filter(|f| !f.exists()) {
             ClusterSecret::generate().and_then(|secret| secret.save(file)).map_err(|e| e.to_string())?;
         }
+        // One CA for the cluster, so one `sslrootcert` verifies every node.
+        let ca_dir = data_dir.join(TLS_DIR);
+        tls::make_ca(&ca_dir).map_err(|e| e.to_string())?;
         let mut cluster = LocalCluster { data_dir, sql_port, exe, nodes: Vec::new(), secret_file: secret_file.clone() };
         for index in 0..nodes {
             let dir = cluster.data_dir.join(format!("node-{index}"));
             std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            let node_tls = dir.join(TLS_DIR);
+            let (cert, key) = (node_tls.join(tls::NODE_CERT_FILE), node_tls.join(tls::NODE_KEY_FILE));
+            if !cert.exists() || !key.exists() {
+                tls::make_node_certificate(&ca_dir, &node_tls, &tls::node_hosts("127.0.0.1:0")).map_err(|e| e.to_string())?;
+            }
             let mut node_args = vec![
                 "start".to_string(),
                 "--data-dir".into(),
@@ -158,6 +167,7 @@ impl LocalCluster {
             if index > 0 {
                 node_args.extend(["--join".to_string(), first_node_addr.clone()]);
             }
+            node_args.extend(["--tls-cert".to_string(), cert.display().to_string(), "--tls-key".into(), key.display().to_string()]);
             if let Some(copy_dir) = &options.copy_dir {
                 node_args.extend(["--copy-dir".to_string(), copy_dir.display().to_string()]);
             }
@@ -303,6 +313,7 @@ pub fn run(args: LocalArgs) -> Result<(), String> {
     if args.insecure {
         println!("            (INSECURE: no passwords; anyone may connect as anyone)");
     }
+    println!("  TLS:      add ?sslmode=verify-full&sslrootcert={}", cluster.data_dir.join(TLS_DIR).join(tls::CA_CERT_FILE).display());
     if args.nodes > 1 {
         println!("  (every node accepts SQL: ports {}..={})", args.sql_port, args.sql_port + args.nodes - 1);
     }

@@ -99,6 +99,16 @@ enum Command {
         /// node joining a cluster; kept in this node's data directory.
         #[arg(long)]
         cluster_secret_file: Option<PathBuf>,
+        /// The SQL port's certificate chain (PEM); without it the node makes
+        /// a CA and a certificate in DATA_DIR/tls on its first start.
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// The key of --tls-cert (PEM).
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
+        /// Refuse clients on other machines that do not use TLS.
+        #[arg(long)]
+        require_tls: bool,
     },
     /// Run an N-node cluster on 127.0.0.1 as N processes; Ctrl-C stops it.
     Local(local::LocalArgs),
@@ -168,13 +178,28 @@ fn main() {
             copy_dir,
             insecure,
             cluster_secret_file,
+            tls_cert,
+            tls_key,
+            require_tls,
         } => {
             let failure_policy = FailurePolicy {
                 node_dead_after: std::time::Duration::from_millis(node_dead_after_ms),
                 reprotect_after: std::time::Duration::from_millis(reprotect_after_ms),
             };
-            let config =
-                NodeConfig { data_dir, sql_addr, node_addr, join, memory_limit_bytes: memory_limit_mb * 1024 * 1024, failure_policy, copy_dir, insecure, cluster_secret_file };
+            let config = NodeConfig {
+                data_dir,
+                sql_addr,
+                node_addr,
+                join,
+                memory_limit_bytes: memory_limit_mb * 1024 * 1024,
+                failure_policy,
+                copy_dir,
+                insecure,
+                cluster_secret_file,
+                tls_cert,
+                tls_key,
+                require_tls,
+            };
             start(config, worker_threads)
         }
         Command::Local(args) => local::run(args),

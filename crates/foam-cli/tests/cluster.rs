@@ -864,3 +864,60 @@ async fn an_insecure_cluster_says_so_and_asks_no_password() {
     let url = format!("host=127.0.0.1 port={} user=anyone dbname=foam", cluster.nodes[0].sql_port);
     assert_eq!(scalar(&common::connect(&url).await, "SELECT 3").await, "3");
 }
+
+/// Asks node `port` for TLS as libpq does (SSLRequest), verifies its
+/// certificate for 127.0.0.1 against `ca`, sends a startup message over
+/// TLS and returns the first message type the node answers with.
+async fn startup_over_tls(port: u16, ca: &std::path::Path) -> Result<u8, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    let mut socket = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.map_err(|e| e.to_string())?;
+    socket.write_all(&[0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f]).await.map_err(|e| e.to_string())?;
+    let mut answer = [0u8; 1];
+    socket.read_exact(&mut answer).await.map_err(|e| e.to_string())?;
+    if answer[0] != b'S' {
+        return Err(format!("the node declined TLS: {:?}", answer[0] as char));
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(rustls::pki_types::CertificateDer::from_pem_file(ca).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)).connect(name, socket).await.map_err(|e| e.to_string())?;
+    let mut startup = vec![0, 0, 0, 0, 0, 3, 0, 0];
+    startup.extend_from_slice(b"user\0foam\0database\0foam\0\0");
+    let length = (startup.len() as u32).to_be_bytes();
+    startup[..4].copy_from_slice(&length);
+    tls.write_all(&startup).await.map_err(|e| e.to_string())?;
+    tls.read_exact(&mut answer).await.map_err(|e| e.to_string())?;
+    Ok(answer[0])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sql_port_speaks_tls_with_a_certificate_clients_can_verify() {
+    let cluster = Cluster::start(1);
+    // The node made a CA and a certificate signed by it on its first start.
+    let ca = cluster.nodes[0].data_dir.join(foam_node::tls::TLS_DIR).join(foam_node::tls::CA_CERT_FILE);
+    // 'R': the node asks for the password, over TLS.
+    assert_eq!(startup_over_tls(cluster.nodes[0].sql_port, &ca).await, Ok(b'R'));
+    // Another CA's clients do not trust it.
+    let other = tempfile::tempdir().unwrap();
+    foam_node::tls::make_ca(other.path()).unwrap();
+    let refused = startup_over_tls(cluster.nodes[0].sql_port, &other.path().join(foam_node::tls::CA_CERT_FILE)).await;
+    assert!(refused.as_ref().is_err_and(|e| e.contains("certificate")), "{refused:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn require_tls_refuses_plaintext_clients_from_other_machines() {
+    // The node runs in a network namespace of its own: this test's
+    // connections come from another address, not loopback.
+    let cluster = Cluster::start_isolated(1, &["--require-tls"]);
+    match tokio_postgres::connect(&cluster.url(0), tokio_postgres::NoTls).await {
+        Ok(_) => panic!("a plaintext client from another machine was let in"),
+        Err(error) => assert_eq!(error.code().map(|c| c.code()), Some("28000"), "{error}"),
+    }
+}

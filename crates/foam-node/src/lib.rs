@@ -19,6 +19,7 @@ mod membership;
 mod replicas;
 mod runtime;
 pub mod superuser;
+pub mod tls;
 
 pub use membership::FailurePolicy;
 pub use runtime::{NodeConfig, run_node};

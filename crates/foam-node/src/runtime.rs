@@ -52,6 +52,11 @@ pub struct NodeConfig {
     /// The cluster's secret, for a node joining (or one whose data
     /// directory lost its copy); a new cluster's first node makes one.
     pub cluster_secret_file: Option<PathBuf>,
+    /// The SQL port's certificate chain and key (`tls.rs` makes them if not given).
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// Refuse clients on other machines that do not use TLS.
+    pub require_tls: bool,
 }
 
 /// The cluster secret this node sends and asks for (`foam_rpc::auth`):
@@ -212,7 +217,14 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
         .serve_with_incoming(foam_rpc::server::nodelay_incoming(node_listener));
     let grpc = tokio::spawn(grpc);
     let auth = if config.insecure { foam_pgwire::ClientAuth::Insecure } else { foam_pgwire::ClientAuth::Password };
-    let sql = tokio::spawn(foam_pgwire::serve(sql_listener, node.clone(), runtime, auth));
+    let given = match (&config.tls_cert, &config.tls_key) {
+        (Some(cert), Some(key)) => Some((cert.as_path(), key.as_path())),
+        (None, None) => None,
+        _ => return Err(FoamError::InvalidParameter { message: "--tls-cert and --tls-key go together".into() }),
+    };
+    let (cert, key) = crate::tls::node_certificate(&config.data_dir, &config.sql_addr, given)?;
+    let tls = foam_pgwire::Tls { acceptor: crate::tls::acceptor(&cert, &key)?, required_off_host: config.require_tls };
+    let sql = tokio::spawn(foam_pgwire::serve(sql_listener, node.clone(), runtime, auth, tls));
     if !config.insecure && node.catalog.current().roles.is_empty() {
         let ensure = crate::superuser::ensure(node.catalog.clone(), config.data_dir.clone(), config.sql_addr.clone());
         // A new cluster's first node leads its catalog alone: it has its

@@ -26,23 +26,24 @@ use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use pgwire::types::format::FormatOptions;
 use tokio::net::TcpListener;
 
-use crate::startup::{CancelKey, ClientAuth, FoamStartup};
+use crate::startup::{CancelKey, ClientAuth, FoamStartup, Tls};
 
 /// Accepts PostgreSQL connections on `listener` until the process ends,
 /// authenticating clients as `auth` says.
-pub async fn serve(listener: TcpListener, node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>, auth: ClientAuth) {
+pub async fn serve(listener: TcpListener, node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>, auth: ClientAuth, tls: Tls) {
     let factory = Arc::new(HandlerFactory {
         handler: Arc::new(FoamPgHandler { node, runtime }),
         connections: Arc::new(ConnectionManager::new()),
         auth,
+        tls_required_off_host: tls.required_off_host,
     });
     loop {
         match listener.accept().await {
             Ok((socket, peer)) => {
                 let _ = socket.set_nodelay(true);
-                let factory = factory.clone();
+                let (factory, acceptor) = (factory.clone(), tls.acceptor.clone());
                 tokio::spawn(async move {
-                    if let Err(error) = pgwire::tokio::process_socket(socket, None, factory).await {
+                    if let Err(error) = pgwire::tokio::process_socket(socket, Some(acceptor), factory).await {
                         tracing::debug!(%peer, %error, "client connection ended with an error");
                     }
                 });
@@ -61,6 +62,7 @@ struct HandlerFactory {
     /// connection of its own) finds the statement to stop here.
     connections: Arc<ConnectionManager>,
     auth: ClientAuth,
+    tls_required_off_host: bool,
 }
 
 impl PgWireServerHandlers for HandlerFactory {
@@ -73,7 +75,7 @@ impl PgWireServerHandlers for HandlerFactory {
     }
 
     fn startup_handler(&self) -> Arc<impl pgwire::api::auth::StartupHandler> {
-        Arc::new(FoamStartup::new(self.auth, &self.handler.node, self.connections.clone()))
+        Arc::new(FoamStartup::new(self.auth, self.tls_required_off_host, &self.handler.node, self.connections.clone()))
     }
 
     fn cancel_handler(&self) -> Arc<impl CancelHandler> {

@@ -13,4 +13,4 @@ mod handler;
 mod startup;
 
 pub use handler::serve;
-pub use startup::{ClientAuth, DATABASE};
+pub use startup::{ClientAuth, DATABASE, Tls};

@@ -7,6 +7,8 @@
 //! password goes through the same exchange against a random verifier and
 //! fails as a wrong password does (28P01), so names cannot be probed. A node
 //! started with `--insecure` skips the password and says so when it starts.
+//! TLS is offered to every client; with `--require-tls` a client on another
+//! machine that does not ask for it is refused (28000).
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -36,6 +38,13 @@ pub enum ClientAuth {
     Insecure,
 }
 
+/// TLS on the SQL port: what a connection asking for it gets, and whether
+/// clients on other machines must ask.
+pub struct Tls {
+    pub acceptor: pgwire::tokio::TlsAcceptor,
+    pub required_off_host: bool,
+}
+
 /// A connection's entry in the cancel registry, dropped with the connection.
 ///
 /// Kept under a type of our own rather than the one pgwire looks for: pgwire
@@ -57,18 +66,19 @@ fn register_cancel_key<C: ClientInfo>(client: &mut C, connections: &Arc<Connecti
 /// The startup of one connection (pgwire asks for one per connection).
 pub(crate) struct FoamStartup {
     connections: Arc<ConnectionManager>,
+    tls_required_off_host: bool,
     /// `None` with `--insecure`.
     password: Option<SASLAuthStartupHandler<DefaultServerParameterProvider>>,
 }
 
 impl FoamStartup {
-    pub(crate) fn new(auth: ClientAuth, node: &Arc<NodeContext>, connections: Arc<ConnectionManager>) -> FoamStartup {
+    pub(crate) fn new(auth: ClientAuth, tls_required_off_host: bool, node: &Arc<NodeContext>, connections: Arc<ConnectionManager>) -> FoamStartup {
         let password = (auth == ClientAuth::Password).then(|| {
             let mut scram = ScramAuth::new(Arc::new(CatalogPasswords { node: node.clone() }));
             scram.set_iterations(SCRAM_ITERATIONS as usize);
             SASLAuthStartupHandler::new(Arc::new(DefaultServerParameterProvider::default())).with_scram(scram)
         });
-        FoamStartup { connections, password }
+        FoamStartup { connections, tls_required_off_host, password }
     }
 }
 
@@ -81,6 +91,9 @@ impl StartupHandler for FoamStartup {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         if let PgWireFrontendMessage::Startup(startup) = &message {
+            if self.tls_required_off_host && !client.is_secure() && !client.socket_addr().ip().is_loopback() {
+                return Err(fatal(SqlState::InvalidAuthorization, "this node requires TLS of clients on other machines (sslmode=require)".into()));
+            }
             // As libpq does, a client that names no database asks for its user's.
             let database = startup.parameters.get("database").or_else(|| startup.parameters.get("user"));
             if let Some(database) = database.filter(|d| d.as_str() != DATABASE) {

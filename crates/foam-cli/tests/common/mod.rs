@@ -109,7 +109,10 @@ impl Cluster {
         for index in 0..count {
             cluster.wait_ready(index);
         }
-        cluster.wait_meta_group();
+        // A lone node is its whole meta group once it is ready.
+        if count > 1 {
+            cluster.wait_meta_group();
+        }
         cluster
     }
 
