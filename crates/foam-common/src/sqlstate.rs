@@ -120,12 +120,12 @@ mod tests {
 
     #[test]
     fn named_and_other_codes_round_trip() {
-        for code in ["42P01", "40001", "XX000", "3D000", "P0001"] {
+        for code in ["42P01", "40001", "XX000", "3F000", "P0001"] {
             let state = SqlState::from_code(code).unwrap();
             assert_eq!(state.code(), code);
         }
         assert_eq!(SqlState::from_code("42P01"), Some(SqlState::UndefinedTable));
-        assert!(matches!(SqlState::from_code("3D000"), Some(SqlState::Other(_))));
+        assert!(matches!(SqlState::from_code("3F000"), Some(SqlState::Other(_))));
     }
 
     #[test]
