@@ -109,6 +109,9 @@ enum Command {
         /// Refuse clients on other machines that do not use TLS.
         #[arg(long)]
         require_tls: bool,
+        /// Client connections served at once; past it a client gets 53300.
+        #[arg(long, default_value_t = foam_common::limits::MAX_CONNECTIONS_DEFAULT as u32, value_parser = clap::value_parser!(u32).range(1..))]
+        max_connections: u32,
     },
     /// Run an N-node cluster on 127.0.0.1 as N processes; Ctrl-C stops it.
     Local(local::LocalArgs),
@@ -181,6 +184,7 @@ fn main() {
             tls_cert,
             tls_key,
             require_tls,
+            max_connections,
         } => {
             let failure_policy = FailurePolicy {
                 node_dead_after: std::time::Duration::from_millis(node_dead_after_ms),
@@ -199,6 +203,7 @@ fn main() {
                 tls_cert,
                 tls_key,
                 require_tls,
+                max_connections: max_connections as usize,
             };
             start(config, worker_threads)
         }

@@ -921,3 +921,69 @@ async fn require_tls_refuses_plaintext_clients_from_other_machines() {
         Err(error) => assert_eq!(error.code().map(|c| c.code()), Some("28000"), "{error}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_max_connections_get_53300_and_the_others_go_on() {
+    let cluster = Cluster::start_with(1, &["--max-connections", "3"]);
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        open.push(cluster.client(0).await);
+    }
+    let refused = tokio_postgres::connect(&cluster.url(0), tokio_postgres::NoTls).await.err().expect("a fourth client is refused");
+    assert_eq!(refused.code().map(|c| c.code()), Some("53300"), "{refused}");
+    for client in &open {
+        assert_eq!(scalar(client, "SELECT 1").await, "1", "the sessions already open go on");
+    }
+    // A connection that ends gives its place back.
+    drop(open.pop());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match tokio_postgres::connect(&cluster.url(0), tokio_postgres::NoTls).await {
+            Ok((client, connection)) => {
+                tokio::spawn(connection);
+                assert_eq!(scalar(&client, "SELECT 2").await, "2");
+                break;
+            }
+            Err(error) => assert!(Instant::now() < deadline, "no place freed: {error}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_client_that_disconnects_leaves_no_spool_and_no_rows() {
+    use tokio::io::AsyncWriteExt;
+    // --insecure: this test speaks the protocol itself, without SCRAM.
+    let cluster = Cluster::start_with(1, &["--insecure"]);
+    let client = cluster.client(0).await;
+    client.batch_execute("CREATE TABLE spooled (k INT, v TEXT)").await.unwrap();
+    let staging = cluster.nodes[0].data_dir.join("staging");
+    let spools = || std::fs::read_dir(&staging).unwrap().filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("copy-spool-")).count();
+    let mut socket = tokio::net::TcpStream::connect(("127.0.0.1", cluster.nodes[0].sql_port)).await.unwrap();
+    let message = |tag: u8, body: &[u8]| {
+        let mut m = vec![tag];
+        m.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+        m.extend_from_slice(body);
+        m
+    };
+    let mut startup = vec![0, 0, 0, 0, 0, 3, 0, 0];
+    startup.extend_from_slice(b"user\0foam\0database\0foam\0\0");
+    let length = (startup.len() as u32).to_be_bytes();
+    startup[..4].copy_from_slice(&length);
+    socket.write_all(&startup).await.unwrap();
+    socket.write_all(&message(b'Q', b"COPY spooled FROM STDIN\0")).await.unwrap();
+    socket.write_all(&message(b'd', &b"1\tone\n".repeat(10_000))).await.unwrap();
+    socket.flush().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while spools() == 0 {
+        assert!(Instant::now() < deadline, "the node never spooled the rows");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(socket);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while spools() > 0 {
+        assert!(Instant::now() < deadline, "the spool outlived its client");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(scalar(&client, "SELECT count(*) FROM spooled").await, "0");
+}

@@ -244,3 +244,9 @@ mod tests {
         assert_eq!(voters, [0, 1, 1, 3, 3, 3, 3]);
     }
 }
+
+/// Client connections a node serves at once unless `--max-connections`
+/// says otherwise (PostgreSQL's default is 100). Each holds a session and
+/// its buffers; past the limit a new client gets 53300 and the sessions
+/// already open go on.
+pub const MAX_CONNECTIONS_DEFAULT: usize = 200;

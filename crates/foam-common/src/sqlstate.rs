@@ -71,6 +71,7 @@ sqlstates! {
     InvalidTableDefinition = "42P16",
     InvalidObjectDefinition = "42P17",
     OutOfMemory = "53200",
+    TooManyConnections = "53300",
     StatementTooComplex = "54001",
     QueryCanceled = "57014",
     CannotConnectNow = "57P03",

@@ -57,6 +57,8 @@ pub struct NodeConfig {
     pub tls_key: Option<PathBuf>,
     /// Refuse clients on other machines that do not use TLS.
     pub require_tls: bool,
+    /// Client connections served at once.
+    pub max_connections: usize,
 }
 
 /// The cluster secret this node sends and asks for (`foam_rpc::auth`):
@@ -224,7 +226,7 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
     };
     let (cert, key) = crate::tls::node_certificate(&config.data_dir, &config.sql_addr, given)?;
     let tls = foam_pgwire::Tls { acceptor: crate::tls::acceptor(&cert, &key)?, required_off_host: config.require_tls };
-    let sql = tokio::spawn(foam_pgwire::serve(sql_listener, node.clone(), runtime, auth, tls));
+    let sql = tokio::spawn(foam_pgwire::serve(sql_listener, node.clone(), runtime, auth, tls, config.max_connections));
     if !config.insecure && node.catalog.current().roles.is_empty() {
         let ensure = crate::superuser::ensure(node.catalog.clone(), config.data_dir.clone(), config.sql_addr.clone());
         // A new cluster's first node leads its catalog alone: it has its

@@ -29,19 +29,34 @@ use tokio::net::TcpListener;
 use crate::startup::{CancelKey, ClientAuth, FoamStartup, Tls};
 
 /// Accepts PostgreSQL connections on `listener` until the process ends,
-/// authenticating clients as `auth` says.
-pub async fn serve(listener: TcpListener, node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>, auth: ClientAuth, tls: Tls) {
-    let factory = Arc::new(HandlerFactory {
-        handler: Arc::new(FoamPgHandler { node, runtime }),
-        connections: Arc::new(ConnectionManager::new()),
-        auth,
-        tls_required_off_host: tls.required_off_host,
-    });
+/// authenticating clients as `auth` says, at most `max_connections` at once.
+pub async fn serve(
+    listener: TcpListener,
+    node: Arc<NodeContext>,
+    runtime: Arc<RuntimeEnv>,
+    auth: ClientAuth,
+    tls: Tls,
+    max_connections: usize,
+) {
+    let handler = Arc::new(FoamPgHandler { node, runtime });
+    let connections = Arc::new(ConnectionManager::new());
+    let slots = Arc::new(tokio::sync::Semaphore::new(max_connections));
     loop {
         match listener.accept().await {
             Ok((socket, peer)) => {
                 let _ = socket.set_nodelay(true);
-                let (factory, acceptor) = (factory.clone(), tls.acceptor.clone());
+                // A client past the limit is told so at its startup message
+                // (53300); its factory holds no slot.
+                let slot = slots.clone().try_acquire_owned().ok();
+                let factory = Arc::new(HandlerFactory {
+                    handler: handler.clone(),
+                    connections: connections.clone(),
+                    auth,
+                    tls_required_off_host: tls.required_off_host,
+                    slot,
+                    max_connections,
+                });
+                let acceptor = tls.acceptor.clone();
                 tokio::spawn(async move {
                     if let Err(error) = pgwire::tokio::process_socket(socket, Some(acceptor), factory).await {
                         tracing::debug!(%peer, %error, "client connection ended with an error");
@@ -63,6 +78,10 @@ struct HandlerFactory {
     connections: Arc<ConnectionManager>,
     auth: ClientAuth,
     tls_required_off_host: bool,
+    /// This connection's place among the node's `max_connections`, given
+    /// back when the connection ends; `None` past the limit.
+    slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    max_connections: usize,
 }
 
 impl PgWireServerHandlers for HandlerFactory {
@@ -75,7 +94,8 @@ impl PgWireServerHandlers for HandlerFactory {
     }
 
     fn startup_handler(&self) -> Arc<impl pgwire::api::auth::StartupHandler> {
-        Arc::new(FoamStartup::new(self.auth, self.tls_required_off_host, &self.handler.node, self.connections.clone()))
+        let over_limit = self.slot.is_none().then_some(self.max_connections);
+        Arc::new(FoamStartup::new(self.auth, self.tls_required_off_host, over_limit, &self.handler.node, self.connections.clone()))
     }
 
     fn cancel_handler(&self) -> Arc<impl CancelHandler> {
@@ -99,12 +119,22 @@ pub struct FoamPgHandler {
     runtime: Arc<RuntimeEnv>,
 }
 
-/// Rows of a `COPY ... FROM STDIN` being received, spooled to a file.
+/// Rows of a `COPY ... FROM STDIN` being received, spooled to a file in
+/// the node's staging directory. The file goes when the COPY ends however
+/// it ends, its client disconnecting included; one left by a crash goes at
+/// the node's next start, with the rest of the staging directory.
 struct PendingCopy {
     target: CopyInTarget,
     path: std::path::PathBuf,
     file: Option<std::fs::File>,
     error: Option<String>,
+}
+
+impl Drop for PendingCopy {
+    fn drop(&mut self) {
+        drop(self.file.take());
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 /// A connection's pending COPY, if any.
@@ -146,7 +176,7 @@ impl FoamPgHandler {
             }
             StatementOutput::CopyIn(target) => {
                 let columns = target.table.columns.len();
-                let path = std::env::temp_dir().join(format!("foam-copy-{}.data", uuid::Uuid::new_v4().simple()));
+                let path = self.node.storage.incoming_dir().join(format!("copy-spool-{}.data", uuid::Uuid::new_v4().simple()));
                 let file = std::fs::File::create(&path).map_err(|e| user_error(&FoamError::io(&path, e)))?;
                 let state = client.session_extensions().get_or_insert_with(CopyState::default);
                 *state.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(PendingCopy { target, path, file: Some(file), error: None });
@@ -306,10 +336,11 @@ impl CopyHandler for FoamPgHandler {
             Some(message) => Err(FoamError::FileAccess { path: copy.path.display().to_string(), message }),
             None => {
                 let path = copy.path.display().to_string();
-                foam_query::write::copy::copy_from_file(self.node.clone(), copy.target.table, path, copy.target.options).await
+                let (table, options) = (copy.target.table.clone(), copy.target.options.clone());
+                foam_query::write::copy::copy_from_file(self.node.clone(), table, path, options).await
             }
         };
-        let _ = std::fs::remove_file(&copy.path);
+        drop(copy);
         let rows = result.map_err(|e| user_error(&e))?;
         client.send(PgWireBackendMessage::CommandComplete(Tag::new("COPY").with_rows(rows as usize).into())).await?;
         Ok(())
@@ -322,9 +353,7 @@ impl CopyHandler for FoamPgHandler {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let state = client.session_extensions().get_or_insert_with(CopyState::default);
-        if let Some(copy) = state.0.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            let _ = std::fs::remove_file(&copy.path);
-        }
+        drop(state.0.lock().unwrap_or_else(|p| p.into_inner()).take());
         user_error(&FoamError::Query { message: format!("COPY from stdin failed: {}", fail.message), sqlstate: foam_common::SqlState::QueryCanceled })
     }
 }

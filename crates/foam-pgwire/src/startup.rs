@@ -67,18 +67,26 @@ fn register_cancel_key<C: ClientInfo>(client: &mut C, connections: &Arc<Connecti
 pub(crate) struct FoamStartup {
     connections: Arc<ConnectionManager>,
     tls_required_off_host: bool,
+    /// The node's `max_connections`, when this connection is past it.
+    over_limit: Option<usize>,
     /// `None` with `--insecure`.
     password: Option<SASLAuthStartupHandler<DefaultServerParameterProvider>>,
 }
 
 impl FoamStartup {
-    pub(crate) fn new(auth: ClientAuth, tls_required_off_host: bool, node: &Arc<NodeContext>, connections: Arc<ConnectionManager>) -> FoamStartup {
+    pub(crate) fn new(
+        auth: ClientAuth,
+        tls_required_off_host: bool,
+        over_limit: Option<usize>,
+        node: &Arc<NodeContext>,
+        connections: Arc<ConnectionManager>,
+    ) -> FoamStartup {
         let password = (auth == ClientAuth::Password).then(|| {
             let mut scram = ScramAuth::new(Arc::new(CatalogPasswords { node: node.clone() }));
             scram.set_iterations(SCRAM_ITERATIONS as usize);
             SASLAuthStartupHandler::new(Arc::new(DefaultServerParameterProvider::default())).with_scram(scram)
         });
-        FoamStartup { connections, tls_required_off_host, password }
+        FoamStartup { connections, tls_required_off_host, over_limit, password }
     }
 }
 
@@ -91,6 +99,9 @@ impl StartupHandler for FoamStartup {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         if let PgWireFrontendMessage::Startup(startup) = &message {
+            if let Some(max_connections) = self.over_limit {
+                return Err(fatal(SqlState::TooManyConnections, format!("sorry, too many clients already (this node serves {max_connections}; --max-connections)")));
+            }
             if self.tls_required_off_host && !client.is_secure() && !client.socket_addr().ip().is_loopback() {
                 return Err(fatal(SqlState::InvalidAuthorization, "this node requires TLS of clients on other machines (sslmode=require)".into()));
             }
