@@ -124,11 +124,35 @@ pub struct TableDef {
     /// written before replicas existed, meaning one.
     #[serde(default)]
     pub replicas: u32,
+    /// PRIMARY KEY and UNIQUE constraints, each including the distribution
+    /// key, checked where a partition's rows are (foam-storage `unique.rs`).
+    #[serde(default)]
+    pub unique_keys: Vec<UniqueKeyDef>,
+}
+
+/// A PRIMARY KEY or UNIQUE constraint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UniqueKeyDef {
+    /// The constraint's name, as PostgreSQL would make it (`t_pkey`, `t_a_key`).
+    pub name: String,
+    pub columns: Vec<String>,
+    pub primary: bool,
 }
 
 impl TableDef {
     pub fn arrow_schema(&self) -> SchemaRef {
         arrow_schema(&self.columns)
+    }
+
+    /// Each unique key's name and its columns' positions.
+    pub fn unique_key_columns(&self) -> Vec<(String, Vec<usize>, Vec<String>)> {
+        self.unique_keys
+            .iter()
+            .map(|key| {
+                let positions = key.columns.iter().filter_map(|c| self.columns.iter().position(|d| &d.name == c)).collect();
+                (key.name.clone(), positions, key.columns.clone())
+            })
+            .collect()
     }
 
     pub fn partition_count(&self) -> u32 {
@@ -213,6 +237,34 @@ pub fn arrow_schema(columns: &[ColumnDef]) -> SchemaRef {
     ))
 }
 
+/// A unique key must name columns of the table, and on a hash-distributed
+/// table include every distribution column: equal keys then hash to one
+/// partition, where the check sees them both (Citus asks the same).
+fn check_unique_keys(table: &str, columns: &[ColumnDef], distribution: &Distribution, keys: &[UniqueKeyDef]) -> FoamResult<()> {
+    if keys.iter().filter(|k| k.primary).count() > 1 {
+        return Err(FoamError::InvalidTableDefinition { message: format!("multiple primary keys for table \"{table}\" are not allowed") });
+    }
+    for key in keys {
+        if let Some(missing) = key.columns.iter().find(|c| !columns.iter().any(|d| &&d.name == c)) {
+            return Err(FoamError::UndefinedColumn { table: table.to_string(), column: missing.clone() });
+        }
+        if let Distribution::Hash { key_columns, .. } = distribution {
+            let distributed_by: Vec<&str> = key_columns.iter().map(|i| columns[*i].name.as_str()).collect();
+            if !distributed_by.iter().all(|d| key.columns.iter().any(|c| c == d)) {
+                return Err(FoamError::InvalidTableDefinition {
+                    message: format!(
+                        "constraint \"{}\" on ({}) must include the distribution key ({}) of \"{table}\": only then do equal keys meet in one partition",
+                        key.name,
+                        key.columns.join(", "),
+                        distributed_by.join(", ")
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 fn undefined_role(name: &str) -> FoamError {
     FoamError::Query { message: format!("role \"{name}\" does not exist"), sqlstate: SqlState::UndefinedObject }
 }
@@ -262,7 +314,14 @@ pub enum DistributionSpec {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "command", rename_all = "snake_case")]
 pub enum CatalogCommand {
-    CreateTable { name: String, columns: Vec<ColumnDef>, distribution: DistributionSpec, if_not_exists: bool },
+    CreateTable {
+        name: String,
+        columns: Vec<ColumnDef>,
+        distribution: DistributionSpec,
+        if_not_exists: bool,
+        #[serde(default)]
+        unique_keys: Vec<UniqueKeyDef>,
+    },
     DropTable { name: String, if_exists: bool },
     CreateView { name: String, query_sql: String, or_replace: bool },
     DropView { name: String, if_exists: bool },
@@ -348,7 +407,7 @@ impl Catalog {
 
     fn apply_in_place(&mut self, command: &CatalogCommand) -> FoamResult<CommandOutcome> {
         match command {
-            CatalogCommand::CreateTable { name, columns, distribution, if_not_exists } => {
+            CatalogCommand::CreateTable { name, columns, distribution, if_not_exists, unique_keys } => {
                 check_identifier(name)?;
                 if self.tables.contains_key(name) || self.views.contains_key(name) {
                     if *if_not_exists {
@@ -356,7 +415,17 @@ impl Catalog {
                     }
                     return Err(FoamError::DuplicateTable { name: name.clone() });
                 }
-                let (distribution, placement) = self.place(name, columns, distribution)?;
+                // A table with a primary key and no distribution key is
+                // distributed by its primary key.
+                let mut spec = distribution.clone();
+                if let DistributionSpec::Hash { key_columns, .. } = &mut spec
+                    && key_columns.is_empty()
+                    && let Some(primary) = unique_keys.iter().find(|k| k.primary)
+                {
+                    *key_columns = primary.columns.clone();
+                }
+                let (distribution, placement) = self.place(name, columns, &spec)?;
+                check_unique_keys(name, columns, &distribution, unique_keys)?;
                 let id = self.next_table_id.max(1);
                 self.next_table_id = id + 1;
                 self.tables.insert(
@@ -368,6 +437,7 @@ impl Catalog {
                         replicas: placement.first().map(|p| p.replicas.len() as u32).unwrap_or(1),
                         distribution,
                         placement,
+                        unique_keys: unique_keys.clone(),
                     },
                 );
                 Ok(CommandOutcome::Applied)
@@ -708,7 +778,13 @@ mod tests {
     }
 
     fn create(name: &str, spec: DistributionSpec) -> CatalogCommand {
-        CatalogCommand::CreateTable { name: name.into(), columns: vec![column("a"), column("b")], distribution: spec, if_not_exists: false }
+        CatalogCommand::CreateTable {
+            name: name.into(),
+            columns: vec![column("a"), column("b")],
+            distribution: spec,
+            if_not_exists: false,
+            unique_keys: Vec::new(),
+        }
     }
 
     fn role(name: &str, superuser: bool, password: Option<&str>) -> CatalogCommand {

@@ -987,3 +987,34 @@ async fn a_copy_client_that_disconnects_leaves_no_spool_and_no_rows() {
     }
     assert_eq!(scalar(&client, "SELECT count(*) FROM spooled").await, "0");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_inserts_of_one_key_store_it_once() {
+    let cluster = Cluster::start(3);
+    let client = cluster.client(0).await;
+    client.batch_execute("CREATE TABLE once (id INT PRIMARY KEY, writer INT)").await.unwrap();
+    // Six writers on three nodes race to insert the same 40 keys, each in
+    // statements of 5; a statement either stores all its keys or none.
+    let mut writers = tokio::task::JoinSet::new();
+    for writer in 0..6 {
+        let url = cluster.url(writer % 3);
+        writers.spawn(async move {
+            let client = common::connect(&url).await;
+            let mut stored = 0;
+            for chunk in 0..8 {
+                let values: Vec<String> = (0..5).map(|i| format!("({}, {writer})", chunk * 5 + i)).collect();
+                match client.simple_query(&format!("INSERT INTO once VALUES {}", values.join(", "))).await {
+                    Ok(_) => stored += 5,
+                    Err(error) => {
+                        let code = error.as_db_error().map(|e| e.code().code().to_string());
+                        assert!(matches!(code.as_deref(), Some("23505" | "40001")), "{error}");
+                    }
+                }
+            }
+            stored
+        });
+    }
+    let stored: u64 = writers.join_all().await.into_iter().sum();
+    assert_eq!(query_text(&client, "SELECT count(*), count(DISTINCT id) FROM once").await, vec![vec![Some("40".into()), Some("40".into())]]);
+    assert_eq!(stored, 40, "the statements that succeeded stored each key once");
+}

@@ -52,6 +52,7 @@ sqlstates! {
     InvalidTextRepresentation = "22P02",
     BadCopyFileFormat = "22P04",
     NotNullViolation = "23502",
+    UniqueViolation = "23505",
     InFailedSqlTransaction = "25P02",
     TransactionRollback = "40000",
     SerializationFailure = "40001",

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::ipc;
 use crate::partition::{Partition, PartitionSnapshot, SegmentInfo};
 use crate::segment;
+use crate::unique::{self, UniqueKey};
 use crate::wal::{EntryData, PreparedEntry, Wal, WalHeader};
 
 type PartitionKey = (TableId, PartitionId);
@@ -325,6 +326,16 @@ impl StorageEngine {
             .clone()
     }
 
+    /// The tables `txn` has staged rows for here.
+    pub fn staged_tables(&self, txn: TxnId) -> Vec<TableId> {
+        let Some(staging) = lock(&self.staging).get(&txn).cloned() else { return Vec::new() };
+        let staging = lock(&staging);
+        let mut tables: Vec<TableId> = staging.partitions.keys().map(|(table, _)| *table).collect();
+        tables.sort_unstable();
+        tables.dedup();
+        tables
+    }
+
     /// Starts receiving a segment file that a bulk loader streams to this node
     /// for one partition of `txn` (see [`segment::SegmentBuilder`]): its bytes
     /// go to a file in the staging directory as they arrive, and
@@ -401,7 +412,10 @@ impl StorageEngine {
     /// commit them even after a crash, and must keep them until told the outcome.
     /// `expected_rows` is how many rows the coordinator shipped here; a
     /// mismatch (staged rows lost to a restart or an idle timeout) votes no.
-    pub fn prepare(&self, txn: TxnId, expected_rows: u64) -> FoamResult<()> {
+    ///
+    /// The rows must keep the unique keys `unique` gives for their table
+    /// (`unique.rs`); a duplicate votes no with 23505.
+    pub fn prepare(&self, txn: TxnId, expected_rows: u64, unique: &dyn Fn(TableId) -> Vec<UniqueKey>) -> FoamResult<()> {
         let staging = lock(&self.staging).remove(&txn).ok_or_else(|| FoamError::TransactionAborted {
             message: format!("transaction {txn:032x} is unknown on this node (it may have restarted)"),
         })?;
@@ -462,7 +476,10 @@ impl StorageEngine {
         // Prepare record without re-appending it, and a fence raised in between
         // would not see this transaction.
         let mut wal = lock(&self.wal);
-        if let Err(error) = self.check_fences(&routed_with) {
+        if let Err(error) = self.check_fences(&routed_with).and_then(|_| match &header {
+            WalHeader::Prepare { entries, .. } => self.check_unique(entries, &inline, unique),
+            _ => Ok(()),
+        }) {
             drop(wal);
             for path in staged_files {
                 let _ = std::fs::remove_file(path);
@@ -472,6 +489,52 @@ impl StorageEngine {
         wal.append(&header, &body, true)?;
         lock(&self.prepared).insert(txn, Prepared { coordinator: staging.coordinator, header, body, inline });
         Ok(())
+    }
+
+    /// Checks a preparing transaction's rows (`entries`, with their decoded
+    /// `inline` rows) against the unique keys of their tables; the caller
+    /// holds the WAL lock, so no other transaction prepares or commits meanwhile.
+    fn check_unique(&self, entries: &[PreparedEntry], inline: &[Option<Vec<RecordBatch>>], unique: &dyn Fn(TableId) -> Vec<UniqueKey>) -> FoamResult<()> {
+        let mut new_rows: HashMap<PartitionKey, Vec<RecordBatch>> = HashMap::new();
+        for (entry, rows) in entries.iter().zip(inline) {
+            if !unique(entry.table_id).is_empty() {
+                new_rows.entry((entry.table_id, entry.partition)).or_default().extend(self.entry_rows(entry, rows.as_ref())?);
+            }
+        }
+        for ((table_id, partition), new) in new_rows {
+            let snapshot = self.snapshot(table_id, partition);
+            let mut present = snapshot.memtable;
+            for segment in &snapshot.segments {
+                for batch in segment::read_segment(&segment.path, &segment.checksums, None)? {
+                    present.push(batch.map_err(|e| FoamError::Corrupted { path: segment.path.display().to_string(), message: e.to_string() })?);
+                }
+            }
+            for prepared in lock(&self.prepared).values() {
+                let WalHeader::Prepare { entries, .. } = &prepared.header else { continue };
+                for (entry, rows) in entries.iter().zip(&prepared.inline) {
+                    if (entry.table_id, entry.partition) == (table_id, partition) {
+                        present.extend(self.entry_rows(entry, rows.as_ref())?);
+                    }
+                }
+            }
+            unique::check(&unique(table_id), &new, &present)?;
+        }
+        Ok(())
+    }
+
+    /// The rows of one entry of a Prepare record: decoded already, or in a staged file.
+    fn entry_rows(&self, entry: &PreparedEntry, inline: Option<&Vec<RecordBatch>>) -> FoamResult<Vec<RecordBatch>> {
+        match (&entry.data, inline) {
+            (EntryData::Inline { .. }, Some(rows)) => Ok(rows.clone()),
+            (EntryData::Segment { file_name, crc32, block_crc32, .. }, _) => {
+                let path = self.staging_dir.join(file_name);
+                let checksums = segment::Checksums { crc32: *crc32, blocks: block_crc32.clone() };
+                segment::read_segment(&path, &checksums, None)?
+                    .map(|batch| batch.map_err(|e| FoamError::Corrupted { path: path.display().to_string(), message: e.to_string() }))
+                    .collect()
+            }
+            (EntryData::Inline { .. }, None) => Err(FoamError::internal("a prepared entry's inline rows were not decoded")),
+        }
     }
 
     fn check_fences(&self, routed_with: &[(PartitionKey, u64)]) -> FoamResult<()> {
@@ -928,6 +991,54 @@ mod tests {
         RecordBatch::try_new(schema, vec![Arc::new(keys), Arc::new(values)]).unwrap()
     }
 
+    fn no_keys(_: TableId) -> Vec<UniqueKey> {
+        Vec::new()
+    }
+
+    /// Table 10's column `k` is its primary key; other tables have none.
+    fn k_is_unique(table: TableId) -> Vec<UniqueKey> {
+        let key = UniqueKey { name: "t_pkey".into(), columns: vec![0], column_names: vec!["k".into()] };
+        if table == 10 { vec![key] } else { Vec::new() }
+    }
+
+    #[test]
+    fn a_duplicate_key_votes_no_against_committed_prepared_and_its_own_rows() {
+        let dir = temp_dir("unique");
+        {
+            let engine = StorageEngine::open(&dir).unwrap();
+            engine.stage(1, 1, 10, 0, 0, vec![batch(0, 100)]).unwrap();
+            engine.prepare(1, 100, &k_is_unique).unwrap();
+            engine.commit(1).unwrap();
+            // Against committed rows; the refused transaction leaves nothing.
+            engine.stage(2, 1, 10, 0, 0, vec![batch(99, 2)]).unwrap();
+            assert_eq!(engine.prepare(2, 2, &k_is_unique).unwrap_err().sqlstate(), "23505");
+            // Against another transaction prepared and not yet decided.
+            engine.stage(3, 1, 10, 0, 0, vec![batch(100, 10)]).unwrap();
+            engine.prepare(3, 10, &k_is_unique).unwrap();
+            engine.stage(4, 1, 10, 0, 0, vec![batch(105, 1)]).unwrap();
+            assert_eq!(engine.prepare(4, 1, &k_is_unique).unwrap_err().sqlstate(), "23505");
+            // Within its own rows, even when they are big enough to be a staged file.
+            engine.stage(5, 1, 10, 0, 0, vec![batch(1_000, 40_000), batch(40_999, 1)]).unwrap();
+            assert_eq!(engine.prepare(5, 40_001, &k_is_unique).unwrap_err().sqlstate(), "23505");
+            // Another partition, or a table without keys, may hold the same values.
+            engine.stage(6, 1, 10, 1, 0, vec![batch(0, 10)]).unwrap();
+            engine.stage(6, 1, 11, 0, 0, vec![batch(0, 10)]).unwrap();
+            engine.prepare(6, 20, &k_is_unique).unwrap();
+            engine.commit(6).unwrap();
+            assert_eq!(rows_in(&engine, 10, 0), 100);
+        }
+        // After a restart transaction 3 is still in doubt, and still holds its keys.
+        let engine = StorageEngine::open(&dir).unwrap();
+        engine.stage(7, 1, 10, 0, 0, vec![batch(109, 1)]).unwrap();
+        assert_eq!(engine.prepare(7, 1, &k_is_unique).unwrap_err().sqlstate(), "23505");
+        engine.abort(3).unwrap();
+        engine.stage(8, 1, 10, 0, 0, vec![batch(109, 1)]).unwrap();
+        engine.prepare(8, 1, &k_is_unique).unwrap();
+        engine.commit(8).unwrap();
+        assert_eq!(rows_in(&engine, 10, 0), 101);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     fn rows_in(engine: &StorageEngine, table: TableId, partition: PartitionId) -> u64 {
         let snapshot = engine.snapshot(table, partition);
         let mut rows: u64 = snapshot.memtable.iter().map(|b| b.num_rows() as u64).sum();
@@ -947,10 +1058,10 @@ mod tests {
             let engine = StorageEngine::open(&dir).unwrap();
             engine.stage(1, 1, 10, 0, 0, vec![batch(0, 100)]).unwrap();
             engine.stage(1, 1, 10, 1, 0, vec![batch(100, 50)]).unwrap();
-            engine.prepare(1, 150).unwrap();
+            engine.prepare(1, 150, &no_keys).unwrap();
             engine.commit(1).unwrap();
             engine.stage(2, 1, 10, 0, 0, vec![batch(0, 7)]).unwrap();
-            engine.prepare(2, 7).unwrap();
+            engine.prepare(2, 7, &no_keys).unwrap();
             engine.abort(2).unwrap();
             engine.stage(3, 1, 10, 0, 0, vec![batch(0, 9)]).unwrap();
             // Transaction 3 never prepares: the "crash" below loses it, as it must.
@@ -978,7 +1089,7 @@ mod tests {
         {
             let engine = StorageEngine::open(&dir).unwrap();
             engine.stage(31, 1, 16, 0, 0, pieces).unwrap();
-            engine.prepare(31, 27_500).unwrap();
+            engine.prepare(31, 27_500, &no_keys).unwrap();
             engine.commit(31).unwrap();
             let memtable = engine.snapshot(16, 0).memtable;
             let sizes: Vec<usize> = memtable.iter().map(|b| b.num_rows()).collect();
@@ -998,7 +1109,7 @@ mod tests {
         let dir = temp_dir("missing");
         let engine = StorageEngine::open(&dir).unwrap();
         engine.stage(21, 1, 15, 0, 0, vec![batch(0, 10)]).unwrap();
-        let error = engine.prepare(21, 25).unwrap_err();
+        let error = engine.prepare(21, 25, &no_keys).unwrap_err();
         assert_eq!(error.sqlstate(), "40000");
         assert!(engine.in_doubt().is_empty(), "a no vote leaves nothing prepared");
         engine.commit(21).unwrap();
@@ -1014,7 +1125,7 @@ mod tests {
             for chunk in 0..40 {
                 engine.stage(5, 1, 11, 3, 0, vec![batch(chunk * 5000, 5000)]).unwrap();
             }
-            engine.prepare(5, 200_000).unwrap();
+            engine.prepare(5, 200_000, &no_keys).unwrap();
             assert_eq!(std::fs::read_dir(dir.join("staging")).unwrap().count(), 1, "rows spilled to one staged file");
             engine.commit(5).unwrap();
             assert_eq!(rows_in(&engine, 11, 3), 200_000);
@@ -1072,7 +1183,7 @@ mod tests {
         assert_eq!(std::fs::read_dir(dir.join("staging")).unwrap().count(), 1, "bytes go to disk as they come");
         drop(received);
         assert_eq!(std::fs::read_dir(dir.join("staging")).unwrap().count(), 0, "a stream that ended early leaves no file");
-        engine.prepare(51, 100).expect_err("and no staged rows");
+        engine.prepare(51, 100, &no_keys).expect_err("and no staged rows");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -1087,7 +1198,7 @@ mod tests {
             stage_segment(&engine, 31, 1, 16, 2, 0, 300, &first, &first_sums, &schema).unwrap();
             stage_segment(&engine, 31, 1, 16, 2, 0, 200, &second, &second_sums, &schema).unwrap();
             engine.stage(31, 1, 16, 2, 0, vec![batch(500, 5)]).unwrap();
-            engine.prepare(31, 505).unwrap();
+            engine.prepare(31, 505, &no_keys).unwrap();
             engine.commit(31).unwrap();
             assert_eq!(rows_in(&engine, 16, 2), 505);
             assert_eq!(engine.snapshot(16, 2).segments.len(), 2, "each received segment is listed as it came");
@@ -1098,7 +1209,7 @@ mod tests {
             assert_eq!(std::fs::read_dir(dir.join("staging")).unwrap().count(), 0, "an abort deletes what was received");
 
             stage_segment(&engine, 33, 1, 16, 2, 0, 300, &first, &first_sums, &schema).unwrap();
-            engine.prepare(33, 300).unwrap();
+            engine.prepare(33, 300, &no_keys).unwrap();
         }
         // Restarted, the prepared segment is in doubt and still commits.
         let engine = StorageEngine::open(&dir).unwrap();
@@ -1118,7 +1229,7 @@ mod tests {
         let (second, second_sums) = built_segment(300, 200);
         stage_segment(&engine, 41, 1, 16, 2, 0, 300, &first, &first_sums, &schema).unwrap();
         stage_segment(&engine, 41, 1, 16, 2, 0, 200, &second, &second_sums, &schema).unwrap();
-        engine.prepare(41, 500).unwrap();
+        engine.prepare(41, 500, &no_keys).unwrap();
         engine.commit(41).unwrap();
         // The source lists the same contents under its own file names, and one file this node never had.
         let renamed = |info: &SegmentInfo| SegmentInfo { file_name: format!("source-{}", info.file_name), ..info.clone() };
@@ -1172,7 +1283,7 @@ mod tests {
         let stricter = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false), Field::new("v", DataType::Utf8, false)]));
         assert!(refused(100, &data, &sums, &stricter).contains("columns are not the table's"));
         assert_eq!(std::fs::read_dir(dir.join("staging")).unwrap().count(), 0, "nothing refused is kept");
-        engine.prepare(41, 0).unwrap_err();
+        engine.prepare(41, 0, &no_keys).unwrap_err();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -1182,7 +1293,7 @@ mod tests {
         {
             let engine = StorageEngine::open(&dir).unwrap();
             engine.stage(9, 4, 12, 0, 0, vec![batch(0, 10)]).unwrap();
-            engine.prepare(9, 10).unwrap();
+            engine.prepare(9, 10, &no_keys).unwrap();
         }
         let engine = StorageEngine::open(&dir).unwrap();
         assert_eq!(engine.in_doubt(), vec![(9, 4)]);
@@ -1200,19 +1311,19 @@ mod tests {
         {
             let engine = StorageEngine::open(&dir).unwrap();
             engine.stage(1, 1, 13, 0, 0, vec![batch(0, 10)]).unwrap();
-            engine.prepare(1, 10).unwrap();
+            engine.prepare(1, 10, &no_keys).unwrap();
             engine.commit(1).unwrap();
             engine.stage(2, 1, 13, 0, 0, vec![batch(10, 5)]).unwrap();
-            engine.prepare(2, 5).unwrap();
+            engine.prepare(2, 5, &no_keys).unwrap();
             engine.checkpoint_now().unwrap();
             engine.stage(3, 1, 13, 0, 0, vec![batch(15, 3)]).unwrap();
-            engine.prepare(3, 3).unwrap();
+            engine.prepare(3, 3, &no_keys).unwrap();
             engine.commit(3).unwrap();
             // A large commit (a staged segment) of another table, dropped later.
             for chunk in 0..40 {
                 engine.stage(4, 1, 14, 0, 0, vec![batch(chunk * 5000, 5000)]).unwrap();
             }
-            engine.prepare(4, 200_000).unwrap();
+            engine.prepare(4, 200_000, &no_keys).unwrap();
             engine.commit(4).unwrap();
             engine.drop_table(14).unwrap();
         }
@@ -1233,16 +1344,16 @@ mod tests {
         let engine = StorageEngine::open(&dir).unwrap();
         engine.set_write_fence(16, 0, 5);
         engine.stage(1, 1, 16, 0, 4, vec![batch(0, 10)]).unwrap();
-        assert_eq!(engine.prepare(1, 10).unwrap_err().sqlstate(), "40001", "planned with placement 4 < 5");
+        assert_eq!(engine.prepare(1, 10, &no_keys).unwrap_err().sqlstate(), "40001", "planned with placement 4 < 5");
         engine.stage(2, 1, 16, 0, 5, vec![batch(0, 10)]).unwrap();
-        engine.prepare(2, 10).unwrap();
+        engine.prepare(2, 10, &no_keys).unwrap();
         // A fence waits for the undecided transaction, and gives up in time.
         let error = engine.fence_writes(16, 0, 5, Duration::from_millis(50)).unwrap_err();
         assert_eq!(error.sqlstate(), "40001");
         engine.commit(2).unwrap();
         engine.fence_writes(16, 0, 5, Duration::from_millis(50)).unwrap();
         engine.stage(3, 1, 16, 0, 9, vec![batch(0, 10)]).unwrap();
-        assert_eq!(engine.prepare(3, 10).unwrap_err().sqlstate(), "40001", "a raised fence refuses every write");
+        assert_eq!(engine.prepare(3, 10, &no_keys).unwrap_err().sqlstate(), "40001", "a raised fence refuses every write");
         engine.set_write_fence(16, 0, 6);
         assert_eq!(rows_in(&engine, 16, 0), 10);
         std::fs::remove_dir_all(&dir).unwrap();
@@ -1255,12 +1366,12 @@ mod tests {
             let engine = StorageEngine::open(&dir).unwrap();
             for (txn, partition) in [(1, 0), (2, 1)] {
                 engine.stage(txn, 1, 17, partition, 0, vec![batch(0, 10)]).unwrap();
-                engine.prepare(txn, 10).unwrap();
+                engine.prepare(txn, 10, &no_keys).unwrap();
                 engine.commit(txn).unwrap();
             }
             engine.reset_partition(17, 0).unwrap();
             engine.stage(3, 1, 17, 0, 0, vec![batch(0, 4)]).unwrap();
-            engine.prepare(3, 4).unwrap();
+            engine.prepare(3, 4, &no_keys).unwrap();
             engine.commit(3).unwrap();
             engine.remove_partition(17, 1).unwrap();
             assert_eq!(rows_in(&engine, 17, 0), 4);
@@ -1285,7 +1396,7 @@ mod tests {
             let (data, sums) = built_segment(0, 300);
             stage_segment(&engine, 41, 1, 18, 5, 0, 300, &data, &sums, &schema).unwrap();
             engine.stage(41, 1, 18, 6, 0, vec![batch(0, 7)]).unwrap();
-            engine.prepare(41, 307).unwrap();
+            engine.prepare(41, 307, &no_keys).unwrap();
             engine.commit(41).unwrap();
             assert_eq!(rows_in(&engine, 18, 5), 300);
             // The copy moves away; its directory and the loaded segment go.

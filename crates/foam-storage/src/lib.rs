@@ -17,6 +17,7 @@ pub mod engine;
 pub mod ipc;
 pub mod partition;
 pub mod segment;
+pub mod unique;
 pub mod wal;
 
 pub use decisions::{DecisionLog, TxnOutcome};

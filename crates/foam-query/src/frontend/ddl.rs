@@ -4,9 +4,9 @@
 //! (`statement.rs` splits them); the parsed CREATE TABLE and the clause
 //! become a catalog command.
 
-use datafusion::sql::sqlparser::ast::{ObjectName, Statement};
+use datafusion::sql::sqlparser::ast::{ColumnOption, Expr, ObjectName, Statement, TableConstraint};
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
-use foam_catalog::model::DistributionSpec;
+use foam_catalog::model::{DistributionSpec, UniqueKeyDef};
 use foam_catalog::types::DECIMAL_PRECISION_MAX;
 use foam_catalog::{CatalogCommand, ColumnDef, SqlType};
 use foam_common::{FoamError, FoamResult};
@@ -139,6 +139,7 @@ pub fn create_table_command(statement: &Statement, distribution: Option<Distribu
     }
     let name = table_name(&create.name)?;
     let mut columns = Vec::with_capacity(create.columns.len());
+    let mut unique_keys = Vec::new();
     for column in &create.columns {
         let column_name = normalize_ident(&column.name.value, column.name.quote_style);
         let sql_type = parse_sql_type(&column.data_type.to_string()).map_err(|message| {
@@ -146,34 +147,53 @@ pub fn create_table_command(statement: &Statement, distribution: Option<Distribu
         })?;
         let mut nullable = true;
         for option in &column.options {
-            let text = option.option.to_string().to_uppercase();
-            if text == "NOT NULL" || text.starts_with("PRIMARY KEY") {
-                nullable = false;
-            } else if text == "NULL" || text.starts_with("UNIQUE") || text.starts_with("REFERENCES") {
-                // Declarations FoamDB accepts but does not enforce (see docs/ARCHITECTURE.md).
-            } else {
-                return Err(FoamError::FeatureNotSupported { feature: format!("column option {text}") });
+            let named = option.name.as_ref().map(|n| normalize_ident(&n.value, n.quote_style));
+            match &option.option {
+                ColumnOption::NotNull => nullable = false,
+                ColumnOption::Null => {}
+                ColumnOption::PrimaryKey(_) => {
+                    nullable = false;
+                    unique_keys.push(UniqueKeyDef { name: named.unwrap_or(format!("{name}_pkey")), columns: vec![column_name.clone()], primary: true });
+                }
+                ColumnOption::Unique(_) => {
+                    let key_name = named.unwrap_or(format!("{name}_{column_name}_key"));
+                    unique_keys.push(UniqueKeyDef { name: key_name, columns: vec![column_name.clone()], primary: false });
+                }
+                other => return Err(FoamError::FeatureNotSupported { feature: not_enforced(&format!("column option {other}")) }),
             }
         }
         columns.push(ColumnDef { name: column_name, sql_type, nullable });
     }
     for constraint in &create.constraints {
-        let text = constraint.to_string();
-        let upper = text.to_uppercase();
-        if let Some(list) = upper.strip_prefix("PRIMARY KEY") {
-            let list = list.trim().trim_start_matches('(').trim_end_matches(')');
-            for key in list.split(',') {
-                let key = key.trim().trim_matches('"').to_lowercase();
-                if let Some(column) = columns.iter_mut().find(|c| c.name.to_lowercase() == key) {
-                    column.nullable = false;
-                }
-            }
-        } else if !(upper.starts_with("FOREIGN KEY") || upper.starts_with("UNIQUE") || upper.starts_with("CONSTRAINT")) {
-            return Err(FoamError::FeatureNotSupported { feature: format!("table constraint {text}") });
+        let (primary, named, key_columns) = match constraint {
+            TableConstraint::PrimaryKey(key) => (true, key.name.as_ref(), &key.columns),
+            TableConstraint::Unique(key) => (false, key.name.as_ref(), &key.columns),
+            other => return Err(FoamError::FeatureNotSupported { feature: not_enforced(&format!("table constraint {other}")) }),
+        };
+        let mut names = Vec::with_capacity(key_columns.len());
+        for key_column in key_columns {
+            let Expr::Identifier(ident) = &key_column.column.expr else {
+                return Err(FoamError::FeatureNotSupported { feature: format!("a key on the expression {}", key_column.column.expr) });
+            };
+            names.push(normalize_ident(&ident.value, ident.quote_style));
         }
+        if primary {
+            for column in columns.iter_mut().filter(|c| names.contains(&c.name)) {
+                column.nullable = false;
+            }
+        }
+        let default_name = if primary { format!("{name}_pkey") } else { format!("{name}_{}_key", names.join("_")) };
+        let key_name = named.map(|n| normalize_ident(&n.value, n.quote_style)).unwrap_or(default_name);
+        unique_keys.push(UniqueKeyDef { name: key_name, columns: names, primary });
     }
     let distribution = distribution.unwrap_or(DistributionSpec::Hash { key_columns: vec![], partitions: None, replicas: None });
-    Ok(CatalogCommand::CreateTable { name, columns, distribution, if_not_exists: create.if_not_exists })
+    Ok(CatalogCommand::CreateTable { name, columns, distribution, if_not_exists: create.if_not_exists, unique_keys })
+}
+
+/// What FoamDB refuses rather than accept and ignore: a constraint it does
+/// not check (a foreign key, CHECK) would let rows break it unnoticed.
+fn not_enforced(what: &str) -> String {
+    format!("{what} (FoamDB enforces NOT NULL, PRIMARY KEY and UNIQUE only, and does not accept a constraint it would not check)")
 }
 
 /// Parses a SQL type as the SQL parser prints it, e.g. `DECIMAL(15,2)`.

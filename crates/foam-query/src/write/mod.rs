@@ -508,14 +508,32 @@ async fn on_participants(
 /// Runs a transaction request against this node's own storage.
 async fn local_request(node: &Arc<NodeContext>, request: NodeRequest) -> FoamResult<()> {
     let storage = node.storage.clone();
+    // The unique keys to check come from the catalog: one that does not
+    // know a table yet (created a moment ago) is brought up to date first.
+    let mut catalog = node.catalog.current();
+    if let NodeRequest::Prepare { txn, .. } = &request
+        && storage.staged_tables(*txn).iter().any(|t| catalog.table_by_id(*t).is_none())
+    {
+        catalog = node.catalog.refresh().await?;
+    }
     tokio::task::spawn_blocking(move || match request {
-        NodeRequest::Prepare { txn, rows } => storage.prepare(txn, rows),
+        NodeRequest::Prepare { txn, rows } => storage.prepare(txn, rows, &|table_id| unique_keys(&catalog, table_id)),
         NodeRequest::Commit { txn } => storage.commit(txn),
         NodeRequest::Abort { txn } => storage.abort(txn),
         other => Err(FoamError::internal(format!("not a transaction request: {other:?}"))),
     })
     .await
     .map_err(|e| FoamError::internal(e.to_string()))?
+}
+
+/// The unique keys of table `table_id` in `catalog`, as storage checks them.
+fn unique_keys(catalog: &foam_catalog::Catalog, table_id: foam_common::TableId) -> Vec<foam_storage::unique::UniqueKey> {
+    let Some(table) = catalog.table_by_id(table_id) else { return Vec::new() };
+    table
+        .unique_key_columns()
+        .into_iter()
+        .map(|(name, columns, column_names)| foam_storage::unique::UniqueKey { name, columns, column_names })
+        .collect()
 }
 
 /// Applies a transaction request from a coordinator to this node's storage; the
