@@ -227,7 +227,10 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
     let (cert, key) = crate::tls::node_certificate(&config.data_dir, &config.sql_addr, given)?;
     let tls = foam_pgwire::Tls { acceptor: crate::tls::acceptor(&cert, &key)?, required_off_host: config.require_tls };
     let sql = tokio::spawn(foam_pgwire::serve(sql_listener, node.clone(), runtime, auth, tls, config.max_connections));
-    if !config.insecure && node.catalog.current().roles.is_empty() {
+    // Only the node that started the cluster makes its superuser: nodes
+    // joining at the same moment might otherwise race it with passwords of
+    // their own.
+    if !config.insecure && node_id == BOOTSTRAP_NODE_ID && node.catalog.current().roles.is_empty() {
         let ensure = crate::superuser::ensure(node.catalog.clone(), config.data_dir.clone(), config.sql_addr.clone());
         // A new cluster's first node leads its catalog alone: it has its
         // superuser before it says it is ready. Elsewhere the catalog may

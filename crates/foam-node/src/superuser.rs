@@ -1,7 +1,8 @@
 //! The first superuser. A cluster whose catalog has no role (a new one, or
 //! one made before roles existed) gets role `foam` with a generated
-//! password: the node that creates it keeps the password in its data
-//! directory (mode 0600) and prints the connection URL with it once.
+//! password from the node that started the cluster (node 1), which keeps the
+//! password in its data directory (mode 0600) and prints the connection URL
+//! with it once.
 //! Every node then checks passwords against the catalog (`foam-pgwire`'s
 //! `startup.rs`); the file only tells the operator what the password was
 //! when the cluster made it.
