@@ -495,17 +495,27 @@ impl StorageEngine {
     /// `inline` rows) against the unique keys of their tables; the caller
     /// holds the WAL lock, so no other transaction prepares or commits meanwhile.
     fn check_unique(&self, entries: &[PreparedEntry], inline: &[Option<Vec<RecordBatch>>], unique: &dyn Fn(TableId) -> Vec<UniqueKey>) -> FoamResult<()> {
+        // Per table, only its key columns are read: `columns` (ascending, as
+        // a segment's projection returns them), with the keys renumbered.
+        let mut projections: HashMap<TableId, (Vec<usize>, Vec<UniqueKey>)> = HashMap::new();
         let mut new_rows: HashMap<PartitionKey, Vec<RecordBatch>> = HashMap::new();
         for (entry, rows) in entries.iter().zip(inline) {
-            if !unique(entry.table_id).is_empty() {
-                new_rows.entry((entry.table_id, entry.partition)).or_default().extend(self.entry_rows(entry, rows.as_ref())?);
+            let keys = unique(entry.table_id);
+            if keys.is_empty() {
+                continue;
             }
+            let (columns, _) = projections.entry(entry.table_id).or_insert_with(|| unique::projection(&keys));
+            new_rows.entry((entry.table_id, entry.partition)).or_default().extend(self.entry_rows(entry, rows.as_ref(), columns)?);
         }
         for ((table_id, partition), new) in new_rows {
+            let (columns, keys) = &projections[&table_id];
             let snapshot = self.snapshot(table_id, partition);
-            let mut present = snapshot.memtable;
+            let mut present = Vec::new();
+            for batch in &snapshot.memtable {
+                present.push(batch.project(columns).map_err(|e| FoamError::internal(format!("projecting key columns: {e}")))?);
+            }
             for segment in &snapshot.segments {
-                for batch in segment::read_segment(&segment.path, &segment.checksums, None)? {
+                for batch in segment::read_segment(&segment.path, &segment.checksums, Some(columns))? {
                     present.push(batch.map_err(|e| FoamError::Corrupted { path: segment.path.display().to_string(), message: e.to_string() })?);
                 }
             }
@@ -513,23 +523,27 @@ impl StorageEngine {
                 let WalHeader::Prepare { entries, .. } = &prepared.header else { continue };
                 for (entry, rows) in entries.iter().zip(&prepared.inline) {
                     if (entry.table_id, entry.partition) == (table_id, partition) {
-                        present.extend(self.entry_rows(entry, rows.as_ref())?);
+                        present.extend(self.entry_rows(entry, rows.as_ref(), columns)?);
                     }
                 }
             }
-            unique::check(&unique(table_id), &new, &present)?;
+            unique::check(keys, &new, &present)?;
         }
         Ok(())
     }
 
-    /// The rows of one entry of a Prepare record: decoded already, or in a staged file.
-    fn entry_rows(&self, entry: &PreparedEntry, inline: Option<&Vec<RecordBatch>>) -> FoamResult<Vec<RecordBatch>> {
+    /// The `columns` of one entry of a Prepare record's rows: decoded
+    /// already, or in a staged file.
+    fn entry_rows(&self, entry: &PreparedEntry, inline: Option<&Vec<RecordBatch>>, columns: &[usize]) -> FoamResult<Vec<RecordBatch>> {
         match (&entry.data, inline) {
-            (EntryData::Inline { .. }, Some(rows)) => Ok(rows.clone()),
+            (EntryData::Inline { .. }, Some(rows)) => rows
+                .iter()
+                .map(|batch| batch.project(columns).map_err(|e| FoamError::internal(format!("projecting key columns: {e}"))))
+                .collect(),
             (EntryData::Segment { file_name, crc32, block_crc32, .. }, _) => {
                 let path = self.staging_dir.join(file_name);
                 let checksums = segment::Checksums { crc32: *crc32, blocks: block_crc32.clone() };
-                segment::read_segment(&path, &checksums, None)?
+                segment::read_segment(&path, &checksums, Some(columns))?
                     .map(|batch| batch.map_err(|e| FoamError::Corrupted { path: path.display().to_string(), message: e.to_string() }))
                     .collect()
             }

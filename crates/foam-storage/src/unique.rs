@@ -26,10 +26,21 @@ pub struct UniqueKey {
     pub column_names: Vec<String>,
 }
 
-/// The rows a check reads, as batches of the table's whole schema.
-pub type Rows = Vec<RecordBatch>;
+/// The columns `keys` use, ascending, and the keys renumbered to those
+/// columns' places among them: a check reads only these columns.
+pub fn projection(keys: &[UniqueKey]) -> (Vec<usize>, Vec<UniqueKey>) {
+    let mut columns: Vec<usize> = keys.iter().flat_map(|k| k.columns.iter().copied()).collect();
+    columns.sort_unstable();
+    columns.dedup();
+    let renumbered = keys
+        .iter()
+        .map(|k| UniqueKey { columns: k.columns.iter().map(|c| columns.binary_search(c).expect("a key's own column")).collect(), ..k.clone() })
+        .collect();
+    (columns, renumbered)
+}
 
-/// Checks `new` (one transaction's rows for one partition) against
+/// Checks `new` (one transaction's rows for one partition, or the columns
+/// [`projection`] chose of them) against
 /// `present` (the partition's committed rows and other prepared
 /// transactions' rows there): no two rows of `new`, and no row of `new` and
 /// one of `present`, may agree on any of `keys`.
@@ -111,6 +122,20 @@ mod tests {
     fn key(columns: &[usize]) -> UniqueKey {
         let names = ["k", "s"];
         UniqueKey { name: "t_key".into(), columns: columns.to_vec(), column_names: columns.iter().map(|c| names[*c].to_string()).collect() }
+    }
+
+    #[test]
+    fn a_check_reads_only_key_columns_renumbered() {
+        let keys = [UniqueKey { name: "a".into(), columns: vec![2], column_names: vec!["c".into()] }, key(&[0, 1]), UniqueKey {
+            name: "b".into(),
+            columns: vec![2, 0],
+            column_names: vec!["c".into(), "k".into()],
+        }];
+        let (columns, renumbered) = projection(&keys);
+        assert_eq!(columns, [0, 1, 2]);
+        assert_eq!(renumbered.iter().map(|k| k.columns.clone()).collect::<Vec<_>>(), [vec![2], vec![0, 1], vec![2, 0]]);
+        let (columns, renumbered) = projection(&keys[..1]);
+        assert_eq!((columns, renumbered[0].columns.clone()), (vec![2], vec![0]));
     }
 
     #[test]
