@@ -54,65 +54,69 @@ struct Cli {
 /// Default query memory per node before operators spill to disk.
 const NODE_MEMORY_LIMIT_MB_DEFAULT: usize = 4096;
 
+/// `foam start`'s options.
+#[derive(clap::Args)]
+struct StartArgs {
+    /// Where this node keeps its data (created if missing).
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// PostgreSQL protocol address, HOST:PORT.
+    #[arg(long)]
+    sql_addr: String,
+    /// Cluster-internal gRPC address, HOST:PORT.
+    #[arg(long)]
+    node_addr: String,
+    /// Node address of any cluster member, to join that cluster.
+    #[arg(long)]
+    join: Option<String>,
+    /// Query memory in MiB before operators spill to disk.
+    #[arg(long, default_value_t = NODE_MEMORY_LIMIT_MB_DEFAULT)]
+    memory_limit_mb: usize,
+    /// Milliseconds without heartbeats after which a node is marked down
+    /// (used by the leader of the meta nodes, which runs the failure detector).
+    #[arg(long, default_value_t = foam_common::limits::NODE_DEAD_AFTER_MS_DEFAULT)]
+    node_dead_after_ms: u64,
+    /// Milliseconds a node stays down before its partitions get new copies elsewhere.
+    #[arg(long, default_value_t = foam_common::limits::REPROTECT_AFTER_MS_DEFAULT)]
+    reprotect_after_ms: u64,
+    /// Threads that run this node's queries and RPCs; by default one per
+    /// core. `foam local` gives each of its nodes a share of the cores.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    worker_threads: Option<u16>,
+    /// Directory whose files clients may load with `COPY t FROM 'file'`
+    /// (paths relative to it); without it COPY reads no server file.
+    #[arg(long)]
+    copy_dir: Option<PathBuf>,
+    /// Accept every client without a password and every process on
+    /// the node port. Without it, a new cluster's first node creates
+    /// superuser `foam` with a generated password (kept in
+    /// DATA_DIR/password) and the cluster secret (DATA_DIR/cluster-secret)
+    /// that every node-to-node request must carry.
+    #[arg(long)]
+    insecure: bool,
+    /// The cluster secret (another node's DATA_DIR/cluster-secret), for a
+    /// node joining a cluster; kept in this node's data directory.
+    #[arg(long)]
+    cluster_secret_file: Option<PathBuf>,
+    /// The SQL port's certificate chain (PEM); without it the node makes
+    /// a CA and a certificate in DATA_DIR/tls on its first start.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The key of --tls-cert (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Refuse clients on other machines that do not use TLS.
+    #[arg(long)]
+    require_tls: bool,
+    /// Client connections served at once; past it a client gets 53300.
+    #[arg(long, default_value_t = foam_common::limits::MAX_CONNECTIONS_DEFAULT as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: u32,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run one node. Without --join it bootstraps a new cluster.
-    Start {
-        /// Where this node keeps its data (created if missing).
-        #[arg(long)]
-        data_dir: PathBuf,
-        /// PostgreSQL protocol address, HOST:PORT.
-        #[arg(long)]
-        sql_addr: String,
-        /// Cluster-internal gRPC address, HOST:PORT.
-        #[arg(long)]
-        node_addr: String,
-        /// Node address of any cluster member, to join that cluster.
-        #[arg(long)]
-        join: Option<String>,
-        /// Query memory in MiB before operators spill to disk.
-        #[arg(long, default_value_t = NODE_MEMORY_LIMIT_MB_DEFAULT)]
-        memory_limit_mb: usize,
-        /// Milliseconds without heartbeats after which a node is marked down
-        /// (used by the leader of the meta nodes, which runs the failure detector).
-        #[arg(long, default_value_t = foam_common::limits::NODE_DEAD_AFTER_MS_DEFAULT)]
-        node_dead_after_ms: u64,
-        /// Milliseconds a node stays down before its partitions get new copies elsewhere.
-        #[arg(long, default_value_t = foam_common::limits::REPROTECT_AFTER_MS_DEFAULT)]
-        reprotect_after_ms: u64,
-        /// Threads that run this node's queries and RPCs; by default one per
-        /// core. `foam local` gives each of its nodes a share of the cores.
-        #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
-        worker_threads: Option<u16>,
-        /// Directory whose files clients may load with `COPY t FROM 'file'`
-        /// (paths relative to it); without it COPY reads no server file.
-        #[arg(long)]
-        copy_dir: Option<PathBuf>,
-        /// Accept every client without a password and every process on
-        /// the node port. Without it, a new cluster's first node creates
-        /// superuser `foam` with a generated password (kept in
-        /// DATA_DIR/password) and the cluster secret (DATA_DIR/cluster-secret)
-        /// that every node-to-node request must carry.
-        #[arg(long)]
-        insecure: bool,
-        /// The cluster secret (another node's DATA_DIR/cluster-secret), for a
-        /// node joining a cluster; kept in this node's data directory.
-        #[arg(long)]
-        cluster_secret_file: Option<PathBuf>,
-        /// The SQL port's certificate chain (PEM); without it the node makes
-        /// a CA and a certificate in DATA_DIR/tls on its first start.
-        #[arg(long, requires = "tls_key")]
-        tls_cert: Option<PathBuf>,
-        /// The key of --tls-cert (PEM).
-        #[arg(long, requires = "tls_cert")]
-        tls_key: Option<PathBuf>,
-        /// Refuse clients on other machines that do not use TLS.
-        #[arg(long)]
-        require_tls: bool,
-        /// Client connections served at once; past it a client gets 53300.
-        #[arg(long, default_value_t = foam_common::limits::MAX_CONNECTIONS_DEFAULT as u32, value_parser = clap::value_parser!(u32).range(1..))]
-        max_connections: u32,
-    },
+    Start(StartArgs),
     /// Run an N-node cluster on 127.0.0.1 as N processes; Ctrl-C stops it.
     Local(local::LocalArgs),
     /// TPC-H: generate and load the benchmark's tables into a running cluster.
@@ -169,43 +173,27 @@ fn main() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let result = match cli.command {
-        Command::Start {
-            data_dir,
-            sql_addr,
-            node_addr,
-            join,
-            memory_limit_mb,
-            node_dead_after_ms,
-            reprotect_after_ms,
-            worker_threads,
-            copy_dir,
-            insecure,
-            cluster_secret_file,
-            tls_cert,
-            tls_key,
-            require_tls,
-            max_connections,
-        } => {
+        Command::Start(args) => {
             let failure_policy = FailurePolicy {
-                node_dead_after: std::time::Duration::from_millis(node_dead_after_ms),
-                reprotect_after: std::time::Duration::from_millis(reprotect_after_ms),
+                node_dead_after: std::time::Duration::from_millis(args.node_dead_after_ms),
+                reprotect_after: std::time::Duration::from_millis(args.reprotect_after_ms),
             };
             let config = NodeConfig {
-                data_dir,
-                sql_addr,
-                node_addr,
-                join,
-                memory_limit_bytes: memory_limit_mb * 1024 * 1024,
+                data_dir: args.data_dir,
+                sql_addr: args.sql_addr,
+                node_addr: args.node_addr,
+                join: args.join,
+                memory_limit_bytes: args.memory_limit_mb * 1024 * 1024,
                 failure_policy,
-                copy_dir,
-                insecure,
-                cluster_secret_file,
-                tls_cert,
-                tls_key,
-                require_tls,
-                max_connections: max_connections as usize,
+                copy_dir: args.copy_dir,
+                insecure: args.insecure,
+                cluster_secret_file: args.cluster_secret_file,
+                tls_cert: args.tls_cert,
+                tls_key: args.tls_key,
+                require_tls: args.require_tls,
+                max_connections: args.max_connections as usize,
             };
-            start(config, worker_threads)
+            start(config, args.worker_threads)
         }
         Command::Local(args) => local::run(args),
         Command::Tpch { command: TpchCommand::Load { sf, url, cluster_secret_file } } => tpch_load(&url, cluster_secret_file.as_deref(), sf).map(|_| ()),
@@ -278,7 +266,7 @@ mod tests {
         let start = |threads: &str| {
             Cli::try_parse_from(["foam", "start", "--data-dir", "d", "--sql-addr", "127.0.0.1:1", "--node-addr", "127.0.0.1:2", "--worker-threads", threads])
         };
-        assert!(matches!(start("1").map(|cli| cli.command), Ok(Command::Start { worker_threads: Some(1), .. })));
+        assert!(matches!(start("1").map(|cli| cli.command), Ok(Command::Start(StartArgs { worker_threads: Some(1), .. }))));
         let error = start("0").err().expect("0 threads is refused").to_string();
         assert!(error.contains("--worker-threads") && error.contains("0 is not in 1..="), "{error}");
         assert!(start("two").is_err(), "a thread count is a number");
