@@ -1,6 +1,8 @@
 //! The cluster catalog as DataFusion sees it: tables, views, system tables,
-//! and the statistics the planner estimates with.
+//! the statistics the planner estimates with, and the functions that tell a
+//! client what it talks to.
 
+pub mod functions;
 pub mod provider;
 pub mod statistics;
 pub mod system_tables;

@@ -272,8 +272,9 @@ impl FoamSession {
         ) {
             tracing::warn!(%error, "pg_catalog emulation unavailable");
         }
+        ctx.register_udf(crate::catalog::functions::version_udf());
         let settings = BTreeMap::from([
-            ("server_version".to_string(), "16.0 (FoamDB)".to_string()),
+            ("server_version".to_string(), format!("{} (FoamDB)", crate::catalog::functions::POSTGRES_VERSION)),
             ("client_encoding".to_string(), "UTF8".to_string()),
             ("datestyle".to_string(), "ISO, MDY".to_string()),
             (STATEMENT_TIMEOUT.to_string(), show_statement_timeout(0)),

@@ -71,8 +71,14 @@ pub fn physical_rules(node: &Arc<NodeContext>) -> Vec<Arc<dyn PhysicalOptimizerR
     rules
 }
 
-/// The functions FoamDB's rewrites put into plans: routed shuffles, rewritten
-/// `LIKE` filters and counted rows call them in the stages workers run.
+/// The functions FoamDB's rewrites put into plans (routed shuffles, rewritten
+/// `LIKE` filters and counted rows call them in the stages workers run), and
+/// those it defines in place of DataFusion's (`version()`).
 pub fn worker_udfs() -> Vec<ScalarUDF> {
-    vec![crate::exec::route::FoamRoute::udf(), logical::like::FoamLike::udf(), physical::count_ones::FoamOnes::udf()]
+    vec![
+        crate::exec::route::FoamRoute::udf(),
+        logical::like::FoamLike::udf(),
+        physical::count_ones::FoamOnes::udf(),
+        crate::catalog::functions::version_udf(),
+    ]
 }
