@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use foam_node::superuser::{PASSWORD_FILE, SUPERUSER};
+use foam_node::superuser::{self, SUPERUSER};
 use foam_node::tls::{self, TLS_DIR};
 use foam_rpc::ClusterSecret;
 use foam_rpc::auth::CLUSTER_SECRET_FILE;
@@ -266,10 +266,7 @@ impl LocalCluster {
 
     /// The superuser's generated password, from the node that created it.
     fn password(&self) -> Option<String> {
-        (0..self.nodes.len()).find_map(|index| {
-            let file = self.data_dir.join(format!("node-{index}")).join(PASSWORD_FILE);
-            std::fs::read_to_string(file).ok().map(|text| text.trim().to_string()).filter(|text| !text.is_empty())
-        })
+        (0..self.nodes.len()).find_map(|index| superuser::read_password(&self.data_dir.join(format!("node-{index}"))))
     }
 
     /// Reports nodes that exited since the last call, with how to restart them.

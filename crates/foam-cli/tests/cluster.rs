@@ -865,6 +865,15 @@ async fn an_insecure_cluster_says_so_and_asks_no_password() {
     assert_eq!(scalar(&common::connect(&url).await, "SELECT 3").await, "3");
 }
 
+/// A protocol 3.0 startup message for user `foam` and database `foam`.
+fn startup_message() -> Vec<u8> {
+    let mut startup = vec![0, 0, 0, 0, 0, 3, 0, 0];
+    startup.extend_from_slice(b"user\0foam\0database\0foam\0\0");
+    let length = (startup.len() as u32).to_be_bytes();
+    startup[..4].copy_from_slice(&length);
+    startup
+}
+
 /// Asks node `port` for TLS as libpq does (SSLRequest), verifies its
 /// certificate for 127.0.0.1 against `ca`, sends a startup message over
 /// TLS and returns the first message type the node answers with.
@@ -888,11 +897,7 @@ async fn startup_over_tls(port: u16, ca: &std::path::Path) -> Result<u8, String>
         .with_no_client_auth();
     let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
     let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)).connect(name, socket).await.map_err(|e| e.to_string())?;
-    let mut startup = vec![0, 0, 0, 0, 0, 3, 0, 0];
-    startup.extend_from_slice(b"user\0foam\0database\0foam\0\0");
-    let length = (startup.len() as u32).to_be_bytes();
-    startup[..4].copy_from_slice(&length);
-    tls.write_all(&startup).await.map_err(|e| e.to_string())?;
+    tls.write_all(&startup_message()).await.map_err(|e| e.to_string())?;
     tls.read_exact(&mut answer).await.map_err(|e| e.to_string())?;
     Ok(answer[0])
 }
@@ -966,11 +971,7 @@ async fn a_copy_client_that_disconnects_leaves_no_spool_and_no_rows() {
         m.extend_from_slice(body);
         m
     };
-    let mut startup = vec![0, 0, 0, 0, 0, 3, 0, 0];
-    startup.extend_from_slice(b"user\0foam\0database\0foam\0\0");
-    let length = (startup.len() as u32).to_be_bytes();
-    startup[..4].copy_from_slice(&length);
-    socket.write_all(&startup).await.unwrap();
+    socket.write_all(&startup_message()).await.unwrap();
     socket.write_all(&message(b'Q', b"COPY spooled FROM STDIN\0")).await.unwrap();
     socket.write_all(&message(b'd', &b"1\tone\n".repeat(10_000))).await.unwrap();
     socket.flush().await.unwrap();

@@ -1,4 +1,5 @@
-//! Durable file primitives shared by the catalog store and the storage engine.
+//! Durable file primitives shared by the catalog store, the storage engine
+//! and the node's secrets (passwords, the cluster secret, TLS keys).
 //! A file replaced with [`write_atomic`] is either entirely old or entirely new
 //! after a crash, never torn.
 
@@ -21,6 +22,16 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> FoamResult<()> {
     file.write_all(bytes).map_err(|e| FoamError::io(&temporary, e))?;
     file.sync_all().map_err(|e| FoamError::io(&temporary, e))?;
     std::fs::rename(&temporary, path).map_err(|e| FoamError::io(path, e))?;
+    sync_parent_dir(path)
+}
+
+/// Writes `bytes` to `path`, created (or truncated) with permissions `mode`
+/// (0o600 for a secret only its owner may read), and makes it durable. The
+/// mode applies when the file is created.
+pub fn write_with_mode(path: &Path, bytes: &[u8], mode: u32) -> FoamResult<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(path).map_err(|e| FoamError::io(path, e))?;
+    file.write_all(bytes).and_then(|_| file.sync_all()).map_err(|e| FoamError::io(path, e))?;
     sync_parent_dir(path)
 }
 

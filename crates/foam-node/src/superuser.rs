@@ -7,15 +7,13 @@
 //! `startup.rs`); the file only tells the operator what the password was
 //! when the cluster made it.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use foam_catalog::CatalogCommand;
 use foam_catalog::roles::{RoleDef, ScramVerifier, generate_password};
-use foam_common::{FoamError, FoamResult};
+use foam_common::FoamResult;
 use foam_query::context::CatalogService;
 
 /// The superuser a new cluster gets.
@@ -43,20 +41,27 @@ pub async fn ensure(catalog: Arc<dyn CatalogService>, data_dir: PathBuf, sql_add
     }
 }
 
+/// The superuser's password as the node that made it keeps it in
+/// `data_dir`, if this is that node's data directory.
+pub fn read_password(data_dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(data_dir.join(PASSWORD_FILE)).ok()?;
+    Some(text.trim().to_string()).filter(|password| !password.is_empty())
+}
+
 async fn create(catalog: &dyn CatalogService, data_dir: &Path, sql_addr: &str) -> FoamResult<()> {
     let file = data_dir.join(PASSWORD_FILE);
-    let password = match std::fs::read_to_string(&file) {
-        Ok(text) if !text.trim().is_empty() => text.trim().to_string(),
-        _ => {
+    let password = match read_password(data_dir) {
+        Some(password) => password,
+        None => {
             let password = generate_password()?;
-            write_private(&file, &password)?;
+            foam_common::fs::write_with_mode(&file, format!("{password}\n").as_bytes(), 0o600)?;
             password
         }
     };
     let role = RoleDef { name: SUPERUSER.into(), superuser: true, login: true, password: Some(ScramVerifier::new(&password)?) };
     let (after, _) = catalog.apply(CatalogCommand::CreateRole { role, if_not_exists: true }).await?;
-    // Nodes of a cluster restarted from before roles may race: the role
-    // holds one node's password, and the others forget theirs.
+    // A role `foam` made meanwhile by someone else (a client of a node
+    // started --insecure) keeps its password; this file would be wrong.
     let ours = after.roles.get(SUPERUSER).and_then(|r| r.password.as_ref()).is_some_and(|v| ScramVerifier::with_salt(&password, v.salt.clone()) == *v);
     if !ours {
         let _ = std::fs::remove_file(&file);
@@ -65,11 +70,4 @@ async fn create(catalog: &dyn CatalogService, data_dir: &Path, sql_addr: &str) -
     let host_port = sql_addr.replace("0.0.0.0", "127.0.0.1");
     println!("FoamDB created superuser {SUPERUSER}: postgres://{SUPERUSER}:{password}@{host_port}/foam (the password is in {})", file.display());
     Ok(())
-}
-
-/// Writes `text` to a new file only its owner may read.
-fn write_private(path: &Path, text: &str) -> FoamResult<()> {
-    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path).map_err(|e| FoamError::io(path, e))?;
-    file.write_all(format!("{text}\n").as_bytes()).and_then(|_| file.sync_all()).map_err(|e| FoamError::io(path, e))?;
-    foam_common::fs::sync_parent_dir(path)
 }

@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use foam_common::fs::write_with_mode;
 use foam_common::{FoamError, FoamResult};
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use tokio_rustls::TlsAcceptor;
@@ -49,8 +50,8 @@ pub fn make_ca(dir: &Path) -> FoamResult<()> {
     foam_common::fs::create_dir_all(dir)?;
     let key = KeyPair::generate().map_err(|e| tls_error("making a CA key", e))?;
     let cert = ca_params().self_signed(&key).map_err(|e| tls_error("making a CA certificate", e))?;
-    write(&dir.join(CA_KEY_FILE), &key.serialize_pem(), 0o600)?;
-    write(&dir.join(CA_CERT_FILE), &cert.pem(), 0o644)
+    write_with_mode(&dir.join(CA_KEY_FILE), key.serialize_pem().as_bytes(), 0o600)?;
+    write_with_mode(&dir.join(CA_CERT_FILE), cert.pem().as_bytes(), 0o644)
 }
 
 /// Makes a certificate for `hosts` (names or IP addresses) signed by the
@@ -69,8 +70,8 @@ pub fn make_node_certificate(ca_dir: &Path, out_dir: &Path, hosts: &[String]) ->
     let cert = params.signed_by(&key, &issuer).map_err(|e| tls_error("signing the node certificate", e))?;
     foam_common::fs::create_dir_all(out_dir)?;
     let (cert_path, key_path) = (out_dir.join(NODE_CERT_FILE), out_dir.join(NODE_KEY_FILE));
-    write(&key_path, &key.serialize_pem(), 0o600)?;
-    write(&cert_path, &format!("{}{ca_cert}", cert.pem()), 0o644)?;
+    write_with_mode(&key_path, key.serialize_pem().as_bytes(), 0o600)?;
+    write_with_mode(&cert_path, format!("{}{ca_cert}", cert.pem()).as_bytes(), 0o644)?;
     Ok((cert_path, key_path))
 }
 
@@ -115,12 +116,6 @@ pub fn acceptor(cert: &Path, key: &Path) -> FoamResult<TlsAcceptor> {
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
-fn write(path: &Path, text: &str, mode: u32) -> FoamResult<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(path).map_err(|e| FoamError::io(path, e))?;
-    file.write_all(text.as_bytes()).and_then(|_| file.sync_all()).map_err(|e| FoamError::io(path, e))
-}
 
 #[cfg(test)]
 mod tests {

@@ -13,8 +13,6 @@
 //!                                                  check (constant time) ─┴─▶ 16 UNAUTHENTICATED, or the service
 //! ```
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use foam_common::{FoamError, FoamResult};
@@ -71,10 +69,8 @@ impl ClusterSecret {
 
     /// Writes the secret to a file only its owner may read.
     pub fn save(&self, path: &Path) -> FoamResult<()> {
-        let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path).map_err(|e| FoamError::io(path, e))?;
         let text = self.0.to_str().map_err(|e| FoamError::internal(e.to_string()))?;
-        file.write_all(format!("{text}\n").as_bytes()).and_then(|_| file.sync_all()).map_err(|e| FoamError::io(path, e))?;
-        foam_common::fs::sync_parent_dir(path)
+        foam_common::fs::write_with_mode(path, format!("{text}\n").as_bytes(), 0o600)
     }
 
     /// Whether `given` is this secret, compared in constant time.

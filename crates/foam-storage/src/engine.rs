@@ -495,20 +495,22 @@ impl StorageEngine {
     /// `inline` rows) against the unique keys of their tables; the caller
     /// holds the WAL lock, so no other transaction prepares or commits meanwhile.
     fn check_unique(&self, entries: &[PreparedEntry], inline: &[Option<Vec<RecordBatch>>], unique: &dyn Fn(TableId) -> Vec<UniqueKey>) -> FoamResult<()> {
-        // Per table, only its key columns are read: `columns` (ascending, as
-        // a segment's projection returns them), with the keys renumbered.
-        let mut projections: HashMap<TableId, (Vec<usize>, Vec<UniqueKey>)> = HashMap::new();
+        // Per table, its keys asked for once, and only their columns read:
+        // `columns` (ascending, as a segment's projection returns them), with
+        // the keys renumbered; `None` for a table without keys.
+        let mut projections: HashMap<TableId, Option<(Vec<usize>, Vec<UniqueKey>)>> = HashMap::new();
         let mut new_rows: HashMap<PartitionKey, Vec<RecordBatch>> = HashMap::new();
         for (entry, rows) in entries.iter().zip(inline) {
-            let keys = unique(entry.table_id);
-            if keys.is_empty() {
-                continue;
+            let projection = projections.entry(entry.table_id).or_insert_with(|| {
+                let keys = unique(entry.table_id);
+                (!keys.is_empty()).then(|| unique::projection(&keys))
+            });
+            if let Some((columns, _)) = projection {
+                new_rows.entry((entry.table_id, entry.partition)).or_default().extend(self.entry_rows(entry, rows.as_ref(), columns)?);
             }
-            let (columns, _) = projections.entry(entry.table_id).or_insert_with(|| unique::projection(&keys));
-            new_rows.entry((entry.table_id, entry.partition)).or_default().extend(self.entry_rows(entry, rows.as_ref(), columns)?);
         }
         for ((table_id, partition), new) in new_rows {
-            let (columns, keys) = &projections[&table_id];
+            let Some((columns, keys)) = &projections[&table_id] else { continue };
             let snapshot = self.snapshot(table_id, partition);
             let mut present = Vec::new();
             for batch in &snapshot.memtable {

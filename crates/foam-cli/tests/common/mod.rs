@@ -308,10 +308,7 @@ impl Cluster {
 
     /// The superuser's generated password, from the node that created it.
     pub fn password(&self) -> Option<String> {
-        self.nodes.iter().find_map(|node| {
-            let text = std::fs::read_to_string(node.data_dir.join(foam_node::superuser::PASSWORD_FILE)).ok()?;
-            Some(text.trim().to_string()).filter(|t| !t.is_empty())
-        })
+        self.nodes.iter().find_map(|node| foam_node::superuser::read_password(&node.data_dir))
     }
 
     pub async fn client(&self, index: usize) -> tokio_postgres::Client {
