@@ -1019,3 +1019,66 @@ async fn concurrent_inserts_of_one_key_store_it_once() {
     assert_eq!(query_text(&client, "SELECT count(*), count(DISTINCT id) FROM once").await, vec![vec![Some("40".into()), Some("40".into())]]);
     assert_eq!(stored, 40, "the statements that succeeded stored each key once");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transaction_blocks_commit_all_their_statements_or_none() {
+    let cluster = Cluster::start(3);
+    let client = cluster.client(0).await;
+    client.batch_execute("CREATE TABLE pairs (id INT, writer INT, half INT) DISTRIBUTED BY (id)").await.unwrap();
+    // Six clients on three nodes each write pairs of rows in two statements
+    // of one block (the halves land in different partitions), committing
+    // even-numbered pairs and rolling back odd ones, through tokio-postgres'
+    // transaction API (extended protocol). Readers meanwhile count the rows
+    // each writer committed so far: never half a pair, never a rolled-back one.
+    let mut writers = tokio::task::JoinSet::new();
+    for writer in 0..6 {
+        let url = cluster.url(writer % 3);
+        writers.spawn(async move {
+            let mut client = common::connect(&url).await;
+            for pair in 0..10 {
+                let id = writer * 1000 + pair * 2;
+                let block = client.transaction().await.unwrap();
+                block.execute(&format!("INSERT INTO pairs VALUES ({id}, {writer}, 0)"), &[]).await.unwrap();
+                block.execute(&format!("INSERT INTO pairs VALUES ({}, {writer}, 1)", id + 1), &[]).await.unwrap();
+                let seen: i64 = block.query_one(&format!("SELECT count(*) FROM pairs WHERE writer = {writer}"), &[]).await.unwrap().get(0);
+                let committed_before = (pair + 1) / 2;
+                assert_eq!(seen, 2 * committed_before as i64 + 2, "the block sees the committed pairs and its own");
+                if pair % 2 == 0 { block.commit().await.unwrap() } else { block.rollback().await.unwrap() }
+            }
+        });
+    }
+    let reader = {
+        let url = cluster.url(1);
+        tokio::spawn(async move {
+            let client = common::connect(&url).await;
+            // Rolled-back pairs are those with id % 4 in (2, 3).
+            for _ in 0..20 {
+                let rolled_back = scalar(&client, "SELECT count(*) FROM pairs WHERE id % 4 >= 2").await;
+                assert_eq!(rolled_back, "0", "a reader saw rows of a block that was rolled back");
+            }
+        })
+    };
+    writers.join_all().await;
+    reader.await.unwrap();
+    let rows = query_text(&client, "SELECT count(*), count(DISTINCT writer), sum(half), max(id % 1000) FROM pairs").await;
+    assert_eq!(rows, vec![vec![Some("60".into()), Some("6".into()), Some("30".into()), Some("17".into())]], "5 committed pairs per writer, the last at 16 and 17");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_whose_participant_died_fails_to_commit_and_leaves_nothing() {
+    let mut cluster = Cluster::start(3);
+    let client = cluster.client(0).await;
+    client.batch_execute("CREATE TABLE lost (id INT, v INT) DISTRIBUTED BY (id) REPLICAS 1").await.unwrap();
+    client.batch_execute("BEGIN; INSERT INTO lost SELECT CAST(value AS INT), 1 FROM generate_series(1, 300);").await.unwrap();
+    // Node 2 held some of the block's staged rows; it restarts without them.
+    cluster.kill(2);
+    cluster.restart(2);
+    let error = client.batch_execute("COMMIT").await.expect_err("a commit missing rows must fail");
+    let code = error.as_db_error().map(|e| e.code().code().to_string()).unwrap_or_default();
+    assert!(matches!(code.as_str(), "40000" | "40001" | "08006" | "57P03"), "{error}");
+    let client = cluster.client(0).await;
+    assert_eq!(scalar(&client, "SELECT count(*) FROM lost").await, "0", "no participant committed part of the block");
+    // The same block again commits whole.
+    client.batch_execute("BEGIN; INSERT INTO lost SELECT CAST(value AS INT), 1 FROM generate_series(1, 300); COMMIT;").await.unwrap();
+    assert_eq!(scalar(&client, "SELECT count(*) FROM lost").await, "300");
+}

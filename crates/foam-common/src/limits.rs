@@ -169,6 +169,10 @@ pub const RECEIVED_SEGMENT_BYTES_MAX: u64 = 4 * 1024 * 1024 * 1024;
 /// before it assumes the coordinator is gone and discards it.
 pub const TXN_IDLE_TIMEOUT_MS: u64 = 120_000;
 
+/// How often the coordinator of an open transaction block tells its
+/// participants it still holds the block, well within `TXN_IDLE_TIMEOUT_MS`.
+pub const TXN_KEEPALIVE_MS: u64 = TXN_IDLE_TIMEOUT_MS / 4;
+
 /// How often a participant asks coordinators about prepared transactions whose
 /// outcome it does not know (after its own restart or a coordinator crash).
 pub const IN_DOUBT_RESOLVE_INTERVAL_MS: u64 = 1_000;

@@ -53,6 +53,7 @@ sqlstates! {
     BadCopyFileFormat = "22P04",
     NotNullViolation = "23502",
     UniqueViolation = "23505",
+    ReadOnlySqlTransaction = "25006",
     InFailedSqlTransaction = "25P02",
     TransactionRollback = "40000",
     SerializationFailure = "40001",

@@ -45,7 +45,8 @@ impl NodeHandler for FoamNodeHandler {
             request @ (NodeRequest::Stage { .. }
             | NodeRequest::Prepare { .. }
             | NodeRequest::Commit { .. }
-            | NodeRequest::Abort { .. }) => {
+            | NodeRequest::Abort { .. }
+            | NodeRequest::KeepAlive { .. }) => {
                 foam_query::write::handle_participant_request(node, request, payload).await?
             }
             NodeRequest::CommitTransaction { txn, participants } => {
@@ -105,6 +106,7 @@ impl NodeHandler for FoamNodeHandler {
             request.partition,
             request.projection,
             &request.filters,
+            request.own_writes,
         )
         .inspect(move |batch| {
             if let Ok(batch) = batch {

@@ -336,8 +336,7 @@ impl CopyHandler for FoamPgHandler {
             Some(message) => Err(FoamError::FileAccess { path: copy.path.display().to_string(), message }),
             None => {
                 let path = copy.path.display().to_string();
-                let (table, options) = (copy.target.table.clone(), copy.target.options.clone());
-                foam_query::write::copy::copy_from_file(self.node.clone(), table, path, options).await
+                self.session(client).copy_in(&copy.target, path).await
             }
         };
         drop(copy);
@@ -354,6 +353,7 @@ impl CopyHandler for FoamPgHandler {
     {
         let state = client.session_extensions().get_or_insert_with(CopyState::default);
         drop(state.0.lock().unwrap_or_else(|p| p.into_inner()).take());
+        self.session(client).statement_failed();
         user_error(&FoamError::Query { message: format!("COPY from stdin failed: {}", fail.message), sqlstate: foam_common::SqlState::QueryCanceled })
     }
 }

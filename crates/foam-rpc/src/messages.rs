@@ -31,6 +31,10 @@ pub enum NodeRequest {
         partition: PartitionId,
         #[serde(default)]
         placement_version: u64,
+        /// Which statement of a transaction block wrote the rows (0 for a
+        /// transaction of one statement); see `foam_storage::OwnWrites`.
+        #[serde(default)]
+        statement: foam_storage::StatementNumber,
     },
     /// Opens a stream of one segment file for one partition of `txn`, built by
     /// a bulk loader: the file's bytes follow in pieces, then a
@@ -43,6 +47,9 @@ pub enum NodeRequest {
     Prepare { txn: TxnId, rows: u64 },
     Commit { txn: TxnId },
     Abort { txn: TxnId },
+    /// The coordinator of `txn` (a transaction block between statements)
+    /// still holds it open: its staged rows are not idle.
+    KeepAlive { txn: TxnId },
     /// Asks this node to coordinate the commit of `txn`, whose rows a client
     /// outside the cluster (the bulk loader) staged on `participants` naming
     /// this node as coordinator.
@@ -162,4 +169,8 @@ pub struct ScanRequest {
     /// The receiver filters again; a filter the owner cannot decode is skipped.
     #[serde(default)]
     pub filters: Vec<Vec<u8>>,
+    /// A statement of a transaction block also reads the rows its
+    /// transaction's earlier statements staged on the owner.
+    #[serde(default)]
+    pub own_writes: Option<foam_storage::OwnWrites>,
 }

@@ -58,10 +58,19 @@ pub const WRITES_FENCED: u64 = u64::MAX;
 struct Staging {
     coordinator: NodeId,
     last_activity: Instant,
+    /// Set when the transaction prepares (or is discarded): no more rows.
+    closed: bool,
     partitions: HashMap<PartitionKey, StagedPartition>,
 }
 
 impl Staging {
+    fn refuse_if_closed(&self, txn: TxnId) -> FoamResult<()> {
+        if self.closed {
+            return Err(FoamError::TransactionAborted { message: format!("transaction {txn:032x} got rows after it prepared or ended here") });
+        }
+        Ok(())
+    }
+
     /// Notes activity on the transaction and returns what it staged for one
     /// partition so far, created on its first rows.
     fn partition(&mut self, key: PartitionKey, placement_version: u64) -> &mut StagedPartition {
@@ -73,20 +82,51 @@ impl Staging {
 struct StagedPartition {
     /// Placement version of the partition the coordinator routed with.
     placement_version: u64,
-    batches: Vec<RecordBatch>,
+    /// Rows held in memory, each batch with the statement that wrote it.
+    batches: Vec<(StatementNumber, RecordBatch)>,
     batch_bytes: usize,
-    /// Rows staged, in `batches`, `file` and `received` together.
+    /// Rows staged, in `batches`, `file` and `files` together.
     rows: u64,
-    /// Set once the rows outgrew [`STAGE_INLINE_BYTES_MAX`].
-    file: Option<(String, ArrowWriter<File>)>,
-    /// Whole segments a bulk loader built, already durable in the staging directory.
-    received: Vec<ReceivedSegment>,
+    /// The staged segment file being written, once the rows outgrew
+    /// [`STAGE_INLINE_BYTES_MAX`]; it holds rows of one statement only.
+    file: Option<OpenStagedFile>,
+    /// Finished staged segment files: rows an earlier statement spilled, and
+    /// whole segments a bulk loader built; already durable.
+    files: Vec<StagedFile>,
 }
 
 impl StagedPartition {
     fn new(placement_version: u64) -> Self {
-        StagedPartition { placement_version, batches: Vec::new(), batch_bytes: 0, rows: 0, file: None, received: Vec::new() }
+        StagedPartition { placement_version, batches: Vec::new(), batch_bytes: 0, rows: 0, file: None, files: Vec::new() }
     }
+}
+
+/// Which statement of a transaction staged some rows: a transaction block
+/// numbers its statements from 1, and a statement reads back only the rows of
+/// the statements before it (so `INSERT INTO t SELECT * FROM t` never reads
+/// its own output). A transaction of one statement stages as statement 0.
+pub type StatementNumber = u32;
+
+/// Which of a transaction's staged rows a scan sees besides the committed
+/// ones: those of statements before `before`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnWrites {
+    pub txn: TxnId,
+    pub before: StatementNumber,
+}
+
+struct OpenStagedFile {
+    statement: StatementNumber,
+    file_name: String,
+    writer: ArrowWriter<File>,
+    rows: u64,
+}
+
+struct StagedFile {
+    statement: StatementNumber,
+    file_name: String,
+    rows: u64,
+    sum: segment::SegmentSum,
 }
 
 /// Joins runs of small batches into batches of up to [`BATCH_ROWS`] rows,
@@ -156,12 +196,6 @@ impl Drop for SetAside {
             let _ = std::fs::remove_file(path);
         }
     }
-}
-
-struct ReceivedSegment {
-    file_name: String,
-    rows: u64,
-    sum: segment::SegmentSum,
 }
 
 /// A segment file a bulk loader is streaming to this node (see
@@ -280,8 +314,9 @@ impl StorageEngine {
         Ok(engine)
     }
 
-    /// Buffers rows of `txn` for one partition, routed with the partition's
-    /// `placement_version`. Rows must have the table's schema.
+    /// Buffers rows of a transaction of one statement for one partition,
+    /// routed with the partition's `placement_version`. Rows must have the
+    /// table's schema.
     pub fn stage(
         &self,
         txn: TxnId,
@@ -291,13 +326,27 @@ impl StorageEngine {
         placement_version: u64,
         batches: Vec<RecordBatch>,
     ) -> FoamResult<()> {
+        self.stage_statement(txn, coordinator, (table_id, partition), placement_version, 0, batches)
+    }
+
+    /// Buffers rows that `statement` of `txn` wrote to one partition.
+    pub fn stage_statement(
+        &self,
+        txn: TxnId,
+        coordinator: NodeId,
+        (table_id, partition): PartitionKey,
+        placement_version: u64,
+        statement: StatementNumber,
+        batches: Vec<RecordBatch>,
+    ) -> FoamResult<()> {
         let staging = self.staging_of(txn, coordinator);
         let mut staging = lock(&staging);
+        staging.refuse_if_closed(txn)?;
         let staged = staging.partition((table_id, partition), placement_version);
         for batch in coalesce_small(batches)? {
             staged.rows += batch.num_rows() as u64;
             staged.batch_bytes += batch.get_array_memory_size();
-            staged.batches.push(batch);
+            staged.batches.push((statement, batch));
         }
         if staged.batch_bytes > STAGE_INLINE_BYTES_MAX {
             self.spill_to_file(txn, table_id, partition, staged)?;
@@ -318,11 +367,66 @@ impl StorageEngine {
         Ok(())
     }
 
+    /// Notes that the coordinator of `txn` still holds it open (a transaction
+    /// block between statements), so it is not discarded as idle.
+    pub fn touch(&self, txn: TxnId) {
+        if let Some(staging) = lock(&self.staging).get(&txn) {
+            lock(staging).last_activity = Instant::now();
+        }
+    }
+
+    /// The rows that statements before `own.before` of transaction `own.txn`
+    /// staged for one partition here, with `projection` applied: what a
+    /// statement of a transaction block reads of its own writes. Spilled
+    /// rows of those statements are finished into files here (a later
+    /// statement never writes to them) and read back.
+    pub fn staged_rows(&self, own: OwnWrites, (table_id, partition): PartitionKey, projection: Option<&[usize]>) -> FoamResult<Vec<RecordBatch>> {
+        let Some(staging) = lock(&self.staging).get(&own.txn).cloned() else { return Ok(Vec::new()) };
+        let (mut rows, files) = {
+            let mut staging = lock(&staging);
+            staging.last_activity = Instant::now();
+            let Some(staged) = staging.partitions.get_mut(&(table_id, partition)) else { return Ok(Vec::new()) };
+            if staged.file.as_ref().is_some_and(|f| f.statement < own.before) {
+                self.finish_staged_file(staged)?;
+            }
+            let project = |batch: &RecordBatch| match projection {
+                Some(columns) => batch.project(columns).map_err(|e| FoamError::internal(format!("projecting staged rows: {e}"))),
+                None => Ok(batch.clone()),
+            };
+            let rows = staged.batches.iter().filter(|(s, _)| *s < own.before).map(|(_, b)| project(b)).collect::<FoamResult<Vec<_>>>()?;
+            let files: Vec<(PathBuf, segment::Checksums)> = staged
+                .files
+                .iter()
+                .filter(|f| f.statement < own.before)
+                .map(|f| (self.staging_dir.join(&f.file_name), segment::Checksums { crc32: Some(f.sum.crc32), blocks: f.sum.blocks.clone() }))
+                .collect();
+            (rows, files)
+        };
+        // A segment returns projected columns in file order, once each.
+        let mut sorted: Option<Vec<usize>> = projection.map(|p| p.to_vec());
+        if let Some(sorted) = sorted.as_mut() {
+            sorted.sort_unstable();
+            sorted.dedup();
+        }
+        let reorder: Option<Vec<usize>> =
+            projection.zip(sorted.as_ref()).map(|(wanted, sorted)| wanted.iter().map(|i| sorted.binary_search(i).unwrap_or(0)).collect());
+        for (path, checksums) in files {
+            for batch in segment::read_segment(&path, &checksums, sorted.as_deref())? {
+                let batch = batch.map_err(|e| FoamError::Corrupted { path: path.display().to_string(), message: e.to_string() })?;
+                rows.push(match &reorder {
+                    Some(order) => batch.project(order).map_err(|e| FoamError::internal(format!("projecting staged rows: {e}")))?,
+                    None => batch,
+                });
+            }
+        }
+        Ok(rows)
+    }
+
     /// The rows staged so far for `txn`, created on its first rows.
     fn staging_of(&self, txn: TxnId, coordinator: NodeId) -> Arc<Mutex<Staging>> {
         lock(&self.staging)
             .entry(txn)
-            .or_insert_with(|| Arc::new(Mutex::new(Staging { coordinator, last_activity: Instant::now(), partitions: HashMap::new() })))
+            .or_insert_with(|| Arc::new(Mutex::new(Staging { coordinator, last_activity: Instant::now(), closed: false, partitions: HashMap::new() })))
             .clone()
     }
 
@@ -380,31 +484,40 @@ impl StorageEngine {
         received.file.sync_all().map_err(|e| FoamError::io(&received.path, e))?;
         let staging = self.staging_of(received.txn, received.coordinator);
         let mut staging = lock(&staging);
+        staging.refuse_if_closed(received.txn)?;
         let staged = staging.partition(received.key, received.placement_version);
         staged.rows += rows;
-        staged.received.push(ReceivedSegment { file_name: received.file_name.clone(), rows, sum });
+        staged.files.push(StagedFile { statement: 0, file_name: received.file_name.clone(), rows, sum });
         received.staged = true;
         Ok(())
     }
 
-    /// Streams a staged partition's buffered rows into its staged segment file.
+    /// Streams a staged partition's buffered rows into staged segment files:
+    /// one per run of rows of one statement, the last one left open for more.
     fn spill_to_file(&self, txn: TxnId, table_id: TableId, partition: PartitionId, staged: &mut StagedPartition) -> FoamResult<()> {
-        let Some(schema) = staged.batches.first().map(|b| b.schema()) else {
-            return Ok(());
-        };
-        if staged.file.is_none() {
-            let file_name = format!("seg-{txn:032x}-{table_id}-{partition}.parquet");
-            let writer = segment::create_writer(&self.staging_dir.join(&file_name), &schema, staged.batches.first())?;
-            staged.file = Some((file_name, writer));
-        }
-        let (file_name, writer) = staged.file.as_mut().expect("file was just set");
-        for batch in staged.batches.drain(..) {
-            writer.write(&batch).map_err(|e| FoamError::Io {
-                path: file_name.clone(),
-                source: std::io::Error::other(e.to_string()),
-            })?;
+        for (statement, batch) in std::mem::take(&mut staged.batches) {
+            if staged.file.as_ref().is_some_and(|f| f.statement != statement) {
+                self.finish_staged_file(staged)?;
+            }
+            if staged.file.is_none() {
+                let file_name = format!("seg-{txn:032x}-{table_id}-{partition}-{statement}-{}.parquet", uuid::Uuid::new_v4().simple());
+                let writer = segment::create_writer(&self.staging_dir.join(&file_name), &batch.schema(), Some(&batch))?;
+                staged.file = Some(OpenStagedFile { statement, file_name, writer, rows: 0 });
+            }
+            let file = staged.file.as_mut().expect("file was just set");
+            file.writer.write(&batch).map_err(|e| FoamError::Io { path: file.file_name.clone(), source: std::io::Error::other(e.to_string()) })?;
+            file.rows += batch.num_rows() as u64;
         }
         staged.batch_bytes = 0;
+        Ok(())
+    }
+
+    /// Closes a staged partition's open segment file (fsynced) and lists it
+    /// with its finished files.
+    fn finish_staged_file(&self, staged: &mut StagedPartition) -> FoamResult<()> {
+        let Some(OpenStagedFile { statement, file_name, writer, rows }) = staged.file.take() else { return Ok(()) };
+        let sum = segment::finish_writer(&self.staging_dir.join(&file_name), writer)?;
+        staged.files.push(StagedFile { statement, file_name, rows, sum });
         Ok(())
     }
 
@@ -419,10 +532,13 @@ impl StorageEngine {
         let staging = lock(&self.staging).remove(&txn).ok_or_else(|| FoamError::TransactionAborted {
             message: format!("transaction {txn:032x} is unknown on this node (it may have restarted)"),
         })?;
-        let staging = Arc::try_unwrap(staging)
-            .map_err(|_| FoamError::internal("transaction prepared while rows were still being staged"))?
-            .into_inner()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Closed under its lock, so rows still arriving are refused rather
+        // than staged into a transaction that no longer counts them.
+        let mut staging = {
+            let mut open = lock(&staging);
+            open.closed = true;
+            Staging { coordinator: open.coordinator, last_activity: open.last_activity, closed: true, partitions: std::mem::take(&mut open.partitions) }
+        };
         let staged_rows: u64 = staging.partitions.values().map(|p| p.rows).sum();
         if staged_rows != expected_rows {
             self.discard_staged_files(&staging);
@@ -430,44 +546,32 @@ impl StorageEngine {
                 message: format!("transaction {txn:032x} staged {staged_rows} rows here, the coordinator sent {expected_rows}"),
             });
         }
+        if let Err(error) = staging.partitions.values_mut().try_for_each(|staged| self.finish_staged_file(staged)) {
+            self.discard_staged_files(&staging);
+            return Err(error);
+        }
         let routed_with: Vec<(PartitionKey, u64)> = staging.partitions.iter().map(|(k, p)| (*k, p.placement_version)).collect();
         let mut body = Vec::new();
         let mut entries = Vec::new();
         let mut inline = Vec::new();
         let mut staged_files = Vec::new();
         for ((table_id, partition), mut staged) in staging.partitions {
-            for ReceivedSegment { file_name, rows, sum } in staged.received.drain(..) {
+            for StagedFile { file_name, rows, sum, .. } in staged.files.drain(..) {
                 staged.rows -= rows;
                 staged_files.push(self.staging_dir.join(&file_name));
                 inline.push(None);
                 let data = EntryData::Segment { file_name, bytes: sum.bytes, crc32: Some(sum.crc32), block_crc32: sum.blocks };
                 entries.push(PreparedEntry { table_id, partition, rows, data });
             }
-            if staged.file.is_none() && staged.batches.is_empty() {
+            if staged.batches.is_empty() {
                 continue;
             }
-            let data = match staged.file.take() {
-                Some((file_name, mut writer)) => {
-                    let path = self.staging_dir.join(&file_name);
-                    for batch in staged.batches.drain(..) {
-                        writer.write(&batch).map_err(|e| FoamError::Io {
-                            path: path.display().to_string(),
-                            source: std::io::Error::other(e.to_string()),
-                        })?;
-                    }
-                    let sum = segment::finish_writer(&path, writer)?;
-                    inline.push(None);
-                    staged_files.push(path);
-                    EntryData::Segment { file_name, bytes: sum.bytes, crc32: Some(sum.crc32), block_crc32: sum.blocks }
-                }
-                None => {
-                    let encoded = ipc::encode_batches(&staged.batches)?;
-                    let offset = body.len() as u64;
-                    body.extend_from_slice(&encoded);
-                    inline.push(Some(std::mem::take(&mut staged.batches)));
-                    EntryData::Inline { offset, length: encoded.len() as u64 }
-                }
-            };
+            let batches: Vec<RecordBatch> = staged.batches.drain(..).map(|(_, batch)| batch).collect();
+            let encoded = ipc::encode_batches(&batches)?;
+            let offset = body.len() as u64;
+            body.extend_from_slice(&encoded);
+            inline.push(Some(batches));
+            let data = EntryData::Inline { offset, length: encoded.len() as u64 };
             entries.push(PreparedEntry { table_id, partition, rows: staged.rows, data });
         }
         foam_common::fs::sync_dir(&self.staging_dir)?;
@@ -729,7 +833,7 @@ impl StorageEngine {
     /// Discards a transaction in any state. Unknown transactions are ignored.
     pub fn abort(&self, txn: TxnId) -> FoamResult<()> {
         if let Some(staging) = lock(&self.staging).remove(&txn) {
-            self.discard_staged_files(&lock(&staging));
+            self.close_and_discard(&staging);
         }
         let mut wal = lock(&self.wal);
         if let Some(prepared) = lock(&self.prepared).remove(&txn) {
@@ -755,7 +859,7 @@ impl StorageEngine {
         for txn in &idle {
             // Only unprepared rows: a transaction prepared meanwhile keeps its vote.
             if let Some(staging) = lock(&self.staging).remove(txn) {
-                self.discard_staged_files(&lock(&staging));
+                self.close_and_discard(&staging);
             }
         }
         Ok(idle.len())
@@ -891,11 +995,18 @@ impl StorageEngine {
         Ok(Prepared { coordinator, header, body, inline })
     }
 
+    /// Ends an unprepared transaction here: no more rows, its files deleted.
+    fn close_and_discard(&self, staging: &Mutex<Staging>) {
+        let mut staging = lock(staging);
+        staging.closed = true;
+        self.discard_staged_files(&staging);
+    }
+
     /// Deletes the staged segment files of an unprepared transaction.
     fn discard_staged_files(&self, staging: &Staging) {
         for staged in staging.partitions.values() {
-            let received = staged.received.iter().map(|r| &r.file_name);
-            for file_name in staged.file.iter().map(|(name, _)| name).chain(received) {
+            let finished = staged.files.iter().map(|f| &f.file_name);
+            for file_name in staged.file.iter().map(|f| &f.file_name).chain(finished) {
                 let _ = std::fs::remove_file(self.staging_dir.join(file_name));
             }
         }
@@ -1149,6 +1260,57 @@ mod tests {
         }
         let engine = StorageEngine::open(&dir).unwrap();
         assert_eq!(rows_in(&engine, 11, 3), 200_000);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn staged_count(engine: &StorageEngine, txn: TxnId, before: StatementNumber, partition: PartitionId) -> usize {
+        let own = OwnWrites { txn, before };
+        engine.staged_rows(own, (11, partition), Some(&[0])).unwrap().iter().map(|b| b.num_rows()).sum()
+    }
+
+    #[test]
+    fn a_statement_reads_the_rows_of_the_statements_before_it_and_not_its_own() {
+        let dir = temp_dir("own-writes");
+        let engine = StorageEngine::open(&dir).unwrap();
+        let stage = |statement, start, rows| engine.stage_statement(6, 1, (11, 2), 0, statement, vec![batch(start, rows)]).unwrap();
+        stage(1, 0, 10);
+        assert_eq!(staged_count(&engine, 6, 1, 2), 0, "statement 1 does not see its own rows");
+        assert_eq!(staged_count(&engine, 6, 2, 2), 10);
+        // Statement 2 stages enough to spill to a file while statement 3 reads.
+        for chunk in 0..30 {
+            stage(2, 1_000 + chunk * 5000, 5000);
+        }
+        assert_eq!(staged_count(&engine, 6, 2, 2), 10, "statement 2's spilled rows are not visible to it");
+        assert_eq!(staged_count(&engine, 6, 3, 2), 150_010, "a later statement reads spilled rows back");
+        stage(3, 500_000, 7);
+        assert_eq!(staged_count(&engine, 6, 4, 2), 150_017);
+        assert_eq!(staged_count(&engine, 6, 4, 5), 0, "another partition");
+        assert_eq!(staged_count(&engine, 99, 4, 2), 0, "another transaction");
+        let swapped = engine.staged_rows(OwnWrites { txn: 6, before: 4 }, (11, 2), Some(&[1, 0])).unwrap();
+        assert!(swapped.len() > 1);
+        for batch in &swapped {
+            assert_eq!(batch.schema().field(0).name(), "v", "the projection's order applies to inline and spilled rows alike");
+            assert_eq!(batch.num_columns(), 2);
+        }
+        // Everything staged commits, inline and spilled rows alike, once.
+        engine.prepare(6, 150_017, &no_keys).unwrap();
+        engine.commit(6).unwrap();
+        assert_eq!(rows_in(&engine, 11, 2), 150_017);
+        assert_eq!(staged_count(&engine, 6, 9, 2), 0, "committed rows are no longer staged");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_aborted_transaction_leaves_no_staged_file() {
+        let dir = temp_dir("abort-spilled");
+        let engine = StorageEngine::open(&dir).unwrap();
+        for chunk in 0..30 {
+            engine.stage_statement(7, 1, (11, 0), 0, 1, vec![batch(chunk * 5000, 5000)]).unwrap();
+        }
+        assert_eq!(staged_count(&engine, 7, 2, 0), 150_000);
+        engine.abort(7).unwrap();
+        assert_eq!(std::fs::read_dir(dir.join("staging")).unwrap().count(), 0);
+        assert_eq!(staged_count(&engine, 7, 2, 0), 0);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -8,7 +8,9 @@
 //!                                                         ▼
 //!                                  tables/<table>/<partition>/seg-*.parquet + manifest.json
 //! ```
-//! A scan reads a partition's committed Parquet segments plus its memtable. On
+//! A scan reads a partition's committed Parquet segments plus its memtable,
+//! and a statement of a transaction block also the rows its earlier
+//! statements staged (`OwnWrites`). On
 //! restart the WAL is replayed on top of the manifests; a prepared transaction
 //! with no outcome in the WAL is in doubt until its coordinator answers.
 
@@ -21,5 +23,5 @@ pub mod unique;
 pub mod wal;
 
 pub use decisions::{DecisionLog, TxnOutcome};
-pub use engine::{PartitionStats, SetAside, StorageEngine, WRITES_FENCED};
+pub use engine::{OwnWrites, PartitionStats, SetAside, StatementNumber, StorageEngine, WRITES_FENCED};
 pub use partition::{PartitionSnapshot, SegmentInfo};

@@ -195,7 +195,7 @@ impl TableProvider for FoamTable {
 
     async fn scan(
         &self,
-        _state: &dyn Session,
+        state: &dyn Session,
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
         _limit: Option<usize>,
@@ -217,8 +217,12 @@ impl TableProvider for FoamTable {
             }
         };
         let local = self.local_partitions();
+        let own_writes = crate::write::transaction::OpenTransaction::of(state.config()).and_then(|open| open.own_writes(self.table.id));
         let estimated_rows = self.estimate_rows(&groups, &local);
+        // Statistics know only committed rows: none for a table this
+        // transaction block wrote, rather than wrong ones.
         let statistics = estimated_rows
+            .filter(|_| own_writes.is_none())
             .and_then(|rows| self.node.segment_statistics.table(&self.node.storage, self.table.id, &local, &self.schema, rows).map(Arc::new));
         let spec = ScanSpec {
             table_id: self.table.id,
@@ -232,6 +236,7 @@ impl TableProvider for FoamTable {
             layout,
             estimated_rows,
             statistics,
+            own_writes,
         };
         Ok(Arc::new(FoamScanExec::try_new(spec)?))
     }

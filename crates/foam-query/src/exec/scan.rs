@@ -80,6 +80,10 @@ pub struct ScanSpec {
     /// node uses them, so they are not sent to workers.
     #[serde(skip)]
     pub statistics: Option<Arc<datafusion::common::Statistics>>,
+    /// In a transaction block that wrote this table: the rows its earlier
+    /// statements staged, which the scan reads after the committed ones.
+    #[serde(default)]
+    pub own_writes: Option<foam_storage::OwnWrites>,
 }
 
 /// How a hash-distributed table is split: two scans with equal layouts put
@@ -251,6 +255,7 @@ async fn open_partition(node: Arc<NodeContext>, spec: ScanSpec, schema: SchemaRe
                 partition: read.partition,
                 projection: spec.projection.clone(),
                 filters: spec.filters.clone(),
+                own_writes: spec.own_writes,
             };
             let stream = client.scan(&request).await?;
             // Rows from a peer must match the schema this plan promised.
@@ -266,11 +271,12 @@ async fn open_partition(node: Arc<NodeContext>, spec: ScanSpec, schema: SchemaRe
                 })
                 .boxed())
         }
-        _ => Ok(read_local_partition(&node, spec.table_id, read.partition, spec.projection.clone())),
+        _ => Ok(read_local_partition(&node, spec.table_id, read.partition, spec.projection.clone(), spec.own_writes)),
     }
 }
 
-/// Streams the committed rows of a partition stored on this node.
+/// Streams the committed rows of a partition stored on this node, then the
+/// rows `own_writes` names (a transaction block's earlier statements).
 ///
 /// Batches are decoded when the consumer asks for them, on its thread: a scan
 /// costs no thread of its own, so a node reading many partitions at once (16
@@ -278,8 +284,29 @@ async fn open_partition(node: Arc<NodeContext>, spec: ScanSpec, schema: SchemaRe
 /// cores to run them; on one node, 16 partitions read that way took 1.15x the
 /// CPU of 4. Only opening a segment, which maps it and checks the checksums of
 /// the columns read (reading them from disk), runs on the blocking pool.
-pub fn read_local_partition(node: &NodeContext, table_id: TableId, partition: PartitionId, projection: Option<Vec<usize>>) -> BatchStream {
+pub fn read_local_partition(
+    node: &NodeContext,
+    table_id: TableId,
+    partition: PartitionId,
+    projection: Option<Vec<usize>>,
+    own_writes: Option<foam_storage::OwnWrites>,
+) -> BatchStream {
     node.partition_scans.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let staged = own_writes.map(|own| {
+        let (storage, projection) = (node.storage.clone(), projection.clone());
+        async move {
+            let rows = tokio::task::spawn_blocking(move || storage.staged_rows(own, (table_id, partition), projection.as_deref()))
+                .await
+                .map_err(|e| FoamError::internal(format!("reading staged rows stopped: {e}")))?;
+            Ok::<_, FoamError>(rows?.into_iter().map(text_as_views).collect::<Vec<_>>())
+        }
+    });
+    let staged = futures::stream::iter(staged)
+        .then(|rows| rows)
+        .flat_map(|rows| match rows {
+            Ok(rows) => futures::stream::iter(rows).boxed(),
+            Err(error) => futures::stream::once(async move { Err(error) }).boxed(),
+        });
     let Some(snapshot) = node.storage.stored_snapshot(table_id, partition) else {
         // Nothing stored: an empty partition, or a copy that moved away after
         // the statement was planned. The first has no rows; the second must
@@ -291,6 +318,7 @@ pub fn read_local_partition(node: &NodeContext, table_id: TableId, partition: Pa
         };
         return futures::stream::once(held)
             .filter_map(|held| futures::future::ready(held.err().map(Err)))
+            .chain(staged)
             .boxed();
     };
     let damaged = node.damage_reporter();
@@ -324,6 +352,7 @@ pub fn read_local_partition(node: &NodeContext, table_id: TableId, partition: Pa
     let mut failed = false;
     futures::stream::iter(memtable)
         .chain(segments)
+        .chain(staged)
         .take_while(move |item| {
             let go_on = !failed;
             failed |= item.is_err();
@@ -425,6 +454,7 @@ pub fn read_local_partition_filtered(
     partition: PartitionId,
     projection: Option<Vec<usize>>,
     filters: &[Vec<u8>],
+    own_writes: Option<foam_storage::OwnWrites>,
 ) -> BatchStream {
     use datafusion::logical_expr::Expr;
     use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
@@ -443,9 +473,9 @@ pub fn read_local_partition_filtered(
         })
         .unwrap_or_default();
     if predicates.is_empty() {
-        return read_local_partition(node, table.id, partition, projection);
+        return read_local_partition(node, table.id, partition, projection, own_writes);
     }
-    read_local_partition(node, table.id, partition, None)
+    read_local_partition(node, table.id, partition, None, own_writes)
         .map(move |batch| {
             let batch = batch?;
             let mut keep: Option<arrow::array::BooleanArray> = None;

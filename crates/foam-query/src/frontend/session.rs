@@ -34,6 +34,7 @@ use crate::frontend::ddl;
 use crate::frontend::statement::{self, FoamStatement, StatementTokens};
 use crate::frontend::interrupt::{Interrupt, STATEMENT_TIMEOUT, parse_statement_timeout, show_statement_timeout};
 use crate::frontend::transaction_block::{Admission, Block, StatementClass};
+use crate::write::transaction::{OpenTransaction, Transaction};
 
 /// While a query waits for its first batch, how often it checks that no node
 /// it uses was marked down (a stopped peer never answers, it does not fail).
@@ -44,6 +45,12 @@ const QUERY_NODE_WATCH_MS: u64 = 1_000;
 /// ten retries wait about 4 s in all: longer than a copy's switch-in fence).
 const STATEMENT_RETRIES_MAX: u32 = 10;
 const STATEMENT_RETRY_BACKOFF_MS: u64 = 20;
+
+/// The isolation level every transaction block runs at (transaction_block.rs),
+/// as `SHOW transaction_isolation` answers it.
+const ISOLATION_LEVEL: &str = "read committed";
+const TRANSACTION_ISOLATION: &str = "transaction_isolation";
+const DEFAULT_TRANSACTION_ISOLATION: &str = "default_transaction_isolation";
 
 /// What a statement gives back to the client.
 pub enum StatementOutput {
@@ -89,24 +96,24 @@ enum Kind {
 }
 
 impl PreparedStatement {
-    /// What the statement is to a transaction block: a write is anything
-    /// that changes rows or the catalog.
+    /// What the statement is to a transaction block: a write changes rows,
+    /// and what changes the catalog or a node is not transactional.
     fn class(&self) -> StatementClass {
         match &self.kind {
-            Kind::Plan { is_insert: true, .. } => StatementClass::Write("INSERT"),
+            Kind::Plan { is_insert: true, .. } => StatementClass::Write,
             Kind::Plan { .. } | Kind::Empty => StatementClass::Read,
-            Kind::Catalog { tag, .. } => StatementClass::Write(tag),
-            Kind::Checkpoint => StatementClass::Write("CHECKPOINT"),
+            Kind::Catalog { tag, .. } => StatementClass::NotTransactional(tag),
+            Kind::Checkpoint => StatementClass::NotTransactional("CHECKPOINT"),
             Kind::Own(statement, _) => match statement.as_ref() {
                 Statement::StartTransaction { .. } => StatementClass::Begin,
                 Statement::Commit { .. } => StatementClass::Commit,
                 Statement::Rollback { .. } => StatementClass::Rollback,
-                Statement::CreateTable(_) => StatementClass::Write("CREATE TABLE"),
-                Statement::CreateView(_) => StatementClass::Write("CREATE VIEW"),
-                Statement::Drop { .. } => StatementClass::Write("DROP"),
-                Statement::Copy { to: false, .. } => StatementClass::Write("COPY FROM"),
+                Statement::CreateTable(_) => StatementClass::NotTransactional("CREATE TABLE"),
+                Statement::CreateView(_) => StatementClass::NotTransactional("CREATE VIEW"),
+                Statement::Drop { .. } => StatementClass::NotTransactional("DROP"),
+                Statement::Copy { to: false, .. } => StatementClass::Write,
                 Statement::Explain { analyze: true, statement, .. } if !matches!(statement.as_ref(), Statement::Query(_)) => {
-                    StatementClass::Write("EXPLAIN ANALYZE of a write")
+                    StatementClass::NotTransactional("EXPLAIN ANALYZE of a write")
                 }
                 _ => StatementClass::Read,
             },
@@ -251,6 +258,11 @@ pub struct FoamSession {
     settings: Mutex<BTreeMap<String, String>>,
     /// Whether the session is inside `BEGIN ... COMMIT` (transaction_block.rs).
     block: Mutex<Block>,
+    /// The block's transaction (`write/transaction.rs`); also in the
+    /// session's config, where the INSERT sink and scans find it.
+    open: Arc<OpenTransaction>,
+    /// The block was opened `READ ONLY`: its writes are refused (25006).
+    read_only: std::sync::atomic::AtomicBool,
 }
 
 impl FoamSession {
@@ -258,7 +270,9 @@ impl FoamSession {
         let state = crate::distributed::coordinator_state_builder(node.clone(), runtime.clone())
             .with_catalog_list(crate::catalog::provider::catalog_list(node.clone(), runtime))
             .build();
+        let open = Arc::new(OpenTransaction::default());
         let ctx = SessionContext::new_with_state(state);
+        ctx.state_ref().write().config_mut().set_extension(open.clone());
         ctx.register_udf(crate::catalog::system_tables::ClusterStatsReset::udf(node.clone()));
         // Per-task metrics travel back only for EXPLAIN ANALYZE: collecting
         // them for every query cost 5-10% of small distributed queries.
@@ -279,7 +293,7 @@ impl FoamSession {
             ("datestyle".to_string(), "ISO, MDY".to_string()),
             (STATEMENT_TIMEOUT.to_string(), show_statement_timeout(0)),
         ]);
-        FoamSession { node, ctx, settings: Mutex::new(settings), block: Mutex::new(Block::Idle) }
+        FoamSession { node, ctx, settings: Mutex::new(settings), block: Mutex::new(Block::Idle), open, read_only: Default::default() }
     }
 
     pub fn node(&self) -> &Arc<NodeContext> {
@@ -302,7 +316,7 @@ impl FoamSession {
             let mut result = match self.prepare_tokens(tokens).await {
                 Ok(prepared) => self.run(&prepared, None, &interrupt).await,
                 Err(error) => {
-                    self.block().statement_failed();
+                    self.statement_failed();
                     Err(error)
                 }
             };
@@ -334,13 +348,35 @@ impl FoamSession {
             _ => Err(FoamError::Syntax { message: "cannot insert multiple commands into a prepared statement".into() }),
         };
         if prepared.is_err() {
-            self.block().statement_failed();
+            self.statement_failed();
         }
         prepared
     }
 
     fn block(&self) -> std::sync::MutexGuard<'_, Block> {
         self.block.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A statement failed: inside a block, the block fails and its
+    /// transaction's rows are discarded now (dropping the last handle of a
+    /// transaction aborts it; see `Transaction`'s `Drop`).
+    pub fn statement_failed(&self) {
+        let mut block = self.block();
+        block.statement_failed();
+        if *block == Block::Failed {
+            drop(self.open.set(None));
+        }
+    }
+
+    /// Runs COPY FROM STDIN's rows, spooled at `path`, as a statement of the
+    /// session (of its transaction block, if one is open).
+    pub async fn copy_in(&self, target: &CopyInTarget, path: String) -> FoamResult<u64> {
+        let result =
+            crate::write::copy::copy_from_file(self.node.clone(), target.table.clone(), path, target.options.clone(), self.open.get()).await;
+        if result.is_err() {
+            self.statement_failed();
+        }
+        result
     }
 
     async fn prepare_tokens(&self, tokens: StatementTokens) -> FoamResult<PreparedStatement> {
@@ -449,13 +485,71 @@ impl FoamSession {
         let class = prepared.class();
         let admission = self.block().admit(class);
         if let Admission::Refuse { sqlstate, message } = admission {
+            self.statement_failed();
             return Err(FoamError::Query { message, sqlstate });
         }
-        let result = self.run_admitted(prepared, params, interrupt).await;
+        let open = self.open.get();
+        if let Some(open) = &open {
+            open.next_statement();
+            if class == StatementClass::Write && self.read_only.load(std::sync::atomic::Ordering::Relaxed) {
+                self.statement_failed();
+                return Err(FoamError::Query {
+                    message: "cannot write in a read-only transaction".into(),
+                    sqlstate: foam_common::SqlState::ReadOnlySqlTransaction,
+                });
+            }
+        }
+        let result = match class {
+            StatementClass::Begin => self.begin(prepared).await,
+            StatementClass::Commit | StatementClass::Rollback => {
+                if let Kind::Own(statement, _) = &prepared.kind
+                    && let Err(error) = crate::frontend::transaction_block::check_end(statement)
+                {
+                    self.statement_failed();
+                    return Err(error);
+                }
+                let result = self.end_transaction(class == StatementClass::Commit).await;
+                // The block ends however the end went.
+                let tag = self.block().after(class, result.is_ok());
+                return result.map(|_| StatementOutput::Command { tag: tag.unwrap_or("ROLLBACK").into(), rows: None });
+            }
+            _ => self.run_admitted(prepared, params, interrupt).await,
+        };
+        if result.is_err() {
+            self.statement_failed();
+        }
         let commit_tag = self.block().after(class, result.is_ok());
         match (commit_tag, result) {
             (Some(tag), Ok(StatementOutput::Command { .. })) => Ok(StatementOutput::Command { tag: tag.into(), rows: None }),
             (_, result) => result,
+        }
+    }
+
+    /// BEGIN: opens the block's transaction (inside a block, nothing
+    /// changes, as in PostgreSQL, which only warns).
+    async fn begin(&self, prepared: &PreparedStatement) -> FoamResult<StatementOutput> {
+        let Kind::Own(statement, _) = &prepared.kind else { return Err(FoamError::internal("BEGIN is not a statement of its own")) };
+        let Statement::StartTransaction { modes, .. } = statement.as_ref() else {
+            return Err(FoamError::internal("BEGIN is not a START TRANSACTION"));
+        };
+        let read_only = crate::frontend::transaction_block::read_only(modes)?;
+        if *self.block() == Block::Idle {
+            self.read_only.store(read_only, std::sync::atomic::Ordering::Relaxed);
+            self.open.set(Some(Transaction::begin(self.node.clone())));
+        }
+        Ok(StatementOutput::Command { tag: "BEGIN".into(), rows: None })
+    }
+
+    /// COMMIT or ROLLBACK of the block's transaction; a failed block's
+    /// transaction was aborted when it failed. Outside a block, nothing to
+    /// do (PostgreSQL warns).
+    async fn end_transaction(&self, commit: bool) -> FoamResult<()> {
+        let Some(open) = self.open.set(None) else { return Ok(()) };
+        if commit && *self.block() == Block::InBlock {
+            open.commit().await
+        } else {
+            open.abort().await;
+            Ok(())
         }
     }
 
@@ -486,8 +580,11 @@ impl FoamSession {
                                 other => other,
                             })
                     };
+                    // A write in a block may have staged some rows under the
+                    // block's transaction: running it again would stage them twice.
+                    let retry = !(*is_insert && self.open.get().is_some());
                     let error = match result {
-                        Err(error) if self.worth_retrying(&error, &planned_with, *is_insert, retries).await => error,
+                        Err(error) if retry && self.worth_retrying(&error, &planned_with, *is_insert, retries).await => error,
                         result => return result,
                     };
                     tracing::info!(%error, retries, "the statement failed as the cluster changed under it; running it again on the new placement");
@@ -652,6 +749,21 @@ impl FoamSession {
             Statement::Rollback { .. } => command("ROLLBACK"),
             Statement::Explain { statement, analyze: true, .. } => self.explain_analyze(statement).await,
             Statement::Explain { statement, .. } => self.explain(statement).await,
+            Statement::Set(Set::SetTransaction { modes, snapshot, session }) => {
+                if snapshot.is_some() {
+                    return Err(FoamError::FeatureNotSupported { feature: "SET TRANSACTION SNAPSHOT".into() });
+                }
+                let read_only = crate::frontend::transaction_block::read_only(modes)?;
+                let sets_access = modes.iter().any(|m| matches!(m, datafusion::sql::sqlparser::ast::TransactionMode::AccessMode(_)));
+                if *session && read_only {
+                    return Err(FoamError::FeatureNotSupported { feature: "read-only sessions (SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY)".into() });
+                }
+                // Outside a block PostgreSQL only warns that SET TRANSACTION has no effect.
+                if !*session && sets_access && *self.block() == Block::InBlock {
+                    self.read_only.store(read_only, std::sync::atomic::Ordering::Relaxed);
+                }
+                command("SET")
+            }
             Statement::Set(set) => {
                 if let Some((name, value)) = set_name_and_value(set) {
                     if name == EXCHANGE_BATCH_ROWS {
@@ -681,7 +793,17 @@ impl FoamSession {
             }
             Statement::ShowVariable { variable } => {
                 let name = variable.iter().map(|i| i.value.to_lowercase()).collect::<Vec<_>>().join(".");
-                let value = self.settings.lock().unwrap_or_else(|p| p.into_inner()).get(&name).cloned().ok_or_else(|| {
+                let name = match name.as_str() {
+                    "transaction.isolation.level" => TRANSACTION_ISOLATION.to_string(),
+                    _ => name,
+                };
+                let read_only = self.read_only.load(std::sync::atomic::Ordering::Relaxed) && *self.block() != Block::Idle;
+                let value = match name.as_str() {
+                    TRANSACTION_ISOLATION | DEFAULT_TRANSACTION_ISOLATION => Some(ISOLATION_LEVEL.to_string()),
+                    "transaction_read_only" => Some(if read_only { "on" } else { "off" }.to_string()),
+                    _ => self.settings.lock().unwrap_or_else(|p| p.into_inner()).get(&name).cloned(),
+                };
+                let value = value.ok_or_else(|| {
                     FoamError::Query { message: format!("unrecognized configuration parameter \"{name}\""), sqlstate: foam_common::SqlState::UndefinedObject }
                 })?;
                 let schema = Arc::new(Schema::new(vec![Field::new(name, DataType::Utf8, false)]));
@@ -824,7 +946,7 @@ impl FoamSession {
             CopyTarget::Stdin => return Ok(StatementOutput::CopyIn(CopyInTarget { table, options })),
             other => return Err(FoamError::FeatureNotSupported { feature: format!("COPY FROM {other}") }),
         };
-        let rows = crate::write::copy::copy_from_file(self.node.clone(), table, path, options).await?;
+        let rows = crate::write::copy::copy_from_file(self.node.clone(), table, path, options, self.open.get()).await?;
         Ok(StatementOutput::Command { tag: "COPY".into(), rows: Some(rows) })
     }
 

@@ -1,21 +1,56 @@
-//! What `BEGIN ... COMMIT/ROLLBACK` means in a session, truthfully.
+//! What `BEGIN ... COMMIT/ROLLBACK` means in a session.
 //!
-//! FoamDB commits every write statement on its own; it has no transactions
-//! that span statements yet. Answering `BEGIN` and then keeping the rows of an
-//! INSERT that a `ROLLBACK` was meant to undo would be a lie a driver or ORM
-//! cannot detect. A transaction block therefore holds reads only:
+//! A block is one transaction (`write/transaction.rs`): its INSERTs and
+//! COPYs stay staged on their partitions' copies until COMMIT commits them
+//! all at once, or ROLLBACK, an error or the connection closing discards them.
+//! Its reads see what is committed when each starts (READ COMMITTED, without a
+//! snapshot shared by the cluster: see docs/ARCHITECTURE.md) plus the block's
+//! own writes. Statements that change the catalog or a node rather than rows
+//! are not transactional, so a block refuses them:
 //!
 //! ```text
-//!   Idle ──BEGIN──▶ InBlock ──COMMIT/ROLLBACK──▶ Idle
-//!                    │  reads, SET, SHOW: run (each sees what is committed
-//!                    │  when it starts, as READ COMMITTED does)
-//!                    │  a write or any error
+//!   Idle ──BEGIN──▶ InBlock ──COMMIT──▶ Idle (the rows are committed)
+//!                    │  reads, INSERT, COPY FROM, SET, SHOW: run
+//!                    │  DDL, CHECKPOINT, or any error
 //!                    ▼
 //!                  Failed ──COMMIT/ROLLBACK──▶ Idle (COMMIT answers ROLLBACK)
+//!                    the block's rows are discarded at once;
 //!                    every other statement: 25P02, as in PostgreSQL
 //! ```
-//! A write inside a block is refused with 0A000 before it does anything, so
-//! nothing a client rolls back has happened.
+
+use datafusion::sql::sqlparser::ast::{Statement, TransactionAccessMode, TransactionIsolationLevel, TransactionMode};
+use foam_common::{FoamError, FoamResult};
+
+/// Whether a BEGIN's `modes` make the block read-only. The isolation levels
+/// FoamDB keeps are READ COMMITTED and READ UNCOMMITTED (which PostgreSQL
+/// runs as READ COMMITTED); stronger ones are refused rather than run weaker.
+pub fn read_only(modes: &[TransactionMode]) -> FoamResult<bool> {
+    let mut read_only = false;
+    for mode in modes {
+        match mode {
+            TransactionMode::AccessMode(access) => read_only = *access == TransactionAccessMode::ReadOnly,
+            TransactionMode::IsolationLevel(TransactionIsolationLevel::ReadCommitted | TransactionIsolationLevel::ReadUncommitted) => {}
+            TransactionMode::IsolationLevel(level) => {
+                return Err(FoamError::FeatureNotSupported {
+                    feature: format!("ISOLATION LEVEL {level} (FoamDB's transaction blocks run READ COMMITTED; it has no cluster-wide snapshot yet)"),
+                });
+            }
+        }
+    }
+    Ok(read_only)
+}
+
+/// Refuses the forms of COMMIT and ROLLBACK FoamDB does not run, before
+/// they could be taken for a plain one: `AND CHAIN`, `ROLLBACK TO SAVEPOINT`.
+pub fn check_end(statement: &Statement) -> FoamResult<()> {
+    match statement {
+        Statement::Commit { chain: true, .. } | Statement::Rollback { chain: true, .. } => {
+            Err(FoamError::FeatureNotSupported { feature: "COMMIT or ROLLBACK AND CHAIN".into() })
+        }
+        Statement::Rollback { savepoint: Some(_), .. } => Err(FoamError::FeatureNotSupported { feature: "ROLLBACK TO SAVEPOINT".into() }),
+        _ => Ok(()),
+    }
+}
 
 /// A session's transaction block state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -37,8 +72,11 @@ pub enum StatementClass {
     Rollback,
     /// Reads, settings and anything else that changes no data.
     Read,
-    /// Changes data or the catalog; named for the error.
-    Write(&'static str),
+    /// Changes rows (INSERT, COPY FROM): part of the block's transaction.
+    Write,
+    /// Changes the catalog or a node, which no transaction can undo; named
+    /// for the error.
+    NotTransactional(&'static str),
 }
 
 /// The verdict on a statement before it runs.
@@ -59,13 +97,13 @@ impl Block {
                 sqlstate: foam_common::SqlState::InFailedSqlTransaction,
                 message: "current transaction is aborted, commands ignored until end of transaction block".into(),
             },
-            (Block::InBlock, StatementClass::Write(what)) => {
+            (Block::InBlock, StatementClass::NotTransactional(what)) => {
                 *self = Block::Failed;
                 Admission::Refuse {
                     sqlstate: foam_common::SqlState::FeatureNotSupported,
                     message: format!(
-                        "{what} inside a transaction block is not supported: FoamDB commits each write statement on its own, \
-                         so it cannot be rolled back; run it outside BEGIN ... COMMIT (this transaction is now aborted)"
+                        "{what} cannot run inside a transaction block: it takes effect at once and a ROLLBACK could not undo it; \
+                         run it outside BEGIN ... COMMIT (this transaction is now aborted)"
                     ),
                 }
             }
@@ -104,20 +142,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reads_run_in_a_block_and_a_write_aborts_it() {
+    fn reads_and_writes_run_in_a_block_and_ddl_aborts_it() {
         let mut block = Block::default();
         assert_eq!(block.admit(StatementClass::Begin), Admission::Run);
         block.after(StatementClass::Begin, true);
         assert_eq!(block, Block::InBlock);
         assert_eq!(block.admit(StatementClass::Read), Admission::Run);
         block.after(StatementClass::Read, true);
-        assert!(matches!(block.admit(StatementClass::Write("INSERT")), Admission::Refuse { sqlstate: foam_common::SqlState::FeatureNotSupported, .. }));
+        assert_eq!(block.admit(StatementClass::Write), Admission::Run);
+        block.after(StatementClass::Write, true);
+        assert_eq!(block, Block::InBlock);
+        assert!(matches!(
+            block.admit(StatementClass::NotTransactional("CREATE TABLE")),
+            Admission::Refuse { sqlstate: foam_common::SqlState::FeatureNotSupported, .. }
+        ));
         assert!(matches!(block.admit(StatementClass::Read), Admission::Refuse { sqlstate: foam_common::SqlState::InFailedSqlTransaction, .. }));
         assert_eq!(block.admit(StatementClass::Commit), Admission::Run);
         assert_eq!(block.after(StatementClass::Commit, true), Some("ROLLBACK"));
         assert_eq!(block, Block::Idle);
-        // Outside a block writes run.
-        assert_eq!(block.admit(StatementClass::Write("INSERT")), Admission::Run);
+        // Outside a block everything runs.
+        assert_eq!(block.admit(StatementClass::NotTransactional("CREATE TABLE")), Admission::Run);
     }
 
     #[test]

@@ -93,7 +93,15 @@ pub fn server_file(copy_dir: Option<&Path>, path: &str) -> FoamResult<PathBuf> {
     Ok(resolved)
 }
 
-pub async fn copy_from_file(node: Arc<NodeContext>, table: TableDef, path: String, options: CopyOptions) -> FoamResult<u64> {
+/// Loads the file at `path` into `table` as one statement: committed at its
+/// end, or in a transaction block, staged for the block's COMMIT.
+pub async fn copy_from_file(
+    node: Arc<NodeContext>,
+    table: TableDef,
+    path: String,
+    options: CopyOptions,
+    transaction: Option<Arc<crate::write::transaction::Transaction>>,
+) -> FoamResult<u64> {
     let file = File::open(&path).map_err(|e| FoamError::FileAccess { path: path.clone(), message: e.to_string() })?;
     if file.metadata().map(|m| m.is_dir()).unwrap_or(false) {
         return Err(FoamError::FileAccess { path, message: "is a directory".into() });
@@ -111,7 +119,7 @@ pub async fn copy_from_file(node: Arc<NodeContext>, table: TableDef, path: Strin
             let _ = sender.blocking_send(Err(error));
         }
     });
-    let mut writer = TableWriter::begin(node, table)?;
+    let mut writer = TableWriter::begin_in(node, table, transaction)?;
     while let Some(batch) = receiver.recv().await {
         let written = match batch {
             Ok(batch) => writer.write(batch).await,

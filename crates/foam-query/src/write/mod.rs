@@ -14,8 +14,11 @@
 //! durably before the statement is acknowledged. `RowRouter` (routing) and
 //! `commit_transaction` (the protocol) are separate so a bulk loader outside
 //! the cluster can ship rows straight to their owners and let a node commit.
+//! In a transaction block, a statement's rows stay staged and the block's
+//! COMMIT runs the protocol once for all of them (`transaction.rs`).
 
 pub mod copy;
+pub mod transaction;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -53,20 +56,22 @@ pub trait StageTarget: Send + Sync + 'static {
 pub struct Shipment {
     pub txn: TxnId,
     pub route: Route,
+    /// The statement of a transaction block that wrote the rows (0 outside one).
+    pub statement: foam_storage::StatementNumber,
     pub batches: Vec<RecordBatch>,
     message: std::sync::Mutex<Option<bytes::Bytes>>,
 }
 
 impl Shipment {
     pub fn new(txn: TxnId, route: Route, batches: Vec<RecordBatch>) -> Self {
-        Shipment { txn, route, batches, message: Default::default() }
+        Shipment { txn, route, statement: 0, batches, message: Default::default() }
     }
 
     /// The `Stage` request, naming `coordinator` (the same for every target
     /// of a statement).
     pub fn request(&self, coordinator: NodeId) -> NodeRequest {
         let Route { table_id, partition, placement_version } = self.route;
-        NodeRequest::Stage { txn: self.txn, coordinator, table_id, partition, placement_version }
+        NodeRequest::Stage { txn: self.txn, coordinator, table_id, partition, placement_version, statement: self.statement }
     }
 
     /// The framed `Stage` message with the rows as Arrow IPC, built on first use.
@@ -108,8 +113,8 @@ impl StageTarget for NodeStageTarget {
             let storage = node.storage.clone();
             let coordinator = node.node_id;
             let Route { table_id, partition, placement_version } = shipment.route;
-            let (txn, batches) = (shipment.txn, shipment.batches.clone());
-            tokio::task::spawn_blocking(move || storage.stage(txn, coordinator, table_id, partition, placement_version, batches))
+            let (txn, statement, batches) = (shipment.txn, shipment.statement, shipment.batches.clone());
+            tokio::task::spawn_blocking(move || storage.stage_statement(txn, coordinator, (table_id, partition), placement_version, statement, batches))
                 .await
                 .map_err(|e| FoamError::internal(e.to_string()))?
         } else {
@@ -127,6 +132,7 @@ pub struct RowRouter {
     nodes: BTreeMap<NodeId, NodeInfo>,
     schema: SchemaRef,
     txn: TxnId,
+    statement: foam_storage::StatementNumber,
     /// Per partition: buffered batches and their row count.
     buffers: HashMap<PartitionId, (Vec<RecordBatch>, usize)>,
     buffered_bytes: usize,
@@ -145,12 +151,19 @@ impl RowRouter {
             nodes,
             schema,
             txn,
+            statement: 0,
             buffers: HashMap::new(),
             buffered_bytes: 0,
             participants: BTreeMap::new(),
             in_flight: JoinSet::new(),
             rows: 0,
         }
+    }
+
+    /// Tags the rows as written by `statement` of a transaction block.
+    pub fn with_statement(mut self, statement: foam_storage::StatementNumber) -> Self {
+        self.statement = statement;
+        self
     }
 
     pub fn txn(&self) -> TxnId {
@@ -204,7 +217,9 @@ impl RowRouter {
         let targets = self.table.write_targets(partition, &self.nodes)?;
         let route = Route { table_id: self.table.id, partition, placement_version: self.table.placement_version(partition) };
         let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
-        let shipment = Arc::new(Shipment::new(self.txn, route, batches));
+        let mut shipment = Shipment::new(self.txn, route, batches);
+        shipment.statement = self.statement;
+        let shipment = Arc::new(shipment);
         for node in targets {
             while self.in_flight.len() >= WRITE_STREAM_BATCHES_IN_FLIGHT {
                 self.join_one().await?;
@@ -337,24 +352,35 @@ pub fn owning_text(batch: RecordBatch) -> FoamResult<RecordBatch> {
 }
 
 /// One statement's rows on a node that coordinates it: routes them and
-/// commits on every participant, or on none.
+/// commits on every participant, or on none. In a transaction block the rows
+/// stay staged for the block's COMMIT.
 pub struct TableWriter {
     node: Arc<NodeContext>,
     router: RowRouter,
+    transaction: Option<Arc<transaction::Transaction>>,
 }
 
 impl TableWriter {
     /// Starts a statement's write; refused at once (57P03) on a node that
     /// seems cut off from the majority, before any row is shipped.
     pub fn begin(node: Arc<NodeContext>, table: TableDef) -> FoamResult<Self> {
+        Self::begin_in(node, table, None)
+    }
+
+    /// Starts a statement's write, as a statement of `transaction` when the
+    /// session is in a transaction block.
+    pub fn begin_in(node: Arc<NodeContext>, table: TableDef, transaction: Option<Arc<transaction::Transaction>>) -> FoamResult<Self> {
         node.catalog.refuse_if_cut_off()?;
         // The decision log hears of the transaction when its commit protocol
         // starts (participants can only be in doubt after Prepare), so a
         // statement dropped before commit leaves nothing "running" behind.
-        let txn: TxnId = uuid::Uuid::new_v4().as_u128();
+        let (txn, statement) = match &transaction {
+            Some(open) => (open.id(), open.statement()),
+            None => (uuid::Uuid::new_v4().as_u128(), 0),
+        };
         let nodes = node.catalog.current().nodes.clone();
-        let router = RowRouter::new(Arc::new(NodeStageTarget(node.clone())), table, nodes, txn);
-        Ok(TableWriter { node, router })
+        let router = RowRouter::new(Arc::new(NodeStageTarget(node.clone())), table, nodes, txn).with_statement(statement);
+        Ok(TableWriter { node, router, transaction })
     }
 
     pub fn rows(&self) -> u64 {
@@ -369,7 +395,8 @@ impl TableWriter {
     }
 
     /// Ships what is left and commits on every participant. On error nothing is
-    /// committed anywhere.
+    /// committed anywhere. In a transaction block, the rows are left staged
+    /// and their participants noted for the block's COMMIT.
     pub async fn commit(mut self) -> FoamResult<u64> {
         let txn = self.router.txn();
         let participants = match self.router.finish().await {
@@ -380,6 +407,10 @@ impl TableWriter {
                 return Err(self.noticed(error).await);
             }
         };
+        if let Some(open) = &self.transaction {
+            open.record(self.router.table.id, &participants);
+            return Ok(self.router.rows());
+        }
         if let Err(error) = commit_transaction(&self.node, txn, &participants).await {
             return Err(self.noticed(error).await);
         }
@@ -473,7 +504,7 @@ async fn abort_on(node: &Arc<NodeContext>, txn: TxnId, participants: &[NodeId]) 
 }
 
 /// Sends one request to every participant at once.
-async fn on_participants(
+pub(crate) async fn on_participants(
     node: &Arc<NodeContext>,
     participants: &[NodeId],
     request: impl Fn(NodeId) -> NodeRequest,
@@ -520,6 +551,10 @@ async fn local_request(node: &Arc<NodeContext>, request: NodeRequest) -> FoamRes
         NodeRequest::Prepare { txn, rows } => storage.prepare(txn, rows, &|table_id| unique_keys(&catalog, table_id)),
         NodeRequest::Commit { txn } => storage.commit(txn),
         NodeRequest::Abort { txn } => storage.abort(txn),
+        NodeRequest::KeepAlive { txn } => {
+            storage.touch(txn);
+            Ok(())
+        }
         other => Err(FoamError::internal(format!("not a transaction request: {other:?}"))),
     })
     .await
@@ -537,14 +572,14 @@ fn unique_keys(catalog: &foam_catalog::Catalog, table_id: foam_common::TableId) 
 }
 
 /// Applies a transaction request from a coordinator to this node's storage; the
-/// node's RPC handler calls this for Stage/Prepare/Commit/Abort.
+/// node's RPC handler calls this for Stage/Prepare/Commit/Abort/KeepAlive.
 pub async fn handle_participant_request(node: &Arc<NodeContext>, request: NodeRequest, payload: bytes::Bytes) -> FoamResult<NodeResponse> {
     match request {
-        NodeRequest::Stage { txn, coordinator, table_id, partition, placement_version } => {
+        NodeRequest::Stage { txn, coordinator, table_id, partition, placement_version, statement } => {
             let storage = node.storage.clone();
             tokio::task::spawn_blocking(move || {
                 let batches = foam_storage::ipc::decode_batches(&payload)?;
-                storage.stage(txn, coordinator, table_id, partition, placement_version, batches)
+                storage.stage_statement(txn, coordinator, (table_id, partition), placement_version, statement, batches)
             })
             .await
             .map_err(|e| FoamError::internal(e.to_string()))??;
@@ -629,8 +664,9 @@ impl DataSink for FoamSink {
         &self.schema
     }
 
-    async fn write_all(&self, mut data: SendableRecordBatchStream, _context: &Arc<TaskContext>) -> DfResult<u64> {
-        let mut writer = TableWriter::begin(self.node.clone(), self.table.clone())?;
+    async fn write_all(&self, mut data: SendableRecordBatchStream, context: &Arc<TaskContext>) -> DfResult<u64> {
+        let open = transaction::OpenTransaction::of(context.session_config());
+        let mut writer = TableWriter::begin_in(self.node.clone(), self.table.clone(), open)?;
         while let Some(batch) = data.next().await {
             let written = match batch {
                 Ok(batch) => writer.write(batch).await,

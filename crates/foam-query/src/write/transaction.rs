@@ -1,0 +1,175 @@
+//! A transaction block's writes: one transaction kept open across statements.
+//!
+//! ```text
+//!  BEGIN ──▶ Transaction{txn} in the session's OpenTransaction slot
+//!  statement n: INSERT / COPY ──▶ Stage{txn, statement n} on every live copy (no commit)
+//!               SELECT        ──▶ committed rows + rows staged by statements < n (OwnWrites)
+//!  COMMIT   ──▶ commit_transaction over every statement's participants (2PC, as one statement's)
+//!  ROLLBACK, an error, the connection closing ──▶ Abort on every participant
+//! ```
+//! Participants discard staged rows that stay idle for `TXN_IDLE_TIMEOUT_MS`
+//! (a coordinator that died); while the block is open its coordinator tells
+//! them every `TXN_KEEPALIVE_MS` that it still holds them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use datafusion::prelude::SessionConfig;
+use foam_common::limits::TXN_KEEPALIVE_MS;
+use foam_common::{FoamResult, NodeId, TableId, TxnId};
+use foam_rpc::NodeRequest;
+use foam_storage::{OwnWrites, StatementNumber};
+
+use crate::context::NodeContext;
+
+/// One transaction block's transaction, from BEGIN to COMMIT or ROLLBACK.
+pub struct Transaction {
+    node: Arc<NodeContext>,
+    txn: TxnId,
+    /// The statement running now; statements are numbered from 1.
+    statement: AtomicU32,
+    writes: Mutex<Writes>,
+}
+
+#[derive(Default)]
+struct Writes {
+    /// Rows sent to each participant over all statements, as prepare checks them.
+    participants: BTreeMap<NodeId, u64>,
+    /// Tables some statement wrote: their scans read the staged rows too.
+    tables: BTreeSet<TableId>,
+    keepalive: Option<tokio::task::AbortHandle>,
+    /// Committed or aborted: nothing is left to abort when dropped.
+    ended: bool,
+}
+
+impl Transaction {
+    pub fn begin(node: Arc<NodeContext>) -> Arc<Self> {
+        Arc::new(Transaction { node, txn: uuid::Uuid::new_v4().as_u128(), statement: AtomicU32::new(0), writes: Mutex::default() })
+    }
+
+    pub fn id(&self) -> TxnId {
+        self.txn
+    }
+
+    /// Numbers the statement about to run.
+    pub fn next_statement(&self) -> StatementNumber {
+        self.statement.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// The statement running now.
+    pub fn statement(&self) -> StatementNumber {
+        self.statement.load(Ordering::SeqCst)
+    }
+
+    fn writes(&self) -> std::sync::MutexGuard<'_, Writes> {
+        self.writes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What a scan of `table` by the running statement reads besides the
+    /// committed rows: `None` when no statement of the block wrote it.
+    pub fn own_writes(&self, table: TableId) -> Option<OwnWrites> {
+        self.writes().tables.contains(&table).then(|| OwnWrites { txn: self.txn, before: self.statement() })
+    }
+
+    /// Notes that the running statement staged rows of `table` on
+    /// `participants` (with the rows each was sent).
+    pub fn record(self: &Arc<Self>, table: TableId, participants: &[(NodeId, u64)]) {
+        let mut writes = self.writes();
+        writes.tables.insert(table);
+        for (node, rows) in participants {
+            *writes.participants.entry(*node).or_default() += rows;
+        }
+        if writes.keepalive.is_none() && !participants.is_empty() {
+            writes.keepalive = Some(tokio::spawn(keep_alive(Arc::downgrade(self))).abort_handle());
+        }
+    }
+
+    /// Commits every statement's rows everywhere, or (on error) nowhere.
+    pub async fn commit(&self) -> FoamResult<()> {
+        let participants: Vec<(NodeId, u64)> = {
+            let mut writes = self.writes();
+            writes.ended = true;
+            if let Some(keepalive) = writes.keepalive.take() {
+                keepalive.abort();
+            }
+            writes.participants.iter().map(|(n, r)| (*n, *r)).collect()
+        };
+        if participants.is_empty() {
+            return Ok(());
+        }
+        crate::write::commit_transaction(&self.node, self.txn, &participants).await
+    }
+
+    /// Discards every statement's rows everywhere (best effort: a participant
+    /// that is not told discards them when they have been idle long enough).
+    pub async fn abort(&self) {
+        if let Some(participants) = self.end() {
+            crate::write::abort_transaction(&self.node, self.txn, &participants).await;
+        }
+    }
+
+    /// Marks the transaction ended; the participants still to be told, if any.
+    fn end(&self) -> Option<Vec<NodeId>> {
+        let mut writes = self.writes();
+        if std::mem::replace(&mut writes.ended, true) {
+            return None;
+        }
+        if let Some(keepalive) = writes.keepalive.take() {
+            keepalive.abort();
+        }
+        (!writes.participants.is_empty()).then(|| writes.participants.keys().copied().collect())
+    }
+
+    fn participant_ids(&self) -> Vec<NodeId> {
+        self.writes().participants.keys().copied().collect()
+    }
+}
+
+impl Drop for Transaction {
+    /// A block its connection left open is rolled back.
+    fn drop(&mut self) {
+        let Some(participants) = self.end() else { return };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (node, txn) = (self.node.clone(), self.txn);
+            runtime.spawn(async move { crate::write::abort_transaction(&node, txn, &participants).await });
+        }
+    }
+}
+
+/// Tells the participants of an open transaction block, every
+/// `TXN_KEEPALIVE_MS`, that its coordinator still holds it; stops when the
+/// transaction ends.
+async fn keep_alive(transaction: Weak<Transaction>) {
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(TXN_KEEPALIVE_MS)).await;
+        let Some(transaction) = transaction.upgrade() else { return };
+        let (node, txn, participants) = (transaction.node.clone(), transaction.txn, transaction.participant_ids());
+        drop(transaction);
+        for (node_id, result) in crate::write::on_participants(&node, &participants, |_| NodeRequest::KeepAlive { txn }).await {
+            if let Err(error) = result {
+                tracing::debug!(node_id, %error, "keep-alive not delivered");
+            }
+        }
+    }
+}
+
+/// The session's open transaction block, if any: a session config extension,
+/// so the INSERT sink and table scans of the session's statements find it.
+#[derive(Default)]
+pub struct OpenTransaction(Mutex<Option<Arc<Transaction>>>);
+
+impl OpenTransaction {
+    /// The transaction open in the session `config` belongs to.
+    pub fn of(config: &SessionConfig) -> Option<Arc<Transaction>> {
+        config.get_extension::<OpenTransaction>().and_then(|slot| slot.get())
+    }
+
+    pub fn get(&self) -> Option<Arc<Transaction>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn set(&self, transaction: Option<Arc<Transaction>>) -> Option<Arc<Transaction>> {
+        std::mem::replace(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()), transaction)
+    }
+}
