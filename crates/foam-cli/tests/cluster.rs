@@ -1082,3 +1082,97 @@ async fn a_block_whose_participant_died_fails_to_commit_and_leaves_nothing() {
     client.batch_execute("BEGIN; INSERT INTO lost SELECT CAST(value AS INT), 1 FROM generate_series(1, 300); COMMIT;").await.unwrap();
     assert_eq!(scalar(&client, "SELECT count(*) FROM lost").await, "300");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_increments_lose_no_update() {
+    let cluster = Cluster::start(3);
+    let client = cluster.client(0).await;
+    client.batch_execute("CREATE TABLE counters (id INT PRIMARY KEY, n INT); INSERT INTO counters VALUES (1, 0), (2, 0);").await.unwrap();
+    // Four clients on three nodes increment two counters. Statements on their
+    // own are retried by the node when another commit changed the row first;
+    // blocks that fail with 40001 are run again by the client, as drivers do.
+    let mut clients = tokio::task::JoinSet::new();
+    for worker in 0..4 {
+        let url = cluster.url(worker % 3);
+        clients.spawn(async move {
+            let mut client = common::connect(&url).await;
+            let mut retries = 0;
+            for round in 0..8 {
+                let id = 1 + (worker + round) % 2;
+                if worker % 2 == 0 {
+                    client.execute(&format!("UPDATE counters SET n = n + 1 WHERE id = {id}"), &[]).await.unwrap();
+                    continue;
+                }
+                loop {
+                    let block = client.transaction().await.unwrap();
+                    let attempt = async {
+                        block.execute(&format!("UPDATE counters SET n = n + 1 WHERE id = {id}"), &[]).await?;
+                        block.execute("UPDATE counters SET n = n + 1 WHERE id = 1", &[]).await?;
+                        block.commit().await
+                    };
+                    match attempt.await {
+                        Ok(()) => break,
+                        Err(error) => {
+                            let code = error.as_db_error().map(|e| e.code().code().to_string());
+                            assert_eq!(code.as_deref(), Some("40001"), "{error}");
+                            retries += 1;
+                        }
+                    }
+                }
+            }
+            retries
+        });
+    }
+    let retries: u32 = clients.join_all().await.into_iter().sum();
+    // 2 statement workers x 8 increments + 2 block workers x 8 blocks x 2 increments.
+    let total = scalar(&client, "SELECT sum(n) FROM counters").await;
+    assert_eq!(total, "48", "every increment that was acknowledged is there, once (block retries: {retries})");
+    assert_eq!(scalar(&client, "SELECT count(*) FROM counters").await, "2");
+}
+
+/// Row counts of each copy of each partition of `table`, by partition.
+async fn copy_row_counts(client: &tokio_postgres::Client, table: &str) -> BTreeMap<String, Vec<Option<String>>> {
+    let rows = query_text(client, &format!("SELECT partition, row_count FROM foam_partitions WHERE table_name = '{table}' ORDER BY partition, node_id")).await;
+    let mut counts: BTreeMap<String, Vec<Option<String>>> = BTreeMap::new();
+    for row in rows {
+        counts.entry(row[0].clone().unwrap()).or_default().push(row[1].clone());
+    }
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_copy_applies_updates_and_deletes_and_replays_them_after_a_crash() {
+    let mut cluster = Cluster::start(3);
+    let client = cluster.client(0).await;
+    client
+        .batch_execute(
+            "CREATE TABLE acct (id INT, branch INT, balance BIGINT) DISTRIBUTED BY (id) REPLICAS 2;
+             INSERT INTO acct SELECT CAST(value AS INT), CAST(value % 7 AS INT), 100 FROM generate_series(1, 3000);
+             CHECKPOINT;
+             INSERT INTO acct SELECT CAST(value AS INT), CAST(value % 7 AS INT), 100 FROM generate_series(3001, 3500);
+             UPDATE acct SET balance = balance + id WHERE branch = 3;
+             DELETE FROM acct WHERE id % 10 = 0;
+             UPDATE acct SET id = id + 100000 WHERE id % 10 = 5;",
+        )
+        .await
+        .unwrap();
+    let expected = "3150|1103500|750|40512500";
+    let answer = |client: tokio_postgres::Client| async move {
+        let row = &query_text(&client, "SELECT count(*), sum(balance), count(*) FILTER (WHERE branch = 3 OR id > 100000), sum(id) FROM acct").await[0];
+        row.iter().map(|v| v.clone().unwrap()).collect::<Vec<_>>().join("|")
+    };
+    assert_eq!(answer(cluster.client(0).await).await, expected);
+    let counts = copy_row_counts(&client, "acct").await;
+    for (partition, copies) in &counts {
+        assert_eq!(copies.len(), 2, "partition {partition}: {copies:?}");
+        assert_eq!(copies[0], copies[1], "both copies of partition {partition} hold the same rows");
+    }
+    // Each node replays the deletions in its WAL after a crash, once.
+    for node in [1, 2] {
+        cluster.kill(node);
+        cluster.restart(node);
+    }
+    let client = cluster.client(2).await;
+    assert_eq!(copy_row_counts(&client, "acct").await, counts);
+    assert_eq!(answer(client).await, expected);
+}

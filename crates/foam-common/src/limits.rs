@@ -131,6 +131,11 @@ pub const WRITE_BUFFER_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// a staged Parquet segment instead, so a large COPY is written once, not twice.
 pub const STAGE_INLINE_BYTES_MAX: usize = 4 * 1024 * 1024;
 
+/// Bytes of rows one transaction may delete (DELETE, UPDATE's old rows) on
+/// one node. They are held in memory and written inline into the WAL at
+/// prepare; a larger deletion is refused with 54000 rather than spilled.
+pub const STAGE_DELETE_BYTES_PER_TXN_MAX: usize = 256 * 1024 * 1024;
+
 /// Inline (in-memory, WAL-bound) bytes one transaction may stage on one node
 /// over all its partitions; past it the largest partitions spill to staged files.
 pub const STAGE_INLINE_BYTES_PER_TXN_MAX: usize = 64 * 1024 * 1024;

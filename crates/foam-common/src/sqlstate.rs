@@ -74,6 +74,7 @@ sqlstates! {
     InvalidObjectDefinition = "42P17",
     OutOfMemory = "53200",
     TooManyConnections = "53300",
+    ProgramLimitExceeded = "54000",
     StatementTooComplex = "54001",
     QueryCanceled = "57014",
     CannotConnectNow = "57P03",

@@ -238,6 +238,10 @@ impl Replication {
         for segment in fenced.iter().filter(|s| !listed.iter().any(|l| l.file_name == s.file_name)) {
             self.install_or_copy(&client, table_id, partition, segment, &mut kept, &mut moved).await?;
         }
+        // A deletion on the source meanwhile replaced some files it listed first.
+        let wanted: Vec<String> = fenced.iter().map(|s| s.file_name.clone()).collect();
+        let storage = self.node.storage.clone();
+        blocking(move || storage.retain_segments(table_id, partition, &wanted)).await?;
         client.call(&NodeRequest::SwitchInReplica { table_id, partition, node: me, fence_token: token }, &[]).await?;
         self.lower_fence(table_id, partition).await;
         tracing::info!(table_id, partition, bytes = moved.copied, reused_bytes = moved.reused, "replica caught up and live");

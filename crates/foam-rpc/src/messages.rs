@@ -35,6 +35,9 @@ pub enum NodeRequest {
         /// transaction of one statement); see `foam_storage::OwnWrites`.
         #[serde(default)]
         statement: foam_storage::StatementNumber,
+        /// The rows are to be deleted (found by content), not added.
+        #[serde(default)]
+        delete: bool,
     },
     /// Opens a stream of one segment file for one partition of `txn`, built by
     /// a bulk loader: the file's bytes follow in pieces, then a

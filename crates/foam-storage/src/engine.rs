@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use arrow::record_batch::RecordBatch;
 use foam_common::limits::{
-    BATCH_ROWS, MEMTABLE_FLUSH_ROWS, RECEIVED_SEGMENT_BYTES_MAX, STAGE_INLINE_BYTES_MAX, STAGE_INLINE_BYTES_PER_TXN_MAX, TXN_IDLE_TIMEOUT_MS, WAL_CHECKPOINT_BYTES,
+    BATCH_ROWS, MEMTABLE_FLUSH_ROWS, RECEIVED_SEGMENT_BYTES_MAX, STAGE_DELETE_BYTES_PER_TXN_MAX, STAGE_INLINE_BYTES_MAX, STAGE_INLINE_BYTES_PER_TXN_MAX,
+    TXN_IDLE_TIMEOUT_MS, WAL_CHECKPOINT_BYTES,
 };
 use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TableId, TxnId};
 use parquet::arrow::ArrowWriter;
@@ -21,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ipc;
 use crate::partition::{Partition, PartitionSnapshot, SegmentInfo};
+use crate::row_set::RowSet;
 use crate::segment;
 use crate::unique::{self, UniqueKey};
 use crate::wal::{EntryData, PreparedEntry, Wal, WalHeader};
@@ -93,11 +95,14 @@ struct StagedPartition {
     /// Finished staged segment files: rows an earlier statement spilled, and
     /// whole segments a bulk loader built; already durable.
     files: Vec<StagedFile>,
+    /// Whole rows to delete (DELETE, and UPDATE's old rows), each batch with
+    /// the statement that named them; counted in `rows`.
+    deletes: Vec<(StatementNumber, RecordBatch)>,
 }
 
 impl StagedPartition {
     fn new(placement_version: u64) -> Self {
-        StagedPartition { placement_version, batches: Vec::new(), batch_bytes: 0, rows: 0, file: None, files: Vec::new() }
+        StagedPartition { placement_version, batches: Vec::new(), batch_bytes: 0, rows: 0, file: None, files: Vec::new(), deletes: Vec::new() }
     }
 }
 
@@ -367,6 +372,48 @@ impl StorageEngine {
         Ok(())
     }
 
+    /// Stages rows that `statement` of `txn` deletes from one partition: whole
+    /// rows, which prepare finds by content in this copy's storage.
+    pub fn stage_deletes(
+        &self,
+        txn: TxnId,
+        coordinator: NodeId,
+        key: PartitionKey,
+        placement_version: u64,
+        statement: StatementNumber,
+        batches: Vec<RecordBatch>,
+    ) -> FoamResult<()> {
+        let staging = self.staging_of(txn, coordinator);
+        let mut staging = lock(&staging);
+        staging.refuse_if_closed(txn)?;
+        let held: usize = staging.partitions.values().flat_map(|p| &p.deletes).map(|(_, b)| b.get_array_memory_size()).sum();
+        let adding: usize = batches.iter().map(|b| b.get_array_memory_size()).sum();
+        if held + adding > STAGE_DELETE_BYTES_PER_TXN_MAX {
+            return Err(FoamError::Query {
+                message: format!(
+                    "a transaction may delete or update at most {} MiB of rows per node; delete in smaller steps",
+                    STAGE_DELETE_BYTES_PER_TXN_MAX >> 20
+                ),
+                sqlstate: foam_common::SqlState::ProgramLimitExceeded,
+            });
+        }
+        let staged = staging.partition(key, placement_version);
+        for batch in batches {
+            staged.rows += batch.num_rows() as u64;
+            staged.deletes.push((statement, batch));
+        }
+        Ok(())
+    }
+
+    /// The whole rows statements before `own.before` of `own.txn` deleted from
+    /// one partition: a scan by a later statement of the block leaves them out.
+    pub fn staged_deletes(&self, own: OwnWrites, key: PartitionKey) -> Vec<RecordBatch> {
+        let Some(staging) = lock(&self.staging).get(&own.txn).cloned() else { return Vec::new() };
+        let staging = lock(&staging);
+        let Some(staged) = staging.partitions.get(&key) else { return Vec::new() };
+        staged.deletes.iter().filter(|(s, _)| *s < own.before).map(|(_, b)| b.clone()).collect()
+    }
+
     /// Notes that the coordinator of `txn` still holds it open (a transaction
     /// block between statements), so it is not discarded as idle.
     pub fn touch(&self, txn: TxnId) {
@@ -563,6 +610,16 @@ impl StorageEngine {
                 let data = EntryData::Segment { file_name, bytes: sum.bytes, crc32: Some(sum.crc32), block_crc32: sum.blocks };
                 entries.push(PreparedEntry { table_id, partition, rows, data });
             }
+            if !staged.deletes.is_empty() {
+                let deletes: Vec<RecordBatch> = staged.deletes.drain(..).map(|(_, batch)| batch).collect();
+                let rows: u64 = deletes.iter().map(|b| b.num_rows() as u64).sum();
+                staged.rows -= rows;
+                let encoded = ipc::encode_batches(&deletes)?;
+                let offset = body.len() as u64;
+                body.extend_from_slice(&encoded);
+                inline.push(Some(deletes));
+                entries.push(PreparedEntry { table_id, partition, rows, data: EntryData::Delete { offset, length: encoded.len() as u64 } });
+            }
             if staged.batches.is_empty() {
                 continue;
             }
@@ -581,7 +638,7 @@ impl StorageEngine {
         // would not see this transaction.
         let mut wal = lock(&self.wal);
         if let Err(error) = self.check_fences(&routed_with).and_then(|_| match &header {
-            WalHeader::Prepare { entries, .. } => self.check_unique(entries, &inline, unique),
+            WalHeader::Prepare { entries, .. } => self.check_deletes(entries, &inline).and_then(|_| self.check_unique(entries, &inline, unique)),
             _ => Ok(()),
         }) {
             drop(wal);
@@ -595,6 +652,70 @@ impl StorageEngine {
         Ok(())
     }
 
+    /// Checks that every row a preparing transaction deletes is here to
+    /// delete: among the partition's committed rows and the transaction's own
+    /// new rows, and not also deleted by another prepared transaction. A row
+    /// someone else deleted (or changed) since the statement read it fails
+    /// with 40001: the first to prepare wins, so no update is lost.
+    fn check_deletes(&self, entries: &[PreparedEntry], inline: &[Option<Vec<RecordBatch>>]) -> FoamResult<()> {
+        let mut deletes: HashMap<PartitionKey, Vec<RecordBatch>> = HashMap::new();
+        for (entry, rows) in entries.iter().zip(inline) {
+            if let (EntryData::Delete { .. }, Some(rows)) = (&entry.data, rows) {
+                deletes.entry((entry.table_id, entry.partition)).or_default().extend(rows.iter().cloned());
+            }
+        }
+        for ((table_id, partition), rows) in deletes {
+            let Some(wanted) = RowSet::of(&rows)? else { continue };
+            let mut available: HashMap<Vec<u8>, u64> = HashMap::new();
+            let snapshot = self.snapshot(table_id, partition);
+            for batch in &snapshot.memtable {
+                wanted.count_in(batch, &mut available)?;
+            }
+            for segment in &snapshot.segments {
+                for batch in segment::read_segment(&segment.path, &segment.checksums, None)? {
+                    let batch = batch.map_err(|e| FoamError::Corrupted { path: segment.path.display().to_string(), message: e.to_string() })?;
+                    wanted.count_in(&batch, &mut available)?;
+                }
+            }
+            let all_columns: Vec<usize> = (0..rows[0].num_columns()).collect();
+            for (entry, new_rows) in entries.iter().zip(inline) {
+                if (entry.table_id, entry.partition) == (table_id, partition) && !matches!(entry.data, EntryData::Delete { .. }) {
+                    for batch in self.entry_rows(entry, new_rows.as_ref(), &all_columns)? {
+                        wanted.count_in(&batch, &mut available)?;
+                    }
+                }
+            }
+            // Rows another prepared transaction deletes are taken already.
+            let mut taken: HashMap<Vec<u8>, u64> = HashMap::new();
+            for prepared in lock(&self.prepared).values() {
+                let WalHeader::Prepare { entries, .. } = &prepared.header else { continue };
+                for (entry, rows) in entries.iter().zip(&prepared.inline) {
+                    if let (EntryData::Delete { .. }, Some(rows), true) = (&entry.data, rows, (entry.table_id, entry.partition) == (table_id, partition)) {
+                        for batch in rows {
+                            wanted.count_in(batch, &mut taken)?;
+                        }
+                    }
+                }
+            }
+            for (row, count) in taken {
+                if let Some(left) = available.get_mut(&row) {
+                    *left = left.saturating_sub(count);
+                }
+            }
+            let missing = wanted.missing_from(&available);
+            if missing > 0 {
+                return Err(FoamError::Query {
+                    message: format!(
+                        "could not serialize access due to concurrent update: {missing} row(s) of partition {partition} of table {table_id} \
+                         were deleted or changed by another transaction; run the transaction again"
+                    ),
+                    sqlstate: foam_common::SqlState::SerializationFailure,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Checks a preparing transaction's rows (`entries`, with their decoded
     /// `inline` rows) against the unique keys of their tables; the caller
     /// holds the WAL lock, so no other transaction prepares or commits meanwhile.
@@ -604,17 +725,27 @@ impl StorageEngine {
         // the keys renumbered; `None` for a table without keys.
         let mut projections: HashMap<TableId, Option<(Vec<usize>, Vec<UniqueKey>)>> = HashMap::new();
         let mut new_rows: HashMap<PartitionKey, Vec<RecordBatch>> = HashMap::new();
+        // Rows this transaction deletes no longer hold their keys (an UPDATE
+        // that keeps a row's key deletes the old row and adds the new one).
+        let mut deleted: HashMap<PartitionKey, Vec<RecordBatch>> = HashMap::new();
         for (entry, rows) in entries.iter().zip(inline) {
             let projection = projections.entry(entry.table_id).or_insert_with(|| {
                 let keys = unique(entry.table_id);
                 (!keys.is_empty()).then(|| unique::projection(&keys))
             });
             if let Some((columns, _)) = projection {
-                new_rows.entry((entry.table_id, entry.partition)).or_default().extend(self.entry_rows(entry, rows.as_ref(), columns)?);
+                let target = if matches!(entry.data, EntryData::Delete { .. }) { &mut deleted } else { &mut new_rows };
+                target.entry((entry.table_id, entry.partition)).or_default().extend(self.entry_rows(entry, rows.as_ref(), columns)?);
             }
         }
-        for ((table_id, partition), new) in new_rows {
+        for ((table_id, partition), mut new) in new_rows {
             let Some((columns, keys)) = &projections[&table_id] else { continue };
+            // A row the transaction added and deleted again (a block that
+            // updates a row twice) holds no key; nor does a deleted committed row.
+            let mut gone = RowSet::of(deleted.get(&(table_id, partition)).map(Vec::as_slice).unwrap_or_default())?;
+            if let Some(gone) = gone.as_mut() {
+                new = new.iter().map(|batch| gone.take_from(batch).map(|(kept, _)| kept)).collect::<FoamResult<_>>()?;
+            }
             let snapshot = self.snapshot(table_id, partition);
             let mut present = Vec::new();
             for batch in &snapshot.memtable {
@@ -628,10 +759,13 @@ impl StorageEngine {
             for prepared in lock(&self.prepared).values() {
                 let WalHeader::Prepare { entries, .. } = &prepared.header else { continue };
                 for (entry, rows) in entries.iter().zip(&prepared.inline) {
-                    if (entry.table_id, entry.partition) == (table_id, partition) {
+                    if (entry.table_id, entry.partition) == (table_id, partition) && !matches!(entry.data, EntryData::Delete { .. }) {
                         present.extend(self.entry_rows(entry, rows.as_ref(), columns)?);
                     }
                 }
+            }
+            if let Some(gone) = gone.as_mut() {
+                present = present.iter().map(|batch| gone.take_from(batch).map(|(kept, _)| kept)).collect::<FoamResult<_>>()?;
             }
             unique::check(keys, &new, &present)?;
         }
@@ -642,7 +776,7 @@ impl StorageEngine {
     /// already, or in a staged file.
     fn entry_rows(&self, entry: &PreparedEntry, inline: Option<&Vec<RecordBatch>>, columns: &[usize]) -> FoamResult<Vec<RecordBatch>> {
         match (&entry.data, inline) {
-            (EntryData::Inline { .. }, Some(rows)) => rows
+            (EntryData::Inline { .. } | EntryData::Delete { .. }, Some(rows)) => rows
                 .iter()
                 .map(|batch| batch.project(columns).map_err(|e| FoamError::internal(format!("projecting key columns: {e}"))))
                 .collect(),
@@ -653,7 +787,7 @@ impl StorageEngine {
                     .map(|batch| batch.map_err(|e| FoamError::Corrupted { path: path.display().to_string(), message: e.to_string() }))
                     .collect()
             }
-            (EntryData::Inline { .. }, None) => Err(FoamError::internal("a prepared entry's inline rows were not decoded")),
+            (EntryData::Inline { .. } | EntryData::Delete { .. }, None) => Err(FoamError::internal("a prepared entry's inline rows were not decoded")),
         }
     }
 
@@ -937,6 +1071,11 @@ impl StorageEngine {
         let WalHeader::Prepare { entries, .. } = &prepared.header else {
             return Err(FoamError::internal("a prepared transaction without a Prepare header"));
         };
+        // A partition's deletions apply after its new rows (a transaction may
+        // delete rows it added), and write its memtable out with them.
+        let deleting: HashSet<PartitionKey> =
+            entries.iter().filter(|e| matches!(e.data, EntryData::Delete { .. })).map(|e| (e.table_id, e.partition)).collect();
+        let mut deletes: Vec<(PartitionKey, Vec<RecordBatch>)> = Vec::new();
         for (entry, inline) in entries.iter().zip(prepared.inline) {
             if lock(&self.dropped_tables).contains(&entry.table_id) {
                 continue;
@@ -952,10 +1091,11 @@ impl StorageEngine {
             match (&entry.data, inline) {
                 (EntryData::Inline { .. }, Some(batches)) => {
                     partition.apply_inline(lsn, batches);
-                    if partition.memtable_rows() >= MEMTABLE_FLUSH_ROWS {
+                    if partition.memtable_rows() >= MEMTABLE_FLUSH_ROWS && !deleting.contains(&(entry.table_id, entry.partition)) {
                         partition.flush()?;
                     }
                 }
+                (EntryData::Delete { .. }, Some(batches)) => deletes.push(((entry.table_id, entry.partition), batches)),
                 (EntryData::Segment { file_name, bytes, crc32, block_crc32 }, _) => {
                     let info = SegmentInfo {
                         file_name: file_name.clone(),
@@ -966,12 +1106,27 @@ impl StorageEngine {
                     };
                     partition.add_segment(lsn, &self.staging_dir.join(file_name), info)?;
                 }
-                (EntryData::Inline { .. }, None) => {
+                (EntryData::Inline { .. } | EntryData::Delete { .. }, None) => {
                     return Err(FoamError::internal("inline entry without decoded rows"));
                 }
             }
         }
+        for ((table_id, partition), rows) in deletes {
+            let handle = self.partition(table_id, partition)?;
+            let missing = lock(&handle).apply_delete(lsn, &rows)?;
+            if missing > 0 {
+                tracing::error!(table_id, partition, missing, lsn, "rows a committed transaction deleted were not found in this copy");
+            }
+        }
         Ok(())
+    }
+
+    /// Drops the segments of a partition not named in `wanted` (see
+    /// `Partition::retain_segments`).
+    pub fn retain_segments(&self, table_id: TableId, partition: PartitionId, wanted: &[String]) -> FoamResult<()> {
+        let partition = self.partition(table_id, partition)?;
+        let mut partition = lock(&partition);
+        partition.retain_segments(wanted)
     }
 
     fn decode_prepared(&self, coordinator: NodeId, header: WalHeader, body: Vec<u8>) -> FoamResult<Prepared> {
@@ -981,7 +1136,7 @@ impl StorageEngine {
         let mut inline = Vec::with_capacity(entries.len());
         for entry in entries {
             inline.push(match entry.data {
-                EntryData::Inline { offset, length } => {
+                EntryData::Inline { offset, length } | EntryData::Delete { offset, length } => {
                     let range = offset as usize..(offset + length) as usize;
                     let bytes = body.get(range).ok_or_else(|| FoamError::Corrupted {
                         path: "wal".into(),
@@ -1311,6 +1466,96 @@ mod tests {
         engine.abort(7).unwrap();
         assert_eq!(std::fs::read_dir(dir.join("staging")).unwrap().count(), 0);
         assert_eq!(staged_count(&engine, 7, 2, 0), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn keys_in(engine: &StorageEngine, table: TableId, partition: PartitionId) -> Vec<i64> {
+        let snapshot = engine.snapshot(table, partition);
+        let mut keys = Vec::new();
+        let mut collect = |batch: &RecordBatch| keys.extend(batch.column(0).as_any().downcast_ref::<Int64Array>().unwrap().values().iter().copied());
+        snapshot.memtable.iter().for_each(&mut collect);
+        for segment in snapshot.segments {
+            for batch in segment::read_segment(&segment.path, &segment.checksums, None).unwrap() {
+                collect(&batch.unwrap());
+            }
+        }
+        keys.sort_unstable();
+        keys
+    }
+
+    /// Commits `rows` into partition 0 of `table` as transaction `txn`.
+    fn commit_rows(engine: &StorageEngine, txn: TxnId, table: TableId, rows: Vec<RecordBatch>, unique: &dyn Fn(TableId) -> Vec<UniqueKey>) {
+        let count = rows.iter().map(|b| b.num_rows() as u64).sum();
+        engine.stage(txn, 1, table, 0, 0, rows).unwrap();
+        engine.prepare(txn, count, unique).unwrap();
+        engine.commit(txn).unwrap();
+    }
+
+    #[test]
+    fn deletions_find_rows_by_content_in_segments_and_memtable_and_survive_replay() {
+        let dir = temp_dir("delete");
+        let early;
+        {
+            let engine = StorageEngine::open(&dir).unwrap();
+            commit_rows(&engine, 1, 10, vec![batch(0, 6)], &no_keys);
+            engine.flush_partition(10, 0).unwrap();
+            commit_rows(&engine, 2, 10, vec![batch(6, 4), batch(0, 1)], &no_keys);
+            assert_eq!(keys_in(&engine, 10, 0), vec![0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+            early = engine.snapshot(10, 0);
+            // Key 0 twice (once in the segment, once in the memtable), key 7,
+            // and a row the same transaction adds and deletes again.
+            engine.stage_deletes(3, 1, (10, 0), 0, 1, vec![batch(0, 1), batch(0, 1), batch(6, 4).slice(1, 1)]).unwrap();
+            engine.stage_statement(3, 1, (10, 0), 0, 1, vec![batch(100, 2)]).unwrap();
+            engine.stage_deletes(3, 1, (10, 0), 0, 2, vec![batch(100, 1)]).unwrap();
+            assert_eq!(engine.staged_deletes(OwnWrites { txn: 3, before: 2 }, (10, 0)).len(), 3, "statement 2's deletions are not visible to it");
+            engine.prepare(3, 6, &no_keys).unwrap();
+            engine.commit(3).unwrap();
+            assert_eq!(keys_in(&engine, 10, 0), vec![1, 2, 3, 4, 5, 6, 8, 9, 101]);
+            // A scan that started before the deletion still reads its files.
+            let before: usize = early.segments.iter().map(|s| segment::read_segment(&s.path, &s.checksums, None).unwrap().count()).sum();
+            assert!(before > 0);
+            engine.stage_deletes(4, 1, (10, 0), 0, 0, vec![batch(6, 4).slice(3, 1)]).unwrap();
+            engine.prepare(4, 1, &no_keys).unwrap();
+            engine.commit(4).unwrap();
+        }
+        drop(early);
+        let engine = StorageEngine::open(&dir).unwrap();
+        assert_eq!(keys_in(&engine, 10, 0), vec![1, 2, 3, 4, 5, 6, 8, 101], "replay deletes nothing twice and loses no deletion");
+        let listed = engine.segments(10, 0).len();
+        let files = std::fs::read_dir(dir.join("tables/10/0")).unwrap().filter(|e| e.as_ref().unwrap().file_name() != "manifest.json").count();
+        assert_eq!(files, listed, "replaced segment files are gone once no snapshot holds them");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_first_to_prepare_a_deletion_wins_and_a_missing_row_is_40001() {
+        let dir = temp_dir("delete-conflict");
+        let engine = StorageEngine::open(&dir).unwrap();
+        commit_rows(&engine, 1, 10, vec![batch(0, 3)], &k_is_unique);
+        // Two transactions update key 1 (delete the old row, add a new one).
+        for txn in [2, 3] {
+            engine.stage_deletes(txn, 1, (10, 0), 0, 0, vec![batch(1, 1)]).unwrap();
+            engine.stage(txn, 1, 10, 0, 0, vec![batch(1, 1)]).unwrap();
+        }
+        engine.prepare(2, 2, &k_is_unique).unwrap();
+        let error = engine.prepare(3, 2, &k_is_unique).unwrap_err();
+        assert_eq!(error.sqlstate(), "40001", "{error}");
+        engine.commit(2).unwrap();
+        assert_eq!(keys_in(&engine, 10, 0), vec![0, 1, 2]);
+        // A row that is not there at all.
+        engine.stage_deletes(4, 1, (10, 0), 0, 0, vec![batch(50, 1)]).unwrap();
+        assert_eq!(engine.prepare(4, 1, &no_keys).unwrap_err().sqlstate(), "40001");
+        // A transaction that updates its own new row again keeps one key.
+        engine.stage_deletes(6, 1, (10, 0), 0, 1, vec![batch(0, 1)]).unwrap();
+        engine.stage_statement(6, 1, (10, 0), 0, 1, vec![batch(-1, 2).slice(1, 1)]).unwrap();
+        engine.stage_deletes(6, 1, (10, 0), 0, 2, vec![batch(-1, 2).slice(1, 1)]).unwrap();
+        engine.stage_statement(6, 1, (10, 0), 0, 2, vec![batch(-2, 3).slice(2, 1)]).unwrap();
+        engine.prepare(6, 4, &k_is_unique).unwrap();
+        engine.abort(6).unwrap();
+        // A new key still cannot duplicate a kept one.
+        engine.stage_deletes(5, 1, (10, 0), 0, 0, vec![batch(0, 1)]).unwrap();
+        engine.stage(5, 1, 10, 0, 0, vec![batch(2, 1)]).unwrap();
+        assert_eq!(engine.prepare(5, 2, &k_is_unique).unwrap_err().sqlstate(), "23505");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

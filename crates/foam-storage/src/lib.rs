@@ -18,6 +18,7 @@ pub mod decisions;
 pub mod engine;
 pub mod ipc;
 pub mod partition;
+pub mod row_set;
 pub mod segment;
 pub mod unique;
 pub mod wal;

@@ -4,13 +4,22 @@
 //!
 //! Invariant: every committed inline write with commit LSN ≤ `applied_lsn` is in
 //! a segment; replay skips those, which makes replay idempotent.
+//!
+//! A deletion is applied copy-on-write: the segments holding deleted rows are
+//! written again without them and the manifest swaps them in one save. A
+//! replaced file is unlinked when the last snapshot that lists it is gone, so
+//! a scan that started before the deletion still reads it.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use arrow::record_batch::RecordBatch;
 use foam_common::{FoamError, FoamResult};
 use serde::{Deserialize, Serialize};
 
+use crate::row_set::RowSet;
 use crate::segment;
 
 const MANIFEST_FILE_NAME: &str = "manifest.json";
@@ -61,6 +70,31 @@ impl SegmentInfo {
 pub struct SegmentRef {
     pub path: PathBuf,
     pub checksums: segment::Checksums,
+    /// Keeps the file on disk while this reference lives, even if a
+    /// deletion replaced it meanwhile.
+    _file: Option<Arc<SegmentFile>>,
+}
+
+impl SegmentRef {
+    pub fn new(path: PathBuf, checksums: segment::Checksums) -> Self {
+        SegmentRef { path, checksums, _file: None }
+    }
+}
+
+/// A listed segment file; once a deletion replaced it (`retired`), it is
+/// unlinked when the last reference to it goes.
+#[derive(Debug)]
+struct SegmentFile {
+    path: PathBuf,
+    retired: AtomicBool,
+}
+
+impl Drop for SegmentFile {
+    fn drop(&mut self) {
+        if self.retired.load(Ordering::SeqCst) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 /// What a scan reads: immutable segment files and the memtable as of one moment.
@@ -75,6 +109,8 @@ pub struct Partition {
     /// The engine's tables directory, whose new subdirectories must be fsynced.
     tables_dir: PathBuf,
     manifest: Manifest,
+    /// Handles of the listed segment files that snapshots hold.
+    files: HashMap<String, Arc<SegmentFile>>,
     memtable: Vec<RecordBatch>,
     memtable_lsn_max: u64,
     memtable_rows: usize,
@@ -96,6 +132,7 @@ impl Partition {
             dir,
             tables_dir: tables_dir.to_path_buf(),
             manifest,
+            files: HashMap::new(),
             memtable: Vec::new(),
             memtable_lsn_max: 0,
             memtable_rows: 0,
@@ -219,16 +256,117 @@ impl Partition {
         Ok(())
     }
 
-    pub fn snapshot(&self) -> PartitionSnapshot {
+    pub fn snapshot(&mut self) -> PartitionSnapshot {
+        let dir = self.dir.clone();
+        let files = &mut self.files;
         PartitionSnapshot {
             segments: self
                 .manifest
                 .segments
                 .iter()
-                .map(|s| SegmentRef { path: self.dir.join(&s.file_name), checksums: s.checksums() })
+                .map(|s| {
+                    let path = dir.join(&s.file_name);
+                    let file = files.entry(s.file_name.clone()).or_insert_with(|| Arc::new(SegmentFile { path: path.clone(), retired: AtomicBool::new(false) }));
+                    SegmentRef { path, checksums: s.checksums(), _file: Some(file.clone()) }
+                })
                 .collect(),
             memtable: self.memtable.clone(),
         }
+    }
+
+    /// Deletes `rows` (whole rows, each as often as listed) committed at
+    /// `lsn`, unless the partition's files reflect that commit already
+    /// (replay). The memtable is written out in the same manifest save, so
+    /// the save covers every commit up to `lsn`. Returns how many listed rows
+    /// were not found (none, when prepare checked them under the WAL lock).
+    pub fn apply_delete(&mut self, lsn: u64, rows: &[RecordBatch]) -> FoamResult<u64> {
+        if lsn <= self.manifest.applied_lsn {
+            return Ok(0);
+        }
+        let Some(mut gone) = RowSet::of(rows)? else { return Ok(0) };
+        self.ensure_dir()?;
+        let mut next = self.manifest.clone();
+        let mut retired = Vec::new();
+        let mut kept_segments = Vec::with_capacity(next.segments.len());
+        for info in std::mem::take(&mut next.segments) {
+            if gone.is_empty() {
+                kept_segments.push(info);
+                continue;
+            }
+            let path = self.dir.join(&info.file_name);
+            let mut left = Vec::new();
+            let mut removed = 0;
+            for batch in segment::read_segment(&path, &info.checksums(), None)? {
+                let batch = batch.map_err(|e| FoamError::Corrupted { path: path.display().to_string(), message: e.to_string() })?;
+                let (kept, taken) = gone.take_from(&batch)?;
+                removed += taken;
+                left.push(kept);
+            }
+            if removed == 0 {
+                kept_segments.push(info);
+                continue;
+            }
+            retired.push(info.file_name.clone());
+            if let Some(rewritten) = self.write_rows(&left)? {
+                kept_segments.push(rewritten);
+            }
+        }
+        let memtable: Vec<RecordBatch> =
+            self.memtable.iter().map(|batch| gone.take_from(batch).map(|(kept, _)| kept)).collect::<FoamResult<_>>()?;
+        if let Some(flushed) = self.write_rows(&memtable)? {
+            kept_segments.push(flushed);
+        }
+        next.segments = kept_segments;
+        next.applied_lsn = next.applied_lsn.max(self.memtable_lsn_max).max(lsn);
+        foam_common::fs::sync_dir(&self.dir)?;
+        self.save_manifest(next)?;
+        self.memtable.clear();
+        self.memtable_rows = 0;
+        self.memtable_bytes = 0;
+        for name in retired {
+            let path = self.dir.join(&name);
+            match self.files.remove(&name) {
+                // Unlinked when the last snapshot listing it is gone.
+                Some(file) => file.retired.store(true, Ordering::SeqCst),
+                None => {
+                    let _ = std::fs::remove_file(path);
+                }
+            }
+        }
+        Ok(gone.len())
+    }
+
+    /// Writes `batches` (empty ones skipped) as a new segment file of this
+    /// partition, fsynced; `None` when there is no row to write.
+    fn write_rows(&self, batches: &[RecordBatch]) -> FoamResult<Option<SegmentInfo>> {
+        let batches: Vec<RecordBatch> = batches.iter().filter(|b| b.num_rows() > 0).cloned().collect();
+        let Some(first) = batches.first() else { return Ok(None) };
+        let file_name = format!("seg-{}.parquet", uuid::Uuid::new_v4().simple());
+        let sum = segment::write_segment(&self.dir.join(&file_name), &first.schema(), &batches)?;
+        let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
+        Ok(Some(SegmentInfo::new(file_name, rows, sum)))
+    }
+
+    /// Drops the listed segments not named in `wanted` (a copy being caught
+    /// up from a replica whose deletions replaced some files meanwhile).
+    pub fn retain_segments(&mut self, wanted: &[String]) -> FoamResult<()> {
+        let (kept, dropped): (Vec<SegmentInfo>, Vec<SegmentInfo>) =
+            self.manifest.segments.iter().cloned().partition(|s| wanted.contains(&s.file_name));
+        if dropped.is_empty() {
+            return Ok(());
+        }
+        let mut next = self.manifest.clone();
+        next.segments = kept;
+        self.save_manifest(next)?;
+        for info in dropped {
+            match self.files.remove(&info.file_name) {
+                Some(file) => file.retired.store(true, Ordering::SeqCst),
+                None => {
+                    let _ = std::fs::remove_file(self.dir.join(&info.file_name));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Committed rows and bytes (segment bytes on disk plus memtable bytes in memory).

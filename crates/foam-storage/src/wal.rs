@@ -46,6 +46,9 @@ pub struct PreparedEntry {
 pub enum EntryData {
     /// Rows inside this record's body as Arrow IPC, at `[offset, offset + length)`.
     Inline { offset: u64, length: u64 },
+    /// Rows to delete (each copy finds them by content: `row_set.rs`), inside
+    /// this record's body as Arrow IPC, at `[offset, offset + length)`.
+    Delete { offset: u64, length: u64 },
     /// Rows in a staged Parquet file (already fsynced) under the staging dir.
     Segment {
         file_name: String,

@@ -276,7 +276,8 @@ async fn open_partition(node: Arc<NodeContext>, spec: ScanSpec, schema: SchemaRe
 }
 
 /// Streams the committed rows of a partition stored on this node, then the
-/// rows `own_writes` names (a transaction block's earlier statements).
+/// rows `own_writes` names (a transaction block's earlier statements), less
+/// the rows those statements deleted.
 ///
 /// Batches are decoded when the consumer asks for them, on its thread: a scan
 /// costs no thread of its own, so a node reading many partitions at once (16
@@ -285,6 +286,27 @@ async fn open_partition(node: Arc<NodeContext>, spec: ScanSpec, schema: SchemaRe
 /// CPU of 4. Only opening a segment, which maps it and checks the checksums of
 /// the columns read (reading them from disk), runs on the blocking pool.
 pub fn read_local_partition(
+    node: &NodeContext,
+    table_id: TableId,
+    partition: PartitionId,
+    projection: Option<Vec<usize>>,
+    own_writes: Option<foam_storage::OwnWrites>,
+) -> BatchStream {
+    // Rows the block's earlier statements deleted are left out; they are
+    // whole rows, so whole rows are read and projected after.
+    let deleted = own_writes.map(|own| node.storage.staged_deletes(own, (table_id, partition))).unwrap_or_default();
+    let mut gone = match foam_storage::row_set::RowSet::of(&deleted) {
+        Ok(Some(gone)) => gone,
+        Ok(None) => return read_partition(node, table_id, partition, projection, own_writes),
+        Err(error) => return futures::stream::once(async move { Err(error) }).boxed(),
+    };
+    read_partition(node, table_id, partition, None, own_writes)
+        .map(move |batch| projected(gone.take_from(&batch?)?.0, projection.as_deref()))
+        .boxed()
+}
+
+/// The committed rows of a partition, then those `own_writes` staged.
+fn read_partition(
     node: &NodeContext,
     table_id: TableId,
     partition: PartitionId,

@@ -5,6 +5,7 @@
 pub mod ddl;
 pub mod explain;
 pub mod interrupt;
+pub mod modify;
 pub mod roles;
 pub mod select_names;
 pub mod statement;

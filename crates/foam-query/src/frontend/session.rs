@@ -34,6 +34,7 @@ use crate::frontend::ddl;
 use crate::frontend::statement::{self, FoamStatement, StatementTokens};
 use crate::frontend::interrupt::{Interrupt, STATEMENT_TIMEOUT, parse_statement_timeout, show_statement_timeout};
 use crate::frontend::transaction_block::{Admission, Block, StatementClass};
+use crate::write::TableWriter;
 use crate::write::transaction::{OpenTransaction, Transaction};
 
 /// While a query waits for its first batch, how often it checks that no node
@@ -67,6 +68,16 @@ pub struct CopyInTarget {
     pub options: CopyOptions,
 }
 
+/// What a planned statement writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum PlanWrite {
+    /// INSERT: DataFusion's plan ends in FoamDB's sink.
+    Insert,
+    /// UPDATE or DELETE: the plan is the query of the rows they change
+    /// (`modify.rs`).
+    Modify(crate::frontend::modify::Modify),
+}
+
 /// A statement parsed and, for queries, planned; ready to execute (again) with
 /// parameter values.
 #[derive(Clone)]
@@ -82,7 +93,7 @@ enum Kind {
     /// `catalog_version` (a newer catalog may place partitions elsewhere:
     /// the plan is then made again from `statement`); may have `$n`
     /// parameters.
-    Plan { statement: Box<Statement>, plan: LogicalPlan, is_insert: bool, catalog_version: u64 },
+    Plan { statement: Box<Statement>, plan: LogicalPlan, write: Option<PlanWrite>, catalog_version: u64 },
     /// FoamDB's own statement, run by this module, with a CREATE TABLE's
     /// `DISTRIBUTED ...` clause.
     Own(Box<Statement>, Option<foam_catalog::model::DistributionSpec>),
@@ -100,7 +111,7 @@ impl PreparedStatement {
     /// and what changes the catalog or a node is not transactional.
     fn class(&self) -> StatementClass {
         match &self.kind {
-            Kind::Plan { is_insert: true, .. } => StatementClass::Write,
+            Kind::Plan { write: Some(_), .. } => StatementClass::Write,
             Kind::Plan { .. } | Kind::Empty => StatementClass::Read,
             Kind::Catalog { tag, .. } => StatementClass::NotTransactional(tag),
             Kind::Checkpoint => StatementClass::NotTransactional("CHECKPOINT"),
@@ -140,7 +151,7 @@ impl PreparedStatement {
     /// Schema of the rows the statement returns, if it returns rows.
     pub fn result_schema(&self) -> Option<SchemaRef> {
         match &self.kind {
-            Kind::Plan { plan, is_insert: false, .. } if returns_rows(plan) => Some(Arc::new(plan.schema().as_arrow().clone())),
+            Kind::Plan { plan, write: None, .. } if returns_rows(plan) => Some(Arc::new(plan.schema().as_arrow().clone())),
             Kind::Own(statement, _) if matches!(**statement, Statement::Explain { .. }) => Some(explain_schema()),
             _ => None,
         }
@@ -421,7 +432,11 @@ impl FoamSession {
         if own {
             return prepared(Kind::Own(statement, distribution));
         }
-        if let Statement::CreateIndex(_) | Statement::AlterTable(_) | Statement::Delete(_) | Statement::Update(_) = *statement {
+        let modify = crate::frontend::modify::as_query(&statement, &self.node.catalog.current())?;
+        if let Some((query, _)) = &modify {
+            *statement = query.clone();
+        }
+        if let Statement::CreateIndex(_) | Statement::AlterTable(_) = *statement {
             let feature = text.split_whitespace().take(2).collect::<Vec<_>>().join(" ").to_uppercase();
             return Err(FoamError::FeatureNotSupported { feature });
         }
@@ -433,8 +448,11 @@ impl FoamSession {
         if let LogicalPlan::Ddl(_) = plan {
             return Err(FoamError::FeatureNotSupported { feature: format!("\"{text}\"") });
         }
-        let is_insert = matches!(plan, LogicalPlan::Dml(_));
-        prepared(Kind::Plan { statement, plan, is_insert, catalog_version })
+        let write = match modify {
+            Some((_, modify)) => Some(PlanWrite::Modify(modify)),
+            None => matches!(plan, LogicalPlan::Dml(_)).then_some(PlanWrite::Insert),
+        };
+        prepared(Kind::Plan { statement, plan, write, catalog_version })
     }
 
     /// DataFusion's logical plan of a parsed statement.
@@ -557,7 +575,8 @@ impl FoamSession {
     async fn run_admitted(&self, prepared: &PreparedStatement, params: Option<ParamValues>, interrupt: &Interrupt) -> FoamResult<StatementOutput> {
         match &prepared.kind {
             Kind::Empty => Ok(StatementOutput::Command { tag: String::new(), rows: None }),
-            Kind::Plan { statement, plan, is_insert, catalog_version } => {
+            Kind::Plan { statement, plan, write, catalog_version } => {
+                let is_write = write.is_some();
                 let mut retries = 0;
                 loop {
                     let planned_with = self.node.catalog.current();
@@ -567,7 +586,9 @@ impl FoamSession {
                         self.plan(statement).await?
                     };
                     let bound = bind(plan, params.clone())?;
-                    let result = if *is_insert {
+                    let result = if let Some(PlanWrite::Modify(modify)) = write {
+                        self.run_modify(modify, bound).await
+                    } else if is_write {
                         self.run_insert(bound).await
                     } else {
                         interrupt
@@ -582,9 +603,14 @@ impl FoamSession {
                     };
                     // A write in a block may have staged some rows under the
                     // block's transaction: running it again would stage them twice.
-                    let retry = !(*is_insert && self.open.get().is_some());
+                    let retry = !(is_write && self.open.get().is_some());
+                    // An UPDATE or DELETE on its own whose rows another
+                    // transaction changed first (40001) reads them again.
+                    let changed_under_it = matches!(write, Some(PlanWrite::Modify(_)))
+                        && error_is(&result, foam_common::SqlState::SerializationFailure)
+                        && retries < STATEMENT_RETRIES_MAX;
                     let error = match result {
-                        Err(error) if retry && self.worth_retrying(&error, &planned_with, *is_insert, retries).await => error,
+                        Err(error) if retry && (changed_under_it || self.worth_retrying(&error, &planned_with, is_write, retries).await) => error,
                         result => return result,
                     };
                     tracing::info!(%error, retries, "the statement failed as the cluster changed under it; running it again on the new placement");
@@ -623,6 +649,39 @@ impl FoamSession {
             Ok(catalog) => catalog.version != planned_with.version,
             Err(_) => false,
         }
+    }
+
+    /// Runs an UPDATE or DELETE: `plan` reads the rows it changes (old
+    /// rows, then for UPDATE their new versions), which the write path deletes
+    /// and adds as one transaction (or as a statement of the session's block).
+    async fn run_modify(&self, modify: &crate::frontend::modify::Modify, plan: LogicalPlan) -> FoamResult<StatementOutput> {
+        let table = self.node.catalog.current().table(modify.table())?.clone();
+        let schema = table.arrow_schema();
+        let width = table.columns.len();
+        let frame = self.ctx.execute_logical_plan(plan).await.map_err(FoamError::from)?;
+        let mut rows = frame.execute_stream().await.map_err(FoamError::from)?;
+        let mut writer = TableWriter::begin_in(self.node.clone(), table, self.open.get())?;
+        while let Some(batch) = rows.next().await {
+            let written = async {
+                let batch = batch.map_err(FoamError::from)?;
+                let project = |columns: std::ops::Range<usize>| {
+                    batch.project(&columns.collect::<Vec<_>>()).map_err(|e| FoamError::internal(format!("rows of an {}: {e}", modify.tag())))
+                };
+                writer.write_deletes(project(0..width)?).await?;
+                if let crate::frontend::modify::Modify::Update { .. } = modify {
+                    writer.write(crate::write::cast_to(&schema, project(width..2 * width)?)?).await?;
+                }
+                Ok::<_, FoamError>(())
+            }
+            .await;
+            if let Err(error) = written {
+                writer.abort().await;
+                return Err(error);
+            }
+        }
+        let changed = writer.deleted();
+        writer.commit().await?;
+        Ok(StatementOutput::Command { tag: modify.tag().into(), rows: Some(changed) })
     }
 
     async fn run_insert(&self, plan: LogicalPlan) -> FoamResult<StatementOutput> {
@@ -1014,6 +1073,11 @@ fn relations_of<V: datafusion::sql::sqlparser::ast::Visit>(node: &V) -> Vec<Stri
 }
 
 /// A planned statement with its `$n` parameter values filled in.
+/// Whether `result` failed with `state` (from this node or a peer).
+fn error_is<T>(result: &FoamResult<T>, state: foam_common::SqlState) -> bool {
+    matches!(result, Err(error) if error.sqlstate() == state)
+}
+
 fn bind(plan: LogicalPlan, params: Option<ParamValues>) -> FoamResult<LogicalPlan> {
     match params {
         Some(params) => plan.with_param_values(params).map_err(FoamError::from),

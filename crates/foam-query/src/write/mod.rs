@@ -58,20 +58,22 @@ pub struct Shipment {
     pub route: Route,
     /// The statement of a transaction block that wrote the rows (0 outside one).
     pub statement: foam_storage::StatementNumber,
+    /// Rows to delete rather than add.
+    pub delete: bool,
     pub batches: Vec<RecordBatch>,
     message: std::sync::Mutex<Option<bytes::Bytes>>,
 }
 
 impl Shipment {
     pub fn new(txn: TxnId, route: Route, batches: Vec<RecordBatch>) -> Self {
-        Shipment { txn, route, statement: 0, batches, message: Default::default() }
+        Shipment { txn, route, statement: 0, delete: false, batches, message: Default::default() }
     }
 
     /// The `Stage` request, naming `coordinator` (the same for every target
     /// of a statement).
     pub fn request(&self, coordinator: NodeId) -> NodeRequest {
         let Route { table_id, partition, placement_version } = self.route;
-        NodeRequest::Stage { txn: self.txn, coordinator, table_id, partition, placement_version, statement: self.statement }
+        NodeRequest::Stage { txn: self.txn, coordinator, table_id, partition, placement_version, statement: self.statement, delete: self.delete }
     }
 
     /// The framed `Stage` message with the rows as Arrow IPC, built on first use.
@@ -113,13 +115,32 @@ impl StageTarget for NodeStageTarget {
             let storage = node.storage.clone();
             let coordinator = node.node_id;
             let Route { table_id, partition, placement_version } = shipment.route;
-            let (txn, statement, batches) = (shipment.txn, shipment.statement, shipment.batches.clone());
-            tokio::task::spawn_blocking(move || storage.stage_statement(txn, coordinator, (table_id, partition), placement_version, statement, batches))
+            let (txn, statement, delete, batches) = (shipment.txn, shipment.statement, shipment.delete, shipment.batches.clone());
+            tokio::task::spawn_blocking(move || stage_on(&storage, txn, coordinator, (table_id, partition), placement_version, statement, delete, batches))
                 .await
                 .map_err(|e| FoamError::internal(e.to_string()))?
         } else {
             shipment.send(&node.client_for(target)?, node.node_id).await
         }
+    }
+}
+
+/// Stages rows on this node's storage: rows to add, or rows to delete.
+#[allow(clippy::too_many_arguments)]
+fn stage_on(
+    storage: &foam_storage::StorageEngine,
+    txn: TxnId,
+    coordinator: NodeId,
+    key: (TableId, PartitionId),
+    placement_version: u64,
+    statement: foam_storage::StatementNumber,
+    delete: bool,
+    batches: Vec<RecordBatch>,
+) -> FoamResult<()> {
+    if delete {
+        storage.stage_deletes(txn, coordinator, key, placement_version, statement, batches)
+    } else {
+        storage.stage_statement(txn, coordinator, key, placement_version, statement, batches)
     }
 }
 
@@ -133,13 +154,15 @@ pub struct RowRouter {
     schema: SchemaRef,
     txn: TxnId,
     statement: foam_storage::StatementNumber,
-    /// Per partition: buffered batches and their row count.
-    buffers: HashMap<PartitionId, (Vec<RecordBatch>, usize)>,
+    /// Per partition, rows to add (`false`) or delete (`true`): buffered
+    /// batches and their row count.
+    buffers: HashMap<(PartitionId, bool), (Vec<RecordBatch>, usize)>,
     buffered_bytes: usize,
     /// Rows shipped to each participant, which it must have at prepare.
     participants: BTreeMap<NodeId, u64>,
     in_flight: JoinSet<FoamResult<()>>,
     rows: u64,
+    deleted: u64,
 }
 
 impl RowRouter {
@@ -157,6 +180,7 @@ impl RowRouter {
             participants: BTreeMap::new(),
             in_flight: JoinSet::new(),
             rows: 0,
+            deleted: 0,
         }
     }
 
@@ -174,6 +198,11 @@ impl RowRouter {
         self.rows
     }
 
+    /// Rows deleted so far.
+    pub fn deleted(&self) -> u64 {
+        self.deleted
+    }
+
     /// Adds rows (already in the table's column types) to the statement.
     pub async fn write(&mut self, batch: RecordBatch) -> FoamResult<()> {
         if batch.num_rows() == 0 {
@@ -182,12 +211,26 @@ impl RowRouter {
         let batch = conform_rows(&self.table, &self.schema, batch)?;
         self.rows += batch.num_rows() as u64;
         for (partition, part) in split_by_partition(&self.table, &batch)? {
-            self.buffer(partition, owning_text(part)?).await?;
+            self.buffer((partition, false), owning_text(part)?).await?;
         }
         Ok(())
     }
 
-    async fn buffer(&mut self, partition: PartitionId, batch: RecordBatch) -> FoamResult<()> {
+    /// Deletes rows of the table, each as often as given: whole rows as a
+    /// scan of the table read them. They hash to the partition that holds them.
+    pub async fn write_deletes(&mut self, batch: RecordBatch) -> FoamResult<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let batch = cast_to(&self.schema, batch)?;
+        self.deleted += batch.num_rows() as u64;
+        for (partition, part) in split_by_partition(&self.table, &batch)? {
+            self.buffer((partition, true), owning_text(part)?).await?;
+        }
+        Ok(())
+    }
+
+    async fn buffer(&mut self, partition: (PartitionId, bool), batch: RecordBatch) -> FoamResult<()> {
         self.buffered_bytes += batch.get_array_memory_size();
         let entry = self.buffers.entry(partition).or_default();
         entry.1 += batch.num_rows();
@@ -204,21 +247,22 @@ impl RowRouter {
         Ok(())
     }
 
-    async fn ship_buffer(&mut self, partition: PartitionId) -> FoamResult<()> {
-        let (batches, _) = self.buffers.remove(&partition).unwrap_or_default();
+    async fn ship_buffer(&mut self, (partition, delete): (PartitionId, bool)) -> FoamResult<()> {
+        let (batches, _) = self.buffers.remove(&(partition, delete)).unwrap_or_default();
         let bytes: usize = batches.iter().map(|b| b.get_array_memory_size()).sum();
         self.buffered_bytes = self.buffered_bytes.saturating_sub(bytes);
-        self.ship(partition, batches).await
+        self.ship(partition, delete, batches).await
     }
 
     /// Sends one partition's rows to its live replicas, keeping a bounded
     /// number of shipments in flight.
-    async fn ship(&mut self, partition: PartitionId, batches: Vec<RecordBatch>) -> FoamResult<()> {
+    async fn ship(&mut self, partition: PartitionId, delete: bool, batches: Vec<RecordBatch>) -> FoamResult<()> {
         let targets = self.table.write_targets(partition, &self.nodes)?;
         let route = Route { table_id: self.table.id, partition, placement_version: self.table.placement_version(partition) };
         let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
         let mut shipment = Shipment::new(self.txn, route, batches);
         shipment.statement = self.statement;
+        shipment.delete = delete;
         let shipment = Arc::new(shipment);
         for node in targets {
             while self.in_flight.len() >= WRITE_STREAM_BATCHES_IN_FLIGHT {
@@ -238,7 +282,7 @@ impl RowRouter {
     /// Ships every buffered row and waits until all participants staged them;
     /// returns the participants with the rows each was sent.
     pub async fn finish(&mut self) -> FoamResult<Vec<(NodeId, u64)>> {
-        let partitions: Vec<PartitionId> = self.buffers.keys().copied().collect();
+        let partitions: Vec<(PartitionId, bool)> = self.buffers.keys().copied().collect();
         for partition in partitions {
             self.ship_buffer(partition).await?;
         }
@@ -305,6 +349,34 @@ pub fn conform_rows(table: &TableDef, schema: &SchemaRef, batch: RecordBatch) ->
         }
     }
     RecordBatch::try_new(schema.clone(), batch.columns().to_vec()).map_err(|e| FoamError::DataException { message: e.to_string() })
+}
+
+/// `batch`'s columns cast to `schema`'s types where they differ (a scan's
+/// text may come as another string type than the table's).
+pub fn cast_to(schema: &SchemaRef, batch: RecordBatch) -> FoamResult<RecordBatch> {
+    if batch.num_columns() != schema.fields().len() {
+        return Err(FoamError::internal(format!("{} columns given for a table of {}", batch.num_columns(), schema.fields().len())));
+    }
+    let options = arrow::compute::CastOptions { safe: false, ..Default::default() };
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .map(|(column, field)| {
+            if column.data_type() == field.data_type() {
+                Ok(column.clone())
+            } else {
+                arrow::compute::cast_with_options(column, field.data_type(), &options).map_err(|e| FoamError::DataException {
+                    message: format!("value for column \"{}\" does not fit its type {}: {e}", field.name(), field.data_type()),
+                })
+            }
+        })
+        .collect::<FoamResult<Vec<_>>>()?;
+    // Nullable whatever the table says: `conform_rows` names a NULL in a NOT
+    // NULL column as PostgreSQL does.
+    let fields: Vec<_> = schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
+    let options = arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    RecordBatch::try_new_with_options(Arc::new(arrow::datatypes::Schema::new(fields)), columns, &options).map_err(|e| FoamError::internal(e.to_string()))
 }
 
 /// Splits rows of `table` by the partition that holds them (all in partition
@@ -389,6 +461,19 @@ impl TableWriter {
 
     pub async fn write(&mut self, batch: RecordBatch) -> FoamResult<()> {
         match self.router.write(batch).await {
+            Err(error) => Err(self.noticed(error).await),
+            ok => ok,
+        }
+    }
+
+    /// Rows deleted so far.
+    pub fn deleted(&self) -> u64 {
+        self.router.deleted()
+    }
+
+    /// Deletes whole rows of the table (see `RowRouter::write_deletes`).
+    pub async fn write_deletes(&mut self, batch: RecordBatch) -> FoamResult<()> {
+        match self.router.write_deletes(batch).await {
             Err(error) => Err(self.noticed(error).await),
             ok => ok,
         }
@@ -575,11 +660,11 @@ fn unique_keys(catalog: &foam_catalog::Catalog, table_id: foam_common::TableId) 
 /// node's RPC handler calls this for Stage/Prepare/Commit/Abort/KeepAlive.
 pub async fn handle_participant_request(node: &Arc<NodeContext>, request: NodeRequest, payload: bytes::Bytes) -> FoamResult<NodeResponse> {
     match request {
-        NodeRequest::Stage { txn, coordinator, table_id, partition, placement_version, statement } => {
+        NodeRequest::Stage { txn, coordinator, table_id, partition, placement_version, statement, delete } => {
             let storage = node.storage.clone();
             tokio::task::spawn_blocking(move || {
                 let batches = foam_storage::ipc::decode_batches(&payload)?;
-                storage.stage_statement(txn, coordinator, (table_id, partition), placement_version, statement, batches)
+                stage_on(&storage, txn, coordinator, (table_id, partition), placement_version, statement, delete, batches)
             })
             .await
             .map_err(|e| FoamError::internal(e.to_string()))??;

@@ -1,0 +1,196 @@
+//! UPDATE and DELETE as a query of the rows they change.
+//!
+//! ```text
+//!  DELETE FROM t [AS a] WHERE p        ──▶ SELECT a.* FROM t AS a WHERE p
+//!  UPDATE t [AS a] SET c = e WHERE p   ──▶ SELECT a.*, <each column, or its new value e> FROM t AS a WHERE p
+//! ```
+//! The query's rows are the rows to delete (the first `n` columns, whole) and,
+//! for UPDATE, the rows that replace them (the next `n`). Both go through the
+//! write path as one transaction (`write/mod.rs`): each copy of a partition
+//! finds the deleted rows by content (`foam-storage/src/row_set.rs`), and a new
+//! row hashes to its own partition, so an UPDATE of the distribution key moves
+//! the row. Forms whose rows could repeat a target row (`UPDATE ... FROM`,
+//! `DELETE ... USING`) or that return rows (`RETURNING`) are refused with 0A000.
+
+use datafusion::sql::sqlparser::ast::{AssignmentTarget, FromTable, Statement, TableFactor, TableWithJoins};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+use foam_catalog::Catalog;
+use foam_common::{FoamError, FoamResult};
+
+use crate::frontend::ddl;
+
+/// What an UPDATE or DELETE changes, found by the query in `select`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Modify {
+    Delete { table: String },
+    Update { table: String },
+}
+
+impl Modify {
+    pub fn table(&self) -> &str {
+        match self {
+            Modify::Delete { table } | Modify::Update { table } => table,
+        }
+    }
+
+    pub fn tag(&self) -> &'static str {
+        match self {
+            Modify::Delete { .. } => "DELETE",
+            Modify::Update { .. } => "UPDATE",
+        }
+    }
+}
+
+/// The query of the rows `statement` (an UPDATE or DELETE) changes, and what
+/// it changes; `None` when `statement` is neither.
+pub fn as_query(statement: &Statement, catalog: &Catalog) -> FoamResult<Option<(Statement, Modify)>> {
+    let unsupported = |feature: &str| Err(FoamError::FeatureNotSupported { feature: feature.into() });
+    match statement {
+        Statement::Delete(delete) => {
+            if delete.returning.is_some() {
+                return unsupported("DELETE ... RETURNING");
+            }
+            if delete.using.is_some() {
+                return unsupported("DELETE ... USING (use WHERE ... IN (SELECT ...))");
+            }
+            if !delete.tables.is_empty() || !delete.order_by.is_empty() || delete.limit.is_some() || delete.output.is_some() {
+                return unsupported("this form of DELETE");
+            }
+            let (FromTable::WithFromKeyword(from) | FromTable::WithoutKeyword(from)) = &delete.from;
+            let [target] = from.as_slice() else { return unsupported("DELETE from several tables") };
+            let (table, qualifier) = target_table(target, catalog)?;
+            let filter = delete.selection.as_ref().map(|p| format!(" WHERE {p}")).unwrap_or_default();
+            let query = format!("SELECT {qualifier}.* FROM {}{filter}", target.relation);
+            Ok(Some((parse_query(&query)?, Modify::Delete { table })))
+        }
+        Statement::Update(update) => {
+            if update.returning.is_some() {
+                return unsupported("UPDATE ... RETURNING");
+            }
+            if update.from.is_some() {
+                return unsupported("UPDATE ... FROM (use WHERE ... IN (SELECT ...) or a scalar subquery)");
+            }
+            if !update.order_by.is_empty() || update.limit.is_some() || update.output.is_some() || update.or.is_some() {
+                return unsupported("this form of UPDATE");
+            }
+            let (table, qualifier) = target_table(&update.table, catalog)?;
+            let columns = &catalog.table(&table)?.columns;
+            let mut values: Vec<Option<String>> = vec![None; columns.len()];
+            for assignment in &update.assignments {
+                let AssignmentTarget::ColumnName(name) = &assignment.target else {
+                    return unsupported("UPDATE ... SET (a, b) = ...");
+                };
+                let column = name.0.last().and_then(|part| part.as_ident()).map(|i| ddl::normalize_ident(&i.value, i.quote_style)).unwrap_or_default();
+                let index = columns.iter().position(|c| c.name == column).ok_or_else(|| FoamError::Query {
+                    message: format!("column \"{column}\" of relation \"{table}\" does not exist"),
+                    sqlstate: foam_common::SqlState::UndefinedColumn,
+                })?;
+                // Cast as an INSERT's values are, so bad values fail alike.
+                let value = format!("CAST(({}) AS {})", assignment.value, columns[index].sql_type.sql_name());
+                if values[index].replace(value).is_some() {
+                    return Err(FoamError::Query {
+                        message: format!("multiple assignments to same column \"{column}\""),
+                        sqlstate: foam_common::SqlState::SyntaxError,
+                    });
+                }
+            }
+            // Named apart from the old row's columns, which keep the table's names.
+            let new_row: Vec<String> = columns
+                .iter()
+                .zip(values)
+                .enumerate()
+                .map(|(i, (column, value))| {
+                    let value = value.unwrap_or_else(|| format!("{qualifier}.{}", quoted(&column.name)));
+                    format!("{value} AS foam_new_{i}")
+                })
+                .collect();
+            let filter = update.selection.as_ref().map(|p| format!(" WHERE {p}")).unwrap_or_default();
+            let query = format!("SELECT {qualifier}.*, {} FROM {}{filter}", new_row.join(", "), update.table.relation);
+            Ok(Some((parse_query(&query)?, Modify::Update { table })))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The table an UPDATE or DELETE changes, and how the query names it.
+fn target_table(target: &TableWithJoins, catalog: &Catalog) -> FoamResult<(String, String)> {
+    if !target.joins.is_empty() {
+        return Err(FoamError::FeatureNotSupported { feature: "UPDATE or DELETE of a join".into() });
+    }
+    let TableFactor::Table { name, alias, .. } = &target.relation else {
+        return Err(FoamError::FeatureNotSupported { feature: "UPDATE or DELETE of something other than a table".into() });
+    };
+    let table = ddl::table_name(name)?;
+    if catalog.table(&table).is_err() {
+        if catalog.views.contains_key(&table) {
+            return Err(FoamError::FeatureNotSupported { feature: format!("changing rows through the view \"{table}\"") });
+        }
+        catalog.table(&table)?;
+    }
+    let qualifier = match alias {
+        Some(alias) => alias.name.to_string(),
+        None => name.to_string(),
+    };
+    Ok((table, qualifier))
+}
+
+fn quoted(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+fn parse_query(sql: &str) -> FoamResult<Statement> {
+    let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| FoamError::Syntax { message: e.to_string() })?;
+    match statements.pop() {
+        Some(statement) if statements.is_empty() => Ok(statement),
+        _ => Err(FoamError::internal(format!("the query of an UPDATE or DELETE is not one statement: {sql}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn catalog() -> Catalog {
+        let command = foam_catalog::model::CatalogCommand::RegisterNode { id: Some(1), node_addr: "127.0.0.1:1".into(), sql_addr: "127.0.0.1:2".into() };
+        let (catalog, _) = Catalog::default().apply(&command).unwrap();
+        let create = ddl_command("CREATE TABLE t (k INT, \"Mixed\" TEXT, v INT) DISTRIBUTED BY (k) PARTITIONS 2");
+        catalog.apply(&create).unwrap().0
+    }
+
+    fn ddl_command(sql: &str) -> foam_catalog::model::CatalogCommand {
+        let tokens = crate::frontend::statement::split(sql).unwrap().remove(0);
+        let crate::frontend::statement::FoamStatement::Sql { statement, distribution } = tokens.parse(64).unwrap() else { panic!() };
+        ddl::create_table_command(&statement, distribution).unwrap()
+    }
+
+    fn query_of(sql: &str) -> FoamResult<Option<(Statement, Modify)>> {
+        let statement = Parser::parse_sql(&PostgreSqlDialect {}, sql).unwrap().remove(0);
+        as_query(&statement, &catalog())
+    }
+
+    #[test]
+    fn update_and_delete_become_queries_of_old_and_new_rows() {
+        let (query, modify) = query_of("DELETE FROM t WHERE v > 3").unwrap().unwrap();
+        assert_eq!(query.to_string(), "SELECT t.* FROM t WHERE v > 3");
+        assert_eq!(modify, Modify::Delete { table: "t".into() });
+        let (query, _) = query_of("UPDATE t AS x SET v = v + 1, \"Mixed\" = 'a' WHERE k IN (SELECT 1)").unwrap().unwrap();
+        assert_eq!(query.to_string(), "SELECT x.*, x.\"k\" AS foam_new_0, CAST(('a') AS TEXT) AS foam_new_1, CAST((v + 1) AS INTEGER) AS foam_new_2 FROM t AS x WHERE k IN (SELECT 1)");
+        assert!(query_of("SELECT 1").unwrap().is_none());
+    }
+
+    #[test]
+    fn forms_that_could_repeat_or_return_rows_are_refused() {
+        for sql in [
+            "DELETE FROM t USING t AS u WHERE t.k = u.k",
+            "UPDATE t SET v = 1 FROM t AS u WHERE t.k = u.k",
+            "DELETE FROM t RETURNING k",
+            "UPDATE t SET v = 1 RETURNING k",
+        ] {
+            assert_eq!(query_of(sql).unwrap_err().sqlstate(), "0A000", "{sql}");
+        }
+        assert_eq!(query_of("UPDATE t SET v = 1, v = 2").unwrap_err().sqlstate(), "42601");
+        assert_eq!(query_of("UPDATE t SET nope = 1").unwrap_err().sqlstate(), "42703");
+        assert_eq!(query_of("DELETE FROM nope").unwrap_err().sqlstate(), "42P01");
+    }
+}
