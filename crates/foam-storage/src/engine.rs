@@ -547,7 +547,8 @@ impl StorageEngine {
                 self.finish_staged_file(staged)?;
             }
             if staged.file.is_none() {
-                let file_name = format!("seg-{txn:032x}-{table_id}-{partition}-{statement}-{}.parquet", uuid::Uuid::new_v4().simple());
+                // Unique within the transaction: files are only added until it prepares.
+                let file_name = format!("seg-{txn:032x}-{table_id}-{partition}-{statement}-{}.parquet", staged.files.len());
                 let writer = segment::create_writer(&self.staging_dir.join(&file_name), &batch.schema(), Some(&batch))?;
                 staged.file = Some(OpenStagedFile { statement, file_name, writer, rows: 0 });
             }
