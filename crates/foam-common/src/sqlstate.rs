@@ -54,6 +54,8 @@ sqlstates! {
     NotNullViolation = "23502",
     UniqueViolation = "23505",
     ReadOnlySqlTransaction = "25006",
+    NoActiveSqlTransaction = "25P01",
+    InvalidSavepointSpecification = "3B001",
     InFailedSqlTransaction = "25P02",
     TransactionRollback = "40000",
     SerializationFailure = "40001",

@@ -46,7 +46,8 @@ impl NodeHandler for FoamNodeHandler {
             | NodeRequest::Prepare { .. }
             | NodeRequest::Commit { .. }
             | NodeRequest::Abort { .. }
-            | NodeRequest::KeepAlive { .. }) => {
+            | NodeRequest::KeepAlive { .. }
+            | NodeRequest::RollbackStatements { .. }) => {
                 foam_query::write::handle_participant_request(node, request, payload).await?
             }
             NodeRequest::CommitTransaction { txn, participants } => {

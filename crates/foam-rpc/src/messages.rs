@@ -50,6 +50,9 @@ pub enum NodeRequest {
     Prepare { txn: TxnId, rows: u64 },
     Commit { txn: TxnId },
     Abort { txn: TxnId },
+    /// Discards what statements after `after` of `txn` staged (ROLLBACK TO
+    /// SAVEPOINT, or a failed statement of a block); the rest stays staged.
+    RollbackStatements { txn: TxnId, after: foam_storage::StatementNumber },
     /// The coordinator of `txn` (a transaction block between statements)
     /// still holds it open: its staged rows are not idle.
     KeepAlive { txn: TxnId },

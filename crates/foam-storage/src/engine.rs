@@ -414,6 +414,36 @@ impl StorageEngine {
         staged.deletes.iter().filter(|(s, _)| *s < own.before).map(|(_, b)| b.clone()).collect()
     }
 
+    /// Discards what statements after `after` of `txn` staged here (ROLLBACK
+    /// TO SAVEPOINT, or a statement of a block that failed); the rest stays.
+    pub fn rollback_statements(&self, txn: TxnId, after: StatementNumber) {
+        let Some(staging) = lock(&self.staging).get(&txn).cloned() else { return };
+        let mut staging = lock(&staging);
+        staging.last_activity = Instant::now();
+        for staged in staging.partitions.values_mut() {
+            let before = staged.batches.len() + staged.deletes.len();
+            staged.batches.retain(|(statement, _)| *statement <= after);
+            staged.deletes.retain(|(statement, _)| *statement <= after);
+            if staged.file.as_ref().is_some_and(|f| f.statement > after)
+                && let Some(open) = staged.file.take()
+            {
+                drop(open.writer);
+                let _ = std::fs::remove_file(self.staging_dir.join(&open.file_name));
+            }
+            let dropped: Vec<StagedFile> = staged.files.extract_if(.., |f| f.statement > after).collect();
+            for file in &dropped {
+                let _ = std::fs::remove_file(self.staging_dir.join(&file.file_name));
+            }
+            if before != staged.batches.len() + staged.deletes.len() || !dropped.is_empty() {
+                staged.batch_bytes = staged.batches.iter().map(|(_, b)| b.get_array_memory_size()).sum();
+            }
+            staged.rows = staged.batches.iter().map(|(_, b)| b.num_rows() as u64).sum::<u64>()
+                + staged.deletes.iter().map(|(_, b)| b.num_rows() as u64).sum::<u64>()
+                + staged.files.iter().map(|f| f.rows).sum::<u64>()
+                + staged.file.as_ref().map(|f| f.rows).unwrap_or(0);
+        }
+    }
+
     /// Notes that the coordinator of `txn` still holds it open (a transaction
     /// block between statements), so it is not discarded as idle.
     pub fn touch(&self, txn: TxnId) {
@@ -1453,6 +1483,29 @@ mod tests {
         engine.commit(6).unwrap();
         assert_eq!(rows_in(&engine, 11, 2), 150_017);
         assert_eq!(staged_count(&engine, 6, 9, 2), 0, "committed rows are no longer staged");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn rolling_back_to_a_statement_keeps_what_came_before_it() {
+        let dir = temp_dir("rollback-to");
+        let engine = StorageEngine::open(&dir).unwrap();
+        engine.stage_statement(8, 1, (11, 0), 0, 1, vec![batch(0, 10)]).unwrap();
+        for chunk in 0..30 {
+            engine.stage_statement(8, 1, (11, 0), 0, 2, vec![batch(1_000 + chunk * 5000, 5000)]).unwrap();
+        }
+        engine.stage_deletes(8, 1, (11, 0), 0, 3, vec![batch(0, 1)]).unwrap();
+        engine.stage_statement(8, 1, (11, 0), 0, 3, vec![batch(900, 5)]).unwrap();
+        assert_eq!(staged_count(&engine, 8, 4, 0), 150_015);
+        engine.rollback_statements(8, 1);
+        assert_eq!(staged_count(&engine, 8, 4, 0), 10, "statement 2's spilled rows and statement 3's rows are gone");
+        assert!(engine.staged_deletes(OwnWrites { txn: 8, before: 4 }, (11, 0)).is_empty());
+        // Statement 1's rows were spilled along with statement 2's; only its file stays.
+        let files: Vec<String> = std::fs::read_dir(dir.join("staging")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        assert!(files.iter().all(|f| f.contains("-11-0-1-")), "statements 2 and 3's files are gone: {files:?}");
+        engine.prepare(8, 10, &no_keys).unwrap();
+        engine.commit(8).unwrap();
+        assert_eq!(rows_in(&engine, 11, 0), 10);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

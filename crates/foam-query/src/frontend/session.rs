@@ -50,6 +50,10 @@ const STATEMENT_RETRY_BACKOFF_MS: u64 = 20;
 /// The isolation level every transaction block runs at (transaction_block.rs),
 /// as `SHOW transaction_isolation` answers it.
 const ISOLATION_LEVEL: &str = "read committed";
+
+/// The tag `ROLLBACK TO SAVEPOINT` completes with inside FoamDB; clients see
+/// `ROLLBACK` (foam-pgwire), and their transaction block goes on.
+pub const ROLLBACK_TO_TAG: &str = "ROLLBACK TO";
 const TRANSACTION_ISOLATION: &str = "transaction_isolation";
 const DEFAULT_TRANSACTION_ISOLATION: &str = "default_transaction_isolation";
 
@@ -118,7 +122,9 @@ impl PreparedStatement {
             Kind::Own(statement, _) => match statement.as_ref() {
                 Statement::StartTransaction { .. } => StatementClass::Begin,
                 Statement::Commit { .. } => StatementClass::Commit,
+                Statement::Rollback { savepoint: Some(_), .. } => StatementClass::RollbackTo,
                 Statement::Rollback { .. } => StatementClass::Rollback,
+                Statement::Savepoint { .. } | Statement::ReleaseSavepoint { .. } => StatementClass::Savepoint,
                 Statement::CreateTable(_) => StatementClass::NotTransactional("CREATE TABLE"),
                 Statement::CreateView(_) => StatementClass::NotTransactional("CREATE VIEW"),
                 Statement::Drop { .. } => StatementClass::NotTransactional("DROP"),
@@ -374,7 +380,8 @@ impl FoamSession {
     pub fn statement_failed(&self) {
         let mut block = self.block();
         block.statement_failed();
-        if *block == Block::Failed {
+        // A savepoint may resume the block; without one it can only end.
+        if *block == Block::Failed && !self.open.get().is_some_and(|open| open.has_savepoints()) {
             drop(self.open.set(None));
         }
     }
@@ -427,6 +434,8 @@ impl FoamSession {
                 | Statement::StartTransaction { .. }
                 | Statement::Commit { .. }
                 | Statement::Rollback { .. }
+                | Statement::Savepoint { .. }
+                | Statement::ReleaseSavepoint { .. }
                 | Statement::Explain { .. }
         ) || self.is_client_setting(&statement);
         if own {
@@ -519,6 +528,7 @@ impl FoamSession {
         }
         let result = match class {
             StatementClass::Begin => self.begin(prepared).await,
+            StatementClass::Savepoint | StatementClass::RollbackTo => self.savepoint_statement(prepared).await,
             StatementClass::Commit | StatementClass::Rollback => {
                 if let Kind::Own(statement, _) = &prepared.kind
                     && let Err(error) = crate::frontend::transaction_block::check_end(statement)
@@ -556,6 +566,36 @@ impl FoamSession {
             self.open.set(Some(Transaction::begin(self.node.clone())));
         }
         Ok(StatementOutput::Command { tag: "BEGIN".into(), rows: None })
+    }
+
+    /// SAVEPOINT, RELEASE SAVEPOINT and ROLLBACK TO SAVEPOINT, in a block.
+    async fn savepoint_statement(&self, prepared: &PreparedStatement) -> FoamResult<StatementOutput> {
+        let command = |tag: &str| Ok(StatementOutput::Command { tag: tag.into(), rows: None });
+        let Kind::Own(statement, _) = &prepared.kind else { return Err(FoamError::internal("a savepoint is not a statement of its own")) };
+        // A failed block without savepoints has ended its transaction: it has
+        // no savepoint to go back to.
+        let open = self.open.get().ok_or_else(|| FoamError::Query {
+            message: "savepoint does not exist".into(),
+            sqlstate: foam_common::SqlState::InvalidSavepointSpecification,
+        })?;
+        let name = |ident: &datafusion::sql::sqlparser::ast::Ident| ddl::normalize_ident(&ident.value, ident.quote_style);
+        match statement.as_ref() {
+            Statement::Savepoint { name: ident } => {
+                open.savepoint(&name(ident));
+                command("SAVEPOINT")
+            }
+            Statement::ReleaseSavepoint { name: ident } => {
+                open.release(&name(ident))?;
+                command("RELEASE")
+            }
+            Statement::Rollback { savepoint: Some(ident), .. } => {
+                open.rollback_to(&name(ident)).await?;
+                // Tagged ROLLBACK as PostgreSQL does; named apart so the
+                // protocol layer does not report the block as ended.
+                command(ROLLBACK_TO_TAG)
+            }
+            other => Err(FoamError::internal(format!("not a savepoint statement: {other}"))),
+        }
     }
 
     /// COMMIT or ROLLBACK of the block's transaction; a failed block's

@@ -14,9 +14,13 @@
 //!                    │  DDL, CHECKPOINT, or any error
 //!                    ▼
 //!                  Failed ──COMMIT/ROLLBACK──▶ Idle (COMMIT answers ROLLBACK)
-//!                    the block's rows are discarded at once;
-//!                    every other statement: 25P02, as in PostgreSQL
+//!                    │ the failed statement's rows are discarded at once,
+//!                    │ and the whole block's unless it has a savepoint;
+//!                    │ every other statement: 25P02, as in PostgreSQL
+//!                    └──ROLLBACK TO SAVEPOINT──▶ InBlock
 //! ```
+//! SAVEPOINT and RELEASE run in a block only; outside one they and ROLLBACK
+//! TO get 25P01, as in PostgreSQL.
 
 use datafusion::sql::sqlparser::ast::{Statement, TransactionAccessMode, TransactionIsolationLevel, TransactionMode};
 use foam_common::{FoamError, FoamResult};
@@ -40,14 +44,13 @@ pub fn read_only(modes: &[TransactionMode]) -> FoamResult<bool> {
     Ok(read_only)
 }
 
-/// Refuses the forms of COMMIT and ROLLBACK FoamDB does not run, before
-/// they could be taken for a plain one: `AND CHAIN`, `ROLLBACK TO SAVEPOINT`.
+/// Refuses the form of COMMIT and ROLLBACK FoamDB does not run, before it
+/// could be taken for a plain one: `AND CHAIN`.
 pub fn check_end(statement: &Statement) -> FoamResult<()> {
     match statement {
         Statement::Commit { chain: true, .. } | Statement::Rollback { chain: true, .. } => {
             Err(FoamError::FeatureNotSupported { feature: "COMMIT or ROLLBACK AND CHAIN".into() })
         }
-        Statement::Rollback { savepoint: Some(_), .. } => Err(FoamError::FeatureNotSupported { feature: "ROLLBACK TO SAVEPOINT".into() }),
         _ => Ok(()),
     }
 }
@@ -74,6 +77,10 @@ pub enum StatementClass {
     Read,
     /// Changes rows (INSERT, COPY FROM): part of the block's transaction.
     Write,
+    /// SAVEPOINT or RELEASE SAVEPOINT.
+    Savepoint,
+    /// ROLLBACK TO SAVEPOINT: also runs in a failed block, which it resumes.
+    RollbackTo,
     /// Changes the catalog or a node, which no transaction can undo; named
     /// for the error.
     NotTransactional(&'static str),
@@ -92,7 +99,11 @@ impl Block {
     /// Whether `class` may run now; a refusal fails the block.
     pub fn admit(&mut self, class: StatementClass) -> Admission {
         match (*self, class) {
-            (Block::Failed, StatementClass::Commit | StatementClass::Rollback) => Admission::Run,
+            (Block::Failed, StatementClass::Commit | StatementClass::Rollback | StatementClass::RollbackTo) => Admission::Run,
+            (Block::Idle, StatementClass::Savepoint | StatementClass::RollbackTo) => Admission::Refuse {
+                sqlstate: foam_common::SqlState::NoActiveSqlTransaction,
+                message: "savepoints can only be used in transaction blocks".into(),
+            },
             (Block::Failed, _) => Admission::Refuse {
                 sqlstate: foam_common::SqlState::InFailedSqlTransaction,
                 message: "current transaction is aborted, commands ignored until end of transaction block".into(),
@@ -122,6 +133,8 @@ impl Block {
                 return Some(tag);
             }
             StatementClass::Rollback => *self = Block::Idle,
+            StatementClass::RollbackTo if succeeded => *self = Block::InBlock,
+            StatementClass::RollbackTo => {}
             _ if !succeeded => self.statement_failed(),
             _ => {}
         }
@@ -162,6 +175,21 @@ mod tests {
         assert_eq!(block, Block::Idle);
         // Outside a block everything runs.
         assert_eq!(block.admit(StatementClass::NotTransactional("CREATE TABLE")), Admission::Run);
+    }
+
+    #[test]
+    fn rollback_to_a_savepoint_resumes_a_failed_block_and_savepoints_need_one() {
+        let mut block = Block::Idle;
+        assert!(matches!(block.admit(StatementClass::Savepoint), Admission::Refuse { sqlstate: foam_common::SqlState::NoActiveSqlTransaction, .. }));
+        assert_eq!(block, Block::Idle, "refused outside a block, nothing to abort");
+        let mut block = Block::InBlock;
+        block.after(StatementClass::Read, false);
+        assert!(matches!(block.admit(StatementClass::Savepoint), Admission::Refuse { sqlstate: foam_common::SqlState::InFailedSqlTransaction, .. }));
+        assert_eq!(block.admit(StatementClass::RollbackTo), Admission::Run);
+        block.after(StatementClass::RollbackTo, false);
+        assert_eq!(block, Block::Failed, "an unknown savepoint leaves it failed");
+        block.after(StatementClass::RollbackTo, true);
+        assert_eq!(block, Block::InBlock);
     }
 
     #[test]

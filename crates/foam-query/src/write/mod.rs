@@ -512,10 +512,14 @@ impl TableWriter {
         error
     }
 
-    /// Abandons the statement on every participant.
+    /// Abandons the statement on every participant: in a transaction block,
+    /// only this statement's rows go, and the block's transaction stays.
     pub async fn abort(mut self) {
         let participants = self.router.cancel().await;
-        abort_transaction(&self.node, self.router.txn(), &participants).await;
+        match &self.transaction {
+            Some(open) => open.discard_statement(&participants).await,
+            None => abort_transaction(&self.node, self.router.txn(), &participants).await,
+        }
     }
 }
 
@@ -638,6 +642,10 @@ async fn local_request(node: &Arc<NodeContext>, request: NodeRequest) -> FoamRes
         NodeRequest::Abort { txn } => storage.abort(txn),
         NodeRequest::KeepAlive { txn } => {
             storage.touch(txn);
+            Ok(())
+        }
+        NodeRequest::RollbackStatements { txn, after } => {
+            storage.rollback_statements(txn, after);
             Ok(())
         }
         other => Err(FoamError::internal(format!("not a transaction request: {other:?}"))),

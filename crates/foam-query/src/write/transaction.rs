@@ -7,6 +7,9 @@
 //!  COMMIT   ──▶ commit_transaction over every statement's participants (2PC, as one statement's)
 //!  ROLLBACK, an error, the connection closing ──▶ Abort on every participant
 //! ```
+//! `SAVEPOINT` names the statement it is; `ROLLBACK TO` it has every
+//! participant discard what later statements staged (`RollbackStatements`).
+//!
 //! Participants discard staged rows that stay idle for `TXN_IDLE_TIMEOUT_MS`
 //! (a coordinator that died); while the block is open its coordinator tells
 //! them every `TXN_KEEPALIVE_MS` that it still holds them.
@@ -34,8 +37,12 @@ pub struct Transaction {
 
 #[derive(Default)]
 struct Writes {
-    /// Rows sent to each participant over all statements, as prepare checks them.
-    participants: BTreeMap<NodeId, u64>,
+    /// Rows sent to each participant by each statement; prepare checks their sums.
+    by_statement: BTreeMap<StatementNumber, BTreeMap<NodeId, u64>>,
+    /// Every node any statement sent rows to, rolled back or not.
+    nodes: BTreeSet<NodeId>,
+    /// Savepoints, oldest first, with the statement each one is.
+    savepoints: Vec<(String, StatementNumber)>,
     /// Tables some statement wrote: their scans read the staged rows too.
     tables: BTreeSet<TableId>,
     keepalive: Option<tokio::task::AbortHandle>,
@@ -75,10 +82,12 @@ impl Transaction {
     /// Notes that the running statement staged rows of `table` on
     /// `participants` (with the rows each was sent).
     pub fn record(self: &Arc<Self>, table: TableId, participants: &[(NodeId, u64)]) {
+        let statement = self.statement();
         let mut writes = self.writes();
         writes.tables.insert(table);
         for (node, rows) in participants {
-            *writes.participants.entry(*node).or_default() += rows;
+            *writes.by_statement.entry(statement).or_default().entry(*node).or_default() += rows;
+            writes.nodes.insert(*node);
         }
         if writes.keepalive.is_none() && !participants.is_empty() {
             writes.keepalive = Some(tokio::spawn(keep_alive(Arc::downgrade(self))).abort_handle());
@@ -93,7 +102,11 @@ impl Transaction {
             if let Some(keepalive) = writes.keepalive.take() {
                 keepalive.abort();
             }
-            writes.participants.iter().map(|(n, r)| (*n, *r)).collect()
+            let mut sums: BTreeMap<NodeId, u64> = writes.nodes.iter().map(|n| (*n, 0)).collect();
+            for (node, rows) in writes.by_statement.values().flatten() {
+                *sums.entry(*node).or_default() += rows;
+            }
+            sums.into_iter().collect()
         };
         if participants.is_empty() {
             return Ok(());
@@ -118,11 +131,63 @@ impl Transaction {
         if let Some(keepalive) = writes.keepalive.take() {
             keepalive.abort();
         }
-        (!writes.participants.is_empty()).then(|| writes.participants.keys().copied().collect())
+        (!writes.nodes.is_empty()).then(|| writes.nodes.iter().copied().collect())
     }
 
     fn participant_ids(&self) -> Vec<NodeId> {
-        self.writes().participants.keys().copied().collect()
+        self.writes().nodes.iter().copied().collect()
+    }
+
+    /// `SAVEPOINT name`, which is the running statement.
+    pub fn savepoint(&self, name: &str) {
+        let statement = self.statement();
+        self.writes().savepoints.push((name.to_string(), statement));
+    }
+
+    /// Whether the block has a savepoint to roll back to after an error.
+    pub fn has_savepoints(&self) -> bool {
+        !self.writes().savepoints.is_empty()
+    }
+
+    /// `RELEASE SAVEPOINT name`: forgets it and every later one.
+    pub fn release(&self, name: &str) -> FoamResult<()> {
+        let mut writes = self.writes();
+        let at = find_savepoint(&writes.savepoints, name)?;
+        writes.savepoints.truncate(at);
+        Ok(())
+    }
+
+    /// `ROLLBACK TO SAVEPOINT name`: every participant discards what the
+    /// statements after it staged; it stays, later savepoints go.
+    pub async fn rollback_to(&self, name: &str) -> FoamResult<()> {
+        let (after, nodes) = {
+            let mut writes = self.writes();
+            let at = find_savepoint(&writes.savepoints, name)?;
+            let after = writes.savepoints[at].1;
+            writes.savepoints.truncate(at + 1);
+            writes.by_statement.retain(|statement, _| *statement <= after);
+            (after, writes.nodes.iter().copied().collect::<Vec<_>>())
+        };
+        self.rollback_statements(after, &nodes).await
+    }
+
+    /// A statement of the block failed: `nodes` discard what it staged. One
+    /// that is not told holds more rows than the coordinator counts and so
+    /// votes no at COMMIT: the block can then only fail, never commit them.
+    pub async fn discard_statement(&self, nodes: &[NodeId]) {
+        let statement = self.statement();
+        self.writes().by_statement.remove(&statement);
+        if let Err(error) = self.rollback_statements(statement.saturating_sub(1), nodes).await {
+            tracing::warn!(%error, "a failed statement's rows were not discarded everywhere; the block cannot commit");
+        }
+    }
+
+    async fn rollback_statements(&self, after: StatementNumber, nodes: &[NodeId]) -> FoamResult<()> {
+        let txn = self.txn;
+        for (_, result) in crate::write::on_participants(&self.node, nodes, |_| NodeRequest::RollbackStatements { txn, after }).await {
+            result?;
+        }
+        Ok(())
     }
 }
 
@@ -152,6 +217,13 @@ async fn keep_alive(transaction: Weak<Transaction>) {
             }
         }
     }
+}
+
+fn find_savepoint(savepoints: &[(String, StatementNumber)], name: &str) -> FoamResult<usize> {
+    savepoints.iter().rposition(|(n, _)| n == name).ok_or_else(|| foam_common::FoamError::Query {
+        message: format!("savepoint \"{name}\" does not exist"),
+        sqlstate: foam_common::SqlState::InvalidSavepointSpecification,
+    })
 }
 
 /// The session's open transaction block, if any: a session config extension,
