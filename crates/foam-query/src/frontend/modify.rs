@@ -11,6 +11,7 @@
 //! row hashes to its own partition, so an UPDATE of the distribution key moves
 //! the row. Forms whose rows could repeat a target row (`UPDATE ... FROM`,
 //! `DELETE ... USING`) or that return rows (`RETURNING`) are refused with 0A000.
+//! `TRUNCATE t` is `DELETE FROM t`: transactional, at a DELETE's cost.
 
 use datafusion::sql::sqlparser::ast::{AssignmentTarget, FromTable, Statement, TableFactor, TableWithJoins};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
@@ -25,12 +26,13 @@ use crate::frontend::ddl;
 pub enum Modify {
     Delete { table: String },
     Update { table: String },
+    Truncate { table: String },
 }
 
 impl Modify {
     pub fn table(&self) -> &str {
         match self {
-            Modify::Delete { table } | Modify::Update { table } => table,
+            Modify::Delete { table } | Modify::Update { table } | Modify::Truncate { table } => table,
         }
     }
 
@@ -38,6 +40,7 @@ impl Modify {
         match self {
             Modify::Delete { .. } => "DELETE",
             Modify::Update { .. } => "UPDATE",
+            Modify::Truncate { .. } => "TRUNCATE TABLE",
         }
     }
 }
@@ -109,6 +112,19 @@ pub fn as_query(statement: &Statement, catalog: &Catalog) -> FoamResult<Option<(
             let query = format!("SELECT {qualifier}.*, {} FROM {}{filter}", new_row.join(", "), update.table.relation);
             Ok(Some((parse_query(&query)?, Modify::Update { table })))
         }
+        Statement::Truncate(truncate) => {
+            // Without foreign keys or sequences, CASCADE and RESTART IDENTITY change nothing more.
+            let [target] = truncate.table_names.as_slice() else {
+                return unsupported("TRUNCATE of several tables at once (truncate them one by one in a transaction block)");
+            };
+            if truncate.partitions.is_some() || truncate.on_cluster.is_some() {
+                return unsupported("this form of TRUNCATE");
+            }
+            let table = ddl::table_name(&target.name)?;
+            catalog.table(&table)?;
+            let query = format!("SELECT * FROM {}", quoted(&table));
+            Ok(Some((parse_query(&query)?, Modify::Truncate { table })))
+        }
         _ => Ok(None),
     }
 }
@@ -177,6 +193,9 @@ mod tests {
         let (query, _) = query_of("UPDATE t AS x SET v = v + 1, \"Mixed\" = 'a' WHERE k IN (SELECT 1)").unwrap().unwrap();
         assert_eq!(query.to_string(), "SELECT x.*, x.\"k\" AS foam_new_0, CAST(('a') AS TEXT) AS foam_new_1, CAST((v + 1) AS INTEGER) AS foam_new_2 FROM t AS x WHERE k IN (SELECT 1)");
         assert!(query_of("SELECT 1").unwrap().is_none());
+        let (query, modify) = query_of("TRUNCATE TABLE t").unwrap().unwrap();
+        assert_eq!((query.to_string(), modify.tag()), ("SELECT * FROM \"t\"".to_string(), "TRUNCATE TABLE"));
+        assert_eq!(query_of("TRUNCATE t, t").unwrap_err().sqlstate(), "0A000");
     }
 
     #[test]

@@ -721,7 +721,9 @@ impl FoamSession {
         }
         let changed = writer.deleted();
         writer.commit().await?;
-        Ok(StatementOutput::Command { tag: modify.tag().into(), rows: Some(changed) })
+        // PostgreSQL's TRUNCATE reports no row count.
+        let rows = (!matches!(modify, crate::frontend::modify::Modify::Truncate { .. })).then_some(changed);
+        Ok(StatementOutput::Command { tag: modify.tag().into(), rows })
     }
 
     async fn run_insert(&self, plan: LogicalPlan) -> FoamResult<StatementOutput> {
