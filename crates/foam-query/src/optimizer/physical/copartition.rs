@@ -647,6 +647,15 @@ fn aggregate_in_place(node: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn Ex
         first.input_schema(),
     )?
     .with_limit_options(last.limit_options());
+    // Only where DataFusion's plan check accepts the input's partitioning
+    // for the one-step aggregate: a partitioning that names a group key twice
+    // (a projection of equal columns) groups alike, but the check takes a
+    // subset only when it has fewer keys.
+    let subset = datafusion::physical_plan::distribution_requirements::ChildSatisfactionOptions::new().with_allow_subset(true);
+    let accepted = single.input_distribution_requirements().child_satisfaction(0, single.input().as_ref(), subset)?.is_satisfied();
+    if !accepted {
+        return Ok(None);
+    }
     let single: Arc<dyn ExecutionPlan> = Arc::new(single);
     let Some(order) = order else { return Ok(Some(single)) };
     // Output column `i` of the original aggregate is column `order⁻¹(i)`.
