@@ -144,6 +144,10 @@ pub const STAGE_INLINE_BYTES_PER_TXN_MAX: usize = 64 * 1024 * 1024;
 /// before it is flushed to a Parquet segment.
 pub const MEMTABLE_FLUSH_ROWS: usize = 131_072;
 
+/// Segments of fewer rows are merged into the one new segment a deletion
+/// writes (`Partition::apply_delete`), so small changes leave few files.
+pub const SEGMENT_MERGE_ROWS_MAX: usize = MEMTABLE_FLUSH_ROWS / 4;
+
 /// Entries in a coordinator's decision log after which it is rewritten with
 /// only the decisions a participant may still ask for, when those are at most
 /// half of them: 1 MiB of log.

@@ -1582,6 +1582,28 @@ mod tests {
     }
 
     #[test]
+    fn repeated_small_updates_leave_one_segment_not_one_per_commit() {
+        let dir = temp_dir("updates-merge");
+        let engine = StorageEngine::open(&dir).unwrap();
+        commit_rows(&engine, 1, 10, vec![batch(0, 1000)], &no_keys);
+        engine.flush_partition(10, 0).unwrap();
+        let rows = batch(0, 1000);
+        for round in 0..30u128 {
+            // Row `round` is replaced by itself under another key: delete, add.
+            let old = rows.slice(round as usize, 1);
+            engine.stage_deletes(100 + round, 1, (10, 0), 0, 0, vec![old]).unwrap();
+            engine.stage(100 + round, 1, 10, 0, 0, vec![batch(10_000 + round as i64, 1)]).unwrap();
+            engine.prepare(100 + round, 2, &no_keys).unwrap();
+            engine.commit(100 + round).unwrap();
+            assert_eq!(engine.segments(10, 0).len(), 1, "after update {round}");
+        }
+        let keys = keys_in(&engine, 10, 0);
+        assert_eq!(keys.len(), 1000);
+        assert_eq!((keys[0], keys[969], keys[970], keys[999]), (30, 999, 10_000, 10_029));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn the_first_to_prepare_a_deletion_wins_and_a_missing_row_is_40001() {
         let dir = temp_dir("delete-conflict");
         let engine = StorageEngine::open(&dir).unwrap();

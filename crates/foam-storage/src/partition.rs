@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::row_set::RowSet;
 use crate::segment;
+use foam_common::limits::SEGMENT_MERGE_ROWS_MAX;
 
 const MANIFEST_FILE_NAME: &str = "manifest.json";
 
@@ -288,8 +289,14 @@ impl Partition {
         let mut next = self.manifest.clone();
         let mut retired = Vec::new();
         let mut kept_segments = Vec::with_capacity(next.segments.len());
+        // The rows left of rewritten segments, of small segments and of the
+        // memtable go to one new segment: repeated small changes would
+        // otherwise leave a new small file each, and every read and every
+        // deletion after them would open them all.
+        let mut merged: Vec<RecordBatch> = Vec::new();
         for info in std::mem::take(&mut next.segments) {
-            if gone.is_empty() {
+            let small = info.rows < SEGMENT_MERGE_ROWS_MAX as u64;
+            if gone.is_empty() && !small {
                 kept_segments.push(info);
                 continue;
             }
@@ -302,19 +309,18 @@ impl Partition {
                 removed += taken;
                 left.push(kept);
             }
-            if removed == 0 {
+            if removed == 0 && !small {
                 kept_segments.push(info);
                 continue;
             }
             retired.push(info.file_name.clone());
-            if let Some(rewritten) = self.write_rows(&left)? {
-                kept_segments.push(rewritten);
-            }
+            merged.extend(left);
         }
-        let memtable: Vec<RecordBatch> =
-            self.memtable.iter().map(|batch| gone.take_from(batch).map(|(kept, _)| kept)).collect::<FoamResult<_>>()?;
-        if let Some(flushed) = self.write_rows(&memtable)? {
-            kept_segments.push(flushed);
+        for batch in &self.memtable {
+            merged.push(gone.take_from(batch)?.0);
+        }
+        if let Some(written) = self.write_rows(&merged)? {
+            kept_segments.push(written);
         }
         next.segments = kept_segments;
         next.applied_lsn = next.applied_lsn.max(self.memtable_lsn_max).max(lsn);
@@ -339,8 +345,13 @@ impl Partition {
     /// Writes `batches` (empty ones skipped) as a new segment file of this
     /// partition, fsynced; `None` when there is no row to write.
     fn write_rows(&self, batches: &[RecordBatch]) -> FoamResult<Option<SegmentInfo>> {
-        let batches: Vec<RecordBatch> = batches.iter().filter(|b| b.num_rows() > 0).cloned().collect();
-        let Some(first) = batches.first() else { return Ok(None) };
+        let Some(first) = batches.iter().find(|b| b.num_rows() > 0) else { return Ok(None) };
+        // Rows of older files or a replayed WAL may hold text as another
+        // string type: one file has one schema.
+        let schema = first.schema();
+        let batches: Vec<RecordBatch> =
+            batches.iter().filter(|b| b.num_rows() > 0).map(|b| same_schema(&schema, b)).collect::<FoamResult<_>>()?;
+        let first = &batches[0];
         let file_name = format!("seg-{}.parquet", uuid::Uuid::new_v4().simple());
         let sum = segment::write_segment(&self.dir.join(&file_name), &first.schema(), &batches)?;
         let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
@@ -382,4 +393,19 @@ impl Partition {
         self.manifest = next;
         Ok(())
     }
+}
+
+/// `batch` with `schema`'s column types (and field names and nullability).
+fn same_schema(schema: &arrow::datatypes::SchemaRef, batch: &RecordBatch) -> FoamResult<RecordBatch> {
+    if batch.schema() == *schema {
+        return Ok(batch.clone());
+    }
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .map(|(column, field)| arrow::compute::cast(column, field.data_type()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| FoamError::internal(format!("rows of one partition in two shapes: {e}")))?;
+    RecordBatch::try_new(schema.clone(), columns).map_err(|e| FoamError::internal(format!("rows of one partition in two shapes: {e}")))
 }
