@@ -350,7 +350,7 @@ impl Partition {
         // string type: one file has one schema.
         let schema = first.schema();
         let batches: Vec<RecordBatch> =
-            batches.iter().filter(|b| b.num_rows() > 0).map(|b| same_schema(&schema, b)).collect::<FoamResult<_>>()?;
+            batches.iter().filter(|b| b.num_rows() > 0).map(|b| segment::cast_to_schema(&schema, b)).collect::<FoamResult<_>>()?;
         let first = &batches[0];
         let file_name = format!("seg-{}.parquet", uuid::Uuid::new_v4().simple());
         let sum = segment::write_segment(&self.dir.join(&file_name), &first.schema(), &batches)?;
@@ -393,19 +393,4 @@ impl Partition {
         self.manifest = next;
         Ok(())
     }
-}
-
-/// `batch` with `schema`'s column types (and field names and nullability).
-fn same_schema(schema: &arrow::datatypes::SchemaRef, batch: &RecordBatch) -> FoamResult<RecordBatch> {
-    if batch.schema() == *schema {
-        return Ok(batch.clone());
-    }
-    let columns = batch
-        .columns()
-        .iter()
-        .zip(schema.fields())
-        .map(|(column, field)| arrow::compute::cast(column, field.data_type()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| FoamError::internal(format!("rows of one partition in two shapes: {e}")))?;
-    RecordBatch::try_new(schema.clone(), columns).map_err(|e| FoamError::internal(format!("rows of one partition in two shapes: {e}")))
 }

@@ -413,6 +413,22 @@ pub fn read_segment(path: &Path, checksums: &Checksums, projection: Option<&[usi
     builder.with_projection(mask).build().map_err(|e| parquet_error(path, e))
 }
 
+/// `batch` with `schema`'s column types (and field names and nullability):
+/// rows of older files or of a replayed WAL may hold text as `Utf8`.
+pub fn cast_to_schema(schema: &SchemaRef, batch: &RecordBatch) -> FoamResult<RecordBatch> {
+    if batch.schema() == *schema {
+        return Ok(batch.clone());
+    }
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .map(|(column, field)| arrow::compute::cast(column, field.data_type()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| FoamError::internal(format!("rows in two shapes: {e}")))?;
+    RecordBatch::try_new(schema.clone(), columns).map_err(|e| FoamError::internal(format!("rows in two shapes: {e}")))
+}
+
 /// `schema` with its `Utf8` columns as `Utf8View` (FoamDB's text type), or
 /// `None` when it has none: segments written before text was `Utf8View` read
 /// as views too, and a dictionary-encoded page becomes views into its

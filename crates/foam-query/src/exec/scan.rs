@@ -423,17 +423,10 @@ impl Iterator for SegmentBatches {
 /// `batch` with its `Utf8` columns as `Utf8View`, FoamDB's text type: rows a
 /// node replays from a WAL written before text was `Utf8View` are `Utf8`.
 fn text_as_views(batch: RecordBatch) -> FoamResult<RecordBatch> {
-    let Some(schema) = foam_storage::segment::strings_as_views(&batch.schema()) else {
-        return Ok(batch);
-    };
-    let columns = batch
-        .columns()
-        .iter()
-        .zip(schema.fields())
-        .map(|(column, field)| arrow::compute::cast(column, field.data_type()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| FoamError::internal(e.to_string()))?;
-    RecordBatch::try_new(schema, columns).map_err(|e| FoamError::internal(e.to_string()))
+    match foam_storage::segment::strings_as_views(&batch.schema()) {
+        Some(schema) => foam_storage::segment::cast_to_schema(&schema, &batch),
+        None => Ok(batch),
+    }
 }
 
 /// `batch` with only the `columns` asked for, in that order (all when `None`).
