@@ -421,7 +421,6 @@ impl StorageEngine {
         let mut staging = lock(&staging);
         staging.last_activity = Instant::now();
         for staged in staging.partitions.values_mut() {
-            let before = staged.batches.len() + staged.deletes.len();
             staged.batches.retain(|(statement, _)| *statement <= after);
             staged.deletes.retain(|(statement, _)| *statement <= after);
             if staged.file.as_ref().is_some_and(|f| f.statement > after)
@@ -434,9 +433,7 @@ impl StorageEngine {
             for file in &dropped {
                 let _ = std::fs::remove_file(self.staging_dir.join(&file.file_name));
             }
-            if before != staged.batches.len() + staged.deletes.len() || !dropped.is_empty() {
-                staged.batch_bytes = staged.batches.iter().map(|(_, b)| b.get_array_memory_size()).sum();
-            }
+            staged.batch_bytes = staged.batches.iter().map(|(_, b)| b.get_array_memory_size()).sum();
             staged.rows = staged.batches.iter().map(|(_, b)| b.num_rows() as u64).sum::<u64>()
                 + staged.deletes.iter().map(|(_, b)| b.num_rows() as u64).sum::<u64>()
                 + staged.files.iter().map(|f| f.rows).sum::<u64>()
@@ -479,21 +476,9 @@ impl StorageEngine {
                 .collect();
             (rows, files)
         };
-        // A segment returns projected columns in file order, once each.
-        let mut sorted: Option<Vec<usize>> = projection.map(|p| p.to_vec());
-        if let Some(sorted) = sorted.as_mut() {
-            sorted.sort_unstable();
-            sorted.dedup();
-        }
-        let reorder: Option<Vec<usize>> =
-            projection.zip(sorted.as_ref()).map(|(wanted, sorted)| wanted.iter().map(|i| sorted.binary_search(i).unwrap_or(0)).collect());
         for (path, checksums) in files {
-            for batch in segment::read_segment(&path, &checksums, sorted.as_deref())? {
-                let batch = batch.map_err(|e| FoamError::Corrupted { path: path.display().to_string(), message: e.to_string() })?;
-                rows.push(match &reorder {
-                    Some(order) => batch.project(order).map_err(|e| FoamError::internal(format!("projecting staged rows: {e}")))?,
-                    None => batch,
-                });
+            for batch in segment::SegmentRows::open(&path, &checksums, projection)? {
+                rows.push(batch?);
             }
         }
         Ok(rows)
@@ -698,15 +683,8 @@ impl StorageEngine {
         for ((table_id, partition), rows) in deletes {
             let Some(wanted) = RowSet::of(&rows)? else { continue };
             let mut available: HashMap<Vec<u8>, u64> = HashMap::new();
-            let snapshot = self.snapshot(table_id, partition);
-            for batch in &snapshot.memtable {
-                wanted.count_in(batch, &mut available)?;
-            }
-            for segment in &snapshot.segments {
-                for batch in segment::read_segment(&segment.path, &segment.checksums, None)? {
-                    let batch = batch.map_err(|e| FoamError::Corrupted { path: segment.path.display().to_string(), message: e.to_string() })?;
-                    wanted.count_in(&batch, &mut available)?;
-                }
+            for batch in self.committed_rows((table_id, partition), None)? {
+                wanted.count_in(&batch, &mut available)?;
             }
             let all_columns: Vec<usize> = (0..rows[0].num_columns()).collect();
             for (entry, new_rows) in entries.iter().zip(inline) {
@@ -777,16 +755,7 @@ impl StorageEngine {
             if let Some(gone) = gone.as_mut() {
                 new = new.iter().map(|batch| gone.take_from(batch).map(|(kept, _)| kept)).collect::<FoamResult<_>>()?;
             }
-            let snapshot = self.snapshot(table_id, partition);
-            let mut present = Vec::new();
-            for batch in &snapshot.memtable {
-                present.push(batch.project(columns).map_err(|e| FoamError::internal(format!("projecting key columns: {e}")))?);
-            }
-            for segment in &snapshot.segments {
-                for batch in segment::read_segment(&segment.path, &segment.checksums, Some(columns))? {
-                    present.push(batch.map_err(|e| FoamError::Corrupted { path: segment.path.display().to_string(), message: e.to_string() })?);
-                }
-            }
+            let mut present = self.committed_rows((table_id, partition), Some(columns))?;
             for prepared in lock(&self.prepared).values() {
                 let WalHeader::Prepare { entries, .. } = &prepared.header else { continue };
                 for (entry, rows) in entries.iter().zip(&prepared.inline) {
@@ -803,6 +772,25 @@ impl StorageEngine {
         Ok(())
     }
 
+    /// The committed rows of a partition (memtable and segments), with
+    /// `projection`'s columns.
+    fn committed_rows(&self, (table_id, partition): PartitionKey, projection: Option<&[usize]>) -> FoamResult<Vec<RecordBatch>> {
+        let snapshot = self.snapshot(table_id, partition);
+        let mut rows = Vec::new();
+        for batch in &snapshot.memtable {
+            rows.push(match projection {
+                Some(columns) => batch.project(columns).map_err(|e| FoamError::internal(format!("projecting committed rows: {e}")))?,
+                None => batch.clone(),
+            });
+        }
+        for segment in &snapshot.segments {
+            for batch in segment::SegmentRows::open(&segment.path, &segment.checksums, projection)? {
+                rows.push(batch?);
+            }
+        }
+        Ok(rows)
+    }
+
     /// The `columns` of one entry of a Prepare record's rows: decoded
     /// already, or in a staged file.
     fn entry_rows(&self, entry: &PreparedEntry, inline: Option<&Vec<RecordBatch>>, columns: &[usize]) -> FoamResult<Vec<RecordBatch>> {
@@ -814,9 +802,7 @@ impl StorageEngine {
             (EntryData::Segment { file_name, crc32, block_crc32, .. }, _) => {
                 let path = self.staging_dir.join(file_name);
                 let checksums = segment::Checksums { crc32: *crc32, blocks: block_crc32.clone() };
-                segment::read_segment(&path, &checksums, Some(columns))?
-                    .map(|batch| batch.map_err(|e| FoamError::Corrupted { path: path.display().to_string(), message: e.to_string() }))
-                    .collect()
+                segment::SegmentRows::open(&path, &checksums, Some(columns))?.collect()
             }
             (EntryData::Inline { .. } | EntryData::Delete { .. }, None) => Err(FoamError::internal("a prepared entry's inline rows were not decoded")),
         }
@@ -1319,9 +1305,7 @@ mod tests {
         let dir = temp_dir("unique");
         {
             let engine = StorageEngine::open(&dir).unwrap();
-            engine.stage(1, 1, 10, 0, 0, vec![batch(0, 100)]).unwrap();
-            engine.prepare(1, 100, &k_is_unique).unwrap();
-            engine.commit(1).unwrap();
+            commit_rows(&engine, 1, 10, vec![batch(0, 100)], &k_is_unique);
             // Against committed rows; the refused transaction leaves nothing.
             engine.stage(2, 1, 10, 0, 0, vec![batch(99, 2)]).unwrap();
             assert_eq!(engine.prepare(2, 2, &k_is_unique).unwrap_err().sqlstate(), "23505");
@@ -1345,9 +1329,7 @@ mod tests {
         engine.stage(7, 1, 10, 0, 0, vec![batch(109, 1)]).unwrap();
         assert_eq!(engine.prepare(7, 1, &k_is_unique).unwrap_err().sqlstate(), "23505");
         engine.abort(3).unwrap();
-        engine.stage(8, 1, 10, 0, 0, vec![batch(109, 1)]).unwrap();
-        engine.prepare(8, 1, &k_is_unique).unwrap();
-        engine.commit(8).unwrap();
+        commit_rows(&engine, 8, 10, vec![batch(109, 1)], &k_is_unique);
         assert_eq!(rows_in(&engine, 10, 0), 101);
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -1809,15 +1791,11 @@ mod tests {
         let dir = temp_dir("checkpoint");
         {
             let engine = StorageEngine::open(&dir).unwrap();
-            engine.stage(1, 1, 13, 0, 0, vec![batch(0, 10)]).unwrap();
-            engine.prepare(1, 10, &no_keys).unwrap();
-            engine.commit(1).unwrap();
+            commit_rows(&engine, 1, 13, vec![batch(0, 10)], &no_keys);
             engine.stage(2, 1, 13, 0, 0, vec![batch(10, 5)]).unwrap();
             engine.prepare(2, 5, &no_keys).unwrap();
             engine.checkpoint_now().unwrap();
-            engine.stage(3, 1, 13, 0, 0, vec![batch(15, 3)]).unwrap();
-            engine.prepare(3, 3, &no_keys).unwrap();
-            engine.commit(3).unwrap();
+            commit_rows(&engine, 3, 13, vec![batch(15, 3)], &no_keys);
             // A large commit (a staged segment) of another table, dropped later.
             for chunk in 0..40 {
                 engine.stage(4, 1, 14, 0, 0, vec![batch(chunk * 5000, 5000)]).unwrap();
@@ -1869,9 +1847,7 @@ mod tests {
                 engine.commit(txn).unwrap();
             }
             engine.reset_partition(17, 0).unwrap();
-            engine.stage(3, 1, 17, 0, 0, vec![batch(0, 4)]).unwrap();
-            engine.prepare(3, 4, &no_keys).unwrap();
-            engine.commit(3).unwrap();
+            commit_rows(&engine, 3, 17, vec![batch(0, 4)], &no_keys);
             engine.remove_partition(17, 1).unwrap();
             assert_eq!(rows_in(&engine, 17, 0), 4);
             // Readers tell a removed copy (and one never written) from an empty one.

@@ -8,6 +8,8 @@
 //!                                                         ▼
 //!                                  tables/<table>/<partition>/seg-*.parquet + manifest.json
 //! ```
+//! A deletion travels as the deleted rows, found by content on each copy
+//! (`row_set.rs`); its commit rewrites the segments that held them.
 //! A scan reads a partition's committed Parquet segments plus its memtable,
 //! and a statement of a transaction block also the rows its earlier
 //! statements staged (`OwnWrites`). On

@@ -212,9 +212,7 @@ impl Partition {
         let old: Vec<String> = self.manifest.segments.iter().map(|s| s.file_name.clone()).collect();
         self.ensure_dir()?;
         self.save_manifest(Manifest { segments: Vec::new(), applied_lsn: wal_lsn.max(self.manifest.applied_lsn) })?;
-        self.memtable.clear();
-        self.memtable_rows = 0;
-        self.memtable_bytes = 0;
+        self.clear_memtable();
         self.memtable_lsn_max = 0;
         for name in old {
             let _ = std::fs::remove_file(self.dir.join(name));
@@ -238,23 +236,23 @@ impl Partition {
     /// Writes the memtable as a segment and records that the WAL up to its
     /// newest commit no longer needs replaying for this partition.
     pub fn flush(&mut self) -> FoamResult<()> {
-        let Some(first) = self.memtable.first() else {
+        if self.memtable.is_empty() {
             return Ok(());
-        };
+        }
         self.ensure_dir()?;
-        let schema = first.schema();
-        let file_name = format!("seg-{}.parquet", uuid::Uuid::new_v4().simple());
-        let path = self.dir.join(&file_name);
-        let sum = segment::write_segment(&path, &schema, &self.memtable)?;
-        foam_common::fs::sync_dir(&self.dir)?;
         let mut next = self.manifest.clone();
-        next.segments.push(SegmentInfo::new(file_name, self.memtable_rows as u64, sum));
+        next.segments.extend(self.write_rows(&self.memtable)?);
+        foam_common::fs::sync_dir(&self.dir)?;
         next.applied_lsn = next.applied_lsn.max(self.memtable_lsn_max);
         self.save_manifest(next)?;
+        self.clear_memtable();
+        Ok(())
+    }
+
+    fn clear_memtable(&mut self) {
         self.memtable.clear();
         self.memtable_rows = 0;
         self.memtable_bytes = 0;
-        Ok(())
     }
 
     pub fn snapshot(&mut self) -> PartitionSnapshot {
@@ -303,9 +301,8 @@ impl Partition {
             let path = self.dir.join(&info.file_name);
             let mut left = Vec::new();
             let mut removed = 0;
-            for batch in segment::read_segment(&path, &info.checksums(), None)? {
-                let batch = batch.map_err(|e| FoamError::Corrupted { path: path.display().to_string(), message: e.to_string() })?;
-                let (kept, taken) = gone.take_from(&batch)?;
+            for batch in segment::SegmentRows::open(&path, &info.checksums(), None)? {
+                let (kept, taken) = gone.take_from(&batch?)?;
                 removed += taken;
                 left.push(kept);
             }
@@ -326,18 +323,9 @@ impl Partition {
         next.applied_lsn = next.applied_lsn.max(self.memtable_lsn_max).max(lsn);
         foam_common::fs::sync_dir(&self.dir)?;
         self.save_manifest(next)?;
-        self.memtable.clear();
-        self.memtable_rows = 0;
-        self.memtable_bytes = 0;
+        self.clear_memtable();
         for name in retired {
-            let path = self.dir.join(&name);
-            match self.files.remove(&name) {
-                // Unlinked when the last snapshot listing it is gone.
-                Some(file) => file.retired.store(true, Ordering::SeqCst),
-                None => {
-                    let _ = std::fs::remove_file(path);
-                }
-            }
+            self.retire(&name);
         }
         Ok(gone.len())
     }
@@ -351,9 +339,8 @@ impl Partition {
         let schema = first.schema();
         let batches: Vec<RecordBatch> =
             batches.iter().filter(|b| b.num_rows() > 0).map(|b| segment::cast_to_schema(&schema, b)).collect::<FoamResult<_>>()?;
-        let first = &batches[0];
         let file_name = format!("seg-{}.parquet", uuid::Uuid::new_v4().simple());
-        let sum = segment::write_segment(&self.dir.join(&file_name), &first.schema(), &batches)?;
+        let sum = segment::write_segment(&self.dir.join(&file_name), &schema, &batches)?;
         let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
         Ok(Some(SegmentInfo::new(file_name, rows, sum)))
     }
@@ -370,14 +357,20 @@ impl Partition {
         next.segments = kept;
         self.save_manifest(next)?;
         for info in dropped {
-            match self.files.remove(&info.file_name) {
-                Some(file) => file.retired.store(true, Ordering::SeqCst),
-                None => {
-                    let _ = std::fs::remove_file(self.dir.join(&info.file_name));
-                }
-            }
+            self.retire(&info.file_name);
         }
         Ok(())
+    }
+
+    /// Removes a segment file no longer listed: now, or when the last
+    /// snapshot that lists it is gone.
+    fn retire(&mut self, file_name: &str) {
+        match self.files.remove(file_name) {
+            Some(file) => file.retired.store(true, Ordering::SeqCst),
+            None => {
+                let _ = std::fs::remove_file(self.dir.join(file_name));
+            }
+        }
     }
 
     /// Committed rows and bytes (segment bytes on disk plus memtable bytes in memory).

@@ -413,20 +413,77 @@ pub fn read_segment(path: &Path, checksums: &Checksums, projection: Option<&[usi
     builder.with_projection(mask).build().map_err(|e| parquet_error(path, e))
 }
 
+/// The batches of one segment, decoded one per `next`, with the columns of
+/// the projection asked for in its order (Parquet returns projected columns
+/// in file order, once each). A batch that does not decode is reported as
+/// damage to the file.
+pub struct SegmentRows {
+    reader: ParquetRecordBatchReader,
+    reorder: Option<Vec<usize>>,
+    path: std::path::PathBuf,
+}
+
+impl SegmentRows {
+    /// Opens the segment at `path` (see [`read_segment`]) for `projection`
+    /// (column indices, in the order wanted; `None` for all).
+    pub fn open(path: &Path, checksums: &Checksums, projection: Option<&[usize]>) -> FoamResult<SegmentRows> {
+        let (sorted, reorder) = match projection {
+            Some(indices) => {
+                let mut sorted = indices.to_vec();
+                sorted.sort_unstable();
+                sorted.dedup();
+                let reorder: Vec<usize> = indices.iter().map(|i| sorted.binary_search(i).unwrap_or(0)).collect();
+                (Some(sorted), Some(reorder))
+            }
+            None => (None, None),
+        };
+        let reader = read_segment(path, checksums, sorted.as_deref())?;
+        Ok(SegmentRows { reader, reorder, path: path.to_path_buf() })
+    }
+}
+
+impl Iterator for SegmentRows {
+    type Item = FoamResult<RecordBatch>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let batch = match self.reader.next()? {
+            Ok(batch) => batch,
+            Err(e) => return Some(Err(FoamError::Corrupted { path: self.path.display().to_string(), message: e.to_string() })),
+        };
+        Some(match &self.reorder {
+            Some(order) => batch.project(order).map_err(|e| FoamError::internal(format!("projecting {}: {e}", self.path.display()))),
+            None => Ok(batch),
+        })
+    }
+}
+
 /// `batch` with `schema`'s column types (and field names and nullability):
-/// rows of older files or of a replayed WAL may hold text as `Utf8`.
+/// rows of older files or of a replayed WAL may hold text as `Utf8`, a
+/// scan's text another string type than a table's. A value that does not
+/// fit its new type is an error, never NULL.
 pub fn cast_to_schema(schema: &SchemaRef, batch: &RecordBatch) -> FoamResult<RecordBatch> {
     if batch.schema() == *schema {
         return Ok(batch.clone());
     }
+    if batch.num_columns() != schema.fields().len() {
+        return Err(FoamError::internal(format!("{} columns given for a schema of {}", batch.num_columns(), schema.fields().len())));
+    }
+    let strict = arrow::compute::CastOptions { safe: false, ..Default::default() };
     let columns = batch
         .columns()
         .iter()
         .zip(schema.fields())
-        .map(|(column, field)| arrow::compute::cast(column, field.data_type()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| FoamError::internal(format!("rows in two shapes: {e}")))?;
-    RecordBatch::try_new(schema.clone(), columns).map_err(|e| FoamError::internal(format!("rows in two shapes: {e}")))
+        .map(|(column, field)| {
+            if column.data_type() == field.data_type() {
+                return Ok(column.clone());
+            }
+            arrow::compute::cast_with_options(column, field.data_type(), &strict).map_err(|e| FoamError::DataException {
+                message: format!("value for column \"{}\" does not fit its type {}: {e}", field.name(), field.data_type()),
+            })
+        })
+        .collect::<FoamResult<Vec<_>>>()?;
+    let options = arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    RecordBatch::try_new_with_options(schema.clone(), columns, &options).map_err(|e| FoamError::internal(e.to_string()))
 }
 
 /// `schema` with its `Utf8` columns as `Utf8View` (FoamDB's text type), or

@@ -350,7 +350,9 @@ fn read_partition(
         .then(move |segment| {
             let projection = projection.clone();
             async move {
-                tokio::task::spawn_blocking(move || SegmentBatches::open(&segment, projection.as_deref()))
+                tokio::task::spawn_blocking(move || {
+                    foam_storage::segment::SegmentRows::open(&segment.path, &segment.checksums, projection.as_deref())
+                })
                     .await
                     .map_err(|e| FoamError::internal(format!("opening a segment stopped: {e}")))?
             }
@@ -381,43 +383,6 @@ fn read_partition(
             futures::future::ready(go_on)
         })
         .boxed()
-}
-
-/// The batches of one segment, decoded one per `next`, in the order of the
-/// projection asked for (Parquet returns projected columns in file order).
-struct SegmentBatches {
-    reader: parquet::arrow::arrow_reader::ParquetRecordBatchReader,
-    reorder: Option<Vec<usize>>,
-    path: std::path::PathBuf,
-}
-
-impl SegmentBatches {
-    fn open(segment: &foam_storage::partition::SegmentRef, projection: Option<&[usize]>) -> FoamResult<SegmentBatches> {
-        let (sorted, reorder) = match projection {
-            Some(indices) => {
-                let mut sorted = indices.to_vec();
-                sorted.sort_unstable();
-                sorted.dedup();
-                let reorder: Vec<usize> = indices.iter().map(|i| sorted.binary_search(i).unwrap_or(0)).collect();
-                (Some(sorted), Some(reorder))
-            }
-            None => (None, None),
-        };
-        let reader = foam_storage::segment::read_segment(&segment.path, &segment.checksums, sorted.as_deref())?;
-        Ok(SegmentBatches { reader, reorder, path: segment.path.clone() })
-    }
-}
-
-impl Iterator for SegmentBatches {
-    type Item = FoamResult<RecordBatch>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let batch = match self.reader.next()? {
-            Ok(batch) => batch,
-            Err(e) => return Some(Err(FoamError::Corrupted { path: self.path.display().to_string(), message: e.to_string() })),
-        };
-        Some(projected(batch, self.reorder.as_deref()))
-    }
 }
 
 /// `batch` with its `Utf8` columns as `Utf8View`, FoamDB's text type: rows a

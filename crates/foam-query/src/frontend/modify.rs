@@ -16,7 +16,7 @@
 use datafusion::sql::sqlparser::ast::{AssignmentTarget, FromTable, Statement, TableFactor, TableWithJoins};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
-use foam_catalog::Catalog;
+use foam_catalog::{Catalog, TableDef};
 use foam_common::{FoamError, FoamResult};
 
 use crate::frontend::ddl;
@@ -63,6 +63,7 @@ pub fn as_query(statement: &Statement, catalog: &Catalog) -> FoamResult<Option<(
             let (FromTable::WithFromKeyword(from) | FromTable::WithoutKeyword(from)) = &delete.from;
             let [target] = from.as_slice() else { return unsupported("DELETE from several tables") };
             let (table, qualifier) = target_table(target, catalog)?;
+            let table = table.name.clone();
             let filter = delete.selection.as_ref().map(|p| format!(" WHERE {p}")).unwrap_or_default();
             let query = format!("SELECT {qualifier}.* FROM {}{filter}", target.relation);
             Ok(Some((parse_query(&query)?, Modify::Delete { table })))
@@ -78,7 +79,7 @@ pub fn as_query(statement: &Statement, catalog: &Catalog) -> FoamResult<Option<(
                 return unsupported("this form of UPDATE");
             }
             let (table, qualifier) = target_table(&update.table, catalog)?;
-            let columns = &catalog.table(&table)?.columns;
+            let (table, columns) = (table.name.clone(), &table.columns);
             let mut values: Vec<Option<String>> = vec![None; columns.len()];
             for assignment in &update.assignments {
                 let AssignmentTarget::ColumnName(name) = &assignment.target else {
@@ -130,7 +131,7 @@ pub fn as_query(statement: &Statement, catalog: &Catalog) -> FoamResult<Option<(
 }
 
 /// The table an UPDATE or DELETE changes, and how the query names it.
-fn target_table(target: &TableWithJoins, catalog: &Catalog) -> FoamResult<(String, String)> {
+fn target_table<'a>(target: &TableWithJoins, catalog: &'a Catalog) -> FoamResult<(&'a TableDef, String)> {
     if !target.joins.is_empty() {
         return Err(FoamError::FeatureNotSupported { feature: "UPDATE or DELETE of a join".into() });
     }
@@ -138,12 +139,10 @@ fn target_table(target: &TableWithJoins, catalog: &Catalog) -> FoamResult<(Strin
         return Err(FoamError::FeatureNotSupported { feature: "UPDATE or DELETE of something other than a table".into() });
     };
     let table = ddl::table_name(name)?;
-    if catalog.table(&table).is_err() {
-        if catalog.views.contains_key(&table) {
-            return Err(FoamError::FeatureNotSupported { feature: format!("changing rows through the view \"{table}\"") });
-        }
-        catalog.table(&table)?;
+    if catalog.views.contains_key(&table) {
+        return Err(FoamError::FeatureNotSupported { feature: format!("changing rows through the view \"{table}\"") });
     }
+    let table = catalog.table(&table)?;
     let qualifier = match alias {
         Some(alias) => alias.name.to_string(),
         None => name.to_string(),

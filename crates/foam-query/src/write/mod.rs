@@ -354,29 +354,10 @@ pub fn conform_rows(table: &TableDef, schema: &SchemaRef, batch: RecordBatch) ->
 /// `batch`'s columns cast to `schema`'s types where they differ (a scan's
 /// text may come as another string type than the table's).
 pub fn cast_to(schema: &SchemaRef, batch: RecordBatch) -> FoamResult<RecordBatch> {
-    if batch.num_columns() != schema.fields().len() {
-        return Err(FoamError::internal(format!("{} columns given for a table of {}", batch.num_columns(), schema.fields().len())));
-    }
-    let options = arrow::compute::CastOptions { safe: false, ..Default::default() };
-    let columns = batch
-        .columns()
-        .iter()
-        .zip(schema.fields())
-        .map(|(column, field)| {
-            if column.data_type() == field.data_type() {
-                Ok(column.clone())
-            } else {
-                arrow::compute::cast_with_options(column, field.data_type(), &options).map_err(|e| FoamError::DataException {
-                    message: format!("value for column \"{}\" does not fit its type {}: {e}", field.name(), field.data_type()),
-                })
-            }
-        })
-        .collect::<FoamResult<Vec<_>>>()?;
     // Nullable whatever the table says: `conform_rows` names a NULL in a NOT
     // NULL column as PostgreSQL does.
     let fields: Vec<_> = schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
-    let options = arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
-    RecordBatch::try_new_with_options(Arc::new(arrow::datatypes::Schema::new(fields)), columns, &options).map_err(|e| FoamError::internal(e.to_string()))
+    foam_storage::segment::cast_to_schema(&Arc::new(arrow::datatypes::Schema::new(fields)), &batch)
 }
 
 /// Splits rows of `table` by the partition that holds them (all in partition

@@ -96,17 +96,8 @@ impl Transaction {
 
     /// Commits every statement's rows everywhere, or (on error) nowhere.
     pub async fn commit(&self) -> FoamResult<()> {
-        let participants: Vec<(NodeId, u64)> = {
-            let mut writes = self.writes();
-            writes.ended = true;
-            if let Some(keepalive) = writes.keepalive.take() {
-                keepalive.abort();
-            }
-            let mut sums: BTreeMap<NodeId, u64> = writes.nodes.iter().map(|n| (*n, 0)).collect();
-            for (node, rows) in writes.by_statement.values().flatten() {
-                *sums.entry(*node).or_default() += rows;
-            }
-            sums.into_iter().collect()
+        let Some(participants) = self.end() else {
+            return Err(foam_common::FoamError::TransactionAborted { message: "the transaction block was already ended".into() });
         };
         if participants.is_empty() {
             return Ok(());
@@ -117,13 +108,21 @@ impl Transaction {
     /// Discards every statement's rows everywhere (best effort: a participant
     /// that is not told discards them when they have been idle long enough).
     pub async fn abort(&self) {
-        if let Some(participants) = self.end() {
-            crate::write::abort_transaction(&self.node, self.txn, &participants).await;
+        if let Some(nodes) = self.end_for_abort() {
+            crate::write::abort_transaction(&self.node, self.txn, &nodes).await;
         }
     }
 
-    /// Marks the transaction ended; the participants still to be told, if any.
-    fn end(&self) -> Option<Vec<NodeId>> {
+    /// Ends the transaction; the nodes to tell to discard its rows, if any.
+    fn end_for_abort(&self) -> Option<Vec<NodeId>> {
+        let nodes: Vec<NodeId> = self.end()?.into_iter().map(|(node, _)| node).collect();
+        (!nodes.is_empty()).then_some(nodes)
+    }
+
+    /// Marks the transaction ended and stops its keep-alive; every node it
+    /// sent rows to, with the rows its statements not rolled back sent there
+    /// (prepare checks them), or `None` if it had ended already.
+    fn end(&self) -> Option<Vec<(NodeId, u64)>> {
         let mut writes = self.writes();
         if std::mem::replace(&mut writes.ended, true) {
             return None;
@@ -131,7 +130,11 @@ impl Transaction {
         if let Some(keepalive) = writes.keepalive.take() {
             keepalive.abort();
         }
-        (!writes.nodes.is_empty()).then(|| writes.nodes.iter().copied().collect())
+        let mut sums: BTreeMap<NodeId, u64> = writes.nodes.iter().map(|n| (*n, 0)).collect();
+        for (node, rows) in writes.by_statement.values().flatten() {
+            *sums.entry(*node).or_default() += rows;
+        }
+        Some(sums.into_iter().collect())
     }
 
     fn participant_ids(&self) -> Vec<NodeId> {
@@ -194,7 +197,7 @@ impl Transaction {
 impl Drop for Transaction {
     /// A block its connection left open is rolled back.
     fn drop(&mut self) {
-        let Some(participants) = self.end() else { return };
+        let Some(participants) = self.end_for_abort() else { return };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let (node, txn) = (self.node.clone(), self.txn);
             runtime.spawn(async move { crate::write::abort_transaction(&node, txn, &participants).await });
