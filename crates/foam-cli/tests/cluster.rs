@@ -1172,14 +1172,15 @@ async fn concurrent_increments_lose_no_update() {
     assert_eq!(scalar(&client, "SELECT count(*) FROM counters").await, "2");
 }
 
-/// Row counts of each copy of each partition of `table`, by partition.
-async fn copy_row_counts(client: &tokio_postgres::Client, table: &str) -> BTreeMap<String, Vec<Option<String>>> {
-    let rows = query_text(client, &format!("SELECT partition, row_count FROM foam_partitions WHERE table_name = '{table}' ORDER BY partition, node_id")).await;
-    let mut counts: BTreeMap<String, Vec<Option<String>>> = BTreeMap::new();
-    for row in rows {
-        counts.entry(row[0].clone().unwrap()).or_default().push(row[1].clone());
+/// The digest (row count and checksum of the rows) of each copy of each
+/// partition of `table`, by partition.
+async fn copy_digests(client: &tokio_postgres::Client, table: &str) -> BTreeMap<String, Vec<(Option<String>, Option<String>)>> {
+    let sql = format!("SELECT partition, row_count, checksum FROM foam_partition_digests WHERE table_name = '{table}' ORDER BY partition, node_id");
+    let mut digests: BTreeMap<String, Vec<(Option<String>, Option<String>)>> = BTreeMap::new();
+    for row in query_text(client, &sql).await {
+        digests.entry(row[0].clone().unwrap()).or_default().push((row[1].clone(), row[2].clone()));
     }
-    counts
+    digests
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1204,9 +1205,10 @@ async fn every_copy_applies_updates_and_deletes_and_replays_them_after_a_crash()
         row.iter().map(|v| v.clone().unwrap()).collect::<Vec<_>>().join("|")
     };
     assert_eq!(answer(cluster.client(0).await).await, expected);
-    let counts = copy_row_counts(&client, "acct").await;
-    for (partition, copies) in &counts {
+    let digests = copy_digests(&client, "acct").await;
+    for (partition, copies) in &digests {
         assert_eq!(copies.len(), 2, "partition {partition}: {copies:?}");
+        assert!(copies[0].1.is_some(), "partition {partition}: {copies:?}");
         assert_eq!(copies[0], copies[1], "both copies of partition {partition} hold the same rows");
     }
     // Each node replays the deletions in its WAL after a crash, once.
@@ -1215,6 +1217,6 @@ async fn every_copy_applies_updates_and_deletes_and_replays_them_after_a_crash()
         cluster.restart(node);
     }
     let client = cluster.client(2).await;
-    assert_eq!(copy_row_counts(&client, "acct").await, counts);
+    assert_eq!(copy_digests(&client, "acct").await, digests);
     assert_eq!(answer(client).await, expected);
 }

@@ -78,15 +78,18 @@ fn stored_copies(data_dir: &std::path::Path) -> BTreeSet<(String, String)> {
         .collect()
 }
 
-/// Partitions whose live copies disagree on their row count, or one of
-/// which does not answer. A catching-up copy (one the rebalancer is still
-/// filling) is not compared: it is not read until it is live.
+/// Partitions whose live copies do not hold the same rows (their digests,
+/// a row count and a checksum of the rows each node reads from its own
+/// copy, differ), or one of which does not answer. A catching-up copy (one
+/// the rebalancer is still filling) is not compared: it is not read until
+/// it is live.
 async fn diverging_copies(client: &tokio_postgres::Client, table: &str) -> String {
     scalar(
         client,
         &format!(
-            "SELECT count(*) FROM (SELECT partition FROM foam_partitions WHERE table_name = '{table}' \
-             AND replica_state = 'live' GROUP BY partition HAVING min(row_count) <> max(row_count) OR count(row_count) <> count(*))"
+            "SELECT count(*) FROM (SELECT partition FROM foam_partition_digests WHERE table_name = '{table}' \
+             AND replica_state = 'live' GROUP BY partition \
+             HAVING min(row_count) <> max(row_count) OR min(checksum) <> max(checksum) OR count(checksum) <> count(*))"
         ),
     )
     .await
@@ -181,7 +184,8 @@ fn spawn_writer(
 }
 
 /// The ids stored in `table` (those > 0), checked against the write log:
-/// every acknowledged row stored exactly once, no row of a failed statement.
+/// the stored rows are the acknowledged ones, each once; none of a failed
+/// statement, none that nobody wrote.
 async fn check_writes(client: &tokio_postgres::Client, table: &str, log: &WriteLog) -> Vec<i64> {
     for code in &log.failures {
         assert!(RETRIABLE.contains(&code.as_str()), "a write failed with {code}, not a retriable SQLSTATE");
@@ -197,6 +201,8 @@ async fn check_writes(client: &tokio_postgres::Client, table: &str, log: &WriteL
     assert!(lost.is_empty(), "acknowledged rows lost: {lost:?}");
     let half_applied: Vec<_> = log.failed.intersection(&stored_set).take(10).collect();
     assert!(half_applied.is_empty(), "rows of failed statements stored: {half_applied:?}");
+    let extra: Vec<_> = stored_set.difference(&log.acknowledged).take(10).collect();
+    assert!(extra.is_empty(), "rows stored that no acknowledged statement wrote: {extra:?}");
     stored
 }
 
@@ -632,22 +638,42 @@ async fn soak_randomized_kill_restart_rounds() {
     stop.store(true, Ordering::Relaxed);
     writer.await.unwrap();
     let client = cluster.client(0).await;
-    let log = log.lock().unwrap();
-    let stored: Vec<i64> =
-        query_text(&client, "SELECT id FROM soak").await.into_iter().map(|r| r[0].as_deref().unwrap().parse().unwrap()).collect();
+    let summary = check_roaming_writes(&client, "soak", &log.lock().unwrap(), 50).await;
+    println!("SOAK {rounds} rounds in {:?} (kills per node index {killed:?}): {summary}", started.elapsed());
+}
+
+/// Checks what a roaming writer (`batch` rows a statement) left in `table`:
+/// the stored rows are the acknowledged ones, each once, plus all or none
+/// of each statement whose coordinator died under it; no row of a failed
+/// statement; every live copy the same. Only ids above zero are the
+/// writer's. Returns a summary of the run.
+async fn check_roaming_writes(client: &tokio_postgres::Client, table: &str, log: &WriteLog, batch: usize) -> String {
+    let stored: Vec<i64> = query_text(client, &format!("SELECT id FROM {table} WHERE id > 0"))
+        .await
+        .into_iter()
+        .map(|r| r[0].as_deref().unwrap().parse().unwrap())
+        .collect();
     let stored_set: BTreeSet<i64> = stored.iter().copied().collect();
     let lost = log.acknowledged.difference(&stored_set).count();
     let duplicated = stored.len() - stored_set.len();
     let half_applied = log.failed.intersection(&stored_set).count();
     // A statement whose coordinator died under it may have committed or not,
     // but all of it or none.
-    let torn = log.unknown.iter().filter(|ids| !matches!(ids.iter().filter(|id| stored_set.contains(id)).count(), 0 | 50)).count();
+    let torn = log
+        .unknown
+        .iter()
+        .filter(|ids| {
+            let held = ids.iter().filter(|id| stored_set.contains(id)).count();
+            held != 0 && held != ids.len()
+        })
+        .count();
     let unknown_committed = log.unknown.iter().filter(|ids| stored_set.contains(&ids[0])).count();
-    println!(
-        "SOAK {rounds} rounds in {:?} (kills per node index {killed:?}): {} rows acknowledged, {lost} lost, {duplicated} duplicated, \
-         {half_applied} rows of failed statements stored; {} statements cut by their coordinator's death ({unknown_committed} committed, \
-         {torn} torn); {} statements failed: {:?}",
-        started.elapsed(),
+    let unknown_ids: BTreeSet<i64> = log.unknown.iter().flatten().copied().collect();
+    let extra = stored_set.iter().filter(|id| !log.acknowledged.contains(id) && !unknown_ids.contains(id)).count();
+    let summary = format!(
+        "{} rows acknowledged, {lost} lost, {duplicated} duplicated, {extra} never written, {half_applied} rows of failed statements \
+         stored; {} statements of {batch} rows cut by their coordinator's death ({unknown_committed} committed, {torn} torn); \
+         {} statements failed: {:?}",
         log.acknowledged.len(),
         log.unknown.len(),
         log.failures.len(),
@@ -656,11 +682,59 @@ async fn soak_randomized_kill_restart_rounds() {
             m
         })
     );
-    assert_eq!((lost, duplicated, half_applied, torn), (0, 0, 0, 0));
+    assert_eq!((lost, duplicated, extra, half_applied, torn), (0, 0, 0, 0, 0), "{summary}");
     for code in &log.failures {
-        assert!(RETRIABLE.contains(&code.as_str()), "a write failed with {code}, not a retriable SQLSTATE");
+        assert!(RETRIABLE.contains(&code.as_str()), "a write failed with {code}, not a retriable SQLSTATE: {summary}");
     }
-    assert_eq!(diverging_copies(&client, "soak").await, "0");
+    assert_eq!(diverging_copies(client, table).await, "0");
+    summary
+}
+
+/// Each node in turn is killed while it coordinates a large INSERT and
+/// while a roaming writer streams small ones through every node; it comes
+/// back and catches up. Each statement cut by its coordinator's death is
+/// all there or not at all; every acknowledged row is stored once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_coordinator_of_a_write_leaves_it_all_or_nothing() {
+    let mut rng = Rng(seed() | 1);
+    let mut cluster = Cluster::start_with(3, FAST_DETECTOR);
+    let first = cluster.client(0).await;
+    first.batch_execute("CREATE TABLE coordinated (id BIGINT, note TEXT) DISTRIBUTED BY (id) PARTITIONS 6").await.unwrap();
+    wait_for_meta_group(&first).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let log = Arc::new(Mutex::new(WriteLog::default()));
+    let urls = (0..3).map(|index| cluster.url(index)).collect();
+    let writer = spawn_roaming_writer(urls, "coordinated", 50, stop.clone(), log.clone());
+    // Large statements take ids below zero, apart from the writer's.
+    let mut large = Vec::new();
+    for (round, victim) in [1usize, 2, 0].into_iter().enumerate() {
+        let big = cluster.client(victim).await;
+        let first_id = -((round as i64 + 1) * 1_000_000);
+        let sql = format!("INSERT INTO coordinated SELECT value, 'big' FROM generate_series({first_id}, {})", first_id + 199_999);
+        let statement = tokio::spawn(async move { big.simple_query(&sql).await.map(|_| ()) });
+        tokio::time::sleep(Duration::from_millis(100 + rng.below(400))).await;
+        cluster.kill(victim);
+        let outcome = statement.await.unwrap();
+        cluster.restart(victim);
+        let client = cluster.client((victim + 1) % 3).await;
+        eventually("every copy live again", Duration::from_secs(60), async || all_copies_live(&client, "coordinated").await).await;
+        large.push((victim, first_id, outcome));
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.await.unwrap();
+    let client = cluster.client(0).await;
+    let summary = check_roaming_writes(&client, "coordinated", &log.lock().unwrap(), 50).await;
+    let mut cut = Vec::new();
+    for (victim, first_id, outcome) in large {
+        let range = format!("id BETWEEN {first_id} AND {}", first_id + 199_999);
+        let stored = scalar(&client, &format!("SELECT count(*) FROM coordinated WHERE {range}")).await;
+        match &outcome {
+            Ok(()) => assert_eq!(stored, "200000", "an acknowledged statement is all there"),
+            Err(error) => assert!(stored == "0" || stored == "200000", "a statement cut by its coordinator's death stored {stored} of 200000 rows: {error}"),
+        }
+        cut.push(format!("node index {victim}: {}, {stored} rows stored", if outcome.is_ok() { "acknowledged" } else { "cut" }));
+    }
+    println!("large statements: {cut:?}; roaming writer: {summary}");
 }
 
 /// Inserts `batch` fresh ids at a time into `table` until `stop`, through

@@ -66,6 +66,13 @@ impl NodeHandler for FoamNodeHandler {
             NodeRequest::PartitionStats { table_id, partitions } => NodeResponse::Stats {
                 stats: partitions.into_iter().map(|p| (p, node.storage.stats(table_id, p))).collect(),
             },
+            NodeRequest::PartitionDigests { table_id, partitions } => {
+                let storage = node.storage.clone();
+                let digests = tokio::task::spawn_blocking(move || storage.digests(table_id, partitions))
+                    .await
+                    .map_err(|e| FoamError::internal(e.to_string()))??;
+                NodeResponse::Digests { digests }
+            }
             NodeRequest::Traffic { reset } => {
                 let snapshot = node.traffic.snapshot();
                 if reset {

@@ -6,7 +6,7 @@
 use foam_catalog::model::CommandOutcome;
 use foam_catalog::{Catalog, CatalogCommand};
 use foam_common::{NodeId, PartitionId, TableId, TxnId};
-use foam_storage::{PartitionStats, SegmentInfo, TxnOutcome};
+use foam_storage::{PartitionStats, RowDigest, SegmentInfo, TxnOutcome};
 use serde::{Deserialize, Serialize};
 
 use crate::traffic::TrafficSnapshot;
@@ -65,6 +65,8 @@ pub enum NodeRequest {
     /// Asks a coordinator how a transaction ended.
     TxnOutcome { txn: TxnId },
     PartitionStats { table_id: TableId, partitions: Vec<PartitionId> },
+    /// The digest of this node's copy of each of `partitions` (reads them whole).
+    PartitionDigests { table_id: TableId, partitions: Vec<PartitionId> },
     /// Deletes this node's data of a dropped table.
     DropTableData { table_id: TableId },
     /// `CHECKPOINT`: writes every memtable of this node to segments and
@@ -138,6 +140,7 @@ pub enum NodeResponse {
     Applied { catalog: Catalog, outcome: CommandOutcome },
     Outcome { outcome: TxnOutcome },
     Stats { stats: Vec<(PartitionId, PartitionStats)> },
+    Digests { digests: Vec<(PartitionId, RowDigest)> },
     Traffic { snapshot: TrafficSnapshot },
     Segments { segments: Vec<SegmentInfo>, fence_token: Option<u64> },
     /// This node does not lead the catalog's Raft group; `leader` is the node

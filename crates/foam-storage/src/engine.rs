@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ipc;
 use crate::partition::{Partition, PartitionSnapshot, SegmentInfo};
-use crate::row_set::RowSet;
+use crate::row_set::{RowDigest, RowDigester, RowSet};
 use crate::segment;
 use crate::unique::{self, UniqueKey};
 use crate::wal::{EntryData, PreparedEntry, Wal, WalHeader};
@@ -1029,6 +1029,33 @@ impl StorageEngine {
         found.map(|p| lock(&p).snapshot())
     }
 
+    /// The digest of the committed rows this node holds of each of
+    /// `partitions` (of no rows where it stores nothing), to tell whether
+    /// copies agree. Reads every row of them.
+    pub fn digests(&self, table_id: TableId, partitions: Vec<PartitionId>) -> FoamResult<Vec<(PartitionId, RowDigest)>> {
+        partitions.into_iter().map(|partition| Ok((partition, self.digest(table_id, partition)?))).collect()
+    }
+
+    fn digest(&self, table_id: TableId, partition: PartitionId) -> FoamResult<RowDigest> {
+        let snapshot = self.snapshot(table_id, partition);
+        let mut digester: Option<RowDigester> = None;
+        let mut add = |batch: &RecordBatch| -> FoamResult<()> {
+            match &mut digester {
+                Some(digester) => digester.add(batch),
+                None => digester.insert(RowDigester::new(&batch.schema())?).add(batch),
+            }
+        };
+        for batch in &snapshot.memtable {
+            add(batch)?;
+        }
+        for segment in &snapshot.segments {
+            for batch in segment::SegmentRows::open(&segment.path, &segment.checksums, None)? {
+                add(&batch?)?;
+            }
+        }
+        Ok(digester.map(RowDigester::finish).unwrap_or_default())
+    }
+
     pub fn stats(&self, table_id: TableId, partition: PartitionId) -> PartitionStats {
         let found = lock(&self.partitions).get(&(table_id, partition)).cloned();
         match found {
@@ -1525,6 +1552,27 @@ mod tests {
         engine.stage(txn, 1, table, 0, 0, rows).unwrap();
         engine.prepare(txn, count, unique).unwrap();
         engine.commit(txn).unwrap();
+    }
+
+    #[test]
+    fn copies_holding_the_same_rows_in_other_files_and_order_have_one_digest() {
+        let (left, right) = (StorageEngine::open(&temp_dir("digest-a")).unwrap(), StorageEngine::open(&temp_dir("digest-b")).unwrap());
+        // One copy in a segment and the memtable, the other in its memtable
+        // only, its rows written in another order.
+        commit_rows(&left, 1, 10, vec![batch(0, 6)], &no_keys);
+        left.flush_partition(10, 0).unwrap();
+        commit_rows(&left, 2, 10, vec![batch(6, 4)], &no_keys);
+        commit_rows(&right, 1, 10, vec![batch(6, 4), batch(0, 6).slice(3, 3)], &no_keys);
+        commit_rows(&right, 2, 10, vec![batch(0, 6).slice(0, 3)], &no_keys);
+        let digest = |engine: &StorageEngine| engine.digests(10, vec![0, 1]).unwrap();
+        assert_eq!(digest(&left)[0].1.rows, 10);
+        assert_eq!(digest(&left), digest(&right));
+        assert_eq!(digest(&left)[1].1, RowDigest::default(), "a partition stored nowhere here holds no rows");
+        // The same count, one row different: the digests differ.
+        commit_rows(&left, 3, 10, vec![batch(20, 1)], &no_keys);
+        commit_rows(&right, 3, 10, vec![batch(21, 1)], &no_keys);
+        assert_eq!(digest(&left)[0].1.rows, digest(&right)[0].1.rows);
+        assert_ne!(digest(&left), digest(&right));
     }
 
     #[test]

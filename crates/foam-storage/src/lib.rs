@@ -28,3 +28,4 @@ pub mod wal;
 pub use decisions::{DecisionLog, TxnOutcome};
 pub use engine::{OwnWrites, PartitionStats, SetAside, StatementNumber, StorageEngine, WRITES_FENCED};
 pub use partition::{PartitionSnapshot, SegmentInfo};
+pub use row_set::RowDigest;

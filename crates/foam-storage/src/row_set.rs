@@ -1,10 +1,12 @@
 //! Rows matched by their content: the multiset of whole rows a DELETE (or
-//! the old side of an UPDATE) names.
+//! the old side of an UPDATE) names, and the digest that tells whether two
+//! copies of a partition hold the same rows.
 //!
 //! Copies of a partition hold the same rows but not in the same files or
 //! order (each node flushes its memtable on its own), so a deletion travels
 //! as the rows themselves and each copy finds them in its own storage. Equal
 //! rows are interchangeable: deleting any `n` of them leaves the same table.
+//! For the same reason a copy's digest ignores order and file layout.
 
 use std::collections::HashMap;
 
@@ -14,10 +16,47 @@ use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
 use foam_common::{FoamError, FoamResult};
 
-/// A multiset of rows of one table's schema.
-pub struct RowSet {
+/// Whole rows as bytes that are equal exactly when the rows are. Text and
+/// binary are compared as plain arrays: rows read back from a segment may
+/// hold them as views, memtable and staged rows not.
+struct RowEncoder {
     converter: RowConverter,
     types: Vec<DataType>,
+}
+
+impl RowEncoder {
+    fn new(schema: &SchemaRef) -> FoamResult<Self> {
+        let types: Vec<DataType> = schema
+            .fields()
+            .iter()
+            .map(|f| match f.data_type() {
+                DataType::Utf8View | DataType::LargeUtf8 => DataType::Utf8,
+                DataType::BinaryView | DataType::LargeBinary => DataType::Binary,
+                other => other.clone(),
+            })
+            .collect();
+        let converter = RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect()).map_err(internal)?;
+        Ok(RowEncoder { converter, types })
+    }
+
+    fn encode(&self, batch: &RecordBatch) -> FoamResult<arrow::row::Rows> {
+        if batch.num_columns() != self.types.len() {
+            return Err(FoamError::internal(format!("rows of {} columns matched against rows of {}", batch.num_columns(), self.types.len())));
+        }
+        let columns: Vec<ArrayRef> = batch
+            .columns()
+            .iter()
+            .zip(&self.types)
+            .map(|(array, data_type)| if array.data_type() == data_type { Ok(array.clone()) } else { arrow::compute::cast(array, data_type) })
+            .collect::<Result<_, _>>()
+            .map_err(internal)?;
+        self.converter.convert_columns(&columns).map_err(internal)
+    }
+}
+
+/// A multiset of rows of one table's schema.
+pub struct RowSet {
+    encoder: RowEncoder,
     counts: HashMap<Vec<u8>, u64>,
     len: u64,
 }
@@ -25,9 +64,7 @@ pub struct RowSet {
 impl RowSet {
     /// An empty set of rows shaped like `schema`.
     pub fn new(schema: &SchemaRef) -> FoamResult<Self> {
-        let types: Vec<DataType> = schema.fields().iter().map(|f| f.data_type().clone()).collect();
-        let converter = RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect()).map_err(internal)?;
-        Ok(RowSet { converter, types, counts: HashMap::new(), len: 0 })
+        Ok(RowSet { encoder: RowEncoder::new(schema)?, counts: HashMap::new(), len: 0 })
     }
 
     /// The set of every row of `batches` (all of one schema).
@@ -102,21 +139,44 @@ impl RowSet {
         Ok((kept, removed))
     }
 
-    /// Each row of `batch`, encoded. Columns are compared as this set's types:
-    /// rows read back from a segment may hold text as views, staged ones not.
+    /// Each row of `batch`, encoded.
     fn encode(&self, batch: &RecordBatch) -> FoamResult<Vec<Vec<u8>>> {
-        if batch.num_columns() != self.types.len() {
-            return Err(FoamError::internal(format!("rows of {} columns matched against rows of {}", batch.num_columns(), self.types.len())));
+        Ok(self.encoder.encode(batch)?.iter().map(|row| row.as_ref().to_vec()).collect())
+    }
+}
+
+/// What a copy of a partition holds, in two numbers: its rows and a sum of
+/// their hashes. Copies holding the same multiset of rows have the same
+/// digest whatever their files and row order.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RowDigest {
+    pub rows: u64,
+    pub checksum: u64,
+}
+
+/// Builds a [`RowDigest`] batch by batch.
+pub struct RowDigester {
+    encoder: RowEncoder,
+    digest: RowDigest,
+}
+
+impl RowDigester {
+    pub fn new(schema: &SchemaRef) -> FoamResult<Self> {
+        Ok(RowDigester { encoder: RowEncoder::new(schema)?, digest: RowDigest::default() })
+    }
+
+    pub fn add(&mut self, batch: &RecordBatch) -> FoamResult<()> {
+        for row in self.encoder.encode(batch)?.iter() {
+            // A wrapping sum is the same in any order, and counts a row as
+            // often as it is stored.
+            self.digest.checksum = self.digest.checksum.wrapping_add(xxhash_rust::xxh3::xxh3_64(row.as_ref()));
+            self.digest.rows += 1;
         }
-        let columns: Vec<ArrayRef> = batch
-            .columns()
-            .iter()
-            .zip(&self.types)
-            .map(|(array, data_type)| if array.data_type() == data_type { Ok(array.clone()) } else { arrow::compute::cast(array, data_type) })
-            .collect::<Result<_, _>>()
-            .map_err(internal)?;
-        let rows = self.converter.convert_columns(&columns).map_err(internal)?;
-        Ok(rows.iter().map(|row| row.as_ref().to_vec()).collect())
+        Ok(())
+    }
+
+    pub fn finish(self) -> RowDigest {
+        self.digest
     }
 }
 
@@ -155,5 +215,24 @@ mod tests {
         let mut found = HashMap::new();
         wanted.count_in(&rows(&[1], &["a"], false), &mut found).unwrap();
         assert_eq!(wanted.missing_from(&found), 2);
+    }
+
+    fn digest(batches: &[RecordBatch]) -> RowDigest {
+        let mut digester = RowDigester::new(&batches[0].schema()).unwrap();
+        for batch in batches {
+            digester.add(batch).unwrap();
+        }
+        digester.finish()
+    }
+
+    #[test]
+    fn a_digest_ignores_order_batches_and_text_type_but_not_content() {
+        let one = digest(&[rows(&[1, 2, 2], &["a", "b", "b"], false)]);
+        assert_eq!(one.rows, 3);
+        assert_eq!(one, digest(&[rows(&[2], &["b"], true), rows(&[2, 1], &["b", "a"], false)]));
+        // One row fewer, one row changed, one duplicate traded for another row.
+        assert_ne!(one, digest(&[rows(&[1, 2], &["a", "b"], false)]));
+        assert_ne!(one, digest(&[rows(&[1, 2, 2], &["a", "b", "c"], false)]));
+        assert_ne!(one.checksum, digest(&[rows(&[1, 1, 2], &["a", "a", "b"], false)]).checksum);
     }
 }

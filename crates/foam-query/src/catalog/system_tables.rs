@@ -5,6 +5,9 @@
 //! read it, its rows and bytes, asked of its node, growing while a copy is made) and
 //! `foam_cluster_stats` (messages, bytes, CPU and waiting per node, from every
 //! node's traffic counters, plus a cluster total row with a NULL node_id).
+//! `foam_partition_digests` is `foam_partitions` with each copy's digest (row
+//! count and a checksum of its rows) instead of its size: copies that agree
+//! hold the same rows. It reads every row of every copy.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,19 +17,20 @@ use arrow::array::{ArrayRef, BooleanArray, Float64Array, StringArray, UInt32Arra
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::record_batch::RecordBatch;
 use datafusion::catalog::{MemTable, TableProvider};
-use foam_common::limits::PEER_CONNECT_TIMEOUT_MS;
+use foam_common::limits::{PEER_CONNECT_TIMEOUT_MS, RPC_REQUEST_TIMEOUT_MS};
 use foam_common::{FoamError, FoamResult, NodeId, PartitionId};
 use foam_rpc::{NodeRequest, NodeResponse, TrafficSnapshot};
-use foam_storage::PartitionStats;
+use foam_storage::{PartitionStats, RowDigest};
 
 use crate::context::NodeContext;
 
-pub const NAMES: &[&str] = &["foam_nodes", "foam_partitions", "foam_cluster_stats"];
+pub const NAMES: &[&str] = &["foam_nodes", "foam_partitions", "foam_partition_digests", "foam_cluster_stats"];
 
 pub async fn build(name: &str, node: &Arc<NodeContext>) -> FoamResult<Option<Arc<dyn TableProvider>>> {
     let batch = match name {
         "foam_nodes" => nodes(node).await?,
-        "foam_partitions" => partitions(node).await?,
+        "foam_partitions" => partitions(node, CopyFacts::Stats).await?,
+        "foam_partition_digests" => partitions(node, CopyFacts::Digests).await?,
         "foam_cluster_stats" => cluster_stats(node).await?,
         _ => return Ok(None),
     };
@@ -49,8 +53,12 @@ async fn ping(node: &Arc<NodeContext>, id: NodeId) -> Option<(u64, u64, Option<S
 /// A peer's answer to `request`, or an error naming it when it does not
 /// answer within the connect timeout (system tables must not hang on a dead node).
 async fn ask(node: &Arc<NodeContext>, id: NodeId, request: &NodeRequest) -> FoamResult<NodeResponse> {
+    ask_within(node, id, request, Duration::from_millis(PEER_CONNECT_TIMEOUT_MS)).await
+}
+
+async fn ask_within(node: &Arc<NodeContext>, id: NodeId, request: &NodeRequest, timeout: Duration) -> FoamResult<NodeResponse> {
     let client = node.client_for(id)?;
-    match tokio::time::timeout(Duration::from_millis(PEER_CONNECT_TIMEOUT_MS), client.call(request, &[])).await {
+    match tokio::time::timeout(timeout, client.call(request, &[])).await {
         Ok(answer) => answer.map(|(response, _)| response),
         Err(_) => Err(FoamError::NodeUnavailable { node_id: id, addr: client.addr().into(), message: "timed out".into() }),
     }
@@ -104,7 +112,26 @@ async fn nodes(node: &Arc<NodeContext>) -> FoamResult<RecordBatch> {
     RecordBatch::try_new(schema, columns).map_err(|e| FoamError::internal(e.to_string()))
 }
 
-async fn partitions(node: &Arc<NodeContext>) -> FoamResult<RecordBatch> {
+/// What a partitions table says of each copy besides where it is: two
+/// numbers, asked of the copy's node.
+#[derive(Clone, Copy)]
+enum CopyFacts {
+    /// Its rows and bytes, from the node's counters.
+    Stats,
+    /// Its rows and the checksum of their digest, from reading them all.
+    Digests,
+}
+
+impl CopyFacts {
+    fn columns(self) -> [&'static str; 2] {
+        match self {
+            CopyFacts::Stats => ["row_count", "bytes"],
+            CopyFacts::Digests => ["row_count", "checksum"],
+        }
+    }
+}
+
+async fn partitions(node: &Arc<NodeContext>, facts: CopyFacts) -> FoamResult<RecordBatch> {
     let catalog = node.catalog.current();
     let (mut names, mut parts, mut holders, mut states, mut serving, mut rows, mut bytes) =
         (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
@@ -127,9 +154,9 @@ async fn partitions(node: &Arc<NodeContext>) -> FoamResult<RecordBatch> {
         for (partition, replica) in &copies {
             by_node.entry(replica.node).or_default().push(*partition);
         }
-        let mut stats: BTreeMap<(NodeId, PartitionId), Option<PartitionStats>> = BTreeMap::new();
+        let mut stats: BTreeMap<(NodeId, PartitionId), Option<[u64; 2]>> = BTreeMap::new();
         for (holder, partitions) in by_node {
-            let answer = partition_stats(node, holder, table.id, partitions.clone()).await;
+            let answer = copy_facts(node, holder, table.id, partitions.clone(), facts).await;
             for partition in partitions {
                 let found = answer.as_ref().ok().and_then(|s| s.iter().find(|(p, _)| *p == partition).map(|(_, s)| *s));
                 stats.insert((holder, partition), found);
@@ -142,8 +169,8 @@ async fn partitions(node: &Arc<NodeContext>) -> FoamResult<RecordBatch> {
             holders.push(replica.node);
             states.push(replica.state.name());
             serving.push(readers.contains(&(partition, replica.node)));
-            rows.push(found.map(|s| s.rows));
-            bytes.push(found.map(|s| s.bytes));
+            rows.push(found.map(|s| s[0]));
+            bytes.push(found.map(|s| s[1]));
         }
     }
     let schema = Arc::new(Schema::new(vec![
@@ -152,8 +179,8 @@ async fn partitions(node: &Arc<NodeContext>) -> FoamResult<RecordBatch> {
         Field::new("node_id", DataType::UInt32, false),
         Field::new("replica_state", DataType::Utf8, false),
         Field::new("serves_reads", DataType::Boolean, false),
-        Field::new("row_count", DataType::UInt64, true),
-        Field::new("bytes", DataType::UInt64, true),
+        Field::new(facts.columns()[0], DataType::UInt64, true),
+        Field::new(facts.columns()[1], DataType::UInt64, true),
     ]));
     let columns: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from(names)),
@@ -167,19 +194,42 @@ async fn partitions(node: &Arc<NodeContext>) -> FoamResult<RecordBatch> {
     RecordBatch::try_new(schema, columns).map_err(|e| FoamError::internal(e.to_string()))
 }
 
-/// Stats of some partitions of a table on one node; NULL rows when it is down.
-async fn partition_stats(
+/// The facts of some partitions of a table on one node; an error when it
+/// does not answer (its copies show NULLs).
+async fn copy_facts(
     node: &Arc<NodeContext>,
     owner: NodeId,
     table_id: foam_common::TableId,
     partitions: Vec<PartitionId>,
-) -> FoamResult<Vec<(PartitionId, PartitionStats)>> {
-    if owner == node.node_id {
-        return Ok(partitions.into_iter().map(|p| (p, node.storage.stats(table_id, p))).collect());
-    }
-    match ask(node, owner, &NodeRequest::PartitionStats { table_id, partitions }).await? {
-        NodeResponse::Stats { stats } => Ok(stats),
-        other => Err(FoamError::internal(format!("unexpected reply {other:?}"))),
+    facts: CopyFacts,
+) -> FoamResult<Vec<(PartitionId, [u64; 2])>> {
+    match facts {
+        CopyFacts::Stats => {
+            let stats: Vec<(PartitionId, PartitionStats)> = if owner == node.node_id {
+                partitions.into_iter().map(|p| (p, node.storage.stats(table_id, p))).collect()
+            } else {
+                match ask(node, owner, &NodeRequest::PartitionStats { table_id, partitions }).await? {
+                    NodeResponse::Stats { stats } => stats,
+                    other => return Err(FoamError::internal(format!("unexpected reply {other:?}"))),
+                }
+            };
+            Ok(stats.into_iter().map(|(p, s)| (p, [s.rows, s.bytes])).collect())
+        }
+        CopyFacts::Digests => {
+            let digests: Vec<(PartitionId, RowDigest)> = if owner == node.node_id {
+                let storage = node.storage.clone();
+                tokio::task::spawn_blocking(move || storage.digests(table_id, partitions))
+                    .await
+                    .map_err(|e| FoamError::internal(e.to_string()))??
+            } else {
+                let request = NodeRequest::PartitionDigests { table_id, partitions };
+                match ask_within(node, owner, &request, Duration::from_millis(RPC_REQUEST_TIMEOUT_MS)).await? {
+                    NodeResponse::Digests { digests } => digests,
+                    other => return Err(FoamError::internal(format!("unexpected reply {other:?}"))),
+                }
+            };
+            Ok(digests.into_iter().map(|(p, d)| (p, [d.rows, d.checksum])).collect())
+        }
     }
 }
 
