@@ -21,6 +21,8 @@
 use crate::choices::Choices;
 use crate::schema::{COLUMNS, Table, Ty};
 
+mod rules;
+
 /// How deep subqueries and derived tables nest.
 const DEPTH_MAX: u32 = 2;
 /// Joins in one FROM clause, at most.
@@ -71,6 +73,9 @@ pub fn generate(choices: &mut Choices, tables: &[Table]) -> Query {
     let mut g = Generator { c: choices, tables, aliases: 0, ctes: Vec::new(), tie_sensitive_window: false };
     if g.c.chance(15) {
         return g.partitioning_case();
+    }
+    if g.c.chance(20) {
+        return g.rule_case();
     }
     let select = g.query(DEPTH_MAX, &[], None, true);
     Query { sql: g.with_ctes(&select.sql), ordered: select.ordered, partitioned: None }
@@ -571,7 +576,10 @@ mod tests {
             assert_eq!(query.sql, again.sql, "seed {seed} replays differently");
             text.push_str(&query.sql);
         }
-        for shape in ["FULL JOIN", "LEFT SEMI JOIN", "GROUP BY ROLLUP", "GROUPING SETS", "OVER (", "EXISTS", "UNION", "LIMIT", "WITH w0"] {
+        for shape in ["FULL JOIN", "LEFT SEMI JOIN", "GROUP BY ROLLUP", "GROUPING SETS", "OVER (", "EXISTS", "UNION", "LIMIT", "WITH w0"]
+            .into_iter()
+            .chain(["NOT IN (SELECT", "AS n FROM", "avg(", "NOT LIKE '%", "IS NOT DISTINCT FROM", "OR (r"])
+        {
             assert!(text.contains(shape), "400 queries never used {shape}");
         }
     }
