@@ -63,6 +63,9 @@ struct Staging {
     /// Set when the transaction prepares (or is discarded): no more rows.
     closed: bool,
     partitions: HashMap<PartitionKey, StagedPartition>,
+    /// Memory held by the deleted rows of every partition, kept as they
+    /// come so each batch's check against the limit costs nothing.
+    delete_bytes: usize,
 }
 
 impl Staging {
@@ -386,9 +389,8 @@ impl StorageEngine {
         let staging = self.staging_of(txn, coordinator);
         let mut staging = lock(&staging);
         staging.refuse_if_closed(txn)?;
-        let held: usize = staging.partitions.values().flat_map(|p| &p.deletes).map(|(_, b)| b.get_array_memory_size()).sum();
         let adding: usize = batches.iter().map(|b| b.get_array_memory_size()).sum();
-        if held + adding > STAGE_DELETE_BYTES_PER_TXN_MAX {
+        if staging.delete_bytes + adding > STAGE_DELETE_BYTES_PER_TXN_MAX {
             return Err(FoamError::Query {
                 message: format!(
                     "a transaction may delete or update at most {} MiB of rows per node; delete in smaller steps",
@@ -397,6 +399,7 @@ impl StorageEngine {
                 sqlstate: foam_common::SqlState::ProgramLimitExceeded,
             });
         }
+        staging.delete_bytes += adding;
         let staged = staging.partition(key, placement_version);
         for batch in batches {
             staged.rows += batch.num_rows() as u64;
@@ -439,6 +442,7 @@ impl StorageEngine {
                 + staged.files.iter().map(|f| f.rows).sum::<u64>()
                 + staged.file.as_ref().map(|f| f.rows).unwrap_or(0);
         }
+        staging.delete_bytes = staging.partitions.values().flat_map(|p| &p.deletes).map(|(_, b)| b.get_array_memory_size()).sum();
     }
 
     /// Notes that the coordinator of `txn` still holds it open (a transaction
@@ -488,7 +492,7 @@ impl StorageEngine {
     fn staging_of(&self, txn: TxnId, coordinator: NodeId) -> Arc<Mutex<Staging>> {
         lock(&self.staging)
             .entry(txn)
-            .or_insert_with(|| Arc::new(Mutex::new(Staging { coordinator, last_activity: Instant::now(), closed: false, partitions: HashMap::new() })))
+            .or_insert_with(|| Arc::new(Mutex::new(Staging { coordinator, last_activity: Instant::now(), closed: false, partitions: HashMap::new(), delete_bytes: 0 })))
             .clone()
     }
 
@@ -600,7 +604,7 @@ impl StorageEngine {
         let mut staging = {
             let mut open = lock(&staging);
             open.closed = true;
-            Staging { coordinator: open.coordinator, last_activity: open.last_activity, closed: true, partitions: std::mem::take(&mut open.partitions) }
+            Staging { coordinator: open.coordinator, last_activity: open.last_activity, closed: true, partitions: std::mem::take(&mut open.partitions), delete_bytes: std::mem::take(&mut open.delete_bytes) }
         };
         let staged_rows: u64 = staging.partitions.values().map(|p| p.rows).sum();
         if staged_rows != expected_rows {
@@ -654,7 +658,9 @@ impl StorageEngine {
         // would not see this transaction.
         let mut wal = lock(&self.wal);
         if let Err(error) = self.check_fences(&routed_with).and_then(|_| match &header {
-            WalHeader::Prepare { entries, .. } => self.check_deletes(entries, &inline).and_then(|_| self.check_unique(entries, &inline, unique)),
+            WalHeader::Prepare { entries, .. } => {
+                self.check_deletes(entries, &inline).and_then(|read| self.check_unique(entries, &inline, unique, &read))
+            }
             _ => Ok(()),
         }) {
             drop(wal);
@@ -673,7 +679,11 @@ impl StorageEngine {
     /// new rows, and not also deleted by another prepared transaction. A row
     /// someone else deleted (or changed) since the statement read it fails
     /// with 40001: the first to prepare wins, so no update is lost.
-    fn check_deletes(&self, entries: &[PreparedEntry], inline: &[Option<Vec<RecordBatch>>]) -> FoamResult<()> {
+    ///
+    /// Returns the committed rows it read, by partition, so the unique-key
+    /// check that follows (an UPDATE of a keyed table) reads no partition twice.
+    fn check_deletes(&self, entries: &[PreparedEntry], inline: &[Option<Vec<RecordBatch>>]) -> FoamResult<HashMap<PartitionKey, Vec<RecordBatch>>> {
+        let mut read = HashMap::new();
         let mut deletes: HashMap<PartitionKey, Vec<RecordBatch>> = HashMap::new();
         for (entry, rows) in entries.iter().zip(inline) {
             if let (EntryData::Delete { .. }, Some(rows)) = (&entry.data, rows) {
@@ -683,9 +693,11 @@ impl StorageEngine {
         for ((table_id, partition), rows) in deletes {
             let Some(wanted) = RowSet::of(&rows)? else { continue };
             let mut available: HashMap<Vec<u8>, u64> = HashMap::new();
-            for batch in self.committed_rows((table_id, partition), None)? {
-                wanted.count_in(&batch, &mut available)?;
+            let committed = self.committed_rows((table_id, partition), None)?;
+            for batch in &committed {
+                wanted.count_in(batch, &mut available)?;
             }
+            read.insert((table_id, partition), committed);
             let all_columns: Vec<usize> = (0..rows[0].num_columns()).collect();
             for (entry, new_rows) in entries.iter().zip(inline) {
                 if (entry.table_id, entry.partition) == (table_id, partition) && !matches!(entry.data, EntryData::Delete { .. }) {
@@ -722,13 +734,20 @@ impl StorageEngine {
                 });
             }
         }
-        Ok(())
+        Ok(read)
     }
 
     /// Checks a preparing transaction's rows (`entries`, with their decoded
     /// `inline` rows) against the unique keys of their tables; the caller
     /// holds the WAL lock, so no other transaction prepares or commits meanwhile.
-    fn check_unique(&self, entries: &[PreparedEntry], inline: &[Option<Vec<RecordBatch>>], unique: &dyn Fn(TableId) -> Vec<UniqueKey>) -> FoamResult<()> {
+    /// `read` holds whole committed rows of partitions read already.
+    fn check_unique(
+        &self,
+        entries: &[PreparedEntry],
+        inline: &[Option<Vec<RecordBatch>>],
+        unique: &dyn Fn(TableId) -> Vec<UniqueKey>,
+        read: &HashMap<PartitionKey, Vec<RecordBatch>>,
+    ) -> FoamResult<()> {
         // Per table, its keys asked for once, and only their columns read:
         // `columns` (ascending, as a segment's projection returns them), with
         // the keys renumbered; `None` for a table without keys.
@@ -755,7 +774,13 @@ impl StorageEngine {
             if let Some(gone) = gone.as_mut() {
                 new = new.iter().map(|batch| gone.take_from(batch).map(|(kept, _)| kept)).collect::<FoamResult<_>>()?;
             }
-            let mut present = self.committed_rows((table_id, partition), Some(columns))?;
+            let mut present = match read.get(&(table_id, partition)) {
+                Some(rows) => rows
+                    .iter()
+                    .map(|batch| batch.project(columns).map_err(|e| FoamError::internal(format!("projecting committed rows: {e}"))))
+                    .collect::<FoamResult<_>>()?,
+                None => self.committed_rows((table_id, partition), Some(columns))?,
+            };
             for prepared in lock(&self.prepared).values() {
                 let WalHeader::Prepare { entries, .. } = &prepared.header else { continue };
                 for (entry, rows) in entries.iter().zip(&prepared.inline) {
@@ -1573,6 +1598,26 @@ mod tests {
         commit_rows(&right, 3, 10, vec![batch(21, 1)], &no_keys);
         assert_eq!(digest(&left)[0].1.rows, digest(&right)[0].1.rows);
         assert_ne!(digest(&left), digest(&right));
+    }
+
+    #[test]
+    fn deleted_rows_a_transaction_holds_are_bounded_and_freed_by_a_rollback_to() {
+        let engine = StorageEngine::open(&temp_dir("delete-bound")).unwrap();
+        // One 40 MiB row, staged again and again (its memory counts each time).
+        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false), Field::new("v", DataType::Utf8, true)]));
+        let big = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![1])), Arc::new(StringArray::from(vec!["x".repeat(40 << 20)]))]).unwrap();
+        let fits = STAGE_DELETE_BYTES_PER_TXN_MAX / big.get_array_memory_size();
+        for statement in 1..=fits as StatementNumber {
+            engine.stage_deletes(1, 1, (10, statement % 3), 0, statement, vec![big.clone()]).unwrap();
+        }
+        let error = engine.stage_deletes(1, 1, (10, 0), 0, 100, vec![big.clone()]).unwrap_err();
+        assert_eq!(error.sqlstate(), "54000", "{error}");
+        // Rolling back to after statement 2 frees what later statements held.
+        engine.rollback_statements(1, 2);
+        for statement in 3..=fits as StatementNumber {
+            engine.stage_deletes(1, 1, (10, 0), 0, statement, vec![big.clone()]).unwrap();
+        }
+        assert!(engine.stage_deletes(1, 1, (10, 0), 0, 100, vec![big]).is_err());
     }
 
     #[test]
