@@ -8,6 +8,7 @@ pub mod interrupt;
 pub mod modify;
 pub mod roles;
 pub mod select_names;
+pub mod setting_functions;
 pub mod statement;
 pub mod session;
 pub mod transaction_block;

@@ -282,6 +282,18 @@ pub struct FoamSession {
     read_only: std::sync::atomic::AtomicBool,
 }
 
+impl crate::frontend::setting_functions::SessionSettings for FoamSession {
+    fn get(&self, name: &str) -> FoamResult<String> {
+        self.setting(name)
+    }
+    fn set(&self, name: String, value: String) -> FoamResult<()> {
+        self.set_setting(name, value)
+    }
+    fn in_block(&self) -> bool {
+        *self.block() != Block::Idle
+    }
+}
+
 impl FoamSession {
     pub fn new(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>) -> Self {
         let state = crate::distributed::coordinator_state_builder(node.clone(), runtime.clone())
@@ -464,9 +476,12 @@ impl FoamSession {
         prepared(Kind::Plan { statement, plan, write, catalog_version })
     }
 
-    /// DataFusion's logical plan of a parsed statement.
+    /// DataFusion's logical plan of a parsed statement, its calls of
+    /// `current_setting` and `set_config` evaluated first.
     async fn plan(&self, statement: &Statement) -> FoamResult<LogicalPlan> {
-        self.ctx.state().statement_to_plan(datafusion_statement(statement)).await.map_err(FoamError::from)
+        let mut statement = statement.clone();
+        crate::frontend::setting_functions::evaluate(&mut statement, self)?;
+        self.ctx.state().statement_to_plan(datafusion_statement(&statement)).await.map_err(FoamError::from)
     }
 
     /// `SET`/`SHOW` of a setting DataFusion does not know: a client setting.
@@ -867,28 +882,7 @@ impl FoamSession {
             }
             Statement::Set(set) => {
                 if let Some((name, value)) = set_name_and_value(set) {
-                    if name == EXCHANGE_BATCH_ROWS {
-                        self.set_exchange_batch_rows(&value)?;
-                    } else if name == EXCHANGE_BATCH_BYTES {
-                        if !value.parse::<usize>().is_ok_and(|b| b > 0) {
-                            return Err(FoamError::InvalidParameter {
-                                message: format!("{EXCHANGE_BATCH_BYTES} must be a positive whole number of bytes, not \"{value}\""),
-                            });
-                        }
-                    } else if name == STATEMENT_TIMEOUT {
-                        let shown = show_statement_timeout(parse_statement_timeout(&value)?);
-                        self.settings.lock().unwrap_or_else(|p| p.into_inner()).insert(name, shown);
-                        return command("SET");
-                    } else if name.starts_with("foam.") {
-                        // FoamDB's planner settings (options::FoamOptions).
-                        let state = self.ctx.state_ref();
-                        let mut state = state.write();
-                        state.config_mut().options_mut().set(&name, &value).map_err(|_| FoamError::Query {
-                            message: format!("unrecognized configuration parameter \"{name}\" or bad value \"{value}\""),
-                            sqlstate: foam_common::SqlState::UndefinedObject,
-                        })?;
-                    }
-                    self.settings.lock().unwrap_or_else(|p| p.into_inner()).insert(name, value);
+                    self.set_setting(name, value)?;
                 }
                 command("SET")
             }
@@ -898,15 +892,7 @@ impl FoamSession {
                     "transaction.isolation.level" => TRANSACTION_ISOLATION.to_string(),
                     _ => name,
                 };
-                let read_only = self.read_only.load(std::sync::atomic::Ordering::Relaxed) && *self.block() != Block::Idle;
-                let value = match name.as_str() {
-                    TRANSACTION_ISOLATION | DEFAULT_TRANSACTION_ISOLATION => Some(ISOLATION_LEVEL.to_string()),
-                    "transaction_read_only" => Some(if read_only { "on" } else { "off" }.to_string()),
-                    _ => self.settings.lock().unwrap_or_else(|p| p.into_inner()).get(&name).cloned(),
-                };
-                let value = value.ok_or_else(|| {
-                    FoamError::Query { message: format!("unrecognized configuration parameter \"{name}\""), sqlstate: foam_common::SqlState::UndefinedObject }
-                })?;
+                let value = self.setting(&name)?;
                 let schema = Arc::new(Schema::new(vec![Field::new(name, DataType::Utf8, false)]));
                 let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(vec![value])) as ArrayRef])
                     .map_err(|e| FoamError::internal(e.to_string()))?;
@@ -914,6 +900,52 @@ impl FoamSession {
             }
             other => Err(FoamError::internal(format!("statement not handled: {other}"))),
         }
+    }
+
+    /// A setting's value as `SHOW` and `current_setting` give it; 42704 for
+    /// one this session does not know.
+    fn setting(&self, name: &str) -> FoamResult<String> {
+        let read_only = self.read_only.load(std::sync::atomic::Ordering::Relaxed) && *self.block() != Block::Idle;
+        let value = match name {
+            TRANSACTION_ISOLATION | DEFAULT_TRANSACTION_ISOLATION => Some(ISOLATION_LEVEL.to_string()),
+            "transaction_read_only" => Some(if read_only { "on" } else { "off" }.to_string()),
+            _ => self.settings.lock().unwrap_or_else(|p| p.into_inner()).get(name).cloned(),
+        };
+        value.ok_or_else(|| FoamError::Query {
+            message: format!("unrecognized configuration parameter \"{name}\""),
+            sqlstate: foam_common::SqlState::UndefinedObject,
+        })
+    }
+
+    /// `SET name = value` (and `set_config`) of a setting DataFusion does not
+    /// plan: FoamDB's own, checked, and the client's, kept for `SHOW`.
+    fn set_setting(&self, name: String, value: String) -> FoamResult<()> {
+        if name == EXCHANGE_BATCH_ROWS {
+            self.set_exchange_batch_rows(&value)?;
+        } else if name == EXCHANGE_BATCH_BYTES {
+            if !value.parse::<usize>().is_ok_and(|b| b > 0) {
+                return Err(FoamError::InvalidParameter {
+                    message: format!("{EXCHANGE_BATCH_BYTES} must be a positive whole number of bytes, not \"{value}\""),
+                });
+            }
+        } else if name == STATEMENT_TIMEOUT {
+            let shown = show_statement_timeout(parse_statement_timeout(&value)?);
+            self.settings.lock().unwrap_or_else(|p| p.into_inner()).insert(name, shown);
+            return Ok(());
+        } else if name.starts_with("foam.") {
+            // FoamDB's planner settings (options::FoamOptions).
+            let state = self.ctx.state_ref();
+            let mut state = state.write();
+            state.config_mut().options_mut().set(&name, &value).map_err(|_| FoamError::Query {
+                message: format!("unrecognized configuration parameter \"{name}\" or bad value \"{value}\""),
+                sqlstate: foam_common::SqlState::UndefinedObject,
+            })?;
+        } else if name.starts_with("datafusion.") || name.starts_with("distributed.") {
+            // Through SET only, which DataFusion plans and checks.
+            return Err(FoamError::FeatureNotSupported { feature: format!("set_config of \"{name}\" (use SET)") });
+        }
+        self.settings.lock().unwrap_or_else(|p| p.into_inner()).insert(name, value);
+        Ok(())
     }
 
     /// `SET foam.exchange_batch_rows = n`: rows per batch that stages send

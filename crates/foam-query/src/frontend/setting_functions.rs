@@ -1,0 +1,182 @@
+//! `current_setting(name [, missing_ok])` and `set_config(name, value,
+//! is_local)`: the functions drivers, ORMs and pg_dump call to read and
+//! change a session's settings (asyncpg reads `current_setting` to introspect
+//! types; pg_dump starts with `SELECT pg_catalog.set_config('search_path',
+//! '', false)`).
+//!
+//! Settings live in the session, not in DataFusion, so the calls are
+//! evaluated when the statement is planned, as PostgreSQL evaluates stable
+//! functions once per statement, and each is replaced by its text result.
+//! Only literal arguments are taken; a setting named by a column gets
+//! 0A000 rather than a value read at the wrong time.
+
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Statement, Value, visit_expressions_mut};
+use foam_common::{FoamError, FoamResult};
+
+/// What the functions read and change: the session's settings.
+pub trait SessionSettings {
+    /// The value `SHOW name` gives; 42704 for an unknown setting.
+    fn get(&self, name: &str) -> FoamResult<String>;
+    /// `SET name = value`.
+    fn set(&self, name: String, value: String) -> FoamResult<()>;
+    /// The session is inside a transaction block.
+    fn in_block(&self) -> bool;
+}
+
+/// Replaces every `current_setting` and `set_config` call in `statement`
+/// by its result, applying `set_config`'s change on the way.
+pub fn evaluate(statement: &mut Statement, settings: &dyn SessionSettings) -> FoamResult<()> {
+    let outcome = visit_expressions_mut(statement, |expr| {
+        let Expr::Function(function) = expr else { return ControlFlow::Continue(()) };
+        let name = function.name.0.last().and_then(|part| part.as_ident()).map(|ident| ident.value.to_lowercase());
+        let result = match name.as_deref() {
+            Some("current_setting") => literal_args(&function.args, "current_setting").and_then(|args| current_setting(&args, settings)),
+            Some("set_config") => literal_args(&function.args, "set_config").and_then(|args| set_config(&args, settings)),
+            _ => return ControlFlow::Continue(()),
+        };
+        match result {
+            Ok(value) => {
+                *expr = Expr::Value(value.map_or(Value::Null, Value::SingleQuotedString).into());
+                ControlFlow::Continue(())
+            }
+            Err(error) => ControlFlow::Break(error),
+        }
+    });
+    match outcome {
+        ControlFlow::Break(error) => Err(error),
+        ControlFlow::Continue(()) => Ok(()),
+    }
+}
+
+/// A literal argument: text, or a boolean.
+enum Arg {
+    Text(String),
+    Bool(bool),
+}
+
+fn literal_args(args: &FunctionArguments, function: &str) -> FoamResult<Vec<Arg>> {
+    let FunctionArguments::List(list) = args else { return Ok(Vec::new()) };
+    list.args
+        .iter()
+        .map(|arg| match arg {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(value))) => match &value.value {
+                Value::SingleQuotedString(text) => Ok(Arg::Text(text.clone())),
+                Value::Boolean(flag) => Ok(Arg::Bool(*flag)),
+                other => Ok(Arg::Text(other.to_string())),
+            },
+            other => Err(FoamError::FeatureNotSupported { feature: format!("{function}() of a non-literal argument ({other})") }),
+        })
+        .collect()
+}
+
+fn text(args: &[Arg], index: usize, function: &str) -> FoamResult<String> {
+    match args.get(index) {
+        Some(Arg::Text(text)) => Ok(text.clone()),
+        Some(Arg::Bool(flag)) => Ok(flag.to_string()),
+        None => Err(wrong_arguments(function)),
+    }
+}
+
+fn flag(args: &[Arg], index: usize, function: &str) -> FoamResult<bool> {
+    match args.get(index) {
+        Some(Arg::Bool(flag)) => Ok(*flag),
+        Some(Arg::Text(text)) => match text.to_lowercase().as_str() {
+            "true" | "t" | "on" | "yes" | "1" => Ok(true),
+            "false" | "f" | "off" | "no" | "0" => Ok(false),
+            _ => Err(FoamError::Query {
+                message: format!("invalid input syntax for type boolean: \"{text}\""),
+                sqlstate: foam_common::SqlState::InvalidTextRepresentation,
+            }),
+        },
+        None => Err(wrong_arguments(function)),
+    }
+}
+
+fn wrong_arguments(function: &str) -> FoamError {
+    let takes = if function == "set_config" { "(text, text, boolean)" } else { "(text) or (text, boolean)" };
+    FoamError::Query { message: format!("function {function} takes {takes}"), sqlstate: foam_common::SqlState::UndefinedFunction }
+}
+
+/// `current_setting(name)`, or NULL for an unknown one with `missing_ok`.
+fn current_setting(args: &[Arg], settings: &dyn SessionSettings) -> FoamResult<Option<String>> {
+    if !(1..=2).contains(&args.len()) {
+        return Err(wrong_arguments("current_setting"));
+    }
+    let name = text(args, 0, "current_setting")?.to_lowercase();
+    let missing_ok = args.len() == 2 && flag(args, 1, "current_setting")?;
+    match settings.get(&name) {
+        Err(error) if missing_ok && error.sqlstate() == "42704" => Ok(None),
+        other => other.map(Some),
+    }
+}
+
+/// `set_config(name, value, is_local)`: the value set. A local change
+/// outside a block lasts for no statement (PostgreSQL warns and does
+/// nothing); inside a block it would have to end with the block, which
+/// FoamDB does not track, so it is refused.
+fn set_config(args: &[Arg], settings: &dyn SessionSettings) -> FoamResult<Option<String>> {
+    if args.len() != 3 {
+        return Err(wrong_arguments("set_config"));
+    }
+    let (name, value, local) = (text(args, 0, "set_config")?.to_lowercase(), text(args, 1, "set_config")?, flag(args, 2, "set_config")?);
+    if local && settings.in_block() {
+        return Err(FoamError::FeatureNotSupported { feature: "set_config(..., true) inside a transaction block (SET LOCAL)".into() });
+    }
+    if !local {
+        settings.set(name, value.clone())?;
+    }
+    Ok(Some(value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::collections::BTreeMap;
+
+    struct Fake(RefCell<BTreeMap<String, String>>, bool);
+
+    impl SessionSettings for Fake {
+        fn get(&self, name: &str) -> FoamResult<String> {
+            self.0.borrow().get(name).cloned().ok_or_else(|| FoamError::Query {
+                message: format!("unrecognized configuration parameter \"{name}\""),
+                sqlstate: foam_common::SqlState::UndefinedObject,
+            })
+        }
+        fn set(&self, name: String, value: String) -> FoamResult<()> {
+            self.0.borrow_mut().insert(name, value);
+            Ok(())
+        }
+        fn in_block(&self) -> bool {
+            self.1
+        }
+    }
+
+    fn rewrite(sql: &str, settings: &Fake) -> FoamResult<String> {
+        let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
+        let mut statement = datafusion::sql::sqlparser::parser::Parser::parse_sql(&dialect, sql).unwrap().remove(0);
+        evaluate(&mut statement, settings)?;
+        Ok(statement.to_string())
+    }
+
+    #[test]
+    fn settings_are_read_and_changed_as_the_statement_is_planned() {
+        let settings = Fake(RefCell::new(BTreeMap::from([("datestyle".to_string(), "ISO, MDY".to_string())])), false);
+        assert_eq!(rewrite("SELECT current_setting('DateStyle') AS d", &settings).unwrap(), "SELECT 'ISO, MDY' AS d");
+        assert_eq!(rewrite("SELECT pg_catalog.current_setting('nope', true)", &settings).unwrap(), "SELECT NULL");
+        assert_eq!(rewrite("SELECT current_setting('nope')", &settings).unwrap_err().sqlstate(), "42704");
+        assert_eq!(rewrite("SELECT pg_catalog.set_config('search_path', '', false)", &settings).unwrap(), "SELECT ''");
+        assert_eq!(settings.get("search_path").unwrap(), "");
+        // A local change outside a block changes nothing; inside one it is refused.
+        assert_eq!(rewrite("SELECT set_config('application_name', 'x', true)", &settings).unwrap(), "SELECT 'x'");
+        assert!(settings.get("application_name").is_err());
+        let in_block = Fake(RefCell::default(), true);
+        assert_eq!(rewrite("SELECT set_config('a', 'x', true)", &in_block).unwrap_err().sqlstate(), "0A000");
+        // Arguments must be literals, and as many as the function takes.
+        assert_eq!(rewrite("SELECT current_setting(t.name) FROM t", &settings).unwrap_err().sqlstate(), "0A000");
+        assert_eq!(rewrite("SELECT set_config('a', 'b')", &settings).unwrap_err().sqlstate(), "42883");
+        assert_eq!(rewrite("SELECT set_config('a', 'b', 'maybe')", &settings).unwrap_err().sqlstate(), "22P02");
+    }
+}
