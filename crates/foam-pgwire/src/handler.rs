@@ -143,7 +143,7 @@ struct CopyState(Mutex<Option<PendingCopy>>);
 
 impl FoamPgHandler {
     fn session<C: ClientInfo>(&self, client: &C) -> Arc<FoamSession> {
-        client.session_extensions().get_or_insert_with(|| FoamSession::new(self.node.clone(), self.runtime.clone()))
+        session_of(client, &self.node, &self.runtime)
     }
 
     /// Turns a statement's output into a pgwire response.
@@ -223,6 +223,15 @@ impl SimpleQueryHandler for FoamPgHandler {
     }
 }
 
+/// The connection's session, made on its first statement, of the role the
+/// startup exchange authenticated.
+fn session_of<C: ClientInfo>(client: &C, node: &Arc<NodeContext>, runtime: &Arc<RuntimeEnv>) -> Arc<FoamSession> {
+    client.session_extensions().get_or_insert_with(|| {
+        let user = client.metadata().get(pgwire::api::METADATA_USER).cloned().unwrap_or_default();
+        FoamSession::new(node.clone(), runtime.clone(), &user)
+    })
+}
+
 /// A prepared statement as pgwire stores it.
 #[derive(Clone)]
 pub struct FoamStatement(Arc<PreparedStatement>);
@@ -245,9 +254,7 @@ impl QueryParser for FoamQueryParser {
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
-        let session = client
-            .session_extensions()
-            .get_or_insert_with(|| FoamSession::new(self.handler.node.clone(), self.handler.runtime.clone()));
+        let session = session_of(client, &self.handler.node, &self.handler.runtime);
         let prepared = session.prepare(sql).await.map_err(|e| user_error(&e))?;
         Ok(Some(FoamStatement(Arc::new(prepared))))
     }

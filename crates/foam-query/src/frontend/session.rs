@@ -295,7 +295,8 @@ impl crate::frontend::setting_functions::SessionSettings for FoamSession {
 }
 
 impl FoamSession {
-    pub fn new(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>) -> Self {
+    /// A session of the role `user` (authenticated already).
+    pub fn new(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>, user: &str) -> Self {
         let state = crate::distributed::coordinator_state_builder(node.clone(), runtime.clone())
             .with_catalog_list(crate::catalog::provider::catalog_list(node.clone(), runtime))
             .build();
@@ -321,6 +322,9 @@ impl FoamSession {
             ("client_encoding".to_string(), "UTF8".to_string()),
             ("datestyle".to_string(), "ISO, MDY".to_string()),
             (STATEMENT_TIMEOUT.to_string(), show_statement_timeout(0)),
+            // Every role is a superuser for now (frontend/roles.rs).
+            (crate::frontend::setting_functions::SESSION_AUTHORIZATION.to_string(), user.to_string()),
+            ("is_superuser".to_string(), "on".to_string()),
         ]);
         FoamSession { node, ctx, settings: Mutex::new(settings), block: Mutex::new(Block::Idle), open, read_only: Default::default() }
     }

@@ -4,6 +4,11 @@
 //! types; pg_dump starts with `SELECT pg_catalog.set_config('search_path',
 //! '', false)`).
 //!
+//! The SQL keywords that name the session's role and database,
+//! `current_user`, `session_user`, `current_role`, `user`,
+//! `current_catalog` and `current_schema`, are evaluated the same way (they
+//! are reserved words in PostgreSQL, never column names).
+//!
 //! Settings live in the session, not in DataFusion, so the calls are
 //! evaluated when the statement is planned, as PostgreSQL evaluates stable
 //! functions once per statement, and each is replaced by its text result.
@@ -12,8 +17,20 @@
 
 use std::ops::ControlFlow;
 
-use datafusion::sql::sqlparser::ast::{Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Statement, Value, visit_expressions_mut};
+use datafusion::sql::sqlparser::ast::{
+    Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, Query, SelectItem, SetExpr, Statement, Value, VisitMut, VisitorMut,
+    visit_expressions_mut,
+};
 use foam_common::{FoamError, FoamResult};
+
+/// The setting holding the session's role, as `SHOW session_authorization` gives it.
+pub const SESSION_AUTHORIZATION: &str = "session_authorization";
+
+/// The one database of a cluster, as clients connect to it.
+pub const DATABASE_NAME: &str = "foam";
+
+/// The schema unqualified names resolve in.
+pub const SCHEMA_NAME: &str = "public";
 
 /// What the functions read and change: the session's settings.
 pub trait SessionSettings {
@@ -28,12 +45,28 @@ pub trait SessionSettings {
 /// Replaces every `current_setting` and `set_config` call in `statement`
 /// by its result, applying `set_config`'s change on the way.
 pub fn evaluate(statement: &mut Statement, settings: &dyn SessionSettings) -> FoamResult<()> {
+    // A select list's column keeps the function's or keyword's name, as in
+    // PostgreSQL (and two of them do not clash as equal literals would).
+    let _ = statement.visit(&mut ColumnNamer);
     let outcome = visit_expressions_mut(statement, |expr| {
-        let Expr::Function(function) = expr else { return ControlFlow::Continue(()) };
-        let name = function.name.0.last().and_then(|part| part.as_ident()).map(|ident| ident.value.to_lowercase());
-        let result = match name.as_deref() {
-            Some("current_setting") => literal_args(&function.args, "current_setting").and_then(|args| current_setting(&args, settings)),
-            Some("set_config") => literal_args(&function.args, "set_config").and_then(|args| set_config(&args, settings)),
+        let result = match expr {
+            Expr::Function(function) => {
+                let name = function.name.0.last().and_then(|part| part.as_ident()).map(|ident| ident.value.to_lowercase());
+                match (name.as_deref(), &function.args) {
+                    (Some("current_setting"), args) => literal_args(args, "current_setting").and_then(|args| current_setting(&args, settings)),
+                    (Some("set_config"), args) => literal_args(args, "set_config").and_then(|args| set_config(&args, settings)),
+                    (Some(keyword), FunctionArguments::None) if function.name.0.len() == 1 => match session_keyword(keyword, settings) {
+                        Some(value) => value.map(Some),
+                        None => return ControlFlow::Continue(()),
+                    },
+                    (Some("current_schema"), FunctionArguments::List(list)) if list.args.is_empty() => Ok(Some(SCHEMA_NAME.to_string())),
+                    _ => return ControlFlow::Continue(()),
+                }
+            }
+            Expr::Identifier(ident) if ident.quote_style.is_none() => match session_keyword(&ident.value.to_lowercase(), settings) {
+                Some(value) => value.map(Some),
+                None => return ControlFlow::Continue(()),
+            },
             _ => return ControlFlow::Continue(()),
         };
         match result {
@@ -47,6 +80,74 @@ pub fn evaluate(statement: &mut Statement, settings: &dyn SessionSettings) -> Fo
     match outcome {
         ControlFlow::Break(error) => Err(error),
         ControlFlow::Continue(()) => Ok(()),
+    }
+}
+
+/// Names the select-list items [`evaluate`] replaces after what they call.
+struct ColumnNamer;
+
+impl VisitorMut for ColumnNamer {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        name_columns(query.body.as_mut());
+        ControlFlow::Continue(())
+    }
+}
+
+fn name_columns(body: &mut SetExpr) {
+    match body {
+        SetExpr::Select(select) => {
+            // DataFusion refuses a name twice in one list where PostgreSQL
+            // allows it: a repeated one gets `_2`, `_3`, as select_names.rs does.
+            let mut used: std::collections::HashSet<String> = std::collections::HashSet::new();
+            for item in &mut select.projection {
+                if let SelectItem::UnnamedExpr(expr) = item
+                    && let Some(name) = replaced_name(expr)
+                {
+                    let unique = (1..).map(|n| if n == 1 { name.clone() } else { format!("{name}_{n}") }).find(|n| !used.contains(n));
+                    let unique = unique.unwrap_or(name);
+                    used.insert(unique.clone());
+                    *item = SelectItem::ExprWithAlias { expr: expr.clone(), alias: Ident::new(unique) };
+                }
+            }
+        }
+        SetExpr::SetOperation { left, right, .. } => {
+            name_columns(left);
+            name_columns(right);
+        }
+        _ => {}
+    }
+}
+
+/// The name of the function or keyword `expr` is, when [`evaluate`] replaces it.
+fn replaced_name(expr: &Expr) -> Option<String> {
+    match expr {
+        Expr::Function(function) => {
+            let word = function.name.0.last()?.as_ident()?.value.to_lowercase();
+            let known = matches!(word.as_str(), "current_setting" | "set_config") || (function.name.0.len() == 1 && session_keyword_known(&word));
+            known.then_some(word)
+        }
+        Expr::Identifier(ident) if ident.quote_style.is_none() => {
+            let word = ident.value.to_lowercase();
+            session_keyword_known(&word).then_some(word)
+        }
+        _ => None,
+    }
+}
+
+fn session_keyword_known(word: &str) -> bool {
+    matches!(word, "current_user" | "session_user" | "current_role" | "user" | "current_catalog" | "current_schema")
+}
+
+/// The value of a keyword naming the session's role or database, `None`
+/// for another word.
+fn session_keyword(word: &str, settings: &dyn SessionSettings) -> Option<FoamResult<String>> {
+    match word {
+        "current_user" | "session_user" | "current_role" | "user" => Some(settings.get(SESSION_AUTHORIZATION)),
+        "current_catalog" => Some(Ok(DATABASE_NAME.to_string())),
+        "current_schema" => Some(Ok(SCHEMA_NAME.to_string())),
+        _ => None,
     }
 }
 
@@ -165,12 +266,12 @@ mod tests {
     fn settings_are_read_and_changed_as_the_statement_is_planned() {
         let settings = Fake(RefCell::new(BTreeMap::from([("datestyle".to_string(), "ISO, MDY".to_string())])), false);
         assert_eq!(rewrite("SELECT current_setting('DateStyle') AS d", &settings).unwrap(), "SELECT 'ISO, MDY' AS d");
-        assert_eq!(rewrite("SELECT pg_catalog.current_setting('nope', true)", &settings).unwrap(), "SELECT NULL");
+        assert_eq!(rewrite("SELECT pg_catalog.current_setting('nope', true)", &settings).unwrap(), "SELECT NULL AS current_setting");
         assert_eq!(rewrite("SELECT current_setting('nope')", &settings).unwrap_err().sqlstate(), "42704");
-        assert_eq!(rewrite("SELECT pg_catalog.set_config('search_path', '', false)", &settings).unwrap(), "SELECT ''");
+        assert_eq!(rewrite("SELECT pg_catalog.set_config('search_path', '', false)", &settings).unwrap(), "SELECT '' AS set_config");
         assert_eq!(settings.get("search_path").unwrap(), "");
         // A local change outside a block changes nothing; inside one it is refused.
-        assert_eq!(rewrite("SELECT set_config('application_name', 'x', true)", &settings).unwrap(), "SELECT 'x'");
+        assert_eq!(rewrite("SELECT set_config('application_name', 'x', true) = 'x'", &settings).unwrap(), "SELECT 'x' = 'x'");
         assert!(settings.get("application_name").is_err());
         let in_block = Fake(RefCell::default(), true);
         assert_eq!(rewrite("SELECT set_config('a', 'x', true)", &in_block).unwrap_err().sqlstate(), "0A000");
@@ -178,5 +279,16 @@ mod tests {
         assert_eq!(rewrite("SELECT current_setting(t.name) FROM t", &settings).unwrap_err().sqlstate(), "0A000");
         assert_eq!(rewrite("SELECT set_config('a', 'b')", &settings).unwrap_err().sqlstate(), "42883");
         assert_eq!(rewrite("SELECT set_config('a', 'b', 'maybe')", &settings).unwrap_err().sqlstate(), "22P02");
+    }
+
+    #[test]
+    fn keywords_name_the_session_role_and_database_but_quoted_names_are_columns() {
+        let settings = Fake(RefCell::new(BTreeMap::from([(SESSION_AUTHORIZATION.to_string(), "alice".to_string())])), false);
+        assert_eq!(
+            rewrite("SELECT current_user, session_user, CURRENT_ROLE, user, current_catalog, current_schema, current_schema()", &settings).unwrap(),
+            "SELECT 'alice' AS current_user, 'alice' AS session_user, 'alice' AS current_role, 'alice' AS user, 'foam' AS current_catalog, \
+             'public' AS current_schema, 'public' AS current_schema_2"
+        );
+        assert_eq!(rewrite("SELECT \"user\", t.current_user FROM t", &settings).unwrap(), "SELECT \"user\", t.current_user FROM t");
     }
 }
