@@ -128,7 +128,7 @@ impl PreparedStatement {
                 Statement::CreateTable(_) => StatementClass::NotTransactional("CREATE TABLE"),
                 Statement::CreateView(_) => StatementClass::NotTransactional("CREATE VIEW"),
                 Statement::Drop { .. } => StatementClass::NotTransactional("DROP"),
-                Statement::Copy { to: false, .. } => StatementClass::Write,
+                Statement::Copy { to: false, .. } | Statement::Truncate(_) => StatementClass::Write,
                 Statement::Explain { analyze: true, statement, .. } if !matches!(statement.as_ref(), Statement::Query(_)) => {
                     StatementClass::NotTransactional("EXPLAIN ANALYZE of a write")
                 }
@@ -453,7 +453,8 @@ impl FoamSession {
                 | Statement::Savepoint { .. }
                 | Statement::ReleaseSavepoint { .. }
                 | Statement::Explain { .. }
-        ) || self.is_client_setting(&statement);
+        ) || matches!(&*statement, Statement::Truncate(truncate) if truncate.table_names.len() > 1)
+            || self.is_client_setting(&statement);
         if own {
             return prepared(Kind::Own(statement, distribution));
         }
@@ -714,12 +715,23 @@ impl FoamSession {
     /// rows, then for UPDATE their new versions), which the write path deletes
     /// and adds as one transaction (or as a statement of the session's block).
     async fn run_modify(&self, modify: &crate::frontend::modify::Modify, plan: LogicalPlan) -> FoamResult<StatementOutput> {
+        self.run_modify_in(modify, plan, self.open.get()).await
+    }
+
+    /// [`Self::run_modify`] as a statement of `transaction` (committed by
+    /// its owner), or on its own when `None`.
+    async fn run_modify_in(
+        &self,
+        modify: &crate::frontend::modify::Modify,
+        plan: LogicalPlan,
+        transaction: Option<Arc<Transaction>>,
+    ) -> FoamResult<StatementOutput> {
         let table = self.node.catalog.current().table(modify.table())?.clone();
         let schema = table.arrow_schema();
         let width = table.columns.len();
         let frame = self.ctx.execute_logical_plan(plan).await.map_err(FoamError::from)?;
         let mut rows = frame.execute_stream().await.map_err(FoamError::from)?;
-        let mut writer = TableWriter::begin_in(self.node.clone(), table, self.open.get())?;
+        let mut writer = TableWriter::begin_in(self.node.clone(), table, transaction)?;
         while let Some(batch) = rows.next().await {
             let written = async {
                 let batch = batch.map_err(FoamError::from)?;
@@ -743,6 +755,43 @@ impl FoamSession {
         // PostgreSQL's TRUNCATE reports no row count.
         let rows = (!matches!(modify, crate::frontend::modify::Modify::Truncate { .. })).then_some(changed);
         Ok(StatementOutput::Command { tag: modify.tag().into(), rows })
+    }
+
+    /// TRUNCATE of several tables: each table's rows deleted as one
+    /// TRUNCATE of it does, all in one transaction (the block's, or one of
+    /// the statement's own), so every table is emptied or none is.
+    async fn truncate_tables(&self, truncate: &datafusion::sql::sqlparser::ast::Truncate) -> FoamResult<StatementOutput> {
+        let catalog = self.node.catalog.current();
+        // One single-table TRUNCATE per table, each table once.
+        let mut each: Vec<(Statement, crate::frontend::modify::Modify)> = Vec::new();
+        for target in &truncate.table_names {
+            let one = Statement::Truncate(datafusion::sql::sqlparser::ast::Truncate { table_names: vec![target.clone()], ..truncate.clone() });
+            let Some((query, modify)) = crate::frontend::modify::as_query(&one, &catalog)? else {
+                return Err(FoamError::internal("TRUNCATE is not a modification"));
+            };
+            if !each.iter().any(|(_, m)| m.table() == modify.table()) {
+                each.push((query, modify));
+            }
+        }
+        let block = self.open.get();
+        let transaction = block.clone().unwrap_or_else(|| {
+            let own = Transaction::begin(self.node.clone());
+            own.next_statement();
+            own
+        });
+        for (query, modify) in &each {
+            let done = async { self.run_modify_in(modify, self.plan(query).await?, Some(transaction.clone())).await }.await;
+            if let Err(error) = done {
+                if block.is_none() {
+                    transaction.abort().await;
+                }
+                return Err(error);
+            }
+        }
+        if block.is_none() {
+            transaction.commit().await?;
+        }
+        Ok(StatementOutput::Command { tag: "TRUNCATE TABLE".into(), rows: None })
     }
 
     async fn run_insert(&self, plan: LogicalPlan) -> FoamResult<StatementOutput> {
@@ -864,6 +913,7 @@ impl FoamSession {
             Statement::Copy { source, to, target, options, legacy_options, .. } => {
                 self.copy(source, *to, target, options, legacy_options).await
             }
+            Statement::Truncate(truncate) => self.truncate_tables(truncate).await,
             Statement::StartTransaction { .. } => command("BEGIN"),
             Statement::Commit { .. } => command("COMMIT"),
             Statement::Rollback { .. } => command("ROLLBACK"),
