@@ -126,6 +126,40 @@ pub fn table_name(name: &ObjectName) -> FoamResult<String> {
     }
 }
 
+/// Storage parameters (`WITH (...)`): `fillfactor`, PostgreSQL's share of
+/// each heap page to fill, is accepted with PostgreSQL's range and changes
+/// nothing, since FoamDB's segments are written whole and never updated in
+/// place (pgbench declares it on every table). Any other parameter, and
+/// any other kind of table option, gets 0A000.
+fn check_storage_parameters(options: &datafusion::sql::sqlparser::ast::CreateTableOptions) -> FoamResult<()> {
+    use datafusion::sql::sqlparser::ast::{CreateTableOptions, SqlOption, Value};
+    let parameters = match options {
+        CreateTableOptions::None => return Ok(()),
+        CreateTableOptions::With(parameters) => parameters,
+        other => return Err(FoamError::FeatureNotSupported { feature: format!("table options {other}") }),
+    };
+    for parameter in parameters {
+        let SqlOption::KeyValue { key, value } = parameter else {
+            return Err(FoamError::FeatureNotSupported { feature: format!("storage parameter {parameter}") });
+        };
+        if !key.value.eq_ignore_ascii_case("fillfactor") {
+            return Err(FoamError::FeatureNotSupported { feature: format!("storage parameter \"{}\"", key.value) });
+        }
+        let percent = match value {
+            Expr::Value(literal) => match &literal.value {
+                Value::Number(number, _) => number.parse::<u32>().ok(),
+                Value::SingleQuotedString(text) => text.parse::<u32>().ok(),
+                _ => None,
+            },
+            _ => None,
+        };
+        if !percent.is_some_and(|p| (10..=100).contains(&p)) {
+            return Err(FoamError::InvalidParameter { message: format!("value {value} out of bounds for option \"fillfactor\" (10 to 100)") });
+        }
+    }
+    Ok(())
+}
+
 /// Turns a parsed CREATE TABLE into a catalog command.
 pub fn create_table_command(statement: &Statement, distribution: Option<DistributionSpec>) -> FoamResult<CatalogCommand> {
     let Statement::CreateTable(create) = statement else {
@@ -137,6 +171,19 @@ pub fn create_table_command(statement: &Statement, distribution: Option<Distribu
     if create.external || create.location.is_some() {
         return Err(FoamError::FeatureNotSupported { feature: "CREATE EXTERNAL TABLE".into() });
     }
+    // Each of these would change what the table is; none may be dropped silently.
+    let refused = [
+        (create.temporary, "CREATE TEMPORARY TABLE"),
+        (create.like.is_some() || create.clone.is_some(), "CREATE TABLE ... (LIKE ...)"),
+        (create.inherits.is_some(), "CREATE TABLE ... INHERITS"),
+        (create.partition_by.is_some() || create.partition_of.is_some(), "PostgreSQL table partitioning (use DISTRIBUTED BY)"),
+        (create.on_commit.is_some(), "CREATE TABLE ... ON COMMIT"),
+        (create.or_replace, "CREATE OR REPLACE TABLE"),
+    ];
+    if let Some((_, feature)) = refused.iter().find(|(used, _)| *used) {
+        return Err(FoamError::FeatureNotSupported { feature: feature.to_string() });
+    }
+    check_storage_parameters(&create.table_options)?;
     let name = table_name(&create.name)?;
     let mut columns = Vec::with_capacity(create.columns.len());
     let mut unique_keys = Vec::new();
