@@ -106,6 +106,11 @@ enum Kind {
     Catalog { command: CatalogCommand, tag: &'static str },
     /// `CHECKPOINT`: every up node writes its memtables to segments.
     Checkpoint,
+    /// VACUUM or ANALYZE: FoamDB keeps no dead rows (a DELETE or UPDATE
+    /// rewrites the segments it touches as it commits) and plans with
+    /// statistics read from the partitions when it plans, so neither has
+    /// work left to do; each checks that its tables exist.
+    Maintenance { tag: &'static str, tables: Vec<String> },
     /// Nothing to do (an empty statement).
     Empty,
 }
@@ -119,6 +124,8 @@ impl PreparedStatement {
             Kind::Plan { .. } | Kind::Empty => StatementClass::Read,
             Kind::Catalog { tag, .. } => StatementClass::NotTransactional(tag),
             Kind::Checkpoint => StatementClass::NotTransactional("CHECKPOINT"),
+            Kind::Maintenance { tag: "VACUUM", .. } => StatementClass::NotTransactional("VACUUM"),
+            Kind::Maintenance { .. } => StatementClass::Read,
             Kind::Own(statement, _) => match statement.as_ref() {
                 Statement::StartTransaction { .. } => StatementClass::Begin,
                 Statement::Commit { .. } => StatementClass::Commit,
@@ -421,6 +428,7 @@ impl FoamSession {
         let (mut statement, distribution) = match tokens.parse(recursion_limit)? {
             FoamStatement::Empty => return prepared(Kind::Empty),
             FoamStatement::Checkpoint => return prepared(Kind::Checkpoint),
+            FoamStatement::Maintenance { tag, tables } => return prepared(Kind::Maintenance { tag, tables }),
             FoamStatement::AlterCluster(command) => return prepared(Kind::Catalog { command, tag: "ALTER CLUSTER" }),
             FoamStatement::Role { command, tag } => return prepared(Kind::Catalog { command, tag }),
             FoamStatement::Sql { statement, distribution } => (statement, distribution),
@@ -682,6 +690,14 @@ impl FoamSession {
             Kind::Own(statement, distribution) => self.execute_own(statement, distribution).await,
             Kind::Catalog { command, tag } => {
                 self.node.catalog.apply(command.clone()).await?;
+                Ok(StatementOutput::Command { tag: tag.to_string(), rows: None })
+            }
+            Kind::Maintenance { tag, tables } => {
+                let catalog = self.node.catalog.current();
+                for table in tables {
+                    let name = table.strip_prefix("public.").unwrap_or(table);
+                    catalog.table(name)?;
+                }
                 Ok(StatementOutput::Command { tag: tag.to_string(), rows: None })
             }
             Kind::Checkpoint => {
@@ -1270,6 +1286,9 @@ fn copy_options(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> FoamResu
             CopyOption::Quote(c) => result.quote = single_char(*c, "quote")?,
             CopyOption::Escape(c) => result.escape = Some(single_char(*c, "escape")?),
             CopyOption::Null(text) => result.null = Some(text.clone()),
+            // PostgreSQL's way to skip vacuuming freshly loaded rows; FoamDB
+            // has no vacuum, and the rows are visible once COPY commits.
+            CopyOption::Freeze(_) => {}
             other => return Err(FoamError::FeatureNotSupported { feature: format!("COPY option {other}") }),
         }
     }

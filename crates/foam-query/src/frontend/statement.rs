@@ -52,6 +52,8 @@ pub enum FoamStatement {
     Checkpoint,
     /// `CREATE`, `ALTER` or `DROP ROLE` (`roles.rs`) and its command tag.
     Role { command: CatalogCommand, tag: &'static str },
+    /// `VACUUM` or `ANALYZE` (the tag) of some tables, all when none is named.
+    Maintenance { tag: &'static str, tables: Vec<String> },
 }
 
 /// Splits `sql` into statements at top-level semicolons, tokenizing it
@@ -98,6 +100,66 @@ fn push_statement(statements: &mut Vec<StatementTokens>, mut tokens: Vec<TokenWi
     Ok(())
 }
 
+/// `VACUUM [FULL] [FREEZE] [VERBOSE] [ANALYZE] [(options)] [table [(columns)], ...]`
+/// and `ANALYZE [VERBOSE] [(options)] [table [(columns)], ...]`: the tables
+/// it names, by their normalized names.
+fn maintenance(words: &[&Token]) -> FoamResult<FoamStatement> {
+    const OPTIONS: &[&str] = &["full", "freeze", "verbose", "analyze", "analyse", "skip_locked"];
+    let tag = if keyword_is(words[0], "vacuum") { "VACUUM" } else { "ANALYZE" };
+    let mut tables = Vec::new();
+    let mut name: Vec<String> = Vec::new();
+    let mut depth = 0;
+    let mut options_done = false;
+    for word in &words[1..] {
+        match word {
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            _ if depth > 0 => {}
+            Token::Word(w) if !options_done && w.quote_style.is_none() && OPTIONS.contains(&w.value.to_lowercase().as_str()) => {}
+            Token::Word(w) => {
+                options_done = true;
+                name.push(ddl::normalize_ident(&w.value, w.quote_style));
+            }
+            Token::Period => {}
+            Token::Comma => tables.push(std::mem::take(&mut name).join(".")),
+            other => return Err(FoamError::Syntax { message: format!("syntax error at or near \"{other}\" in {tag}") }),
+        }
+    }
+    if !name.is_empty() {
+        tables.push(name.join("."));
+    }
+    if tables.iter().any(|t| t.is_empty()) {
+        return Err(FoamError::Syntax { message: format!("a table name is missing in {tag}") });
+    }
+    Ok(FoamStatement::Maintenance { tag, tables })
+}
+
+/// The statement is a COPY.
+fn words_start_copy(tokens: &[TokenWithSpan]) -> bool {
+    tokens.iter().map(|t| &t.token).find(|t| !is_blank(t)).is_some_and(|t| keyword_is(t, "copy"))
+}
+
+/// PostgreSQL's COPY options take `on`/`off` for booleans (pgbench sends
+/// `WITH (freeze on)`), which sqlparser reads only as `true`/`false`: an
+/// `on` or `off` right after `FREEZE` or `HEADER` becomes that literal.
+fn copy_booleans_as_literals(tokens: &mut [TokenWithSpan]) {
+    let mut previous: Option<usize> = None;
+    for index in 0..tokens.len() {
+        if is_blank(&tokens[index].token) {
+            continue;
+        }
+        let after_option = previous.is_some_and(|p| keyword_is(&tokens[p].token, "freeze") || keyword_is(&tokens[p].token, "header"));
+        if after_option {
+            if keyword_is(&tokens[index].token, "on") {
+                tokens[index].token = Token::make_keyword("TRUE");
+            } else if keyword_is(&tokens[index].token, "off") {
+                tokens[index].token = Token::make_keyword("FALSE");
+            }
+        }
+        previous = Some(index);
+    }
+}
+
 impl StatementTokens {
     /// Parses the statement from its tokens; `recursion_limit` bounds the
     /// parser's nesting, as DataFusion's `sql_parser.recursion_limit` does.
@@ -115,12 +177,18 @@ impl StatementTokens {
         if words.len() == 1 && keyword_is(words[0], "checkpoint") {
             return Ok(FoamStatement::Checkpoint);
         }
+        if keyword_is(words[0], "vacuum") || keyword_is(words[0], "analyze") || keyword_is(words[0], "analyse") {
+            return maintenance(&words);
+        }
         if words.len() >= 2 && keyword_is(words[0], "alter") && keyword_is(words[1], "cluster") {
             return cluster_command(&words).map(FoamStatement::AlterCluster);
         }
         let is_role = roles::is_role_statement(&words);
         let mut tokens = self.tokens;
         let user = is_role && roles::user_as_role(&mut tokens);
+        if words_start_copy(&tokens) {
+            copy_booleans_as_literals(&mut tokens);
+        }
         let mut parsed = Parser::new(&PostgreSqlDialect {})
             .with_recursion_limit(recursion_limit)
             .with_tokens_with_locations(tokens)

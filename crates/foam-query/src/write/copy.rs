@@ -11,9 +11,13 @@
 //! allowed: regular files under the directory given with `--copy-dir`
 //! ([`server_file`]), none without one. Data a client holds comes with
 //! `COPY ... FROM STDIN` (psql's `\copy`).
+//!
+//! A text or CSV stream ends at a line holding only `\.`, PostgreSQL's
+//! end-of-data marker (pgbench and older clients send it last); what follows
+//! it is not read ([`UntilEndMarker`]).
 
 use std::fs::File;
-use std::io::BufReader;
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
@@ -162,7 +166,7 @@ fn read_csv(
     sender: &tokio::sync::mpsc::Sender<FoamResult<RecordBatch>>,
 ) -> FoamResult<()> {
     let reader = csv_builder(schema, options, BATCH_ROWS)?
-        .build(BufReader::new(file))
+        .build(UntilEndMarker::new(BufReader::new(file)))
         .map_err(|e| FoamError::FileAccess { path: path.into(), message: e.to_string() })?;
     for batch in reader {
         match batch {
@@ -184,7 +188,7 @@ fn locate_csv_error(schema: &SchemaRef, table: &TableDef, path: &str, options: &
         .map_err(|e| FoamError::FileAccess { path: path.into(), message: e.to_string() })
         .and_then(|file| {
             csv_builder(schema, options, 1)?
-                .build(BufReader::new(file))
+                .build(UntilEndMarker::new(BufReader::new(file)))
                 .map_err(|e| FoamError::FileAccess { path: path.into(), message: e.to_string() })
         });
     let reader = match reader {
@@ -200,6 +204,50 @@ fn locate_csv_error(schema: &SchemaRef, table: &TableDef, path: &str, options: &
         }
     }
     FoamError::CopyData { table: table.name.clone(), line: 0, column: None, message: "the file could not be parsed".into() }
+}
+
+/// The bytes of a text or CSV stream up to a line holding only `\.` (with
+/// `\n` or `\r\n` after it), or all of them when there is none.
+struct UntilEndMarker<R> {
+    inner: R,
+    line: Vec<u8>,
+    /// How much of `line` was handed out.
+    taken: usize,
+    ended: bool,
+}
+
+impl<R: BufRead> UntilEndMarker<R> {
+    fn new(inner: R) -> Self {
+        UntilEndMarker { inner, line: Vec::new(), taken: 0, ended: false }
+    }
+}
+
+impl<R: BufRead> Read for UntilEndMarker<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            if self.taken < self.line.len() {
+                let n = buf.len().min(self.line.len() - self.taken);
+                buf[..n].copy_from_slice(&self.line[self.taken..self.taken + n]);
+                self.taken += n;
+                return Ok(n);
+            }
+            if self.ended {
+                return Ok(0);
+            }
+            self.line.clear();
+            self.taken = 0;
+            if self.inner.read_until(b'\n', &mut self.line)? == 0 {
+                self.ended = true;
+                continue;
+            }
+            let content = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
+            let content = content.strip_suffix(b"\r").unwrap_or(content);
+            if content == b"\\." {
+                self.line.clear();
+                self.ended = true;
+            }
+        }
+    }
 }
 
 /// Turns an Arrow CSV error into a sentence naming the value and column.
@@ -304,6 +352,20 @@ mod tests {
             Err(error) => error.sqlstate().code().to_string(),
             Ok(path) => panic!("{} was allowed", path.display()),
         }
+    }
+
+    #[test]
+    fn a_stream_ends_at_the_end_of_data_marker_and_only_there() {
+        let read = |text: &str| {
+            let mut out = String::new();
+            UntilEndMarker::new(std::io::Cursor::new(text.as_bytes().to_vec())).read_to_string(&mut out).unwrap();
+            out
+        };
+        assert_eq!(read("1\ta\n2\tb\n\\.\n"), "1\ta\n2\tb\n");
+        assert_eq!(read("1\ta\r\n\\.\r\nignored\n"), "1\ta\r\n");
+        assert_eq!(read("1\t\\.\n\\.x\n2\tc"), "1\t\\.\n\\.x\n2\tc", "only a line of just the marker ends the data");
+        assert_eq!(read("\\."), "");
+        assert_eq!(read(""), "");
     }
 
     #[test]
