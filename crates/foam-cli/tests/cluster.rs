@@ -1220,3 +1220,96 @@ async fn every_copy_applies_updates_and_deletes_and_replays_them_after_a_crash()
     assert_eq!(copy_digests(&client, "acct").await, digests);
     assert_eq!(answer(client).await, expected);
 }
+
+/// A raw protocol connection, logged in as the cluster's superuser: for
+/// tests of the exact messages the server answers with.
+async fn raw_login(cluster: &Cluster, index: usize) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256};
+    use postgres_protocol::message::{backend::Message, frontend};
+    let mut socket = tokio::net::TcpStream::connect(("127.0.0.1", cluster.nodes[index].sql_port)).await.unwrap();
+    let mut out = bytes::BytesMut::new();
+    frontend::startup_message([("user", "foam"), ("database", "foam")], &mut out).unwrap();
+    socket.write_all(&out).await.unwrap();
+    let password = cluster.password().expect("the cluster's password");
+    let mut scram = ScramSha256::new(password.as_bytes(), ChannelBinding::unsupported());
+    loop {
+        let message = raw_next(&mut socket).await;
+        let mut out = bytes::BytesMut::new();
+        match message {
+            Message::AuthenticationSasl(_) => frontend::sasl_initial_response("SCRAM-SHA-256", scram.message(), &mut out).unwrap(),
+            Message::AuthenticationSaslContinue(body) => {
+                scram.update(body.data()).unwrap();
+                frontend::sasl_response(scram.message(), &mut out).unwrap();
+            }
+            Message::AuthenticationSaslFinal(body) => scram.finish(body.data()).unwrap(),
+            Message::ReadyForQuery(_) => return socket,
+            Message::ErrorResponse(_) => panic!("login refused"),
+            _ => {}
+        }
+        socket.write_all(&out).await.unwrap();
+    }
+}
+
+/// The next backend message on `socket`.
+async fn raw_next(socket: &mut tokio::net::TcpStream) -> postgres_protocol::message::backend::Message {
+    use tokio::io::AsyncReadExt;
+    let mut header = [0u8; 5];
+    socket.read_exact(&mut header).await.unwrap();
+    let length = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+    let mut body = vec![0u8; length - 4];
+    socket.read_exact(&mut body).await.unwrap();
+    let mut buf = bytes::BytesMut::from(&header[..]);
+    buf.extend_from_slice(&body);
+    postgres_protocol::message::backend::Message::parse(&mut buf).unwrap().expect("a whole message")
+}
+
+/// Describe of a prepared statement answers as PostgreSQL does: its
+/// parameter types, then NoData for a statement without rows (pgjdbc's
+/// executeBatch counts the updates of such statements only then), a
+/// RowDescription for a query.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_of_a_statement_without_rows_answers_no_data() {
+    use fallible_iterator::FallibleIterator;
+    use tokio::io::AsyncWriteExt;
+    use postgres_protocol::message::{backend::Message, frontend};
+    let cluster = Cluster::start(1);
+    cluster.client(0).await.batch_execute("CREATE TABLE described (k INT, v TEXT)").await.unwrap();
+    let mut socket = raw_login(&cluster, 0).await;
+    let mut out = bytes::BytesMut::new();
+    for (name, sql) in [
+        ("insert", "INSERT INTO described VALUES ($1, $2)"),
+        ("update", "UPDATE described SET v = $1 WHERE k = $2"),
+        ("set", "SET application_name = 'x'"),
+        ("select", "SELECT v FROM described WHERE k = $1"),
+    ] {
+        frontend::parse(name, sql, std::iter::empty(), &mut out).unwrap();
+        frontend::describe(b'S', name, &mut out).unwrap();
+    }
+    frontend::sync(&mut out);
+    socket.write_all(&out).await.unwrap();
+    let mut seen = Vec::new();
+    loop {
+        let message = raw_next(&mut socket).await;
+        seen.push(match &message {
+            Message::ParseComplete => "ParseComplete".to_string(),
+            Message::ParameterDescription(body) => format!("Parameters({})", body.parameters().count().unwrap()),
+            Message::NoData => "NoData".to_string(),
+            Message::RowDescription(body) => format!("RowDescription({})", body.fields().count().unwrap()),
+            Message::ReadyForQuery(_) => "ReadyForQuery".to_string(),
+            Message::ErrorResponse(_) => "Error".to_string(),
+            _ => "other".to_string(),
+        });
+        if matches!(message, Message::ReadyForQuery(_)) {
+            break;
+        }
+    }
+    let expected = [
+        "ParseComplete", "Parameters(2)", "NoData",
+        "ParseComplete", "Parameters(2)", "NoData",
+        "ParseComplete", "Parameters(0)", "NoData",
+        "ParseComplete", "Parameters(1)", "RowDescription(1)",
+        "ReadyForQuery",
+    ];
+    assert_eq!(seen, expected);
+}

@@ -22,7 +22,10 @@ use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionManager, PgWireServerHandlers, Type};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
+use pgwire::api::store::Entry;
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
+use pgwire::messages::data::{NoData, ParameterDescription};
+use pgwire::messages::extendedquery::{Describe, TARGET_TYPE_BYTE_STATEMENT};
 use pgwire::types::format::FormatOptions;
 use tokio::net::TcpListener;
 
@@ -281,6 +284,33 @@ impl ExtendedQueryHandler for FoamPgHandler {
         Arc::new(FoamQueryParser {
             handler: Arc::new(FoamPgHandlerRef { node: self.node.clone(), runtime: self.runtime.clone() }),
         })
+    }
+
+    /// Describe of a statement that returns no rows (INSERT, UPDATE, SET ...)
+    /// answers its ParameterDescription and NoData, as PostgreSQL does.
+    /// pgwire 0.41 sends NoData only when the statement also has no
+    /// parameters, and an empty RowDescription otherwise, which pgjdbc takes
+    /// for a query returning rows (its executeBatch then counts 0 updates).
+    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.as_deref().unwrap_or(pgwire::api::DEFAULT_NAME);
+        if message.target_type == TARGET_TYPE_BYTE_STATEMENT
+            && let Some(Entry::Value(statement)) = client.portal_store().get_statement(name)
+        {
+            let described = self.do_describe_statement(client, &statement).await?;
+            if described.fields.is_empty() {
+                let types = described.parameters.iter().map(|t| t.oid()).collect();
+                client.send(PgWireBackendMessage::ParameterDescription(ParameterDescription::new(types))).await?;
+                client.send(PgWireBackendMessage::NoData(NoData::new())).await?;
+                return Ok(());
+            }
+        }
+        self._on_describe(client, message).await
     }
 
     async fn do_query<C>(&self, client: &mut C, portal: &Portal<Self::Statement>, _max_rows: usize) -> PgWireResult<Response>
