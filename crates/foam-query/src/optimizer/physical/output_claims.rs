@@ -48,13 +48,24 @@ use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::joins::{HashJoinExec, NestedLoopJoinExec, SortMergeJoinExec, SymmetricHashJoinExec};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties};
 
-/// DataFusion's physical optimizer rules, this module's first.
+/// DataFusion's physical optimizer rules, this module's first. The outer
+/// join rule runs again right after DataFusion's `join_selection`, which
+/// swaps a join's inputs (a LEFT join becomes a RIGHT one that collects its
+/// padded side): the swapped join claims the padded side's constants where
+/// the join as planned did not, and the sorting rule then dropped an ORDER
+/// BY on such a column (fuzz seed 9202 q28).
 pub fn datafusion_rules() -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
     let mut rules = PhysicalOptimizer::new().rules;
+    if let Some(at) = rules.iter().position(|rule| rule.name() == JOIN_SELECTION_RULE) {
+        rules.insert(at + 1, Arc::new(OuterJoinProperties));
+    }
     rules.insert(0, Arc::new(OuterJoinProperties));
     rules.insert(0, Arc::new(GroupingSetsProperties));
     rules
 }
+
+/// The name of DataFusion's rule that picks join build sides and swaps inputs.
+const JOIN_SELECTION_RULE: &str = "join_selection";
 
 /// Places `ClaimsDroppedExec` above each aggregate over grouping sets.
 #[derive(Debug)]
