@@ -61,8 +61,14 @@ pub async fn serve(
                 });
                 let acceptor = tls.acceptor.clone();
                 tokio::spawn(async move {
-                    if let Err(error) = pgwire::tokio::process_socket(socket, Some(acceptor), factory).await {
-                        tracing::debug!(%peer, %error, "client connection ended with an error");
+                    // pgwire 0.41's decoders panic on some malformed messages
+                    // (a length shorter than the body it declares); the panic
+                    // ends this connection only, and is reported as what it is.
+                    let served = std::panic::AssertUnwindSafe(pgwire::tokio::process_socket(socket, Some(acceptor), factory));
+                    match futures::FutureExt::catch_unwind(served).await {
+                        Ok(Err(error)) => tracing::debug!(%peer, %error, "client connection ended with an error"),
+                        Ok(Ok(())) => {}
+                        Err(_) => tracing::warn!(%peer, "closed a client connection whose malformed message the protocol decoder could not read"),
                     }
                 });
             }
