@@ -253,6 +253,7 @@ fn sqlstate_from_message(message: &str) -> Option<SqlState> {
     use SqlState::*;
     const PATTERNS: &[(&str, SqlState)] = &[
         ("No field named", UndefinedColumn),
+        ("Prepared statement '", InvalidSqlStatementName),
         ("declared as non-nullable but contains null values", NotNullViolation),
         ("not found", UndefinedTable),
         ("Divide by zero", DivisionByZero),

@@ -55,6 +55,7 @@ sqlstates! {
     UniqueViolation = "23505",
     ReadOnlySqlTransaction = "25006",
     NoActiveSqlTransaction = "25P01",
+    InvalidSqlStatementName = "26000",
     InvalidSavepointSpecification = "3B001",
     InFailedSqlTransaction = "25P02",
     TransactionRollback = "40000",
@@ -94,10 +95,11 @@ impl SqlState {
 
     /// Whether the statement itself is at fault, so running it again cannot
     /// help: bad data (22), a broken constraint (23), a syntax or access
-    /// rule (42), an unsupported feature (0A), exhausted resources or
-    /// limits (53, 54), or a stop its own timeout or client asked for.
+    /// rule (42), a prepared statement it names that does not exist (26),
+    /// an unsupported feature (0A), exhausted resources or limits (53, 54),
+    /// or a stop its own timeout or client asked for.
     pub fn is_the_statements_fault(&self) -> bool {
-        matches!(self.class(), "22" | "23" | "42" | "0A" | "53" | "54") || *self == SqlState::QueryCanceled
+        matches!(self.class(), "22" | "23" | "26" | "42" | "0A" | "53" | "54") || *self == SqlState::QueryCanceled
     }
 }
 

@@ -470,6 +470,14 @@ impl FoamSession {
         if let Some((query, _)) = &modify {
             *statement = query.clone();
         }
+        // PostgreSQL's DEALLOCATE ALL also drops the protocol's prepared
+        // statements, which pgwire keeps where FoamDB cannot list them.
+        if let Statement::Deallocate { name, .. } = &*statement
+            && name.quote_style.is_none()
+            && name.value.eq_ignore_ascii_case("all")
+        {
+            return Err(FoamError::FeatureNotSupported { feature: "DEALLOCATE ALL (deallocate each statement by name)".into() });
+        }
         if let Statement::CreateIndex(_) | Statement::AlterTable(_) = *statement {
             let feature = text.split_whitespace().take(2).collect::<Vec<_>>().join(" ").to_uppercase();
             return Err(FoamError::FeatureNotSupported { feature });
