@@ -799,21 +799,37 @@ impl StorageEngine {
 
     /// The committed rows of a partition (memtable and segments), with
     /// `projection`'s columns.
-    fn committed_rows(&self, (table_id, partition): PartitionKey, projection: Option<&[usize]>) -> FoamResult<Vec<RecordBatch>> {
-        let snapshot = self.snapshot(table_id, partition);
+    fn committed_rows(&self, key: PartitionKey, projection: Option<&[usize]>) -> FoamResult<Vec<RecordBatch>> {
         let mut rows = Vec::new();
+        self.each_committed_batch(key, projection, |batch| {
+            rows.push(batch);
+            Ok(())
+        })?;
+        Ok(rows)
+    }
+
+    /// Hands `each` the committed rows of a partition batch by batch
+    /// (memtable, then segments, each decoded as it is reached), with
+    /// `projection`'s columns.
+    fn each_committed_batch(
+        &self,
+        (table_id, partition): PartitionKey,
+        projection: Option<&[usize]>,
+        mut each: impl FnMut(RecordBatch) -> FoamResult<()>,
+    ) -> FoamResult<()> {
+        let snapshot = self.snapshot(table_id, partition);
         for batch in &snapshot.memtable {
-            rows.push(match projection {
+            each(match projection {
                 Some(columns) => batch.project(columns).map_err(|e| FoamError::internal(format!("projecting committed rows: {e}")))?,
                 None => batch.clone(),
-            });
+            })?;
         }
         for segment in &snapshot.segments {
             for batch in segment::SegmentRows::open(&segment.path, &segment.checksums, projection)? {
-                rows.push(batch?);
+                each(batch?)?;
             }
         }
-        Ok(rows)
+        Ok(())
     }
 
     /// The `columns` of one entry of a Prepare record's rows: decoded
@@ -1062,22 +1078,11 @@ impl StorageEngine {
     }
 
     fn digest(&self, table_id: TableId, partition: PartitionId) -> FoamResult<RowDigest> {
-        let snapshot = self.snapshot(table_id, partition);
         let mut digester: Option<RowDigester> = None;
-        let mut add = |batch: &RecordBatch| -> FoamResult<()> {
-            match &mut digester {
-                Some(digester) => digester.add(batch),
-                None => digester.insert(RowDigester::new(&batch.schema())?).add(batch),
-            }
-        };
-        for batch in &snapshot.memtable {
-            add(batch)?;
-        }
-        for segment in &snapshot.segments {
-            for batch in segment::SegmentRows::open(&segment.path, &segment.checksums, None)? {
-                add(&batch?)?;
-            }
-        }
+        self.each_committed_batch((table_id, partition), None, |batch| match &mut digester {
+            Some(digester) => digester.add(&batch),
+            None => digester.insert(RowDigester::new(&batch.schema())?).add(&batch),
+        })?;
         Ok(digester.map(RowDigester::finish).unwrap_or_default())
     }
 

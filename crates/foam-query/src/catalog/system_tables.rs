@@ -133,7 +133,7 @@ impl CopyFacts {
 
 async fn partitions(node: &Arc<NodeContext>, facts: CopyFacts) -> FoamResult<RecordBatch> {
     let catalog = node.catalog.current();
-    let (mut names, mut parts, mut holders, mut states, mut serving, mut rows, mut bytes) =
+    let (mut names, mut parts, mut holders, mut states, mut serving, mut rows, mut second) =
         (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
     for table in catalog.tables.values() {
         // One row per copy: a hash table's partitions have `replicas` copies
@@ -170,7 +170,7 @@ async fn partitions(node: &Arc<NodeContext>, facts: CopyFacts) -> FoamResult<Rec
             states.push(replica.state.name());
             serving.push(readers.contains(&(partition, replica.node)));
             rows.push(found.map(|s| s[0]));
-            bytes.push(found.map(|s| s[1]));
+            second.push(found.map(|s| s[1]));
         }
     }
     let schema = Arc::new(Schema::new(vec![
@@ -189,7 +189,7 @@ async fn partitions(node: &Arc<NodeContext>, facts: CopyFacts) -> FoamResult<Rec
         Arc::new(StringArray::from(states)),
         Arc::new(BooleanArray::from(serving)),
         Arc::new(UInt64Array::from(rows)),
-        Arc::new(UInt64Array::from(bytes)),
+        Arc::new(UInt64Array::from(second)),
     ];
     RecordBatch::try_new(schema, columns).map_err(|e| FoamError::internal(e.to_string()))
 }

@@ -191,15 +191,15 @@ fn set_name_and_value(set: &Set) -> Option<(String, String)> {
 
 /// `statement` as DataFusion's planner takes it. `RESET name` is DataFusion's
 /// own statement (its parser, not sqlparser's, reads it from text).
-fn datafusion_statement(statement: &Statement) -> DataFusionStatement {
+fn datafusion_statement(statement: Statement) -> DataFusionStatement {
     use datafusion::sql::parser::ResetStatement as DataFusionReset;
     use datafusion::sql::sqlparser::ast::{Ident, ObjectName, Reset};
     match statement {
-        Statement::Reset(reset) => DataFusionStatement::Reset(DataFusionReset::Variable(match &reset.reset {
-            Reset::ConfigurationParameter(name) => name.clone(),
+        Statement::Reset(reset) => DataFusionStatement::Reset(DataFusionReset::Variable(match reset.reset {
+            Reset::ConfigurationParameter(name) => name,
             Reset::ALL => ObjectName::from(vec![Ident::new("ALL")]),
         })),
-        other => DataFusionStatement::Statement(Box::new(other.clone())),
+        other => DataFusionStatement::Statement(Box::new(other)),
     }
 }
 
@@ -502,7 +502,7 @@ impl FoamSession {
     async fn plan(&self, statement: &Statement) -> FoamResult<LogicalPlan> {
         let mut statement = statement.clone();
         crate::frontend::setting_functions::evaluate(&mut statement, self)?;
-        self.ctx.state().statement_to_plan(datafusion_statement(&statement)).await.map_err(FoamError::from)
+        self.ctx.state().statement_to_plan(datafusion_statement(statement)).await.map_err(FoamError::from)
     }
 
     /// `SET`/`SHOW` of a setting DataFusion does not know: a client setting.
@@ -703,8 +703,7 @@ impl FoamSession {
             Kind::Maintenance { tag, tables } => {
                 let catalog = self.node.catalog.current();
                 for table in tables {
-                    let name = table.strip_prefix("public.").unwrap_or(table);
-                    catalog.table(name)?;
+                    catalog.table(table)?;
                 }
                 Ok(StatementOutput::Command { tag: tag.to_string(), rows: None })
             }

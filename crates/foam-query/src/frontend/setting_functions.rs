@@ -49,25 +49,9 @@ pub fn evaluate(statement: &mut Statement, settings: &dyn SessionSettings) -> Fo
     // PostgreSQL (and two of them do not clash as equal literals would).
     let _ = statement.visit(&mut ColumnNamer);
     let outcome = visit_expressions_mut(statement, |expr| {
-        let result = match expr {
-            Expr::Function(function) => {
-                let name = function.name.0.last().and_then(|part| part.as_ident()).map(|ident| ident.value.to_lowercase());
-                match (name.as_deref(), &function.args) {
-                    (Some("current_setting"), args) => literal_args(args, "current_setting").and_then(|args| current_setting(&args, settings)),
-                    (Some("set_config"), args) => literal_args(args, "set_config").and_then(|args| set_config(&args, settings)),
-                    (Some(keyword), FunctionArguments::None) if function.name.0.len() == 1 => match session_keyword(keyword, settings) {
-                        Some(value) => value.map(Some),
-                        None => return ControlFlow::Continue(()),
-                    },
-                    (Some("current_schema"), FunctionArguments::List(list)) if list.args.is_empty() => Ok(Some(SCHEMA_NAME.to_string())),
-                    _ => return ControlFlow::Continue(()),
-                }
-            }
-            Expr::Identifier(ident) if ident.quote_style.is_none() => match session_keyword(&ident.value.to_lowercase(), settings) {
-                Some(value) => value.map(Some),
-                None => return ControlFlow::Continue(()),
-            },
-            _ => return ControlFlow::Continue(()),
+        let result = match call_of(expr) {
+            Some((_, call)) => value_of(call, settings),
+            None => return ControlFlow::Continue(()),
         };
         match result {
             Ok(value) => {
@@ -103,7 +87,7 @@ fn name_columns(body: &mut SetExpr) {
             let mut used: std::collections::HashSet<String> = std::collections::HashSet::new();
             for item in &mut select.projection {
                 if let SelectItem::UnnamedExpr(expr) = item
-                    && let Some(name) = replaced_name(expr)
+                    && let Some((name, _)) = call_of(expr)
                 {
                     let unique = (1..).map(|n| if n == 1 { name.clone() } else { format!("{name}_{n}") }).find(|n| !used.contains(n));
                     let unique = unique.unwrap_or(name);
@@ -120,34 +104,61 @@ fn name_columns(body: &mut SetExpr) {
     }
 }
 
-/// The name of the function or keyword `expr` is, when [`evaluate`] replaces it.
-fn replaced_name(expr: &Expr) -> Option<String> {
+/// What [`evaluate`] replaces.
+enum Call<'a> {
+    CurrentSetting(&'a FunctionArguments),
+    SetConfig(&'a FunctionArguments),
+    /// A keyword naming the session's role, database or schema.
+    Keyword(Keyword),
+}
+
+enum Keyword {
+    Role,
+    Database,
+    Schema,
+}
+
+/// The call `expr` is, with the name PostgreSQL gives its column; `None`
+/// for any other expression. Quoted or qualified words are names.
+fn call_of(expr: &Expr) -> Option<(String, Call<'_>)> {
     match expr {
         Expr::Function(function) => {
             let word = function.name.0.last()?.as_ident()?.value.to_lowercase();
-            let known = matches!(word.as_str(), "current_setting" | "set_config") || (function.name.0.len() == 1 && session_keyword_known(&word));
-            known.then_some(word)
+            let call = match (word.as_str(), &function.args) {
+                ("current_setting", args) => Call::CurrentSetting(args),
+                ("set_config", args) => Call::SetConfig(args),
+                (_, FunctionArguments::None) if function.name.0.len() == 1 => Call::Keyword(keyword(&word)?),
+                ("current_schema", FunctionArguments::List(list)) if list.args.is_empty() => Call::Keyword(Keyword::Schema),
+                _ => return None,
+            };
+            Some((word, call))
         }
         Expr::Identifier(ident) if ident.quote_style.is_none() => {
             let word = ident.value.to_lowercase();
-            session_keyword_known(&word).then_some(word)
+            let keyword = keyword(&word)?;
+            Some((word, Call::Keyword(keyword)))
         }
         _ => None,
     }
 }
 
-fn session_keyword_known(word: &str) -> bool {
-    matches!(word, "current_user" | "session_user" | "current_role" | "user" | "current_catalog" | "current_schema")
+fn keyword(word: &str) -> Option<Keyword> {
+    match word {
+        "current_user" | "session_user" | "current_role" | "user" => Some(Keyword::Role),
+        "current_catalog" => Some(Keyword::Database),
+        "current_schema" => Some(Keyword::Schema),
+        _ => None,
+    }
 }
 
-/// The value of a keyword naming the session's role or database, `None`
-/// for another word.
-fn session_keyword(word: &str, settings: &dyn SessionSettings) -> Option<FoamResult<String>> {
-    match word {
-        "current_user" | "session_user" | "current_role" | "user" => Some(settings.get(SESSION_AUTHORIZATION)),
-        "current_catalog" => Some(Ok(DATABASE_NAME.to_string())),
-        "current_schema" => Some(Ok(SCHEMA_NAME.to_string())),
-        _ => None,
+/// What `call` answers (NULL as `None`), changing settings as it says.
+fn value_of(call: Call<'_>, settings: &dyn SessionSettings) -> FoamResult<Option<String>> {
+    match call {
+        Call::CurrentSetting(args) => current_setting(&literal_args(args, "current_setting")?, settings),
+        Call::SetConfig(args) => set_config(&literal_args(args, "set_config")?, settings),
+        Call::Keyword(Keyword::Role) => settings.get(SESSION_AUTHORIZATION).map(Some),
+        Call::Keyword(Keyword::Database) => Ok(Some(DATABASE_NAME.to_string())),
+        Call::Keyword(Keyword::Schema) => Ok(Some(SCHEMA_NAME.to_string())),
     }
 }
 

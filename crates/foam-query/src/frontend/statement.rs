@@ -15,10 +15,10 @@
 //! once: datafusion-pg-catalog's compatibility parser reads their text
 //! again to rewrite PostgreSQL-only forms (`session.rs`).
 
-use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::sql::sqlparser::ast::{Ident, ObjectName, Statement};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
-use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer, Whitespace};
+use datafusion::sql::sqlparser::tokenizer::{Span, Token, TokenWithSpan, Tokenizer, Whitespace};
 use foam_catalog::CatalogCommand;
 use foam_catalog::model::DistributionSpec;
 use foam_common::limits::EXPRESSION_DEPTH_MAX;
@@ -52,7 +52,8 @@ pub enum FoamStatement {
     Checkpoint,
     /// `CREATE`, `ALTER` or `DROP ROLE` (`roles.rs`) and its command tag.
     Role { command: CatalogCommand, tag: &'static str },
-    /// `VACUUM` or `ANALYZE` (the tag) of some tables, all when none is named.
+    /// `VACUUM` or `ANALYZE` (the tag) of some tables (their names in the
+    /// catalog), all when none is named.
     Maintenance { tag: &'static str, tables: Vec<String> },
 }
 
@@ -107,7 +108,7 @@ fn maintenance(words: &[&Token]) -> FoamResult<FoamStatement> {
     const OPTIONS: &[&str] = &["full", "freeze", "verbose", "analyze", "analyse", "skip_locked"];
     let tag = if keyword_is(words[0], "vacuum") { "VACUUM" } else { "ANALYZE" };
     let mut tables = Vec::new();
-    let mut name: Vec<String> = Vec::new();
+    let mut name: Vec<Ident> = Vec::new();
     let mut depth = 0;
     let mut options_done = false;
     for word in &words[1..] {
@@ -118,25 +119,21 @@ fn maintenance(words: &[&Token]) -> FoamResult<FoamStatement> {
             Token::Word(w) if !options_done && w.quote_style.is_none() && OPTIONS.contains(&w.value.to_lowercase().as_str()) => {}
             Token::Word(w) => {
                 options_done = true;
-                name.push(ddl::normalize_ident(&w.value, w.quote_style));
+                name.push(w.to_ident(Span::empty()));
             }
             Token::Period => {}
-            Token::Comma => tables.push(std::mem::take(&mut name).join(".")),
+            Token::Comma => tables.push(ObjectName::from(std::mem::take(&mut name))),
             other => return Err(FoamError::Syntax { message: format!("syntax error at or near \"{other}\" in {tag}") }),
         }
     }
     if !name.is_empty() {
-        tables.push(name.join("."));
+        tables.push(ObjectName::from(name));
     }
-    if tables.iter().any(|t| t.is_empty()) {
+    if tables.iter().any(|t| t.0.is_empty()) {
         return Err(FoamError::Syntax { message: format!("a table name is missing in {tag}") });
     }
+    let tables = tables.iter().map(ddl::table_name).collect::<FoamResult<_>>()?;
     Ok(FoamStatement::Maintenance { tag, tables })
-}
-
-/// The statement is a COPY.
-fn words_start_copy(tokens: &[TokenWithSpan]) -> bool {
-    tokens.iter().map(|t| &t.token).find(|t| !is_blank(t)).is_some_and(|t| keyword_is(t, "copy"))
 }
 
 /// PostgreSQL's COPY options take `on`/`off` for booleans (pgbench sends
@@ -184,9 +181,10 @@ impl StatementTokens {
             return cluster_command(&words).map(FoamStatement::AlterCluster);
         }
         let is_role = roles::is_role_statement(&words);
+        let is_copy = keyword_is(words[0], "copy");
         let mut tokens = self.tokens;
         let user = is_role && roles::user_as_role(&mut tokens);
-        if words_start_copy(&tokens) {
+        if is_copy {
             copy_booleans_as_literals(&mut tokens);
         }
         let mut parsed = Parser::new(&PostgreSqlDialect {})
@@ -305,6 +303,14 @@ mod tests {
 
     fn parse_all(sql: &str) -> FoamResult<Vec<FoamStatement>> {
         split(sql)?.into_iter().map(|s| s.parse(LIMIT)).collect()
+    }
+
+    #[test]
+    fn a_statement_of_only_comments_is_empty() {
+        // Dropped when split, so a statement parsed has a first word.
+        for sql in ["-- nothing here", "/* nor here */", ";", " ; ;"] {
+            assert_eq!(split(sql).unwrap().len(), 0, "{sql}");
+        }
     }
 
     #[test]
