@@ -1,19 +1,31 @@
-"""Run the 22 TPC-H queries with DuckDB over Parquet files; print timings as JSON.
+"""Run the 22 TPC-H queries with DuckDB; print timings and answers as JSON.
 
 This is the DuckDB side of `foam bench tpch --compare`: the Rust benchmark
 writes the generated TPC-H tables as Parquet, then runs
 
-    python3 bench/duckdb_tpch.py --parquet-dir DIR \
+    python3 bench/duckdb_tpch.py --parquet-dir DIR [--storage native] \
         --queries-dir crates/foam-tpch/queries --repeat R --threads T
 
 and reads one JSON document from stdout:
 
-    {"engine": "duckdb", "version": "...", "threads": T,
-     "queries": [{"query": 1, "ms": [12.3, ...], "rows": 4}, ...]}
+    {"engine": "duckdb", "version": "...", "threads": T, "storage": "parquet",
+     "load_ms": null, "queries": [{"query": 1, "ms": [12.3, ...], "rows": 4,
+     "answer": [["A", "F", "37734107.00", ...], ...]}, ...]}
 
-Each query runs once untimed (warm-up), then R timed runs, every one reported.
-A query that fails gets "ms": [], "rows": null and an "error" string; the
-JSON is printed anyway and the exit status is then 1.
+`--storage parquet` (the default) queries views over the Parquet files;
+`--storage native` first copies every table into DuckDB's own storage (a
+database file in a temporary directory; `load_ms` is that copy's time) and
+queries those tables, as a user who picked DuckDB would.
+
+Each query runs once untimed (warm-up, whose rows are the "answer", every
+value as text, NULL as "NULL"), then R timed runs, every one reported. A
+query that fails gets "ms": [], "rows": null and an "error" string; the JSON
+is printed anyway and the exit status is then 1.
+
+`--answers-out DIR` also writes each answer as DIR/q<N>.out in the TPC-H
+kit's answer format (a header line, then the rows with fields separated by
+`|`): crates/foam-tpch/answers/ holds such a set, which FoamDB's CI test
+compares with.
 
 Tables are read from DIR/<table>/*.parquet, or from DIR/<table>.parquet when
 there is no such sub-directory. The query files are the ones FoamDB runs
@@ -22,9 +34,12 @@ REWRITES below is empty. Install with: pip install -r bench/requirements.txt
 """
 
 import argparse
+import datetime
+import decimal
 import json
 import os
 import sys
+import tempfile
 import time
 
 import duckdb
@@ -58,36 +73,76 @@ def load_query(queries_dir: str, number: int) -> str:
     return sql
 
 
+def as_text(value) -> str:
+    """One answer value as text: decimals in full, never in exponent form."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, decimal.Decimal):
+        return format(value, "f")
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        return value.isoformat()
+    return str(value)
+
+
+def write_answer(directory: str, number: int, columns: list[str], rows: list[list[str]]) -> None:
+    for row in rows:
+        assert not any("|" in value or "\n" in value for value in row), f"q{number}: a value holds | or a newline"
+    with open(os.path.join(directory, f"q{number}.out"), "w") as f:
+        f.write("|".join(columns) + "\n")
+        for row in rows:
+            f.write("|".join(row) + "\n")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parquet-dir", required=True)
     parser.add_argument("--queries-dir", required=True)
     parser.add_argument("--repeat", type=int, default=1, help="timed runs per query, after one warm-up")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--storage", choices=["parquet", "native"], default="parquet",
+                        help="query the Parquet files, or tables in DuckDB's own storage")
+    parser.add_argument("--answers-out", help="also write each answer as DIR/q<N>.out")
     args = parser.parse_args()
 
-    con = duckdb.connect(config={"threads": args.threads})
-    for table in TABLES:
-        con.execute(f"CREATE VIEW {table} AS SELECT * FROM {table_source(args.parquet_dir, table)}")
+    scratch = tempfile.TemporaryDirectory(prefix="duckdb-tpch-")
+    load_ms = None
+    if args.storage == "native":
+        con = duckdb.connect(os.path.join(scratch.name, "tpch.duckdb"), config={"threads": args.threads})
+        started = time.perf_counter()
+        for table in TABLES:
+            con.execute(f"CREATE TABLE {table} AS SELECT * FROM {table_source(args.parquet_dir, table)}")
+        con.execute("CHECKPOINT")
+        load_ms = round((time.perf_counter() - started) * 1000, 3)
+    else:
+        con = duckdb.connect(config={"threads": args.threads})
+        for table in TABLES:
+            con.execute(f"CREATE VIEW {table} AS SELECT * FROM {table_source(args.parquet_dir, table)}")
+    if args.answers_out:
+        os.makedirs(args.answers_out, exist_ok=True)
 
     results, failed = [], False
     for number in range(1, 23):
         sql = load_query(args.queries_dir, number)
         try:
-            rows = len(con.execute(sql).fetchall())  # warm-up
+            cursor = con.execute(sql)  # warm-up, and the answer
+            answer = [[as_text(value) for value in row] for row in cursor.fetchall()]
+            if args.answers_out:
+                write_answer(args.answers_out, number, [d[0] for d in cursor.description], answer)
             times = []
             for _ in range(args.repeat):
                 started = time.perf_counter()
-                rows = len(con.execute(sql).fetchall())
+                con.execute(sql).fetchall()
                 times.append(round((time.perf_counter() - started) * 1000, 3))
-            results.append({"query": number, "ms": times, "rows": rows})
+            results.append({"query": number, "ms": times, "rows": len(answer), "answer": answer})
         except duckdb.Error as e:
             failed = True
             print(f"q{number:02} failed: {e}", file=sys.stderr)
             results.append({"query": number, "ms": [], "rows": None, "error": str(e)})
 
     json.dump({"engine": "duckdb", "version": duckdb.__version__, "threads": args.threads,
-               "queries": results}, sys.stdout, indent=1)
+               "storage": args.storage, "load_ms": load_ms, "queries": results}, sys.stdout, indent=1)
     print()
     return 1 if failed else 0
 

@@ -156,6 +156,26 @@ enum TpchCommand {
         #[arg(long)]
         cluster_secret_file: Option<PathBuf>,
     },
+    /// Run the 22 queries on a loaded cluster and compare every answer with
+    /// an answer set in the TPC-H kit's format (DIR/q1.out .. q22.out), such
+    /// as the kit's official answers at SF 1; exits 1 if any differs.
+    Check {
+        /// The answer set's directory.
+        #[arg(long)]
+        answers: PathBuf,
+        /// Any node's SQL endpoint.
+        #[arg(long, default_value = DEFAULT_URL)]
+        url: String,
+    },
+    /// Write the eight tables at scale factor SF as Parquet files under DIR
+    /// (DIR/<table>/part-<n>.parquet, FoamDB's column types), for other
+    /// engines (`bench/duckdb_tpch.py --parquet-dir DIR`).
+    Parquet {
+        #[arg(long)]
+        sf: f64,
+        #[arg(long)]
+        dir: PathBuf,
+    },
 }
 
 /// The SQL endpoint of `foam local`'s first node.
@@ -197,6 +217,10 @@ fn main() {
         }
         Command::Local(args) => local::run(args),
         Command::Tpch { command: TpchCommand::Load { sf, url, cluster_secret_file } } => tpch_load(&url, cluster_secret_file.as_deref(), sf).map(|_| ()),
+        Command::Tpch { command: TpchCommand::Check { answers, url } } => tpch_check(&url, &answers),
+        Command::Tpch { command: TpchCommand::Parquet { sf, dir } } => tokio::runtime::Runtime::new()
+            .map_err(|e| e.to_string())
+            .and_then(|runtime| runtime.block_on(foam_tpch::peers::write_parquet(sf, &dir)).map_err(|e| e.to_string())),
         Command::Bench { command: BenchCommand::Tpch(args) } => bench::run(args),
         Command::Bench { command: BenchCommand::Fuzz(args) } => fuzz::run(args),
     };
@@ -229,6 +253,34 @@ fn start(config: NodeConfig, worker_threads: Option<u16>) -> Result<(), String> 
     // Storage is consistent at every moment (WAL), so stopping is just exiting.
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
     Ok(())
+}
+
+/// Compares the cluster's answers to the 22 queries with the answer set in
+/// `dir`, printing one line per query.
+fn tpch_check(url: &str, dir: &std::path::Path) -> Result<(), String> {
+    let expected = foam_tpch::answers::read_answer_set(dir)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let verdicts = runtime.block_on(async {
+        let client = foam_tpch::load::connect(url).await.map_err(|e| format!("[{}] {e}", e.sqlstate()))?;
+        Ok::<_, String>(foam_tpch::answers::check(&client, &expected).await)
+    })?;
+    let mut differing = 0;
+    for verdict in &verdicts {
+        match &verdict.difference {
+            None => println!("Q{:02}: {} rows, same answer", verdict.query, verdict.rows),
+            Some(difference) => {
+                differing += 1;
+                println!("Q{:02}: DIFFERS: {difference}", verdict.query);
+            }
+        }
+    }
+    match differing {
+        0 => {
+            println!("all {} answers match {}", verdicts.len(), dir.display());
+            Ok(())
+        }
+        n => Err(format!("{n} of {} answers differ from {}", verdicts.len(), dir.display())),
+    }
 }
 
 /// Loads TPC-H into the cluster at `url`, prints the load rate and returns

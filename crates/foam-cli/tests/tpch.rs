@@ -1,6 +1,8 @@
 //! TPC-H at SF 0.01 on a 3-node cluster: the loader fills every table, all
 //! 22 queries answer exactly what single-process DataFusion computes over the
-//! same generated data, and each query's exchanges between nodes match the
+//! same generated data and what DuckDB answered over it (the committed set in
+//! crates/foam-tpch/answers/, an oracle that shares no code with FoamDB), and
+//! each query's exchanges between nodes match the
 //! pinned plan snapshot in `tests/plans/` (so a change that adds a shuffle
 //! fails; `FOAM_UPDATE_PLANS=1` rewrites the snapshots).
 
@@ -42,6 +44,10 @@ async fn tpch_answers_match_single_process_datafusion() {
         };
         if let Err(difference) = foam_tpch::reference::compare(&expected, &actual) {
             failures.push(format!("Q{}: {difference}", index + 1));
+        }
+        let duckdb = foam_tpch::answers::parse_answer(foam_tpch::answers::DUCKDB_SF0_01[index]);
+        if let Err(difference) = foam_tpch::reference::compare(&duckdb, &actual) {
+            failures.push(format!("Q{} (against DuckDB's answer): {difference}", index + 1));
         }
     }
     // At SF 0.01 every query has rows (Q18's large orders too); only Q17's

@@ -3,6 +3,7 @@
 //! into segments and streams each, while it is encoded, straight to the nodes
 //! that hold its partition, the 22 queries, and an
 //! independent single-process DataFusion computation to check answers against,
+//! answer sets from outside DataFusion (DuckDB's, the TPC-H kit's; `answers.rs`),
 //! and the peer engines the benchmark report compares with (`peers.rs`).
 //!
 //! ```text
@@ -10,6 +11,7 @@
 //!                                                          └─ CommitTransaction RPC ─▶ one node runs 2PC
 //! ```
 
+pub mod answers;
 pub mod load;
 pub mod peers;
 pub mod queries;

@@ -51,9 +51,11 @@ pub fn batches_as_text(batches: &[RecordBatch]) -> datafusion::error::Result<Vec
     Ok(rows)
 }
 
-/// Compares two answers: same row count and order; numbers equal within a
-/// relative 1e-6 (engines may sum floating point in different orders), text
-/// equal after trimming CHAR padding.
+/// Compares two answers: same row count and order; integers equal exactly;
+/// other numbers within a relative 1e-6 (engines may sum floating point in
+/// different orders) or within half a unit of the last digit `expected`
+/// prints (the TPC-H kit's answers are rounded to cents); text equal after
+/// trimming padding.
 pub fn compare(expected: &[Vec<String>], actual: &[Vec<String>]) -> Result<(), String> {
     if expected.len() != actual.len() {
         return Err(format!("expected {} rows, got {}", expected.len(), actual.len()));
@@ -63,11 +65,7 @@ pub fn compare(expected: &[Vec<String>], actual: &[Vec<String>]) -> Result<(), S
             return Err(format!("row {index}: expected {} columns, got {}", want.len(), got.len()));
         }
         for (column, (w, g)) in want.iter().zip(got).enumerate() {
-            let equal = match (w.trim().parse::<f64>(), g.trim().parse::<f64>()) {
-                (Ok(a), Ok(b)) => (a - b).abs() <= 1e-6 * a.abs().max(b.abs()).max(1.0),
-                _ => w.trim_end() == g.trim_end(),
-            };
-            if !equal {
+            if !values_equal(w.trim(), g.trim()) {
                 return Err(format!(
                     "row {index} column {column}: expected {w:?}, got {g:?}\nexpected row {want:?}\nactual row   {got:?}"
                 ));
@@ -75,6 +73,25 @@ pub fn compare(expected: &[Vec<String>], actual: &[Vec<String>]) -> Result<(), S
         }
     }
     Ok(())
+}
+
+fn values_equal(want: &str, got: &str) -> bool {
+    let is_integer = |s: &str| s.parse::<i128>().is_ok();
+    if is_integer(want) && is_integer(got) {
+        return want.parse::<i128>() == got.parse::<i128>();
+    }
+    match (want.parse::<f64>(), got.parse::<f64>()) {
+        (Ok(a), Ok(b)) if a.is_finite() && b.is_finite() => {
+            let printed_decimals = match want.split_once('.') {
+                Some((_, fraction)) if fraction.bytes().all(|b| b.is_ascii_digit()) => fraction.len() as i32,
+                _ => i32::MAX,
+            };
+            let half_unit = if printed_decimals == i32::MAX { 0.0 } else { 0.5 * 10f64.powi(-printed_decimals) };
+            let tolerance = (1e-6 * a.abs().max(b.abs()).max(1.0)).max(half_unit * (1.0 + 1e-9));
+            (a - b).abs() <= tolerance
+        }
+        _ => want == got,
+    }
 }
 
 #[cfg(test)]
@@ -91,5 +108,11 @@ mod tests {
         assert!(compare(&rows(&[&["1.5", "a"]]), &rows(&[&["1.6", "a"]])).is_err());
         assert!(compare(&rows(&[&["1", "a"]]), &rows(&[&["1", "b"]])).is_err());
         assert!(compare(&rows(&[&["1"]]), &rows(&[])).is_err());
+        // Counts match exactly, however large.
+        assert!(compare(&rows(&[&["1478493"]]), &rows(&[&["1478494"]])).is_err());
+        // An answer printed to cents matches any value that rounds to it.
+        assert!(compare(&rows(&[&["25.52"]]), &rows(&[&["25.522005853"]])).is_ok());
+        assert!(compare(&rows(&[&["25.52"]]), &rows(&[&["25.5261"]])).is_err());
+        assert!(compare(&rows(&[&["NULL"]]), &rows(&[&["0"]])).is_err());
     }
 }
