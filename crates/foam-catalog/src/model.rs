@@ -137,6 +137,11 @@ pub struct UniqueKeyDef {
     pub name: String,
     pub columns: Vec<String>,
     pub primary: bool,
+    /// Added by `ALTER TABLE ... ADD` and not yet found to hold for the rows
+    /// already stored: writes are checked against it, but it is not reported
+    /// as valid (it stays so if the statement adding it died half-way).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub validating: bool,
 }
 
 impl TableDef {
@@ -351,6 +356,12 @@ pub enum CatalogCommand {
     /// `ALTER ROLE`: the password (`Some(None)` removes it) and LOGIN, where given.
     AlterRole { name: String, password: Option<Option<ScramVerifier>>, login: Option<bool> },
     DropRole { name: String, if_exists: bool },
+    /// `ALTER TABLE t ADD PRIMARY KEY | UNIQUE`, step 1: every write prepared
+    /// from now on is checked against `key` (applied with `validating` set).
+    AddUniqueKey { table: String, key: UniqueKeyDef },
+    /// Step 2: the rows stored before were checked: the key is kept as valid
+    /// (`keep`), or dropped again.
+    FinishUniqueKey { table: String, name: String, keep: bool },
 }
 
 /// What an applied command did, for the caller to report.
@@ -631,6 +642,38 @@ impl Catalog {
                 placement.replicas.push(Replica { node: *to, state: ReplicaState::CatchingUp });
                 Ok(CommandOutcome::Applied)
             }
+            CatalogCommand::AddUniqueKey { table, key } => {
+                let def = self.tables.get_mut(table).ok_or_else(|| FoamError::UndefinedTable { name: table.clone() })?;
+                if def.unique_keys.iter().any(|k| k.name == key.name) {
+                    return Err(FoamError::DuplicateTable { name: key.name.clone() });
+                }
+                // A primary key's columns are NOT NULL. Declaring them so would
+                // change the stored rows' schema, so they must be already.
+                if key.primary
+                    && let Some(nullable) = def.columns.iter().find(|c| c.nullable && key.columns.contains(&c.name))
+                {
+                    return Err(FoamError::FeatureNotSupported {
+                        feature: format!(
+                            "ALTER TABLE ... ADD PRIMARY KEY on the nullable column \"{}\" (declare it NOT NULL when creating the table)",
+                            nullable.name
+                        ),
+                    });
+                }
+                let mut keys = def.unique_keys.clone();
+                keys.push(UniqueKeyDef { validating: true, ..key.clone() });
+                check_unique_keys(table, &def.columns, &def.distribution, &keys)?;
+                def.unique_keys = keys;
+                Ok(CommandOutcome::Applied)
+            }
+            CatalogCommand::FinishUniqueKey { table, name, keep } => {
+                let Some(def) = self.tables.get_mut(table) else { return Ok(CommandOutcome::Skipped) };
+                if *keep {
+                    def.unique_keys.iter_mut().filter(|k| &k.name == name).for_each(|k| k.validating = false);
+                } else {
+                    def.unique_keys.retain(|k| &k.name != name);
+                }
+                Ok(CommandOutcome::Applied)
+            }
         }
     }
 
@@ -819,6 +862,34 @@ mod tests {
         let mut old = serde_json::to_value(&cluster(1)).unwrap();
         old.as_object_mut().unwrap().remove("roles");
         assert!(serde_json::from_value::<Catalog>(old).unwrap().roles.is_empty());
+    }
+
+    #[test]
+    fn an_added_key_is_checked_at_once_and_valid_only_when_finished() {
+        let key = |name: &str, columns: &[&str], primary: bool| UniqueKeyDef {
+            name: name.into(),
+            columns: columns.iter().map(|c| c.to_string()).collect(),
+            primary,
+            validating: false,
+        };
+        let add = |key: UniqueKeyDef| CatalogCommand::AddUniqueKey { table: "t".into(), key };
+        let spec = DistributionSpec::Hash { key_columns: vec!["a".into()], partitions: Some(2), replicas: None };
+        let (catalog, _) = cluster(1).apply(&create("t", spec)).unwrap();
+        // Nullable columns cannot be a primary key without a schema change.
+        assert_eq!(catalog.apply(&add(key("t_pkey", &["a"], true))).unwrap_err().sqlstate(), "0A000");
+        // A key must include the distribution key, name columns that exist, and a new name.
+        assert_eq!(catalog.apply(&add(key("t_b_key", &["b"], false))).unwrap_err().sqlstate(), "42P16");
+        assert_eq!(catalog.apply(&add(key("t_c_key", &["a", "c"], false))).unwrap_err().sqlstate(), "42703");
+        let (catalog, _) = catalog.apply(&add(key("t_a_b_key", &["a", "b"], false))).unwrap();
+        assert!(catalog.tables["t"].unique_keys[0].validating, "checked, not yet valid");
+        assert_eq!(catalog.apply(&add(key("t_a_b_key", &["a"], false))).unwrap_err().sqlstate(), "42P07");
+        let finish = |keep| CatalogCommand::FinishUniqueKey { table: "t".into(), name: "t_a_b_key".into(), keep };
+        let (kept, _) = catalog.apply(&finish(true)).unwrap();
+        assert!(!kept.tables["t"].unique_keys[0].validating);
+        let (dropped, _) = catalog.apply(&finish(false)).unwrap();
+        assert!(dropped.tables["t"].unique_keys.is_empty());
+        // A valid key is saved as before keys could be added.
+        assert!(!serde_json::to_string(&kept.tables["t"].unique_keys[0]).unwrap().contains("validating"));
     }
 
     #[test]

@@ -94,6 +94,10 @@ pub const REPROTECT_AFTER_MS_DEFAULT: u64 = 30_000;
 /// Generous: a prepare may finish and fsync a large staged segment.
 pub const RPC_REQUEST_TIMEOUT_MS: u64 = 30_000;
 
+/// Longest `ALTER TABLE ... ADD PRIMARY KEY | UNIQUE` waits on a copy for
+/// the transactions prepared there before the key was added to be decided.
+pub const KEY_VALIDATION_WAIT_MS: u64 = 20_000;
+
 /// Longest a write fence waits for prepared transactions on its partition to
 /// finish before the catch-up that set it gives up and tries again later.
 pub const FENCE_DRAIN_TIMEOUT_MS: u64 = 5_000;

@@ -67,6 +67,11 @@ pub enum NodeRequest {
     PartitionStats { table_id: TableId, partitions: Vec<PartitionId> },
     /// The digest of this node's copy of each of `partitions` (reads them whole).
     PartitionDigests { table_id: TableId, partitions: Vec<PartitionId> },
+    /// `ALTER TABLE ... ADD PRIMARY KEY | UNIQUE`: once this node's catalog
+    /// is at `catalog_version` (which holds the key), wait for the
+    /// transactions prepared on its copy of the partition before then, and
+    /// check the copy's rows for a repeated key.
+    ValidateUniqueKey { table_id: TableId, partition: PartitionId, key_name: String, catalog_version: u64 },
     /// Deletes this node's data of a dropped table.
     DropTableData { table_id: TableId },
     /// `CHECKPOINT`: writes every memtable of this node to segments and
@@ -117,6 +122,8 @@ impl NodeRequest {
             NodeRequest::CatalogGet { .. } | NodeRequest::ConfirmMajority => HEARTBEAT_TIMEOUT_MS * 2,
             // Coordinating a bulk load's commit finishes its staged files everywhere.
             NodeRequest::CommitTransaction { .. } => RPC_REQUEST_TIMEOUT_MS * 60,
+            // Waits for undecided writes, then reads the partition's keys.
+            NodeRequest::ValidateUniqueKey { .. } => RPC_REQUEST_TIMEOUT_MS * 10,
             _ => RPC_REQUEST_TIMEOUT_MS,
         };
         std::time::Duration::from_millis(ms)

@@ -901,6 +901,40 @@ impl StorageEngine {
         }
     }
 
+    /// `ALTER TABLE ... ADD` of a unique key, on this copy of a partition:
+    /// waits (up to `timeout`) until every transaction prepared here so far
+    /// is decided, then checks the committed rows for a repeated key. The
+    /// caller's catalog already holds the key, and a prepare reads its keys
+    /// under the WAL lock, so every transaction prepared after the snapshot
+    /// below was checked against the key; those before it, which may not
+    /// have been, are the ones waited for.
+    pub fn validate_unique_key(&self, table_id: TableId, partition: PartitionId, key: &UniqueKey, timeout: Duration) -> FoamResult<()> {
+        let before: Vec<TxnId> = {
+            let _wal = lock(&self.wal);
+            let prepared = lock(&self.prepared);
+            prepared
+                .iter()
+                .filter(|(_, p)| match &p.header {
+                    WalHeader::Prepare { entries, .. } => entries.iter().any(|e| (e.table_id, e.partition) == (table_id, partition)),
+                    _ => false,
+                })
+                .map(|(txn, _)| *txn)
+                .collect()
+        };
+        let deadline = Instant::now() + timeout;
+        while before.iter().any(|txn| lock(&self.prepared).contains_key(txn)) {
+            if Instant::now() >= deadline {
+                return Err(FoamError::PlacementChanged {
+                    message: format!("partition {partition} of table {table_id} still has undecided writes from before the key was added"),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let (columns, keys) = unique::projection(std::slice::from_ref(key));
+        let rows = self.committed_rows((table_id, partition), Some(&columns))?;
+        unique::check_stored(&keys[0], &rows)
+    }
+
     /// Flushes a partition's memtable and lists its segments: everything it
     /// holds is then in files a replica can copy.
     pub fn flush_partition(&self, table_id: TableId, partition: PartitionId) -> FoamResult<Vec<SegmentInfo>> {
@@ -1910,6 +1944,29 @@ mod tests {
         drop(engine);
         let engine = StorageEngine::open(&dir).unwrap();
         assert_eq!(rows_in(&engine, 13, 0), 0, "a dropped table stays dropped after replay");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_key_added_later_waits_for_earlier_prepares_then_checks_stored_rows() {
+        let dir = temp_dir("add-key");
+        let engine = StorageEngine::open(&dir).unwrap();
+        let key = &k_is_unique(10)[0];
+        commit_rows(&engine, 1, 10, vec![batch(0, 100)], &no_keys);
+        engine.validate_unique_key(10, 0, key, Duration::from_millis(50)).unwrap();
+        // Prepared before the key existed, unchecked: waited for, then found.
+        engine.stage(2, 1, 10, 0, 0, vec![batch(99, 1)]).unwrap();
+        engine.prepare(2, 1, &no_keys).unwrap();
+        let error = engine.validate_unique_key(10, 0, key, Duration::from_millis(50)).unwrap_err();
+        assert_eq!(error.sqlstate(), "40001", "{error}");
+        engine.commit(2).unwrap();
+        let error = engine.validate_unique_key(10, 0, key, Duration::from_millis(50)).unwrap_err();
+        assert_eq!(error.to_string(), "could not create unique index \"t_pkey\": Key (k)=(99) is duplicated");
+        // Another partition's copy holds no repeated key.
+        engine.stage(3, 1, 10, 1, 0, vec![batch(0, 10)]).unwrap();
+        engine.prepare(3, 10, &no_keys).unwrap();
+        engine.commit(3).unwrap();
+        engine.validate_unique_key(10, 1, key, Duration::from_millis(50)).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -67,6 +67,21 @@ pub fn check(keys: &[UniqueKey], new: &[RecordBatch], present: &[RecordBatch]) -
     Ok(())
 }
 
+/// Checks rows already stored for a key being added: the first key held by
+/// two of them fails with 23505, as PostgreSQL's CREATE UNIQUE INDEX does.
+pub fn check_stored(key: &UniqueKey, rows: &[RecordBatch]) -> FoamResult<()> {
+    match check(std::slice::from_ref(key), rows, &[]) {
+        Err(FoamError::Query { message, sqlstate: SqlState::UniqueViolation }) => {
+            let detail = message.split_once(": ").map(|(_, detail)| detail).unwrap_or_default();
+            Err(FoamError::Query {
+                message: format!("could not create unique index \"{}\": {}", key.name, detail.replace(" already exists", " is duplicated")),
+                sqlstate: SqlState::UniqueViolation,
+            })
+        }
+        other => other,
+    }
+}
+
 /// The encoded key of each row of `batch` whose key has no NULL, with the row's index.
 fn key_rows(converter: &RowConverter, types: &[DataType], key: &UniqueKey, batch: &RecordBatch) -> FoamResult<Vec<(Vec<u8>, usize)>> {
     // Rows read back from a segment may hold text as views, staged ones not:
@@ -108,6 +123,16 @@ fn violation(key: &UniqueKey, batch: &RecordBatch, row: usize) -> FoamError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stored_rows_with_a_repeated_key_name_it() {
+        let key = UniqueKey { name: "t_pkey".into(), columns: vec![0], column_names: vec!["k".into()] };
+        let rows = [batch(&[(Some(1), None), (None, None), (None, None)]), batch(&[(Some(2), None)])];
+        check_stored(&key, &rows).expect("NULLs repeat, keys do not");
+        let error = check_stored(&key, &[rows[0].clone(), batch(&[(Some(2), None), (Some(1), None)])]).unwrap_err();
+        assert_eq!(error.sqlstate(), "23505");
+        assert_eq!(error.to_string(), "could not create unique index \"t_pkey\": Key (k)=(1) is duplicated");
+    }
     use arrow::array::{Int32Array, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
     use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! (`statement.rs` splits them); the parsed CREATE TABLE and the clause
 //! become a catalog command.
 
-use datafusion::sql::sqlparser::ast::{ColumnOption, Expr, ObjectName, Statement, TableConstraint};
+use datafusion::sql::sqlparser::ast::{AlterTableOperation, ColumnOption, Expr, ObjectName, Statement, TableConstraint};
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
 use foam_catalog::model::{DistributionSpec, UniqueKeyDef};
 use foam_catalog::types::DECIMAL_PRECISION_MAX;
@@ -200,11 +200,12 @@ pub fn create_table_command(statement: &Statement, distribution: Option<Distribu
                 ColumnOption::Null => {}
                 ColumnOption::PrimaryKey(_) => {
                     nullable = false;
-                    unique_keys.push(UniqueKeyDef { name: named.unwrap_or(format!("{name}_pkey")), columns: vec![column_name.clone()], primary: true });
+                    let key_name = named.unwrap_or(format!("{name}_pkey"));
+                    unique_keys.push(UniqueKeyDef { name: key_name, columns: vec![column_name.clone()], primary: true, validating: false });
                 }
                 ColumnOption::Unique(_) => {
                     let key_name = named.unwrap_or(format!("{name}_{column_name}_key"));
-                    unique_keys.push(UniqueKeyDef { name: key_name, columns: vec![column_name.clone()], primary: false });
+                    unique_keys.push(UniqueKeyDef { name: key_name, columns: vec![column_name.clone()], primary: false, validating: false });
                 }
                 other => return Err(FoamError::FeatureNotSupported { feature: not_enforced(&format!("column option {other}")) }),
             }
@@ -212,29 +213,57 @@ pub fn create_table_command(statement: &Statement, distribution: Option<Distribu
         columns.push(ColumnDef { name: column_name, sql_type, nullable });
     }
     for constraint in &create.constraints {
-        let (primary, named, key_columns) = match constraint {
-            TableConstraint::PrimaryKey(key) => (true, key.name.as_ref(), &key.columns),
-            TableConstraint::Unique(key) => (false, key.name.as_ref(), &key.columns),
-            other => return Err(FoamError::FeatureNotSupported { feature: not_enforced(&format!("table constraint {other}")) }),
-        };
-        let mut names = Vec::with_capacity(key_columns.len());
-        for key_column in key_columns {
-            let Expr::Identifier(ident) = &key_column.column.expr else {
-                return Err(FoamError::FeatureNotSupported { feature: format!("a key on the expression {}", key_column.column.expr) });
-            };
-            names.push(normalize_ident(&ident.value, ident.quote_style));
-        }
-        if primary {
-            for column in columns.iter_mut().filter(|c| names.contains(&c.name)) {
+        let key = key_of_constraint(&name, constraint)?;
+        if key.primary {
+            for column in columns.iter_mut().filter(|c| key.columns.contains(&c.name)) {
                 column.nullable = false;
             }
         }
-        let default_name = if primary { format!("{name}_pkey") } else { format!("{name}_{}_key", names.join("_")) };
-        let key_name = named.map(|n| normalize_ident(&n.value, n.quote_style)).unwrap_or(default_name);
-        unique_keys.push(UniqueKeyDef { name: key_name, columns: names, primary });
+        unique_keys.push(key);
     }
     let distribution = distribution.unwrap_or(DistributionSpec::Hash { key_columns: vec![], partitions: None, replicas: None });
     Ok(CatalogCommand::CreateTable { name, columns, distribution, if_not_exists: create.if_not_exists, unique_keys })
+}
+
+/// A PRIMARY KEY or UNIQUE table constraint of table `table`, named as
+/// PostgreSQL names it when the statement does not.
+fn key_of_constraint(table: &str, constraint: &TableConstraint) -> FoamResult<UniqueKeyDef> {
+    let (primary, named, key_columns) = match constraint {
+        TableConstraint::PrimaryKey(key) => (true, key.name.as_ref(), &key.columns),
+        TableConstraint::Unique(key) => (false, key.name.as_ref(), &key.columns),
+        other => return Err(FoamError::FeatureNotSupported { feature: not_enforced(&format!("table constraint {other}")) }),
+    };
+    let mut names = Vec::with_capacity(key_columns.len());
+    for key_column in key_columns {
+        let Expr::Identifier(ident) = &key_column.column.expr else {
+            return Err(FoamError::FeatureNotSupported { feature: format!("a key on the expression {}", key_column.column.expr) });
+        };
+        names.push(normalize_ident(&ident.value, ident.quote_style));
+    }
+    let default_name = if primary { format!("{table}_pkey") } else { format!("{table}_{}_key", names.join("_")) };
+    let name = named.map(|n| normalize_ident(&n.value, n.quote_style)).unwrap_or(default_name);
+    Ok(UniqueKeyDef { name, columns: names, primary, validating: false })
+}
+
+/// `ALTER TABLE [IF EXISTS] t ADD [CONSTRAINT name] PRIMARY KEY | UNIQUE
+/// (columns)`, the one form of ALTER TABLE FoamDB runs: the table's name,
+/// whether IF EXISTS was given, and the key. Any other form is refused.
+pub fn alter_table_key(statement: &Statement) -> FoamResult<(String, bool, UniqueKeyDef)> {
+    let Statement::AlterTable(alter) = statement else {
+        return Err(FoamError::internal("alter_table_key needs ALTER TABLE"));
+    };
+    let table = table_name(&alter.name)?;
+    match alter.operations.as_slice() {
+        [AlterTableOperation::AddConstraint { constraint, not_valid: false }] => {
+            let key = key_of_constraint(&table, constraint)?;
+            Ok((table, alter.if_exists, key))
+        }
+        [AlterTableOperation::AddConstraint { not_valid: true, .. }] => {
+            Err(FoamError::FeatureNotSupported { feature: "ADD CONSTRAINT ... NOT VALID".into() })
+        }
+        [operation] => Err(FoamError::FeatureNotSupported { feature: format!("ALTER TABLE ... {operation}") }),
+        _ => Err(FoamError::FeatureNotSupported { feature: "ALTER TABLE with several actions".into() }),
+    }
 }
 
 /// What FoamDB refuses rather than accept and ignore: a constraint it does

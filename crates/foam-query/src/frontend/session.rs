@@ -104,6 +104,9 @@ enum Kind {
     /// A catalog command FoamDB parsed itself (`ALTER CLUSTER ...`, a role
     /// statement), with its command tag.
     Catalog { command: CatalogCommand, tag: &'static str },
+    /// `ALTER TABLE [IF EXISTS] table ADD PRIMARY KEY | UNIQUE`: the key is
+    /// checked against the stored rows (`write/keys.rs`).
+    AddKey { table: String, if_exists: bool, key: foam_catalog::model::UniqueKeyDef },
     /// `CHECKPOINT`: every up node writes its memtables to segments.
     Checkpoint,
     /// VACUUM or ANALYZE: FoamDB keeps no dead rows (a DELETE or UPDATE
@@ -123,6 +126,7 @@ impl PreparedStatement {
             Kind::Plan { write: Some(_), .. } => StatementClass::Write,
             Kind::Plan { .. } | Kind::Empty => StatementClass::Read,
             Kind::Catalog { tag, .. } => StatementClass::NotTransactional(tag),
+            Kind::AddKey { .. } => StatementClass::NotTransactional("ALTER TABLE"),
             Kind::Checkpoint => StatementClass::NotTransactional("CHECKPOINT"),
             Kind::Maintenance { tag: "VACUUM", .. } => StatementClass::NotTransactional("VACUUM"),
             Kind::Maintenance { .. } => StatementClass::Read,
@@ -478,7 +482,11 @@ impl FoamSession {
         {
             return Err(FoamError::FeatureNotSupported { feature: "DEALLOCATE ALL (deallocate each statement by name)".into() });
         }
-        if let Statement::CreateIndex(_) | Statement::AlterTable(_) = *statement {
+        if let Statement::AlterTable(_) = *statement {
+            let (table, if_exists, key) = crate::frontend::ddl::alter_table_key(&statement)?;
+            return prepared(Kind::AddKey { table, if_exists, key });
+        }
+        if let Statement::CreateIndex(_) = *statement {
             let feature = text.split_whitespace().take(2).collect::<Vec<_>>().join(" ").to_uppercase();
             return Err(FoamError::FeatureNotSupported { feature });
         }
@@ -699,6 +707,13 @@ impl FoamSession {
             Kind::Catalog { command, tag } => {
                 self.node.catalog.apply(command.clone()).await?;
                 Ok(StatementOutput::Command { tag: tag.to_string(), rows: None })
+            }
+            Kind::AddKey { table, if_exists, key } => {
+                let exists = self.node.catalog.current().tables.contains_key(table);
+                if exists || !if_exists {
+                    crate::write::keys::add_unique_key(&self.node, table.clone(), key.clone()).await?;
+                }
+                Ok(StatementOutput::Command { tag: "ALTER TABLE".into(), rows: None })
             }
             Kind::Maintenance { tag, tables } => {
                 let catalog = self.node.catalog.current();

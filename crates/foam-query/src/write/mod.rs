@@ -18,6 +18,7 @@
 //! COMMIT runs the protocol once for all of them (`transaction.rs`).
 
 pub mod copy;
+pub mod keys;
 pub mod transaction;
 
 use std::collections::{BTreeMap, HashMap};
@@ -611,14 +612,17 @@ async fn local_request(node: &Arc<NodeContext>, request: NodeRequest) -> FoamRes
     let storage = node.storage.clone();
     // The unique keys to check come from the catalog: one that does not
     // know a table yet (created a moment ago) is brought up to date first.
-    let mut catalog = node.catalog.current();
     if let NodeRequest::Prepare { txn, .. } = &request
-        && storage.staged_tables(*txn).iter().any(|t| catalog.table_by_id(*t).is_none())
+        && storage.staged_tables(*txn).iter().any(|t| node.catalog.current().table_by_id(*t).is_none())
     {
-        catalog = node.catalog.refresh().await?;
+        node.catalog.refresh().await?;
     }
+    // Read when the engine checks, under its WAL lock, not before: a key
+    // being added (`keys.rs`) is then checked by every prepare that
+    // registers after this node's catalog gained it.
+    let catalog = node.catalog.clone();
     tokio::task::spawn_blocking(move || match request {
-        NodeRequest::Prepare { txn, rows } => storage.prepare(txn, rows, &|table_id| unique_keys(&catalog, table_id)),
+        NodeRequest::Prepare { txn, rows } => storage.prepare(txn, rows, &|table_id| unique_keys(&catalog.current(), table_id)),
         NodeRequest::Commit { txn } => storage.commit(txn),
         NodeRequest::Abort { txn } => storage.abort(txn),
         NodeRequest::KeepAlive { txn } => {
