@@ -677,6 +677,96 @@ async fn copy_from_stdin_loads_rows_sent_by_the_client() {
     assert_eq!(scalar(&client, "SELECT count(*) FROM s").await, "5000");
 }
 
+/// COPY ... TO STDOUT sends what PostgreSQL sends (the expected bytes are
+/// PostgreSQL 15's for the same rows), in text, CSV and binary; what it
+/// writes in text or CSV loads back through COPY FROM STDIN unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_to_stdout_writes_what_postgresql_writes_and_loads_back() {
+    use futures::{SinkExt, TryStreamExt};
+    let cluster = Cluster::start(3);
+    let client = cluster.client(1).await;
+    client
+        .batch_execute(
+            "CREATE TABLE odd (id INT, name TEXT, amount DECIMAL(10,2), day DATE, ok BOOLEAN) DISTRIBUTED BY (id);
+             INSERT INTO odd VALUES
+               (1, 'plain', 12.50, DATE '2024-02-29', true),
+               (2, 'tab\there', -3.00, DATE '1999-12-31', false),
+               (3, 'line\nbreak', 0.01, NULL, NULL),
+               (4, 'quote \" and , comma', NULL, DATE '2000-01-01', true),
+               (5, 'back\\slash', 1.00, DATE '2000-01-01', false),
+               (6, '', 2.00, DATE '2000-01-01', false),
+               (7, NULL, 3.00, DATE '2000-01-01', false),
+               (8, '\\.', 4.00, DATE '2000-01-01', true);
+             UPDATE odd SET name = replace(replace(name, '\\t', chr(9)), '\\n', chr(10)) WHERE id IN (2, 3);",
+        )
+        .await
+        .unwrap();
+    let copy_out = |sql: String| {
+        let client = &client;
+        async move {
+            let stream = client.copy_out(sql.as_str()).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+            let chunks: Vec<bytes::Bytes> = stream.try_collect().await.unwrap();
+            chunks.concat()
+        }
+    };
+    let ordered = "(SELECT * FROM odd ORDER BY id)";
+    let text = copy_out(format!("COPY {ordered} TO STDOUT")).await;
+    assert_eq!(
+        String::from_utf8(text.clone()).unwrap(),
+        "1\tplain\t12.50\t2024-02-29\tt\n2\ttab\\there\t-3.00\t1999-12-31\tf\n3\tline\\nbreak\t0.01\t\\N\t\\N\n\
+         4\tquote \" and , comma\t\\N\t2000-01-01\tt\n5\tback\\\\slash\t1.00\t2000-01-01\tf\n6\t\t2.00\t2000-01-01\tf\n\
+         7\t\\N\t3.00\t2000-01-01\tf\n8\t\\\\.\t4.00\t2000-01-01\tt\n"
+    );
+    let csv = copy_out(format!("COPY {ordered} TO STDOUT WITH (FORMAT csv, HEADER)")).await;
+    assert_eq!(
+        String::from_utf8(csv.clone()).unwrap(),
+        "id,name,amount,day,ok\n1,plain,12.50,2024-02-29,t\n2,tab\there,-3.00,1999-12-31,f\n3,\"line\nbreak\",0.01,,\n\
+         4,\"quote \"\" and , comma\",,2000-01-01,t\n5,back\\slash,1.00,2000-01-01,f\n6,\"\",2.00,2000-01-01,f\n\
+         7,,3.00,2000-01-01,f\n8,\\.,4.00,2000-01-01,t\n"
+    );
+    // PostgreSQL's binary COPY of (id, name, ok) for rows 6 and 7, byte for byte.
+    let binary = copy_out("COPY (SELECT id, name, ok FROM odd WHERE id IN (6, 7) ORDER BY id) TO STDOUT (FORMAT binary)".into()).await;
+    let mut expected = b"PGCOPY\n\xff\r\n\0".to_vec();
+    expected.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0]);
+    expected.extend_from_slice(&[0, 3, 0, 0, 0, 4, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0, 1, 0]);
+    expected.extend_from_slice(&[0, 3, 0, 0, 0, 4, 0, 0, 0, 7, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1, 0]);
+    expected.extend_from_slice(&[0xff, 0xff]);
+    assert_eq!(binary, expected);
+    // Column lists, and no rows with a header.
+    let listed = String::from_utf8(copy_out("COPY odd (name, id) TO STDOUT (FORMAT csv, HEADER)".into()).await).unwrap();
+    assert!(listed.starts_with("name,id\n") && listed.contains("\n\"line\nbreak\",3\n") && listed.contains("\n,7\n"), "{listed}");
+    let empty = copy_out("COPY (SELECT id FROM odd WHERE id < 0) TO STDOUT (FORMAT csv, HEADER)".into()).await;
+    assert_eq!(empty, b"id\n");
+
+    // Loaded back, through either format, the rows are the same.
+    for (format, data) in [("text", text), ("csv", csv)] {
+        let copy = format!("copy_{format}");
+        client.batch_execute(&format!("CREATE TABLE {copy} (id INT, name TEXT, amount DECIMAL(10,2), day DATE, ok BOOLEAN) DISTRIBUTED BY (id)")).await.unwrap();
+        let header = if format == "csv" { ", HEADER" } else { "" };
+        let sink = client.copy_in(&format!("COPY {copy} FROM STDIN (FORMAT {format}{header})")).await.unwrap();
+        let mut sink = Box::pin(sink);
+        sink.send(bytes::Bytes::from(data)).await.unwrap();
+        assert_eq!(sink.as_mut().finish().await.unwrap(), 8, "{format}");
+        let differing = format!(
+            "SELECT count(*) FROM ((SELECT * FROM odd EXCEPT SELECT * FROM {copy}) UNION ALL (SELECT * FROM {copy} EXCEPT SELECT * FROM odd)) AS d"
+        );
+        assert_eq!(scalar(&client, &differing).await, "0", "{format}");
+        let nulls = format!("SELECT count(*) FILTER (WHERE name IS NULL), count(*) FILTER (WHERE name = '') FROM {copy}");
+        assert_eq!(query_text(&client, &nulls).await, vec![vec![Some("1".to_string()), Some("1".to_string())]], "{format}: NULL and '' kept apart");
+    }
+
+    // Refused, each with its reason.
+    for (sql, code) in [
+        ("COPY odd TO '/tmp/odd.txt'", "0A000"),
+        ("COPY odd TO STDOUT (FORMAT parquet)", "0A000"),
+        ("COPY missing TO STDOUT", "42P01"),
+        ("COPY (SELECT 1/(id - id) FROM odd) TO STDOUT", "22012"),
+    ] {
+        let error = client.copy_out(sql).await.err().unwrap_or_else(|| panic!("{sql} was accepted"));
+        assert_eq!(error.as_db_error().map(|e| e.code().code()), Some(code), "{sql}: {error}");
+    }
+}
+
 /// A node that joins after a replicated table was created has no copy of it:
 /// it must read from a replica, and writes keep going to the replicas.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

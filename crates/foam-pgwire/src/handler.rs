@@ -196,12 +196,13 @@ impl FoamPgHandler {
                 *state.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(PendingCopy { target, path, file: Some(file), error: None });
                 Ok(Response::CopyIn(CopyResponse::new(0, columns, futures::stream::empty())))
             }
+            StatementOutput::CopyOut { schema, stream, options } => crate::copy_out::copy_out_response(schema, stream, options),
         }
     }
 }
 
 /// A FoamDB error as the client sees it: SQLSTATE plus message.
-fn user_error(error: &FoamError) -> PgWireError {
+pub(crate) fn user_error(error: &FoamError) -> PgWireError {
     PgWireError::UserError(Box::new(ErrorInfo::new("ERROR".into(), error.sqlstate().code().into(), error.to_string())))
 }
 

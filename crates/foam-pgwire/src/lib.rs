@@ -7,8 +7,10 @@
 //! ```text
 //!  client ─TCP─▶ pgwire process_socket ─▶ FoamPgHandler ─▶ FoamSession (foam-query)
 //!                                   rows ◀─ arrow-pg encoding ◀─ Arrow batches
+//!                             COPY TO STDOUT ◀─ copy_out.rs ◀─ Arrow batches
 //! ```
 
+mod copy_out;
 mod handler;
 mod startup;
 

@@ -2,6 +2,7 @@
 //! plan or a FoamDB command, with the settings, EXPLAIN and interruption
 //! around them.
 
+pub mod copy_statement;
 pub mod ddl;
 pub mod explain;
 pub mod interrupt;

@@ -65,6 +65,8 @@ pub enum StatementOutput {
     Command { tag: String, rows: Option<u64> },
     /// `COPY ... FROM STDIN`: the client is to send the rows for this table.
     CopyIn(CopyInTarget),
+    /// `COPY ... TO STDOUT`: a query's rows, to be sent in COPY's format.
+    CopyOut { schema: SchemaRef, stream: SendableRecordBatchStream, options: CopyOptions },
 }
 
 pub struct CopyInTarget {
@@ -104,6 +106,8 @@ enum Kind {
     /// A catalog command FoamDB parsed itself (`ALTER CLUSTER ...`, a role
     /// statement), with its command tag.
     Catalog { command: CatalogCommand, tag: &'static str },
+    /// `COPY ... TO STDOUT`: the query it sends (a `Plan`), and its format.
+    CopyOut { query: Box<PreparedStatement>, options: CopyOptions },
     /// `ALTER TABLE [IF EXISTS] table ADD PRIMARY KEY | UNIQUE`: the key is
     /// checked against the stored rows (`write/keys.rs`).
     AddKey { table: String, if_exists: bool, key: foam_catalog::model::UniqueKeyDef },
@@ -127,6 +131,7 @@ impl PreparedStatement {
             Kind::Plan { .. } | Kind::Empty => StatementClass::Read,
             Kind::Catalog { tag, .. } => StatementClass::NotTransactional(tag),
             Kind::AddKey { .. } => StatementClass::NotTransactional("ALTER TABLE"),
+            Kind::CopyOut { .. } => StatementClass::Read,
             Kind::Checkpoint => StatementClass::NotTransactional("CHECKPOINT"),
             Kind::Maintenance { tag: "VACUUM", .. } => StatementClass::NotTransactional("VACUUM"),
             Kind::Maintenance { .. } => StatementClass::Read,
@@ -453,6 +458,10 @@ impl FoamSession {
             crate::frontend::select_names::name_subquery_columns(&mut statement);
         }
         check_not_node_setting(&statement)?;
+        let copy_out = crate::frontend::copy_statement::copy_out_query(&statement)?.map(|(query, options)| {
+            *statement = query;
+            options
+        });
         let own = matches!(
             *statement,
             Statement::CreateTable(_)
@@ -502,7 +511,11 @@ impl FoamSession {
             Some((_, modify)) => Some(PlanWrite::Modify(modify)),
             None => matches!(plan, LogicalPlan::Dml(_)).then_some(PlanWrite::Insert),
         };
-        prepared(Kind::Plan { statement, plan, write, catalog_version })
+        let kind = Kind::Plan { statement, plan, write, catalog_version };
+        match copy_out {
+            Some(options) => prepared(Kind::CopyOut { query: Box::new(PreparedStatement { text: text.clone(), kind }), options }),
+            None => prepared(kind),
+        }
     }
 
     /// DataFusion's logical plan of a parsed statement, its calls of
@@ -708,6 +721,17 @@ impl FoamSession {
                 self.node.catalog.apply(command.clone()).await?;
                 Ok(StatementOutput::Command { tag: tag.to_string(), rows: None })
             }
+            Kind::CopyOut { query, options } => match Box::pin(self.run_admitted(query, params, interrupt)).await? {
+                StatementOutput::Rows { schema, mut stream } => {
+                    // Once COPY data flows, an error can only cut it short: one
+                    // in the first batch (most are) is reported cleanly instead.
+                    let first = stream.next().await.transpose().map_err(FoamError::from)?;
+                    let stream = futures::stream::iter(first.map(Ok)).chain(stream);
+                    let stream = Box::pin(RecordBatchStreamAdapter::new(schema.clone(), stream));
+                    Ok(StatementOutput::CopyOut { schema, stream, options: options.clone() })
+                }
+                _ => Err(FoamError::internal("COPY ... TO's query did not return rows")),
+            },
             Kind::AddKey { table, if_exists, key } => {
                 let exists = self.node.catalog.current().tables.contains_key(table);
                 if exists || !if_exists {
@@ -1165,7 +1189,10 @@ impl FoamSession {
                 return Err(FoamError::FeatureNotSupported { feature: "COPY with a column list other than all columns in order".into() });
             }
         }
-        let options = copy_options(options, legacy_options)?;
+        let options = crate::frontend::copy_statement::copy_options(options, legacy_options)?;
+        if options.format == CopyFormat::Binary {
+            return Err(FoamError::FeatureNotSupported { feature: "COPY ... FROM in binary format".into() });
+        }
         let path = match target {
             CopyTarget::File { filename } => crate::write::copy::server_file(self.node.copy_dir.as_deref(), filename)?.display().to_string(),
             CopyTarget::Stdin => return Ok(StatementOutput::CopyIn(CopyInTarget { table, options })),
@@ -1268,70 +1295,3 @@ fn rows_output(schema: SchemaRef, batches: Vec<RecordBatch>) -> StatementOutput 
     StatementOutput::Rows { schema: schema.clone(), stream: Box::pin(RecordBatchStreamAdapter::new(schema, stream)) }
 }
 
-fn single_char(value: char, option: &str) -> FoamResult<u8> {
-    if value.is_ascii() {
-        Ok(value as u8)
-    } else {
-        Err(FoamError::InvalidParameter { message: format!("COPY {option} must be a single one-byte character") })
-    }
-}
-
-fn copy_options(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> FoamResult<CopyOptions> {
-    let mut result = CopyOptions::default();
-    let mut format = CopyFormat::Text;
-    for option in options {
-        if let CopyOption::Format(ident) = option {
-            format = match ident.value.to_lowercase().as_str() {
-                "csv" => CopyFormat::Csv,
-                "text" => CopyFormat::Text,
-                "parquet" => CopyFormat::Parquet,
-                other => return Err(FoamError::InvalidParameter { message: format!("COPY format \"{other}\" not recognized") }),
-            };
-        }
-    }
-    for option in legacy {
-        match option {
-            CopyLegacyOption::Csv(_) => format = CopyFormat::Csv,
-            CopyLegacyOption::Parquet => format = CopyFormat::Parquet,
-            _ => {}
-        }
-    }
-    if format == CopyFormat::Csv {
-        result = CopyOptions { format, header: false, delimiter: b',', quote: b'"', escape: None, null: None };
-    }
-    result.format = format;
-    for option in options {
-        match option {
-            CopyOption::Format(_) => {}
-            CopyOption::Header(header) => result.header = *header,
-            CopyOption::Delimiter(c) => result.delimiter = single_char(*c, "delimiter")?,
-            CopyOption::Quote(c) => result.quote = single_char(*c, "quote")?,
-            CopyOption::Escape(c) => result.escape = Some(single_char(*c, "escape")?),
-            CopyOption::Null(text) => result.null = Some(text.clone()),
-            // PostgreSQL's way to skip vacuuming freshly loaded rows; FoamDB
-            // has no vacuum, and the rows are visible once COPY commits.
-            CopyOption::Freeze(_) => {}
-            other => return Err(FoamError::FeatureNotSupported { feature: format!("COPY option {other}") }),
-        }
-    }
-    for option in legacy {
-        match option {
-            CopyLegacyOption::Csv(csv_options) => {
-                for csv_option in csv_options {
-                    let text = csv_option.to_string();
-                    if text.eq_ignore_ascii_case("HEADER") {
-                        result.header = true;
-                    } else {
-                        return Err(FoamError::FeatureNotSupported { feature: format!("COPY option {text}") });
-                    }
-                }
-            }
-            CopyLegacyOption::Parquet => {}
-            CopyLegacyOption::Delimiter(c) => result.delimiter = single_char(*c, "delimiter")?,
-            CopyLegacyOption::Header => result.header = true,
-            CopyLegacyOption::Null(text) => result.null = Some(text.clone()),
-            other => return Err(FoamError::FeatureNotSupported { feature: format!("COPY option {other}") }),
-        }
-    }
-    Ok(result)
-}

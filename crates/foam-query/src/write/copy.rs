@@ -2,10 +2,9 @@
 //! the node the client is connected to, through the same two-phase writer as
 //! INSERT, so a bad line anywhere leaves the table exactly as it was.
 //!
-//! A CSV error names the file's line (1-based, counting the header line) and
-//! the column. Arrow's CSV reader reports positions in records per batch, so on
-//! the first error the file is read again one record at a time up to the bad
-//! record, which gives the exact line whatever went wrong.
+//! Text and CSV are read as PostgreSQL reads them (`copy_format.rs`); an
+//! error names the file's line (1-based, counting the header line) and the
+//! column.
 //!
 //! A client names a file on the server, so COPY reads only what the operator
 //! allowed: regular files under the directory given with `--copy-dir`
@@ -22,7 +21,6 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::compute::cast_with_options;
-use arrow::csv::ReaderBuilder;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use foam_catalog::TableDef;
@@ -31,6 +29,7 @@ use foam_common::{FoamError, FoamResult};
 
 use crate::context::NodeContext;
 use crate::write::TableWriter;
+use crate::write::copy_format::{Records, typed_batch};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum CopyFormat {
@@ -38,6 +37,8 @@ pub enum CopyFormat {
     /// PostgreSQL's default text format: tab-delimited, `\N` for NULL, no header.
     Text,
     Parquet,
+    /// PostgreSQL's binary COPY format; written by COPY ... TO STDOUT only.
+    Binary,
 }
 
 #[derive(Debug, Clone)]
@@ -117,7 +118,8 @@ pub async fn copy_from_file(
     let reader = tokio::task::spawn_blocking(move || {
         let result = match options.format {
             CopyFormat::Parquet => read_parquet(file, &schema, &reader_table, &reader_path, &sender),
-            CopyFormat::Csv | CopyFormat::Text => read_csv(file, &schema, &reader_table, &reader_path, &options, &sender),
+            CopyFormat::Csv | CopyFormat::Text => read_csv(file, &schema, &reader_table, &options, &sender),
+            CopyFormat::Binary => Err(FoamError::FeatureNotSupported { feature: "COPY ... FROM in binary format".into() }),
         };
         if let Err(error) = result {
             let _ = sender.blocking_send(Err(error));
@@ -140,70 +142,35 @@ pub async fn copy_from_file(
     writer.commit().await
 }
 
-fn csv_builder(schema: &SchemaRef, options: &CopyOptions, batch_rows: usize) -> FoamResult<ReaderBuilder> {
-    let mut builder = ReaderBuilder::new(schema.clone())
-        .with_header(options.header)
-        .with_delimiter(options.delimiter)
-        .with_quote(options.quote)
-        .with_batch_size(batch_rows);
-    if let Some(escape) = options.escape {
-        builder = builder.with_escape(escape);
-    }
-    if let Some(null) = &options.null {
-        let pattern = format!("^{}$", regex_escape(null));
-        let regex = regex::Regex::new(&pattern).map_err(|e| FoamError::InvalidParameter { message: e.to_string() })?;
-        builder = builder.with_null_regex(regex);
-    }
-    Ok(builder)
-}
-
+/// Reads a text or CSV file (`copy_format.rs`) in batches of the table's
+/// types; the first bad record stops the load, named with its line.
 fn read_csv(
     file: File,
     schema: &SchemaRef,
     table: &TableDef,
-    path: &str,
     options: &CopyOptions,
     sender: &tokio::sync::mpsc::Sender<FoamResult<RecordBatch>>,
 ) -> FoamResult<()> {
-    let reader = csv_builder(schema, options, BATCH_ROWS)?
-        .build(UntilEndMarker::new(BufReader::new(file)))
-        .map_err(|e| FoamError::FileAccess { path: path.into(), message: e.to_string() })?;
-    for batch in reader {
-        match batch {
-            Ok(batch) => {
-                if sender.blocking_send(Ok(batch)).is_err() {
-                    return Ok(()); // the writer failed and reports its own error
-                }
+    let mut records = Records::new(BufReader::new(UntilEndMarker::new(BufReader::new(file))), options.clone(), &table.name);
+    if options.header {
+        records.next_record()?;
+    }
+    let mut batch = Vec::with_capacity(BATCH_ROWS);
+    loop {
+        let record = records.next_record()?;
+        let ended = record.is_none();
+        batch.extend(record);
+        if batch.len() == BATCH_ROWS || (ended && !batch.is_empty()) {
+            let typed = typed_batch(&batch, schema, table)?;
+            batch.clear();
+            if sender.blocking_send(Ok(typed)).is_err() {
+                return Ok(()); // the writer failed and reports its own error
             }
-            Err(_) => return Err(locate_csv_error(schema, table, path, options)),
+        }
+        if ended {
+            return Ok(());
         }
     }
-    Ok(())
-}
-
-/// Reads the file again one record at a time to find the first bad record, and
-/// describes it with its line number and column.
-fn locate_csv_error(schema: &SchemaRef, table: &TableDef, path: &str, options: &CopyOptions) -> FoamError {
-    let reader = File::open(path)
-        .map_err(|e| FoamError::FileAccess { path: path.into(), message: e.to_string() })
-        .and_then(|file| {
-            csv_builder(schema, options, 1)?
-                .build(UntilEndMarker::new(BufReader::new(file)))
-                .map_err(|e| FoamError::FileAccess { path: path.into(), message: e.to_string() })
-        });
-    let reader = match reader {
-        Ok(reader) => reader,
-        Err(error) => return error,
-    };
-    let header_lines = options.header as u64;
-    for (record, batch) in reader.enumerate() {
-        if let Err(error) = batch {
-            let line = header_lines + record as u64 + 1;
-            let (column, message) = describe_csv_error(&error.to_string(), table);
-            return FoamError::CopyData { table: table.name.clone(), line, column, message };
-        }
-    }
-    FoamError::CopyData { table: table.name.clone(), line: 0, column: None, message: "the file could not be parsed".into() }
 }
 
 /// The bytes of a text or CSV stream up to a line holding only `\.` (with
@@ -248,41 +215,6 @@ impl<R: BufRead> Read for UntilEndMarker<R> {
             }
         }
     }
-}
-
-/// Turns an Arrow CSV error into a sentence naming the value and column.
-fn describe_csv_error(text: &str, table: &TableDef) -> (Option<String>, String) {
-    if let Some(rest) = text.split("Error while parsing value '").nth(1) {
-        let value = rest.split("' as type").next().unwrap_or_default();
-        let column = rest
-            .split("for column ")
-            .nth(1)
-            .and_then(|c| c.split(|ch: char| !ch.is_ascii_digit()).next())
-            .and_then(|c| c.parse::<usize>().ok())
-            .and_then(|i| table.columns.get(i));
-        if let Some(column) = column {
-            let message = format!("invalid input syntax for type {}: \"{value}\"", column.sql_type.sql_name());
-            return (Some(column.name.clone()), message);
-        }
-    }
-    if let Some(rest) = text.split("incorrect number of fields for line").nth(1) {
-        let counts = rest.split(", ").nth(1).unwrap_or_default();
-        return (None, format!("wrong number of columns ({counts})"));
-    }
-    if let Some(rest) = text.split("Column '").nth(1) {
-        let name = rest.split('\'').next().unwrap_or_default();
-        if text.contains("non-nullable") {
-            return (Some(name.to_string()), format!("null value in column \"{name}\" violates not-null constraint"));
-        }
-    }
-    // Decimal and other parse errors do not name the column; report the line
-    // with Arrow's own message.
-    for prefix in ["Parser error: ", "Csv error: ", "Invalid argument error: "] {
-        if let Some(message) = text.strip_prefix(prefix) {
-            return (None, message.to_string());
-        }
-    }
-    (None, text.to_string())
 }
 
 fn read_parquet(
@@ -330,17 +262,6 @@ fn read_parquet(
         }
     }
     Ok(())
-}
-
-fn regex_escape(text: &str) -> String {
-    let mut escaped = String::with_capacity(text.len());
-    for ch in text.chars() {
-        if "\\.+*?()|[]{}^$#&-~".contains(ch) {
-            escaped.push('\\');
-        }
-        escaped.push(ch);
-    }
-    escaped
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@
 //! COMMIT runs the protocol once for all of them (`transaction.rs`).
 
 pub mod copy;
+pub mod copy_format;
 pub mod keys;
 pub mod transaction;
 
