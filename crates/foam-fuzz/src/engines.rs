@@ -177,7 +177,9 @@ fn describe(error: &tokio_postgres::Error) -> String {
 }
 
 /// The reference: DataFusion in this process, parsing SQL as FoamDB does,
-/// with FoamDB's fixes for what DataFusion claims of grouping sets' and
+/// with FoamDB's PostgreSQL semantics where DataFusion's differ (its
+/// analyzer rules: integer casts round), FoamDB's fixes for what DataFusion
+/// claims of grouping sets' and
 /// outer joins' output (foam-query's `output_claims.rs`), and DataFusion's
 /// decorrelation as FoamDB runs it: an IN subquery its mark or anti join
 /// answers wrongly (`unnest_subqueries.rs`) is left unplanned, so the
@@ -204,8 +206,8 @@ impl Reference {
             .with_runtime_env(runtime)
             .with_default_features()
             .with_optimizer_rules(foam_query::optimizer::logical::unnest_subqueries::datafusion_rules())
-            .with_physical_optimizer_rules(foam_query::optimizer::physical::output_claims::datafusion_rules())
-            .build();
+            .with_physical_optimizer_rules(foam_query::optimizer::physical::output_claims::datafusion_rules());
+        let state = foam_query::optimizer::analyzer_rules().into_iter().fold(state, |state, rule| state.with_analyzer_rule(rule)).build();
         let reference = Reference { ctx: SessionContext::new_with_state(state) };
         reference.load(tables).await?;
         Ok(reference)

@@ -356,6 +356,9 @@ pub fn coordinator_state_builder(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv
         .with_distributed_scale_up_leaf_node_handler(scale_up)
         .with_distributed_route_tasks_handler(route_tasks)
         .with_distributed_channel_resolver(FoamChannelResolver { node: node.clone() });
+    for rule in crate::optimizer::analyzer_rules() {
+        builder = builder.with_analyzer_rule(rule);
+    }
     // The distributed planner has put its options in the config by now.
     if let Some(Err(error)) = builder.config().as_mut().map(|config| config.set_distributed_compression(EXCHANGE_COMPRESSION)) {
         tracing::warn!("exchange compression left at datafusion-distributed's default: {error}");

@@ -31,6 +31,12 @@ pub fn logical_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
     rules
 }
 
+/// FoamDB's analyzer rules, run after DataFusion's (type coercion among
+/// them): SQL semantics where DataFusion's differ from PostgreSQL's.
+pub fn analyzer_rules() -> Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> {
+    vec![Arc::new(logical::pg_casts::PostgresIntegerCasts)]
+}
+
 /// The DataFusion rule that wires dynamic filters (a join's build-side
 /// bounds, a TopK's threshold) to the scans below: it must see the final
 /// plan, since a rule that rebuilds an operator afterwards leaves a scan
@@ -78,6 +84,7 @@ pub fn worker_udfs() -> Vec<ScalarUDF> {
     vec![
         crate::exec::route::FoamRoute::udf(),
         logical::like::FoamLike::udf(),
+        logical::pg_casts::RoundForInt::udf(),
         physical::count_ones::FoamOnes::udf(),
         crate::catalog::functions::version_udf(),
     ]

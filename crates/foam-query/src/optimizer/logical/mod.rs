@@ -7,6 +7,7 @@ pub mod early_replica_join;
 pub mod early_semi_join;
 pub mod group_key_filter;
 pub mod like;
+pub mod pg_casts;
 pub(crate) mod plan_shape;
 #[cfg(test)]
 mod rule_tests;
