@@ -677,6 +677,42 @@ async fn copy_from_stdin_loads_rows_sent_by_the_client() {
     assert_eq!(scalar(&client, "SELECT count(*) FROM s").await, "5000");
 }
 
+/// Result columns carry PostgreSQL's names (the expected names are
+/// PostgreSQL 15's for the same statements), and a name may repeat, as it
+/// may there: DataFusion alone refused `SELECT a, a` and
+/// `SELECT d, CAST(d AS INT)` ("Projections require unique expression
+/// names") and named columns after their expressions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn result_columns_are_named_as_postgresql_names_them() {
+    let cluster = Cluster::start(1);
+    let client = cluster.client(0).await;
+    client.batch_execute("CREATE TABLE nt (a INT, b INT, d DECIMAL(10,2)); INSERT INTO nt VALUES (1, 2, 1.50), (2, 3, 2.50)").await.unwrap();
+    let cases: &[(&str, &[&str])] = &[
+        ("SELECT a, a FROM nt", &["a", "a"]),
+        ("SELECT d, CAST(d AS INT) FROM nt", &["d", "d"]),
+        ("SELECT a + 1, count(*) FROM nt GROUP BY a + 1 ORDER BY a + 1", &["?column?", "count"]),
+        ("SELECT count(*), sum(a), max(b) FROM nt", &["count", "sum", "max"]),
+        ("SELECT 1, 'x', 1.5, CAST(1 AS BIGINT), CAST(a AS TEXT) FROM nt", &["?column?", "?column?", "?column?", "int8", "a"]),
+        ("SELECT DISTINCT a + 1 FROM nt ORDER BY a + 1", &["?column?"]),
+        ("SELECT x.a, y.a FROM nt AS x JOIN nt AS y ON x.a = y.b", &["a", "a"]),
+        ("SELECT * FROM (SELECT a, a FROM nt) AS s", &["a", "a"]),
+        ("SELECT count FROM (SELECT count(*) FROM nt) AS s", &["count"]),
+        ("SELECT CASE WHEN a > 1 THEN 'big' END, coalesce(b, 0), upper('x') FROM nt", &["case", "coalesce", "upper"]),
+        ("SELECT a, (SELECT max(b) FROM nt), (SELECT max(b) FROM nt) FROM nt", &["a", "max", "max"]),
+        ("SELECT a + 1 FROM nt UNION SELECT b FROM nt", &["?column?"]),
+        ("SELECT 1 AS x, 2 AS x", &["x", "x"]),
+    ];
+    for (sql, expected) in cases {
+        // Described through the extended protocol, as drivers see them.
+        let statement = client.prepare(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let names: Vec<&str> = statement.columns().iter().map(|c| c.name()).collect();
+        assert_eq!(names, *expected, "{sql}");
+        client.query(&statement, &[]).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    // The DISTINCT query still sorts by its item.
+    assert_eq!(query_text(&client, "SELECT DISTINCT b - a FROM nt ORDER BY b - a DESC").await, vec![vec![Some("1".to_string())]]);
+}
+
 /// COPY ... TO STDOUT sends what PostgreSQL sends (the expected bytes are
 /// PostgreSQL 15's for the same rows), in text, CSV and binary; what it
 /// writes in text or CSV loads back through COPY FROM STDIN unchanged.

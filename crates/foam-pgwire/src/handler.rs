@@ -175,7 +175,7 @@ impl FoamPgHandler {
             }
             StatementOutput::Rows { schema, stream } => {
                 let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
-                let fields = Arc::new(arrow_schema_to_pg_fields(schema.as_ref(), format, Some(options))?);
+                let fields = Arc::new(arrow_schema_to_pg_fields(&client_schema(&schema), format, Some(options))?);
                 let row_fields = fields.clone();
                 let rows = stream
                     .map(move |batch| {
@@ -199,6 +199,21 @@ impl FoamPgHandler {
             StatementOutput::CopyOut { schema, stream, options } => crate::copy_out::copy_out_response(schema, stream, options),
         }
     }
+}
+
+/// A result's columns as the client is told of them: a name repeated in a
+/// select list was made unique for DataFusion, and is shown repeated again.
+pub(crate) fn client_schema(schema: &datafusion::arrow::datatypes::Schema) -> datafusion::arrow::datatypes::Schema {
+    use foam_query::frontend::select_names::client_column_name;
+    let fields: Vec<_> = schema
+        .fields()
+        .iter()
+        .map(|field| match client_column_name(field.name()) {
+            name if name.len() == field.name().len() => field.clone(),
+            name => Arc::new(field.as_ref().clone().with_name(name)),
+        })
+        .collect();
+    datafusion::arrow::datatypes::Schema::new_with_metadata(fields, schema.metadata().clone())
 }
 
 /// A FoamDB error as the client sees it: SQLSTATE plus message.
@@ -276,7 +291,7 @@ impl QueryParser for FoamQueryParser {
 
     fn get_result_schema(&self, statement: &Self::Statement, column_format: Option<&Format>) -> PgWireResult<Vec<FieldInfo>> {
         match statement.0.result_schema() {
-            Some(schema) => arrow_schema_to_pg_fields(schema.as_ref(), column_format.unwrap_or(&Format::UnifiedText), None),
+            Some(schema) => arrow_schema_to_pg_fields(&client_schema(&schema), column_format.unwrap_or(&Format::UnifiedText), None),
             None => Ok(Vec::new()),
         }
     }

@@ -1,25 +1,36 @@
-//! Names the subquery columns of a select list that DataFusion would refuse
-//! as duplicates.
+//! Gives select-list columns PostgreSQL's names, and lets names repeat.
 //!
-//! DataFusion names every scalar subquery column `(<subquery>)`, and a
-//! projection may not hold one name twice, so `SELECT (SELECT count(*) ...),
-//! (SELECT max(b) ...) FROM t` fails to plan ("Projections require unique
-//! expression names"). PostgreSQL allows duplicate column names and names
-//! such a column after the subquery's own column (`count`, `max`), `exists`
-//! for EXISTS, `?column?` otherwise. Where a select list holds two or more
-//! unnamed items with subqueries, [`name_subquery_columns`] gives those items
-//! PostgreSQL's names, made unique with `_2`, `_3` where they repeat (the
-//! one departure from PostgreSQL, for a statement that would not plan
-//! otherwise). Select lists with at most one such item are left alone.
+//! DataFusion names an unnamed select item after its expression
+//! (`fz0.a + Int64(1)`, `count(*)`, `Float64(1.5)`), where PostgreSQL says
+//! `?column?`, `count`, `?column?`; clients that read columns by name
+//! (pandas, ORMs) see those. And a projection may not hold one name twice,
+//! so `SELECT a, a FROM t`, `SELECT d, CAST(d AS INT) FROM t` (a cast keeps
+//! its operand's name) or two scalar subqueries failed to plan ("Projections
+//! require unique expression names"), where PostgreSQL allows them.
+//!
+//! [`name_select_items`] aliases every unnamed item of every select list
+//! with PostgreSQL's name for it, and a name already used in the list gets
+//! [`REPEAT_MARK`] and a number after it: unique for DataFusion, and cut off
+//! again where the columns are described to the client
+//! ([`client_column_name`]), which so sees PostgreSQL's repeated names.
 
 use std::collections::HashSet;
 use std::ops::ControlFlow;
 
-use datafusion::sql::sqlparser::ast::{Expr, Ident, Query, Select, SelectItem, SetExpr, Statement, VisitMut, VisitorMut, visit_expressions};
+use datafusion::sql::sqlparser::ast::{Expr, Ident, OrderBy, OrderByKind, Query, Select, SelectItem, SetExpr, Statement, VisitMut, VisitorMut};
 
-/// Renames the subquery columns of every select list in `statement` that
-/// needs it; whether anything changed.
-pub fn name_subquery_columns(statement: &mut Statement) -> bool {
+/// Marks a repeated column name made unique: `a`, `a\u{1f}2`. The unit
+/// separator does not occur in names clients write.
+pub const REPEAT_MARK: char = '\u{1f}';
+
+/// The name a client is shown for a result column: without a repeat mark.
+pub fn client_column_name(name: &str) -> &str {
+    name.split(REPEAT_MARK).next().unwrap_or(name)
+}
+
+/// Names the items of every select list in `statement` (see the module
+/// documentation); whether anything changed.
+pub fn name_select_items(statement: &mut Statement) -> bool {
     let mut namer = Namer { changed: false };
     let _ = statement.visit(&mut namer);
     namer.changed
@@ -33,7 +44,29 @@ impl VisitorMut for Namer {
     type Break = ();
 
     fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
-        self.changed |= name_in(query.body.as_mut());
+        let named = match query.body.as_mut() {
+            SetExpr::Select(select) => {
+                let before: Vec<SelectItem> = select.projection.clone();
+                let changed = name_items(select);
+                // An ORDER BY item that is a select item now named sorts by
+                // that name: DataFusion matches it to the select list no
+                // longer (`SELECT DISTINCT a + 1 ... ORDER BY a + 1`).
+                if changed && let Some(OrderBy { kind: OrderByKind::Expressions(items), .. }) = query.order_by.as_mut() {
+                    for item in items.iter_mut() {
+                        let named_as = before.iter().zip(&select.projection).find_map(|(old, new)| match (old, new) {
+                            (SelectItem::UnnamedExpr(expr), SelectItem::ExprWithAlias { alias, .. }) if *expr == item.expr => Some(alias.clone()),
+                            _ => None,
+                        });
+                        if let Some(alias) = named_as {
+                            item.expr = Expr::Identifier(alias);
+                        }
+                    }
+                }
+                changed
+            }
+            body => name_in(body),
+        };
+        self.changed |= named;
         ControlFlow::Continue(())
     }
 }
@@ -47,43 +80,31 @@ fn name_in(body: &mut SetExpr) -> bool {
     }
 }
 
-fn holds_subquery(expr: &Expr) -> bool {
-    visit_expressions(expr, |e| match e {
-        Expr::Subquery(_) | Expr::Exists { .. } | Expr::InSubquery { .. } => ControlFlow::Break(()),
-        _ => ControlFlow::Continue(()),
-    })
-    .is_break()
-}
-
 fn name_items(select: &mut Select) -> bool {
-    let with_subquery = select.projection.iter().filter(|i| matches!(i, SelectItem::UnnamedExpr(e) if holds_subquery(e))).count();
-    if with_subquery < 2 {
-        return false;
-    }
-    let mut taken: HashSet<String> = select
-        .projection
-        .iter()
-        .filter_map(|i| match i {
-            SelectItem::ExprWithAlias { alias, .. } => Some(alias.value.clone()),
-            _ => None,
-        })
-        .collect();
+    let mut taken: HashSet<String> = HashSet::new();
+    let mut changed = false;
     for item in select.projection.iter_mut() {
-        let SelectItem::UnnamedExpr(expr) = item else { continue };
-        if !holds_subquery(expr) {
-            continue;
-        }
-        let base = postgres_name(expr);
-        let mut name = base.clone();
+        let (expr, name, aliased) = match item {
+            SelectItem::UnnamedExpr(expr) => (expr.clone(), postgres_name(expr), false),
+            SelectItem::ExprWithAlias { expr, alias } => (expr.clone(), alias.value.clone(), true),
+            // A wildcard's names are the tables'; they are not known here.
+            _ => continue,
+        };
+        let is_column = matches!(expr, Expr::Identifier(_) | Expr::CompoundIdentifier(_));
+        let mut unique = name.clone();
         let mut n = 2;
-        while taken.contains(&name) {
-            name = format!("{base}_{n}");
+        while !taken.insert(unique.clone()) {
+            unique = format!("{name}{REPEAT_MARK}{n}");
             n += 1;
         }
-        taken.insert(name.clone());
-        *item = SelectItem::ExprWithAlias { expr: expr.clone(), alias: Ident::with_quote('"', name) };
+        // A column keeps the name DataFusion gives it already, unless repeated.
+        if unique == name && (aliased || is_column) {
+            continue;
+        }
+        *item = SelectItem::ExprWithAlias { expr, alias: Ident::with_quote('"', unique) };
+        changed = true;
     }
-    true
+    changed
 }
 
 /// The column name PostgreSQL gives a select item of this expression.
@@ -103,8 +124,43 @@ fn postgres_name(expr: &Expr) -> String {
         Expr::CompoundIdentifier(parts) => parts.last().map_or("?column?".into(), |p| p.value.clone()),
         Expr::Function(function) => function.name.0.last().and_then(|p| p.as_ident()).map_or("?column?".into(), |p| p.value.to_lowercase()),
         Expr::Case { .. } => "case".into(),
+        // A cast keeps a column's name; of anything else it is named after
+        // the type.
+        Expr::Cast { expr, data_type, .. } => match expr.as_ref() {
+            Expr::Identifier(_) | Expr::CompoundIdentifier(_) | Expr::Nested(_) | Expr::Function(_) | Expr::Cast { .. } => postgres_name(expr),
+            _ => postgres_type_name(&data_type.to_string()),
+        },
+        Expr::Array(_) => "array".into(),
+        Expr::Extract { .. } => "extract".into(),
+        Expr::Substring { .. } => "substring".into(),
+        Expr::Position { .. } => "position".into(),
+        Expr::Trim { .. } => "btrim".into(),
+        Expr::Ceil { .. } => "ceil".into(),
+        Expr::Floor { .. } => "floor".into(),
         _ => "?column?".into(),
     }
+}
+
+/// PostgreSQL's internal name of a type as SQL spells it (`int4` for INT).
+fn postgres_type_name(sql: &str) -> String {
+    let lower = sql.to_lowercase();
+    let base = lower.split('(').next().unwrap_or_default().trim();
+    match base {
+        "int" | "integer" | "int4" => "int4",
+        "bigint" | "int8" => "int8",
+        "smallint" | "int2" => "int2",
+        "real" | "float4" => "float4",
+        "double precision" | "double" | "float8" | "float" => "float8",
+        "decimal" | "numeric" => "numeric",
+        "boolean" | "bool" => "bool",
+        "text" | "string" => "text",
+        "varchar" | "character varying" => "varchar",
+        "char" | "character" | "bpchar" => "bpchar",
+        "timestamp" | "timestamp without time zone" => "timestamp",
+        "timestamptz" | "timestamp with time zone" => "timestamptz",
+        other => return other.to_string(),
+    }
+    .to_string()
 }
 
 #[cfg(test)]
@@ -115,23 +171,41 @@ mod tests {
 
     fn renamed(sql: &str) -> String {
         let mut statement = Parser::parse_sql(&PostgreSqlDialect {}, sql).unwrap().pop().unwrap();
-        name_subquery_columns(&mut statement);
+        name_select_items(&mut statement);
         statement.to_string()
     }
 
     #[test]
-    fn two_subquery_columns_get_postgres_names_made_unique() {
+    fn unnamed_items_get_postgres_names_and_repeats_a_mark() {
+        let m = REPEAT_MARK;
         assert_eq!(
             renamed("SELECT a, (SELECT count(*) FROM t), (SELECT count(*) FROM u), EXISTS (SELECT 1 FROM t), (SELECT x.b FROM t AS x) + 1 FROM t"),
-            "SELECT a, (SELECT count(*) FROM t) AS \"count\", (SELECT count(*) FROM u) AS \"count_2\", EXISTS (SELECT 1 FROM t) AS \"exists\", (SELECT x.b FROM t AS x) + 1 AS \"?column?\" FROM t"
+            format!(
+                "SELECT a, (SELECT count(*) AS \"count\" FROM t) AS \"count\", (SELECT count(*) AS \"count\" FROM u) AS \"count{m}2\", \
+                 EXISTS (SELECT 1 AS \"?column?\" FROM t) AS \"exists\", (SELECT x.b FROM t AS x) + 1 AS \"?column?\" FROM t"
+            )
+        );
+        assert_eq!(
+            renamed("SELECT d, CAST(d AS INT), t.d, 1.5, CAST(1.5 AS BIGINT), a + 1 AS x, 2 AS x FROM t"),
+            format!("SELECT d, CAST(d AS INT) AS \"d{m}2\", t.d AS \"d{m}3\", 1.5 AS \"?column?\", CAST(1.5 AS BIGINT) AS \"int8\", a + 1 AS x, 2 AS \"x{m}2\" FROM t")
+        );
+        assert_eq!(client_column_name(&format!("d{m}2")), "d");
+        assert_eq!(client_column_name("d"), "d");
+    }
+
+    #[test]
+    fn an_order_by_of_a_named_item_sorts_by_its_name() {
+        assert_eq!(
+            renamed("SELECT DISTINCT a + 1 FROM t ORDER BY a + 1 DESC, b"),
+            "SELECT DISTINCT a + 1 AS \"?column?\" FROM t ORDER BY \"?column?\" DESC, b"
         );
     }
 
     #[test]
-    fn one_subquery_column_or_named_ones_stay() {
-        let one = "SELECT a, (SELECT count(*) FROM t) FROM t";
-        assert_eq!(renamed(one), one);
-        let named = "SELECT (SELECT count(*) FROM t) AS n, (SELECT max(b) FROM t) AS m FROM t";
+    fn columns_and_wildcards_keep_their_names() {
+        let plain = "SELECT a, t.b, * FROM t";
+        assert_eq!(renamed(plain), plain);
+        let named = "SELECT (SELECT count(*) AS n FROM t) AS n, (SELECT max(b) AS m FROM t) AS m FROM t";
         assert_eq!(renamed(named), named);
     }
 }

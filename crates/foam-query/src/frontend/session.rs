@@ -454,8 +454,8 @@ impl FoamSession {
                 *statement = rewritten;
             }
         } else {
-            // Subquery columns DataFusion would refuse as duplicates, named.
-            crate::frontend::select_names::name_subquery_columns(&mut statement);
+            // Select items named as PostgreSQL names them, repeats allowed.
+            crate::frontend::select_names::name_select_items(&mut statement);
         }
         check_not_node_setting(&statement)?;
         let copy_out = crate::frontend::copy_statement::copy_out_query(&statement)?.map(|(query, options)| {
