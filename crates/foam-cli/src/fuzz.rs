@@ -73,6 +73,9 @@ pub fn run(args: BenchFuzzArgs) -> Result<(), String> {
         reduce: !args.no_reduce,
         failures_max: args.failures_max.max(1),
         postgres: args.postgres.clone(),
+        // The reference runs in a child process of this binary, which the
+        // harness kills when a query overruns (`bench fuzz-reference`).
+        reference_exe: Some(std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?),
     };
     println!("Fuzzing {url}: seeds {}..{}, {} queries each", args.seed, args.seed + seeds, args.queries_per_seed);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
@@ -105,4 +108,11 @@ pub fn run(args: BenchFuzzArgs) -> Result<(), String> {
         }
     }
     if report.failures.is_empty() { Ok(()) } else { Err(format!("{} difference(s) found", report.failures.len())) }
+}
+
+/// `foam bench fuzz-reference`: serves the fuzzer's reference on stdin and
+/// stdout for the harness that started it.
+pub fn serve_reference() -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    runtime.block_on(foam_fuzz::reference::serve())
 }

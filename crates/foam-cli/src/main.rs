@@ -138,6 +138,10 @@ enum BenchCommand {
     /// Differential fuzzing: random schemas, layouts, data and queries on
     /// the cluster and on single-process DataFusion; any difference reduced.
     Fuzz(fuzz::BenchFuzzArgs),
+    /// The fuzzer's reference engine, served on stdin/stdout to the
+    /// `bench fuzz` process that starts it.
+    #[command(hide = true)]
+    FuzzReference,
 }
 
 #[derive(Subcommand)]
@@ -223,6 +227,7 @@ fn main() {
             .and_then(|runtime| runtime.block_on(foam_tpch::peers::write_parquet(sf, &dir)).map_err(|e| e.to_string())),
         Command::Bench { command: BenchCommand::Tpch(args) } => bench::run(args),
         Command::Bench { command: BenchCommand::Fuzz(args) } => fuzz::run(args),
+        Command::Bench { command: BenchCommand::FuzzReference } => fuzz::serve_reference(),
     };
     if let Err(message) = result {
         eprintln!("foam: {message}");

@@ -22,6 +22,8 @@ async fn three_nodes_answer_random_queries_as_one_process_does() {
         reduce: true,
         failures_max: 3,
         postgres: None,
+        // As `foam bench fuzz` runs it: the reference in a child process.
+        reference_exe: Some(env!("CARGO_BIN_EXE_foam").into()),
     };
     let report = foam_fuzz::run(&config, |line| eprintln!("{line}")).await.expect("fuzz run");
     let reproductions: Vec<String> = report
@@ -37,4 +39,31 @@ async fn three_nodes_answer_random_queries_as_one_process_does() {
     // be answered by both engines.
     assert_eq!(report.queries, CI_SEEDS.len() as u64 * CI_QUERIES_PER_SEED);
     assert!(report.compared * 10 >= report.queries * 7, "only {} of {} queries compared: {report:?}", report.compared, report.queries);
+}
+
+/// The reference runs in a child process (`foam bench fuzz-reference`): it
+/// answers as the in-process one does, a query past the timeout counts as
+/// timed out (the child is killed if it does not give up itself), and the
+/// next query is answered again, over the same tables.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reference_process_answers_and_outlives_a_query_that_overruns() {
+    use foam_fuzz::engines::Outcome;
+    use foam_fuzz::reference::Reference;
+    let (tables, _) = foam_fuzz::run::seed_database(7, "rp");
+    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_foam"));
+    let child = Reference::new(&tables, Some(&exe)).await.expect("reference process");
+    let local = Reference::new(&tables, None).await.expect("in-process reference");
+    let counts = "SELECT count(*), count(a), sum(b) FROM rp0";
+    let answer = |outcome: Outcome| match outcome {
+        Outcome::Rows(rows) => rows,
+        other => panic!("{counts}: {other:?}"),
+    };
+    let expected = answer(local.query(counts).await.0);
+    assert_eq!(answer(child.query(counts).await.0), expected);
+    let started = std::time::Instant::now();
+    let endless = "SELECT count(*) FROM generate_series(1, 100000) AS a, generate_series(1, 100000) AS b WHERE a.value <> b.value";
+    let outcome = child.query(endless).await.0;
+    assert!(matches!(outcome, Outcome::TimedOut), "{endless}: {outcome:?}");
+    assert!(started.elapsed() < foam_fuzz::engines::QUERY_TIMEOUT * 2, "stopped in {:?}", started.elapsed());
+    assert_eq!(answer(child.query(counts).await.0), expected, "answered again after the overrun");
 }

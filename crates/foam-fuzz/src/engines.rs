@@ -1,28 +1,16 @@
-//! The two engines a fuzz query runs on: a FoamDB cluster over the
-//! PostgreSQL protocol, and a plain single-process DataFusion holding the
-//! same rows (no FoamDB code on its path).
+//! The engines a fuzz query runs on: a FoamDB cluster (or the PostgreSQL
+//! server that judges) over the PostgreSQL protocol; the reference it is
+//! compared with is in `reference.rs`.
 
 use std::time::Duration;
 
-use datafusion::arrow::datatypes::DataType;
-use datafusion::execution::runtime_env::RuntimeEnvBuilder;
-use datafusion::execution::session_state::SessionStateBuilder;
-use datafusion::prelude::{SessionConfig, SessionContext};
-use futures::StreamExt;
-
-use crate::compare::{Rows, batches_to_rows};
+use crate::compare::Rows;
 use crate::schema::Table;
 
 /// Longest one fuzz query may run on either engine; a query past it is
 /// counted as timed out, not compared.
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Most memory the reference's operators may hold for one query (a query
-/// past it fails there and is not compared).
-const REFERENCE_MEMORY_MAX: usize = 2 << 30;
-/// Most rows the reference collects for one answer; a query past it counts
-/// as timed out.
-const REFERENCE_ROWS_MAX: usize = 1_000_000;
 
 /// SQLSTATEs a cluster answers while it settles or is loaded (a node not
 /// hearing the meta leader in time, a placement change under a write):
@@ -51,7 +39,7 @@ fn is_transient(error: &tokio_postgres::Error) -> bool {
 }
 
 /// Rows per INSERT statement when filling tables.
-const INSERT_ROWS_PER_STATEMENT: usize = 200;
+pub const INSERT_ROWS_PER_STATEMENT: usize = 200;
 
 /// FoamDB's switches for its own optimizer rules (`SET foam.<name>`), each
 /// on by default. The fuzzer runs with random ones off, and a failing query
@@ -176,94 +164,3 @@ fn describe(error: &tokio_postgres::Error) -> String {
     }
 }
 
-/// The reference: DataFusion in this process, parsing SQL as FoamDB does,
-/// with FoamDB's PostgreSQL semantics where DataFusion's differ (its
-/// analyzer rules: integer casts round), FoamDB's fixes for what DataFusion
-/// claims of grouping sets' and
-/// outer joins' output (foam-query's `output_claims.rs`), and DataFusion's
-/// decorrelation as FoamDB runs it: an IN subquery its mark or anti join
-/// answers wrongly (`unnest_subqueries.rs`) is left unplanned, so the
-/// reference cannot run that query and it is not compared (PostgreSQL,
-/// with `--postgres`, judges FoamDB's own unnesting of it).
-pub struct Reference {
-    ctx: SessionContext,
-}
-
-impl Reference {
-    pub async fn new(tables: &[Table]) -> Result<Reference, String> {
-        // Dynamic filters only speed a query up; DataFusion 55 can apply
-        // them to the wrong one of two same-named columns
-        // (apache/datafusion#25263), so the reference runs without.
-        let config = SessionConfig::new()
-            .set_str("datafusion.sql_parser.dialect", "PostgreSQL")
-            .set_bool("datafusion.optimizer.enable_dynamic_filter_pushdown", false);
-        let runtime = RuntimeEnvBuilder::new()
-            .with_memory_limit(REFERENCE_MEMORY_MAX, 1.0)
-            .build_arc()
-            .map_err(|e| e.to_string())?;
-        let state = SessionStateBuilder::new()
-            .with_config(config)
-            .with_runtime_env(runtime)
-            .with_default_features()
-            .with_optimizer_rules(foam_query::optimizer::logical::unnest_subqueries::datafusion_rules())
-            .with_physical_optimizer_rules(foam_query::optimizer::physical::output_claims::datafusion_rules());
-        let state = foam_query::optimizer::analyzer_rules().into_iter().fold(state, |state, rule| state.with_analyzer_rule(rule)).build();
-        let reference = Reference { ctx: SessionContext::new_with_state(state) };
-        reference.load(tables).await?;
-        Ok(reference)
-    }
-
-    /// Creates and fills the tables (replacing any of the same name).
-    pub async fn load(&self, tables: &[Table]) -> Result<(), String> {
-        for table in tables {
-            let _ = self.ctx.deregister_table(table.name.as_str());
-            self.run(&table.create_reference()).await?;
-            for insert in table.inserts(INSERT_ROWS_PER_STATEMENT) {
-                self.run(&insert).await?;
-            }
-        }
-        Ok(())
-    }
-
-    async fn run(&self, sql: &str) -> Result<(), String> {
-        let frame = self.ctx.sql(sql).await.map_err(|e| format!("{sql}: {e}"))?;
-        frame.collect().await.map(|_| ()).map_err(|e| format!("{sql}: {e}"))
-    }
-
-    /// The answer and its column types (empty when it failed). The query
-    /// runs as its own task, so that one which never yields (an operator
-    /// looping over a huge intermediate result) is still stopped at the
-    /// timeout; an answer past [`REFERENCE_ROWS_MAX`] counts as timed out.
-    pub async fn query(&self, sql: &str) -> (Outcome, Vec<DataType>) {
-        let ctx = self.ctx.clone();
-        let sql = sql.to_string();
-        let mut run = tokio::spawn(async move {
-            let frame = ctx.sql(&sql).await?;
-            let schema: Vec<DataType> = frame.schema().fields().iter().map(|f| f.data_type().clone()).collect();
-            let mut stream = frame.execute_stream().await?;
-            let (mut batches, mut rows): (Vec<datafusion::arrow::record_batch::RecordBatch>, usize) = (Vec::new(), 0);
-            while let Some(batch) = stream.next().await {
-                let batch = batch?;
-                rows += batch.num_rows();
-                if rows > REFERENCE_ROWS_MAX {
-                    return Ok(None);
-                }
-                batches.push(batch);
-            }
-            Ok::<_, datafusion::error::DataFusionError>(Some((batches, schema)))
-        });
-        let finished = tokio::time::timeout(QUERY_TIMEOUT, &mut run).await;
-        if finished.is_err() {
-            run.abort();
-        }
-        match finished {
-            Err(_) | Ok(Ok(Ok(None))) => (Outcome::TimedOut, Vec::new()),
-            Ok(Err(e)) => (Outcome::Error(REFERENCE_ERROR.into(), format!("the reference's task failed: {e}")), Vec::new()),
-            Ok(Ok(Err(e))) => (Outcome::Error(REFERENCE_ERROR.into(), e.to_string()), Vec::new()),
-            Ok(Ok(Ok(Some((batches, types))))) => match batches_to_rows(&batches) {
-                Ok((rows, _)) => (Outcome::Rows(rows), types),
-                Err(e) => (Outcome::Error(REFERENCE_ERROR.into(), e), Vec::new()),
-            },
-        }
-    }
-}

@@ -12,6 +12,7 @@ pub mod choices;
 pub mod compare;
 pub mod engines;
 pub mod query;
+pub mod reference;
 pub mod run;
 pub mod schema;
 

@@ -21,7 +21,8 @@ use datafusion::arrow::datatypes::DataType;
 
 use crate::choices::Choices;
 use crate::compare::{Rows, difference};
-use crate::engines::{Foam, Outcome, RULE_SWITCHES, Reference};
+use crate::engines::{Foam, Outcome, RULE_SWITCHES};
+use crate::reference::Reference;
 use crate::query::{self, Query};
 use crate::schema::{self, Table};
 
@@ -51,6 +52,10 @@ pub struct FuzzConfig {
     /// A PostgreSQL server (URL) holding a scratch database: the judge of
     /// the two engines' differences (see the module documentation).
     pub postgres: Option<String>,
+    /// An executable that serves the reference (`foam bench fuzz-reference`)
+    /// in a child process the harness can kill (`reference.rs`); None runs
+    /// it in this process.
+    pub reference_exe: Option<std::path::PathBuf>,
 }
 
 /// How two answers differ.
@@ -275,7 +280,7 @@ pub async fn run(config: &FuzzConfig, mut progress: impl FnMut(&str)) -> Result<
         let (tables, off) = seed_database(seed, &config.table_prefix);
         foam.load(&tables).await?;
         foam.set_rules_off(&off).await?;
-        let reference = Reference::new(&tables).await?;
+        let reference = Reference::new(&tables, config.reference_exe.as_deref()).await?;
         if let Some(postgres) = &postgres {
             postgres.load_plain(&tables).await?;
         }

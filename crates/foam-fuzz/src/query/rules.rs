@@ -245,7 +245,8 @@ impl Generator<'_> {
 mod tests {
     use super::*;
     use crate::choices::Choices;
-    use crate::engines::{Outcome, Reference};
+    use crate::engines::Outcome;
+    use crate::reference::LocalReference as Reference;
     use crate::schema;
 
     /// Every family writes queries single-process DataFusion plans and
