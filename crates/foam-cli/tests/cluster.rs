@@ -709,6 +709,16 @@ async fn result_columns_are_named_as_postgresql_names_them() {
         assert_eq!(names, *expected, "{sql}");
         client.query(&statement, &[]).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
+    // Values in text print as PostgreSQL 15 prints them (arrow-pg printed
+    // `10000000000.0`, `inf` and `03:04:05.000000`).
+    let printed = query_text(
+        &client,
+        "SELECT 1e10::float8, 1e15::float8, 1e-5::float8, 'inf'::float8, 0.1::float8 + 0.2::float8, 1e6::real, \
+         TIMESTAMP '2024-01-02 03:04:05', TIMESTAMP '1999-12-31 23:59:59.5', TIME '07:08:09.25'",
+    )
+    .await;
+    let expected = ["10000000000", "1e+15", "1e-05", "Infinity", "0.30000000000000004", "1e+06", "2024-01-02 03:04:05", "1999-12-31 23:59:59.5", "07:08:09.25"];
+    assert_eq!(printed, vec![expected.iter().map(|v| Some(v.to_string())).collect::<Vec<_>>()]);
     // The DISTINCT query still sorts by its item.
     assert_eq!(query_text(&client, "SELECT DISTINCT b - a FROM nt ORDER BY b - a DESC").await, vec![vec![Some("1".to_string())]]);
 }

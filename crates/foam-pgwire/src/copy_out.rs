@@ -6,8 +6,8 @@
 //!                └ arrow-pg binary encoder ──────────────────────────────────────────────▶ one CopyData per row
 //! ```
 //!
-//! Values are rendered by the encoder query results use, so COPY prints what
-//! SELECT prints. One message per row: pgwire counts messages for the
+//! Values are rendered as query results are (arrow-pg, after
+//! `text_values.rs`), so COPY prints what SELECT prints. One message per row: pgwire counts messages for the
 //! `COPY n` tag, and a header line rides with the first row for the same
 //! reason (alone, with no rows, it is counted as one).
 
@@ -68,7 +68,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Each row of `batch` as a line of text or CSV.
 fn text_rows(fields: &Arc<Vec<FieldInfo>>, batch: RecordBatch, options: &CopyOptions) -> Vec<PgWireResult<CopyData>> {
-    encode_recordbatch(fields.clone(), batch)
+    encode_recordbatch(fields.clone(), crate::text_values::postgres_text(batch, fields))
         .map(|row| {
             let row = row?;
             let values = data_row_values(&row.data, row.field_count as usize);

@@ -180,7 +180,7 @@ impl FoamPgHandler {
                 let rows = stream
                     .map(move |batch| {
                         let rows: Box<dyn Iterator<Item = PgWireResult<pgwire::messages::data::DataRow>> + Send + Sync> = match batch {
-                            Ok(batch) => encode_recordbatch(row_fields.clone(), batch),
+                            Ok(batch) => encode_recordbatch(row_fields.clone(), crate::text_values::postgres_text(batch, &row_fields)),
                             Err(error) => Box::new(std::iter::once(Err(user_error(&FoamError::from(error))))),
                         };
                         futures::stream::iter(rows)

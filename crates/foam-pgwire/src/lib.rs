@@ -6,13 +6,14 @@
 //!
 //! ```text
 //!  client ─TCP─▶ pgwire process_socket ─▶ FoamPgHandler ─▶ FoamSession (foam-query)
-//!                                   rows ◀─ arrow-pg encoding ◀─ Arrow batches
+//!                                   rows ◀─ arrow-pg encoding ◀─ text_values.rs ◀─ Arrow batches
 //!                             COPY TO STDOUT ◀─ copy_out.rs ◀─ Arrow batches
 //! ```
 
 mod copy_out;
 mod handler;
 mod startup;
+mod text_values;
 
 pub use handler::serve;
 pub use startup::{ClientAuth, DATABASE, Tls};

@@ -1,0 +1,193 @@
+//! Text-format values as PostgreSQL prints them, where arrow-pg's encoder
+//! prints them otherwise: floating point (`1e10` as `10000000000.0`,
+//! infinity as `inf`) and timestamps and times (always six fraction
+//! digits: `03:04:05.000000`).
+//!
+//! ```text
+//!   batch ─▶ each text-format FLOAT4/FLOAT8/TIMESTAMP/TIME column as PostgreSQL's text ─▶ arrow-pg
+//! ```
+//!
+//! PostgreSQL (extra_float_digits 1, its default) prints a float with the
+//! fewest digits that read back to the same value, in exponent form when
+//! the exponent is below -4 or at least 15 (6 for `real`), with a sign and
+//! two digits (`1e+15`, `1.5e-05`), and `Infinity`, `-Infinity`, `NaN`. A
+//! timestamp or time has its fraction of a second only when there is one,
+//! without trailing zeros (`23:59:59.5`), and a year before 1 is `BC`.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, StringArray};
+use arrow::datatypes::{
+    DataType, Float32Type, Float64Type, Schema, Time64MicrosecondType, Time64NanosecondType, TimeUnit, TimestampMicrosecondType,
+    TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType,
+};
+use arrow::record_batch::RecordBatch;
+use chrono::{Datelike, NaiveDateTime, NaiveTime, Timelike};
+use pgwire::api::results::{FieldFormat, FieldInfo};
+
+/// `batch` with its text-format float, timestamp and time columns turned
+/// into PostgreSQL's text for them (the fields keep their types).
+pub fn postgres_text(batch: RecordBatch, fields: &[FieldInfo]) -> RecordBatch {
+    let converted: Vec<Option<ArrayRef>> = batch
+        .columns()
+        .iter()
+        .zip(fields)
+        .map(|(column, field)| if field.format() == FieldFormat::Text { as_postgres_text(column) } else { None })
+        .collect();
+    if converted.iter().all(Option::is_none) {
+        return batch;
+    }
+    let schema = batch.schema();
+    let mut columns = Vec::with_capacity(batch.num_columns());
+    let mut schema_fields = Vec::with_capacity(batch.num_columns());
+    for ((column, field), converted) in batch.columns().iter().zip(schema.fields()).zip(converted) {
+        match converted {
+            Some(text) => {
+                schema_fields.push(Arc::new(field.as_ref().clone().with_data_type(DataType::Utf8)));
+                columns.push(text);
+            }
+            None => {
+                schema_fields.push(field.clone());
+                columns.push(column.clone());
+            }
+        }
+    }
+    RecordBatch::try_new(Arc::new(Schema::new(schema_fields)), columns).unwrap_or(batch)
+}
+
+fn as_postgres_text(column: &ArrayRef) -> Option<ArrayRef> {
+    let text = |values: Vec<Option<String>>| -> Option<ArrayRef> { Some(Arc::new(StringArray::from(values))) };
+    match column.data_type() {
+        DataType::Float64 => text(column.as_primitive::<Float64Type>().iter().map(|v| v.map(|v| float8(v, 15))).collect()),
+        DataType::Float32 => text(column.as_primitive::<Float32Type>().iter().map(|v| v.map(float4)).collect()),
+        DataType::Timestamp(unit, None) => {
+            let at = |v: Option<i64>, to: fn(i64) -> Option<NaiveDateTime>| v.and_then(to).map(timestamp);
+            text(match unit {
+                TimeUnit::Second => column.as_primitive::<TimestampSecondType>().iter().map(|v| at(v, |v| chrono::DateTime::from_timestamp(v, 0).map(|d| d.naive_utc()))).collect(),
+                TimeUnit::Millisecond => column.as_primitive::<TimestampMillisecondType>().iter().map(|v| at(v, |v| chrono::DateTime::from_timestamp_millis(v).map(|d| d.naive_utc()))).collect(),
+                TimeUnit::Microsecond => column.as_primitive::<TimestampMicrosecondType>().iter().map(|v| at(v, |v| chrono::DateTime::from_timestamp_micros(v).map(|d| d.naive_utc()))).collect(),
+                TimeUnit::Nanosecond => column.as_primitive::<TimestampNanosecondType>().iter().map(|v| at(v, |v| Some(chrono::DateTime::from_timestamp_nanos(v).naive_utc()))).collect(),
+            })
+        }
+        DataType::Time64(TimeUnit::Microsecond) => text(
+            column
+                .as_primitive::<Time64MicrosecondType>()
+                .iter()
+                .map(|v| v.and_then(|v| NaiveTime::from_num_seconds_from_midnight_opt((v / 1_000_000) as u32, ((v % 1_000_000) * 1000) as u32)).map(time))
+                .collect(),
+        ),
+        DataType::Time64(TimeUnit::Nanosecond) => text(
+            column
+                .as_primitive::<Time64NanosecondType>()
+                .iter()
+                .map(|v| v.and_then(|v| NaiveTime::from_num_seconds_from_midnight_opt((v / 1_000_000_000) as u32, (v % 1_000_000_000) as u32)).map(time))
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
+/// A `double precision` as PostgreSQL prints it; exponent form from
+/// `1e<exponent_from>` up.
+fn float8(value: f64, exponent_from: i32) -> String {
+    if value.is_nan() {
+        return "NaN".into();
+    }
+    if value.is_infinite() {
+        return if value > 0.0 { "Infinity".into() } else { "-Infinity".into() };
+    }
+    let scientific = format!("{value:e}");
+    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
+    let exponent: i32 = exponent.parse().unwrap_or(0);
+    if value != 0.0 && (exponent < -4 || exponent >= exponent_from) {
+        let sign = if exponent < 0 { '-' } else { '+' };
+        format!("{mantissa}e{sign}{:02}", exponent.abs())
+    } else {
+        format!("{value}")
+    }
+}
+
+/// A `real`: its own shortest digits, exponent form from 1e6 up.
+fn float4(value: f32) -> String {
+    if !value.is_finite() {
+        return float8(f64::from(value), 6);
+    }
+    let scientific = format!("{value:e}");
+    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
+    let exponent: i32 = exponent.parse().unwrap_or(0);
+    if value != 0.0 && (exponent < -4 || exponent >= 6) {
+        let sign = if exponent < 0 { '-' } else { '+' };
+        format!("{mantissa}e{sign}{:02}", exponent.abs())
+    } else {
+        format!("{value}")
+    }
+}
+
+/// The fraction of a second, `.5` for half, empty for none.
+fn fraction(nanos: u32) -> String {
+    if nanos == 0 {
+        return String::new();
+    }
+    // PostgreSQL keeps microseconds; nanoseconds round to them.
+    let micros = (nanos as u64 + 500) / 1000;
+    if micros == 0 || micros >= 1_000_000 {
+        return String::new();
+    }
+    format!(".{micros:06}").trim_end_matches('0').to_string()
+}
+
+fn timestamp(at: NaiveDateTime) -> String {
+    let time = format!("{:02}:{:02}:{:02}{}", at.hour(), at.minute(), at.second(), fraction(at.nanosecond()));
+    if at.year() <= 0 {
+        format!("{:04}-{:02}-{:02} {time} BC", 1 - at.year(), at.month(), at.day())
+    } else {
+        format!("{:04}-{:02}-{:02} {time}", at.year(), at.month(), at.day())
+    }
+}
+
+fn time(at: NaiveTime) -> String {
+    format!("{:02}:{:02}:{:02}{}", at.hour(), at.minute(), at.second(), fraction(at.nanosecond()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floats_print_as_postgresql_prints_them() {
+        let cases = [
+            (1e10, "10000000000"),
+            (1e15, "1e+15"),
+            (123456789012345.0, "123456789012345"),
+            (0.5, "0.5"),
+            (-1.25, "-1.25"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (1.5e-7, "1.5e-07"),
+            (1e300, "1e+300"),
+            (0.1 + 0.2, "0.30000000000000004"),
+            (0.0, "0"),
+            (-0.0, "-0"),
+            (100.0, "100"),
+            (f64::INFINITY, "Infinity"),
+            (f64::NEG_INFINITY, "-Infinity"),
+            (f64::NAN, "NaN"),
+        ];
+        for (value, text) in cases {
+            assert_eq!(float8(value, 15), text, "{value:?}");
+        }
+        assert_eq!(float4(1e6), "1e+06");
+        assert_eq!(float4(123456.0), "123456");
+        assert_eq!(float4(0.1), "0.1");
+    }
+
+    #[test]
+    fn timestamps_and_times_show_only_the_fraction_they_have() {
+        let at = |s: &str| NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S%.f").unwrap();
+        assert_eq!(timestamp(at("2024-01-02 03:04:05")), "2024-01-02 03:04:05");
+        assert_eq!(timestamp(at("1999-12-31 23:59:59.5")), "1999-12-31 23:59:59.5");
+        assert_eq!(timestamp(at("2000-01-01 00:00:00.000123")), "2000-01-01 00:00:00.000123");
+        assert_eq!(timestamp(at("0000-03-01 00:00:00")), "0001-03-01 00:00:00 BC");
+        assert_eq!(time(NaiveTime::from_hms_micro_opt(7, 8, 9, 250_000).unwrap()), "07:08:09.25");
+    }
+}
