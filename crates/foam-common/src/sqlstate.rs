@@ -73,6 +73,7 @@ sqlstates! {
     UndefinedFunction = "42883",
     UndefinedTable = "42P01",
     DuplicateTable = "42P07",
+    DuplicateColumn = "42701",
     InvalidTableDefinition = "42P16",
     InvalidObjectDefinition = "42P17",
     OutOfMemory = "53200",

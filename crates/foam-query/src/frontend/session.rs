@@ -1182,14 +1182,19 @@ impl FoamSession {
         };
         let name = ddl::table_name(table_name)?;
         let table = self.node.catalog.current().table(&name)?.clone();
+        let mut options = crate::frontend::copy_statement::copy_options(options, legacy_options)?;
         if !columns.is_empty() {
-            let listed: Vec<String> = columns.iter().map(|c| ddl::normalize_ident(&c.value, c.quote_style)).collect();
-            let all: Vec<String> = table.columns.iter().map(|c| c.name.clone()).collect();
-            if listed != all {
-                return Err(FoamError::FeatureNotSupported { feature: "COPY with a column list other than all columns in order".into() });
+            let mut positions = Vec::with_capacity(columns.len());
+            for column in columns {
+                let name = ddl::normalize_ident(&column.value, column.quote_style);
+                let position = table.columns.iter().position(|c| c.name == name).ok_or_else(|| FoamError::UndefinedColumn { table: table.name.clone(), column: name.clone() })?;
+                if positions.contains(&position) {
+                    return Err(FoamError::Query { message: format!("column \"{name}\" specified more than once"), sqlstate: foam_common::SqlState::DuplicateColumn });
+                }
+                positions.push(position);
             }
+            options.columns = Some(positions);
         }
-        let options = crate::frontend::copy_statement::copy_options(options, legacy_options)?;
         if options.format == CopyFormat::Binary {
             return Err(FoamError::FeatureNotSupported { feature: "COPY ... FROM in binary format".into() });
         }

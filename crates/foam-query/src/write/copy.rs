@@ -50,11 +50,14 @@ pub struct CopyOptions {
     pub escape: Option<u8>,
     /// The string that stands for NULL; None means an empty field.
     pub null: Option<String>,
+    /// `COPY t (columns) FROM ...`: the table's columns (positions) the
+    /// data's fields fill, in the data's order; the others are NULL.
+    pub columns: Option<Vec<usize>>,
 }
 
 impl Default for CopyOptions {
     fn default() -> Self {
-        CopyOptions { format: CopyFormat::Text, header: false, delimiter: b'\t', quote: b'"', escape: None, null: Some("\\N".into()) }
+        CopyOptions { format: CopyFormat::Text, header: false, delimiter: b'\t', quote: b'"', escape: None, null: Some("\\N".into()), columns: None }
     }
 }
 
@@ -117,6 +120,9 @@ pub async fn copy_from_file(
     let reader_path = path.clone();
     let reader = tokio::task::spawn_blocking(move || {
         let result = match options.format {
+            CopyFormat::Parquet if options.columns.is_some() => {
+                Err(FoamError::FeatureNotSupported { feature: "COPY ... FROM a Parquet file with a column list".into() })
+            }
             CopyFormat::Parquet => read_parquet(file, &schema, &reader_table, &reader_path, &sender),
             CopyFormat::Csv | CopyFormat::Text => read_csv(file, &schema, &reader_table, &options, &sender),
             CopyFormat::Binary => Err(FoamError::FeatureNotSupported { feature: "COPY ... FROM in binary format".into() }),
@@ -161,7 +167,7 @@ fn read_csv(
         let ended = record.is_none();
         batch.extend(record);
         if batch.len() == BATCH_ROWS || (ended && !batch.is_empty()) {
-            let typed = typed_batch(&batch, schema, table)?;
+            let typed = typed_batch(&batch, schema, table, options.columns.as_deref())?;
             batch.clear();
             if sender.blocking_send(Ok(typed)).is_err() {
                 return Ok(()); // the writer failed and reports its own error

@@ -219,25 +219,31 @@ fn unescape(raw: &[u8]) -> Vec<u8> {
 /// Builds one batch of `table`'s types from records of text: each column is
 /// cast from text, and the first value that does not convert is named with
 /// its line, as is a record with too few or too many fields and a NULL in a
-/// NOT NULL column.
-pub fn typed_batch(records: &[Record], schema: &SchemaRef, table: &TableDef) -> FoamResult<RecordBatch> {
+/// NOT NULL column. With `columns`, the fields fill those columns of the
+/// table (in that order) and the others are NULL.
+pub fn typed_batch(records: &[Record], schema: &SchemaRef, table: &TableDef, columns: Option<&[usize]>) -> FoamResult<RecordBatch> {
     let error = |line: u64, column: Option<&str>, message: String| FoamError::CopyData {
         table: table.name.clone(),
         line,
         column: column.map(str::to_string),
         message,
     };
+    let all: Vec<usize> = (0..schema.fields().len()).collect();
+    let filled = columns.unwrap_or(&all);
     for (line, fields) in records {
-        if fields.len() < schema.fields().len() {
-            return Err(error(*line, None, format!("missing data for column \"{}\"", schema.field(fields.len()).name())));
+        if fields.len() < filled.len() {
+            return Err(error(*line, None, format!("missing data for column \"{}\"", schema.field(filled[fields.len()]).name())));
         }
-        if fields.len() > schema.fields().len() {
+        if fields.len() > filled.len() {
             return Err(error(*line, None, "extra data after last expected column".into()));
         }
     }
-    let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+    let mut arrays: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
     for (index, field) in schema.fields().iter().enumerate() {
-        let text: StringArray = records.iter().map(|(_, fields)| fields[index].as_deref()).collect();
+        let text: StringArray = match filled.iter().position(|c| *c == index) {
+            Some(at) => records.iter().map(|(_, fields)| fields[at].as_deref()).collect(),
+            None => records.iter().map(|_| None::<&str>).collect(),
+        };
         if !field.is_nullable()
             && let Some(row) = (0..text.len()).find(|&row| text.is_null(row))
         {
@@ -246,7 +252,7 @@ pub fn typed_batch(records: &[Record], schema: &SchemaRef, table: &TableDef) -> 
         }
         let text: ArrayRef = Arc::new(text);
         if matches!(field.data_type(), DataType::Utf8) {
-            columns.push(text);
+            arrays.push(text);
             continue;
         }
         // The safe cast turns a bad value into NULL: the first NULL that was
@@ -255,12 +261,12 @@ pub fn typed_batch(records: &[Record], schema: &SchemaRef, table: &TableDef) -> 
         let typed = cast_with_options(&text, field.data_type(), &options).map_err(|e| error(records[0].0, Some(field.name()), e.to_string()))?;
         if let Some(row) = (0..typed.len()).find(|&row| typed.is_null(row) && !text.is_null(row)) {
             let sql_type = table.columns.get(index).map(|c| c.sql_type.sql_name()).unwrap_or_else(|| field.data_type().to_string());
-            let value = records[row].1[index].as_deref().unwrap_or_default();
-            return Err(error(records[row].0, Some(field.name()), format!("invalid input syntax for type {sql_type}: \"{value}\"")));
+            let text = text.as_any().downcast_ref::<StringArray>().map(|t| t.value(row).to_string()).unwrap_or_default();
+            return Err(error(records[row].0, Some(field.name()), format!("invalid input syntax for type {sql_type}: \"{text}\"")));
         }
-        columns.push(typed);
+        arrays.push(typed);
     }
-    RecordBatch::try_new(schema.clone(), columns).map_err(|e| FoamError::DataException { message: e.to_string() })
+    RecordBatch::try_new(schema.clone(), arrays).map_err(|e| FoamError::DataException { message: e.to_string() })
 }
 
 #[cfg(test)]
@@ -281,7 +287,7 @@ mod tests {
     }
 
     fn csv() -> CopyOptions {
-        CopyOptions { format: CopyFormat::Csv, header: false, delimiter: b',', quote: b'"', escape: None, null: None }
+        CopyOptions { format: CopyFormat::Csv, header: false, delimiter: b',', quote: b'"', escape: None, null: None, columns: None }
     }
 
     #[test]
