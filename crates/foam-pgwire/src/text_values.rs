@@ -96,15 +96,7 @@ fn float8(value: f64, exponent_from: i32) -> String {
     if value.is_infinite() {
         return if value > 0.0 { "Infinity".into() } else { "-Infinity".into() };
     }
-    let scientific = format!("{value:e}");
-    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
-    let exponent: i32 = exponent.parse().unwrap_or(0);
-    if value != 0.0 && (exponent < -4 || exponent >= exponent_from) {
-        let sign = if exponent < 0 { '-' } else { '+' };
-        format!("{mantissa}e{sign}{:02}", exponent.abs())
-    } else {
-        format!("{value}")
-    }
+    shortest(format!("{value:e}"), format!("{value}"), value == 0.0, exponent_from)
 }
 
 /// A `real`: its own shortest digits, exponent form from 1e6 up.
@@ -112,14 +104,19 @@ fn float4(value: f32) -> String {
     if !value.is_finite() {
         return float8(f64::from(value), 6);
     }
-    let scientific = format!("{value:e}");
+    shortest(format!("{value:e}"), format!("{value}"), value == 0.0, 6)
+}
+
+/// Rust's shortest round-trip digits (`scientific` as `{:e}` prints them,
+/// `plain` as `{}` does) in PostgreSQL's form.
+fn shortest(scientific: String, plain: String, zero: bool, exponent_from: i32) -> String {
     let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
     let exponent: i32 = exponent.parse().unwrap_or(0);
-    if value != 0.0 && (exponent < -4 || exponent >= 6) {
+    if !zero && (exponent < -4 || exponent >= exponent_from) {
         let sign = if exponent < 0 { '-' } else { '+' };
         format!("{mantissa}e{sign}{:02}", exponent.abs())
     } else {
-        format!("{value}")
+        plain
     }
 }
 
