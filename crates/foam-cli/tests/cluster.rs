@@ -701,6 +701,8 @@ async fn result_columns_are_named_as_postgresql_names_them() {
         ("SELECT a, (SELECT max(b) FROM nt), (SELECT max(b) FROM nt) FROM nt", &["a", "max", "max"]),
         ("SELECT a + 1 FROM nt UNION SELECT b FROM nt", &["?column?"]),
         ("SELECT 1 AS x, 2 AS x", &["x", "x"]),
+        ("SELECT *, a FROM nt", &["a", "b", "d", "a"]),
+        ("SELECT *, b + 1 AS b FROM nt", &["a", "b", "d", "b"]),
     ];
     for (sql, expected) in cases {
         // Described through the extended protocol, as drivers see them.

@@ -107,6 +107,41 @@ fn name_items(select: &mut Select) -> bool {
     changed
 }
 
+/// Whether planning failed because a projection holds one name twice: a
+/// name a wildcard brings in, which [`name_select_items`] cannot see.
+pub fn is_repeated_name_error(error: &datafusion::error::DataFusionError) -> bool {
+    let text = error.to_string();
+    // DataFusion has no error kind for these two; they are told by text.
+    text.contains("Projections require unique expression names")
+        || (text.contains("Schema contains qualified field name") && text.contains("which would be ambiguous"))
+}
+
+/// Gives every item of every select list that has a wildcard a name marked
+/// with its position (`a\u{1f}2` for the second item), so none repeats a
+/// column the wildcard brings in; clients see the names unmarked.
+pub fn mark_every_item(statement: &mut Statement) {
+    struct Marker;
+    impl VisitorMut for Marker {
+        type Break = ();
+        fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+            if let SetExpr::Select(select) = query.body.as_mut()
+                && select.projection.iter().any(|i| matches!(i, SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)))
+            {
+                for (position, item) in select.projection.iter_mut().enumerate() {
+                    let (expr, name) = match item {
+                        SelectItem::UnnamedExpr(expr) => (expr.clone(), postgres_name(expr)),
+                        SelectItem::ExprWithAlias { expr, alias } => (expr.clone(), client_column_name(&alias.value).to_string()),
+                        _ => continue,
+                    };
+                    *item = SelectItem::ExprWithAlias { expr, alias: Ident::with_quote('"', format!("{name}{REPEAT_MARK}{}", position + 1)) };
+                }
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let _ = statement.visit(&mut Marker);
+}
+
 /// The column name PostgreSQL gives a select item of this expression.
 fn postgres_name(expr: &Expr) -> String {
     match expr {
@@ -199,6 +234,14 @@ mod tests {
             renamed("SELECT DISTINCT a + 1 FROM t ORDER BY a + 1 DESC, b"),
             "SELECT DISTINCT a + 1 AS \"?column?\" FROM t ORDER BY \"?column?\" DESC, b"
         );
+    }
+
+    #[test]
+    fn items_beside_a_wildcard_are_marked_when_a_name_repeats() {
+        let mut statement = Parser::parse_sql(&PostgreSqlDialect {}, "SELECT *, a, b + 1 AS b FROM t").unwrap().pop().unwrap();
+        mark_every_item(&mut statement);
+        let m = REPEAT_MARK;
+        assert_eq!(statement.to_string(), format!("SELECT *, a AS \"a{m}2\", b + 1 AS \"b{m}3\" FROM t"));
     }
 
     #[test]

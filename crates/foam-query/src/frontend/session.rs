@@ -523,7 +523,20 @@ impl FoamSession {
     async fn plan(&self, statement: &Statement) -> FoamResult<LogicalPlan> {
         let mut statement = statement.clone();
         crate::frontend::setting_functions::evaluate(&mut statement, self)?;
-        self.ctx.state().statement_to_plan(datafusion_statement(statement)).await.map_err(FoamError::from)
+        let planned = self.ctx.state().statement_to_plan(datafusion_statement(statement.clone())).await;
+        match planned {
+            // A name a wildcard brings in repeats one of the other items
+            // (`SELECT *, a`): planned again with every item's name marked
+            // unique (`select_names.rs`); the first error stands if that fails.
+            Err(error) if crate::frontend::select_names::is_repeated_name_error(&error) => {
+                crate::frontend::select_names::mark_every_item(&mut statement);
+                match self.ctx.state().statement_to_plan(datafusion_statement(statement)).await {
+                    Ok(plan) => Ok(plan),
+                    Err(_) => Err(FoamError::from(error)),
+                }
+            }
+            planned => planned.map_err(FoamError::from),
+        }
     }
 
     /// `SET`/`SHOW` of a setting DataFusion does not know: a client setting.
