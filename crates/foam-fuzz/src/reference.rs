@@ -103,18 +103,26 @@ pub struct ChildReference {
     made_by: Vec<Request>,
 }
 
+/// The requests that create and fill `tables`, replacing any of the same
+/// name: for the child, and for the in-process reference alike.
+fn load_requests(tables: &[Table]) -> Vec<Request> {
+    let mut requests = Vec::new();
+    for table in tables {
+        requests.push(Request::Deregister(table.name.clone()));
+        requests.push(Request::Run(table.create_reference()));
+        requests.extend(table.inserts(INSERT_ROWS_PER_STATEMENT).into_iter().map(Request::Run));
+    }
+    requests
+}
+
 impl ChildReference {
     async fn load(&mut self, tables: &[Table]) -> Result<(), String> {
-        for table in tables {
-            let mut requests = vec![Request::Deregister(table.name.clone()), Request::Run(table.create_reference())];
-            requests.extend(table.inserts(INSERT_ROWS_PER_STATEMENT).into_iter().map(Request::Run));
-            for request in requests {
-                self.made_by.push(request.clone());
-                match self.ask(&request, CHILD_STATEMENT_TIMEOUT).await? {
-                    Some(Reply::Done) => {}
-                    Some(Reply::Failed(error)) => return Err(error),
-                    other => return Err(format!("the reference process answered {other:?} to {request:?}")),
-                }
+        for request in load_requests(tables) {
+            self.made_by.push(request.clone());
+            match self.ask(&request, CHILD_STATEMENT_TIMEOUT).await? {
+                Some(Reply::Done) => {}
+                Some(Reply::Failed(error)) => return Err(error),
+                other => return Err(format!("the reference process answered {other:?} to {request:?}")),
             }
         }
         Ok(())
@@ -206,21 +214,7 @@ pub async fn serve() -> Result<(), String> {
     let mut stdout = tokio::io::stdout();
     while let Some(line) = lines.next_line().await.map_err(|e| e.to_string())? {
         let request: Request = serde_json::from_str(&line).map_err(|e| format!("request {line:?}: {e}"))?;
-        let reply = match request {
-            Request::Deregister(name) => {
-                reference.deregister(&name);
-                Reply::Done
-            }
-            Request::Run(sql) => match reference.run(&sql).await {
-                Ok(()) => Reply::Done,
-                Err(error) => Reply::Failed(error),
-            },
-            Request::Query(sql) => match reference.query(&sql).await {
-                (Outcome::Rows(rows), types) => Reply::Answer { rows, types: types.iter().map(|t| t.to_string()).collect() },
-                (Outcome::TimedOut, _) => Reply::TimedOut,
-                (Outcome::Error(_, message), _) => Reply::Failed(message),
-            },
-        };
+        let reply = reference.handle(request).await;
         let mut out = serde_json::to_string(&reply).map_err(|e| e.to_string())?;
         out.push('\n');
         stdout.write_all(out.as_bytes()).await.map_err(|e| e.to_string())?;
@@ -268,23 +262,36 @@ impl LocalReference {
 
     /// Creates and fills the tables (replacing any of the same name).
     pub async fn load(&self, tables: &[Table]) -> Result<(), String> {
-        for table in tables {
-            let _ = self.ctx.deregister_table(table.name.as_str());
-            self.run(&table.create_reference()).await?;
-            for insert in table.inserts(INSERT_ROWS_PER_STATEMENT) {
-                self.run(&insert).await?;
+        for request in load_requests(tables) {
+            if let Reply::Failed(error) = self.handle(request).await {
+                return Err(error);
             }
         }
         Ok(())
     }
 
-    /// Forgets a table (none of that name is fine).
-    pub fn deregister(&self, name: &str) {
-        let _ = self.ctx.deregister_table(name);
+    /// One request, as the child serves it.
+    async fn handle(&self, request: Request) -> Reply {
+        match request {
+            Request::Deregister(name) => {
+                // None of that name is fine.
+                let _ = self.ctx.deregister_table(name.as_str());
+                Reply::Done
+            }
+            Request::Run(sql) => match self.run(&sql).await {
+                Ok(()) => Reply::Done,
+                Err(error) => Reply::Failed(error),
+            },
+            Request::Query(sql) => match self.query(&sql).await {
+                (Outcome::Rows(rows), types) => Reply::Answer { rows, types: types.iter().map(|t| t.to_string()).collect() },
+                (Outcome::TimedOut, _) => Reply::TimedOut,
+                (Outcome::Error(_, message), _) => Reply::Failed(message),
+            },
+        }
     }
 
     /// Runs a statement (a CREATE TABLE or an INSERT) to its end.
-    pub async fn run(&self, sql: &str) -> Result<(), String> {
+    async fn run(&self, sql: &str) -> Result<(), String> {
         let frame = self.ctx.sql(sql).await.map_err(|e| format!("{sql}: {e}"))?;
         frame.collect().await.map(|_| ()).map_err(|e| format!("{sql}: {e}"))
     }

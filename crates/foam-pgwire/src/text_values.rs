@@ -96,7 +96,7 @@ fn float8(value: f64, exponent_from: i32) -> String {
     if value.is_infinite() {
         return if value > 0.0 { "Infinity".into() } else { "-Infinity".into() };
     }
-    shortest(format!("{value:e}"), format!("{value}"), value == 0.0, exponent_from)
+    shortest(format!("{value:e}"), || format!("{value}"), value == 0.0, exponent_from)
 }
 
 /// A `real`: its own shortest digits, exponent form from 1e6 up.
@@ -104,19 +104,20 @@ fn float4(value: f32) -> String {
     if !value.is_finite() {
         return float8(f64::from(value), 6);
     }
-    shortest(format!("{value:e}"), format!("{value}"), value == 0.0, 6)
+    shortest(format!("{value:e}"), || format!("{value}"), value == 0.0, 6)
 }
 
-/// Rust's shortest round-trip digits (`scientific` as `{:e}` prints them,
-/// `plain` as `{}` does) in PostgreSQL's form.
-fn shortest(scientific: String, plain: String, zero: bool, exponent_from: i32) -> String {
+/// Rust's shortest round-trip digits (`scientific` as `{:e}` prints them;
+/// `plain`, as `{}` prints them, made only when that form is the one) in
+/// PostgreSQL's form.
+fn shortest(scientific: String, plain: impl FnOnce() -> String, zero: bool, exponent_from: i32) -> String {
     let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
     let exponent: i32 = exponent.parse().unwrap_or(0);
     if !zero && (exponent < -4 || exponent >= exponent_from) {
         let sign = if exponent < 0 { '-' } else { '+' };
         format!("{mantissa}e{sign}{:02}", exponent.abs())
     } else {
-        plain
+        plain()
     }
 }
 

@@ -884,11 +884,7 @@ impl StorageEngine {
         self.set_write_fence(table_id, partition, WRITES_FENCED);
         let deadline = Instant::now() + timeout;
         loop {
-            let pending = lock(&self.prepared).values().any(|p| match &p.header {
-                WalHeader::Prepare { entries, .. } => entries.iter().any(|e| e.table_id == table_id && e.partition == partition),
-                _ => false,
-            });
-            if !pending {
+            if self.prepared_on(table_id, partition).is_empty() {
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -901,6 +897,18 @@ impl StorageEngine {
         }
     }
 
+    /// The transactions prepared here and not yet decided that write to a partition.
+    fn prepared_on(&self, table_id: TableId, partition: PartitionId) -> Vec<TxnId> {
+        lock(&self.prepared)
+            .iter()
+            .filter(|(_, p)| match &p.header {
+                WalHeader::Prepare { entries, .. } => entries.iter().any(|e| (e.table_id, e.partition) == (table_id, partition)),
+                _ => false,
+            })
+            .map(|(txn, _)| *txn)
+            .collect()
+    }
+
     /// `ALTER TABLE ... ADD` of a unique key, on this copy of a partition:
     /// waits (up to `timeout`) until every transaction prepared here so far
     /// is decided, then checks the committed rows for a repeated key. The
@@ -909,17 +917,9 @@ impl StorageEngine {
     /// below was checked against the key; those before it, which may not
     /// have been, are the ones waited for.
     pub fn validate_unique_key(&self, table_id: TableId, partition: PartitionId, key: &UniqueKey, timeout: Duration) -> FoamResult<()> {
-        let before: Vec<TxnId> = {
+        let before = {
             let _wal = lock(&self.wal);
-            let prepared = lock(&self.prepared);
-            prepared
-                .iter()
-                .filter(|(_, p)| match &p.header {
-                    WalHeader::Prepare { entries, .. } => entries.iter().any(|e| (e.table_id, e.partition) == (table_id, partition)),
-                    _ => false,
-                })
-                .map(|(txn, _)| *txn)
-                .collect()
+            self.prepared_on(table_id, partition)
         };
         let deadline = Instant::now() + timeout;
         while before.iter().any(|txn| lock(&self.prepared).contains_key(txn)) {

@@ -46,15 +46,14 @@ impl VisitorMut for Namer {
     fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
         let named = match query.body.as_mut() {
             SetExpr::Select(select) => {
-                let before: Vec<SelectItem> = select.projection.clone();
-                let changed = name_items(select);
+                let (changed, named) = name_items(select);
                 // An ORDER BY item that is a select item now named sorts by
                 // that name: DataFusion matches it to the select list no
                 // longer (`SELECT DISTINCT a + 1 ... ORDER BY a + 1`).
-                if changed && let Some(OrderBy { kind: OrderByKind::Expressions(items), .. }) = query.order_by.as_mut() {
+                if !named.is_empty() && let Some(OrderBy { kind: OrderByKind::Expressions(items), .. }) = query.order_by.as_mut() {
                     for item in items.iter_mut() {
-                        let named_as = before.iter().zip(&select.projection).find_map(|(old, new)| match (old, new) {
-                            (SelectItem::UnnamedExpr(expr), SelectItem::ExprWithAlias { alias, .. }) if *expr == item.expr => Some(alias.clone()),
+                        let named_as = named.iter().find_map(|&at| match &select.projection[at] {
+                            SelectItem::ExprWithAlias { expr, alias } if *expr == item.expr => Some(alias.clone()),
                             _ => None,
                         });
                         if let Some(alias) = named_as {
@@ -74,37 +73,46 @@ impl VisitorMut for Namer {
 /// Names the items of the select lists in `body` (through set operations).
 fn name_in(body: &mut SetExpr) -> bool {
     match body {
-        SetExpr::Select(select) => name_items(select),
+        SetExpr::Select(select) => name_items(select).0,
         SetExpr::SetOperation { left, right, .. } => name_in(left) | name_in(right),
         _ => false,
     }
 }
 
-fn name_items(select: &mut Select) -> bool {
+/// Names the items of one select list: whether any changed, and the
+/// positions of the unnamed items it named.
+fn name_items(select: &mut Select) -> (bool, Vec<usize>) {
     let mut taken: HashSet<String> = HashSet::new();
-    let mut changed = false;
-    for item in select.projection.iter_mut() {
-        let (expr, name, aliased) = match item {
-            SelectItem::UnnamedExpr(expr) => (expr.clone(), postgres_name(expr), false),
-            SelectItem::ExprWithAlias { expr, alias } => (expr.clone(), alias.value.clone(), true),
+    let (mut changed, mut named) = (false, Vec::new());
+    for (at, item) in select.projection.iter_mut().enumerate() {
+        let (name, keeps_name) = match &*item {
+            // A column keeps the name DataFusion gives it already, unless repeated.
+            SelectItem::UnnamedExpr(expr) => (postgres_name(expr), matches!(expr, Expr::Identifier(_) | Expr::CompoundIdentifier(_))),
+            SelectItem::ExprWithAlias { alias, .. } => (alias.value.clone(), true),
             // A wildcard's names are the tables'; they are not known here.
             _ => continue,
         };
-        let is_column = matches!(expr, Expr::Identifier(_) | Expr::CompoundIdentifier(_));
         let mut unique = name.clone();
         let mut n = 2;
         while !taken.insert(unique.clone()) {
             unique = format!("{name}{REPEAT_MARK}{n}");
             n += 1;
         }
-        // A column keeps the name DataFusion gives it already, unless repeated.
-        if unique == name && (aliased || is_column) {
+        if unique == name && keeps_name {
             continue;
         }
-        *item = SelectItem::ExprWithAlias { expr, alias: Ident::with_quote('"', unique) };
+        let alias = Ident::with_quote('"', unique);
+        *item = match item {
+            SelectItem::UnnamedExpr(expr) => {
+                named.push(at);
+                SelectItem::ExprWithAlias { expr: expr.clone(), alias }
+            }
+            SelectItem::ExprWithAlias { expr, .. } => SelectItem::ExprWithAlias { expr: expr.clone(), alias },
+            _ => continue,
+        };
         changed = true;
     }
-    changed
+    (changed, named)
 }
 
 /// Whether planning failed because a projection holds one name twice: a

@@ -521,22 +521,27 @@ impl FoamSession {
     /// DataFusion's logical plan of a parsed statement, its calls of
     /// `current_setting` and `set_config` evaluated first.
     async fn plan(&self, statement: &Statement) -> FoamResult<LogicalPlan> {
-        let mut statement = statement.clone();
-        crate::frontend::setting_functions::evaluate(&mut statement, self)?;
-        let planned = self.ctx.state().statement_to_plan(datafusion_statement(statement.clone())).await;
-        match planned {
+        match self.plan_once(statement, false).await? {
             // A name a wildcard brings in repeats one of the other items
             // (`SELECT *, a`): planned again with every item's name marked
             // unique (`select_names.rs`); the first error stands if that fails.
             Err(error) if crate::frontend::select_names::is_repeated_name_error(&error) => {
-                crate::frontend::select_names::mark_every_item(&mut statement);
-                match self.ctx.state().statement_to_plan(datafusion_statement(statement)).await {
-                    Ok(plan) => Ok(plan),
-                    Err(_) => Err(FoamError::from(error)),
-                }
+                self.plan_once(statement, true).await?.map_err(|_| FoamError::from(error))
             }
             planned => planned.map_err(FoamError::from),
         }
+    }
+
+    /// DataFusion's plan of `statement` with its setting calls evaluated
+    /// (their errors are the outer ones), and with every select item's name
+    /// marked unique when `mark_names`.
+    async fn plan_once(&self, statement: &Statement, mark_names: bool) -> FoamResult<datafusion::error::Result<LogicalPlan>> {
+        let mut statement = statement.clone();
+        crate::frontend::setting_functions::evaluate(&mut statement, self)?;
+        if mark_names {
+            crate::frontend::select_names::mark_every_item(&mut statement);
+        }
+        Ok(self.ctx.state().statement_to_plan(datafusion_statement(statement)).await)
     }
 
     /// `SET`/`SHOW` of a setting DataFusion does not know: a client setting.
