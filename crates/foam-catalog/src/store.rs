@@ -34,6 +34,6 @@ impl CatalogStore {
 
     pub fn save(&self, catalog: &Catalog) -> FoamResult<()> {
         let bytes = serde_json::to_vec_pretty(catalog).map_err(|e| FoamError::internal(e.to_string()))?;
-        foam_common::fs::write_atomic(&self.path, &bytes)
+        Ok(foam_common::fs::write_atomic(&self.path, &bytes)?)
     }
 }

@@ -109,7 +109,7 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> FoamResult<Option<T
 
 fn write_json<T: Serialize>(path: &Path, value: &T) -> FoamResult<()> {
     let bytes = serde_json::to_vec(value).map_err(|e| FoamError::internal(e.to_string()))?;
-    foam_common::fs::write_atomic(path, &bytes)
+    Ok(foam_common::fs::write_atomic(path, &bytes)?)
 }
 
 impl LogStore {

@@ -28,5 +28,5 @@ pub fn load(data_dir: &Path) -> FoamResult<Option<Identity>> {
 
 pub fn save(data_dir: &Path, identity: &Identity) -> FoamResult<()> {
     let bytes = serde_json::to_vec_pretty(identity).map_err(|e| FoamError::internal(e.to_string()))?;
-    foam_common::fs::write_atomic(&data_dir.join(IDENTITY_FILE_NAME), &bytes)
+    Ok(foam_common::fs::write_atomic(&data_dir.join(IDENTITY_FILE_NAME), &bytes)?)
 }

@@ -103,7 +103,7 @@ impl Replication {
                     file.seek(SeekFrom::Start(offset)).map_err(|e| FoamError::io(&path, e))?;
                     let mut buffer = Vec::with_capacity(length as usize);
                     file.take(length).read_to_end(&mut buffer).map_err(|e| FoamError::io(&path, e))?;
-                    Ok(buffer)
+                    Ok::<_, FoamError>(buffer)
                 })
                 .await?;
                 Ok((NodeResponse::Ok, Bytes::from(chunk)))
@@ -224,7 +224,7 @@ impl Replication {
             storage.fence_writes(table_id, partition, WRITES_FENCED, Duration::from_millis(FENCE_DRAIN_TIMEOUT_MS))?;
             let kept = storage.set_aside_segments(table_id, partition);
             storage.reset_partition(table_id, partition)?;
-            Ok(kept)
+            Ok::<_, foam_storage::StorageError>(kept)
         })
         .await?;
         let client = self.node.client_for(source)?;
@@ -350,8 +350,9 @@ async fn segments_of(client: &NodeClient, request: NodeRequest) -> FoamResult<(V
     }
 }
 
-async fn blocking<T: Send + 'static>(work: impl FnOnce() -> FoamResult<T> + Send + 'static) -> FoamResult<T> {
-    tokio::task::spawn_blocking(work).await.map_err(|e| FoamError::internal(e.to_string()))?
+/// Runs storage work off the async threads; its error becomes a [`FoamError`].
+async fn blocking<T: Send + 'static, E: Into<FoamError> + Send + 'static>(work: impl FnOnce() -> Result<T, E> + Send + 'static) -> FoamResult<T> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| FoamError::internal(e.to_string()))?.map_err(Into::into)
 }
 
 fn rand_token() -> u64 {

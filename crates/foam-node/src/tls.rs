@@ -51,7 +51,7 @@ pub fn make_ca(dir: &Path) -> FoamResult<()> {
     let key = KeyPair::generate().map_err(|e| tls_error("making a CA key", e))?;
     let cert = ca_params().self_signed(&key).map_err(|e| tls_error("making a CA certificate", e))?;
     write_with_mode(&dir.join(CA_KEY_FILE), key.serialize_pem().as_bytes(), 0o600)?;
-    write_with_mode(&dir.join(CA_CERT_FILE), cert.pem().as_bytes(), 0o644)
+    Ok(write_with_mode(&dir.join(CA_CERT_FILE), cert.pem().as_bytes(), 0o644)?)
 }
 
 /// Makes a certificate for `hosts` (names or IP addresses) signed by the

@@ -81,7 +81,7 @@ impl DamageReporter {
     /// Marks this node's replica of the partition lost, so queries read another
     /// replica and the replica keeper copies it anew. The last live copy is
     /// kept (the catalog refuses), and the error stays the query's answer.
-    pub async fn report_damaged(&self, table_id: TableId, partition: PartitionId, error: &FoamError) {
+    pub async fn report_damaged(&self, table_id: TableId, partition: PartitionId, error: &foam_storage::StorageError) {
         tracing::error!(table_id, partition, %error, "damaged partition copy found; taking it out of service for repair");
         let command = CatalogCommand::SetReplicaState { table_id, partition, node: self.node_id, state: ReplicaState::Lost };
         if let Err(error) = self.catalog.apply(command).await {

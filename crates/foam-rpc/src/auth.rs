@@ -70,7 +70,7 @@ impl ClusterSecret {
     /// Writes the secret to a file only its owner may read.
     pub fn save(&self, path: &Path) -> FoamResult<()> {
         let text = self.0.to_str().map_err(|e| FoamError::internal(e.to_string()))?;
-        foam_common::fs::write_with_mode(path, format!("{text}\n").as_bytes(), 0o600)
+        Ok(foam_common::fs::write_with_mode(path, format!("{text}\n").as_bytes(), 0o600)?)
     }
 
     /// Whether `given` is this secret, compared in constant time.

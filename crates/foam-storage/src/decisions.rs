@@ -14,6 +14,7 @@
 //! before the next compaction does not bring them back for good; losing some
 //! of that file only keeps decisions longer.
 
+use crate::error::{StorageError, StorageResult};
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
@@ -21,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use foam_common::limits::DECISION_LOG_COMPACT_ENTRIES;
-use foam_common::{FoamError, FoamResult, TxnId};
+use foam_common::TxnId;
 use serde::{Deserialize, Serialize};
 
 const DECISION_FILE_NAME: &str = "decisions.log";
@@ -58,11 +59,11 @@ struct DecisionState {
 }
 
 impl DecisionLog {
-    pub fn open(data_dir: &Path) -> FoamResult<Self> {
+    pub fn open(data_dir: &Path) -> StorageResult<Self> {
         Self::open_compacting_after(data_dir, DECISION_LOG_COMPACT_ENTRIES)
     }
 
-    fn open_compacting_after(data_dir: &Path, compact_entries: usize) -> FoamResult<Self> {
+    fn open_compacting_after(data_dir: &Path, compact_entries: usize) -> StorageResult<Self> {
         let path = data_dir.join(DECISION_FILE_NAME);
         let bytes = read_if_exists(&path)?;
         // A torn last entry (crash mid-append) was never acknowledged: drop it.
@@ -70,14 +71,14 @@ impl DecisionLog {
         let forgotten_path = data_dir.join(FORGOTTEN_FILE_NAME);
         let done: HashSet<TxnId> = txn_ids(&read_if_exists(&forgotten_path)?).collect();
         let committed = txn_ids(&bytes[..whole]).filter(|txn| !done.contains(txn)).collect();
-        let forgotten = OpenOptions::new().create(true).append(true).open(&forgotten_path).map_err(|e| FoamError::io(&forgotten_path, e))?;
+        let forgotten = OpenOptions::new().create(true).append(true).open(&forgotten_path).map_err(|e| StorageError::io(&forgotten_path, e))?;
         let existed = path.exists();
-        let file = OpenOptions::new().create(true).append(true).open(&path).map_err(|e| FoamError::io(&path, e))?;
+        let file = OpenOptions::new().create(true).append(true).open(&path).map_err(|e| StorageError::io(&path, e))?;
         if !existed {
             foam_common::fs::sync_parent_dir(&path)?;
         }
         if whole != bytes.len() {
-            file.set_len(whole as u64).map_err(|e| FoamError::io(&path, e))?;
+            file.set_len(whole as u64).map_err(|e| StorageError::io(&path, e))?;
         }
         let entries = whole / ENTRY_BYTES;
         Ok(DecisionLog { path, compact_entries, state: Mutex::new(DecisionState { file, forgotten, entries, committed, running: HashSet::new() }) })
@@ -89,9 +90,9 @@ impl DecisionLog {
 
     /// Durably records that `txn` commits. After this returns, the transaction is
     /// committed whatever happens to any node.
-    pub fn decide_commit(&self, txn: TxnId) -> FoamResult<()> {
+    pub fn decide_commit(&self, txn: TxnId) -> StorageResult<()> {
         let mut state = self.lock();
-        let length_before = state.file.metadata().map_err(|e| FoamError::io(&self.path, e))?.len();
+        let length_before = state.file.metadata().map_err(|e| StorageError::io(&self.path, e))?.len();
         let written = state.file.write_all(&txn.to_le_bytes()).and_then(|()| state.file.sync_data());
         if let Err(error) = written {
             // A torn entry would shift every later one; cut it off or stop.
@@ -99,7 +100,7 @@ impl DecisionLog {
                 tracing::error!(path = %self.path.display(), %error, "cannot roll back a failed decision write; stopping");
                 std::process::exit(EXIT_CODE_DECISIONS_UNUSABLE);
             }
-            return Err(FoamError::io(&self.path, error));
+            return Err(StorageError::io(&self.path, error));
         }
         state.committed.insert(txn);
         state.entries += 1;
@@ -126,14 +127,14 @@ impl DecisionLog {
 
     /// Rewrites the log with the decisions still needed: a new file written,
     /// fsynced and renamed over the old, so a crash leaves one or the other.
-    fn compact(&self, state: &mut DecisionState) -> FoamResult<()> {
+    fn compact(&self, state: &mut DecisionState) -> StorageResult<()> {
         let bytes: Vec<u8> = state.committed.iter().flat_map(|txn| txn.to_le_bytes()).collect();
         foam_common::fs::write_atomic(&self.path, &bytes)?;
-        state.file = OpenOptions::new().append(true).open(&self.path).map_err(|e| FoamError::io(&self.path, e))?;
+        state.file = OpenOptions::new().append(true).open(&self.path).map_err(|e| StorageError::io(&self.path, e))?;
         state.entries = state.committed.len();
         // The new log holds none of the forgotten decisions any more.
         let forgotten_path = self.path.with_file_name(FORGOTTEN_FILE_NAME);
-        state.forgotten.set_len(0).map_err(|e| FoamError::io(&forgotten_path, e))?;
+        state.forgotten.set_len(0).map_err(|e| StorageError::io(&forgotten_path, e))?;
         Ok(())
     }
 
@@ -158,10 +159,10 @@ impl DecisionLog {
     }
 }
 
-fn read_if_exists(path: &Path) -> FoamResult<Vec<u8>> {
+fn read_if_exists(path: &Path) -> StorageResult<Vec<u8>> {
     let mut bytes = Vec::new();
     if path.exists() {
-        File::open(path).and_then(|mut f| f.read_to_end(&mut bytes)).map_err(|e| FoamError::io(path, e))?;
+        File::open(path).and_then(|mut f| f.read_to_end(&mut bytes)).map_err(|e| StorageError::io(path, e))?;
     }
     Ok(bytes)
 }

@@ -5,6 +5,7 @@
 //! transaction that is aborted, or never prepared before a crash, leaves no trace.
 //! Lock order: `wal` before `partitions` before a single partition.
 
+use crate::error::{StorageError, StorageResult};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -16,7 +17,7 @@ use foam_common::limits::{
     BATCH_ROWS, MEMTABLE_FLUSH_ROWS, RECEIVED_SEGMENT_BYTES_MAX, STAGE_DELETE_BYTES_PER_TXN_MAX, STAGE_INLINE_BYTES_MAX, STAGE_INLINE_BYTES_PER_TXN_MAX,
     TXN_IDLE_TIMEOUT_MS, WAL_CHECKPOINT_BYTES,
 };
-use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TableId, TxnId};
+use foam_common::{NodeId, PartitionId, TableId, TxnId};
 use parquet::arrow::ArrowWriter;
 use serde::{Deserialize, Serialize};
 
@@ -69,9 +70,9 @@ struct Staging {
 }
 
 impl Staging {
-    fn refuse_if_closed(&self, txn: TxnId) -> FoamResult<()> {
+    fn refuse_if_closed(&self, txn: TxnId) -> StorageResult<()> {
         if self.closed {
-            return Err(FoamError::TransactionAborted { message: format!("transaction {txn:032x} got rows after it prepared or ended here") });
+            return Err(StorageError::TransactionEnded { message: format!("transaction {txn:032x} got rows after it prepared or ended here") });
         }
         Ok(())
     }
@@ -143,16 +144,16 @@ struct StagedFile {
 /// one partition's share of it is small (512 rows of an 8192-row batch over 16
 /// partitions); kept so, they would stay small in the WAL and the memtable,
 /// and every later scan of the partition would pay per-batch costs on them.
-fn coalesce_small(batches: Vec<RecordBatch>) -> FoamResult<Vec<RecordBatch>> {
+fn coalesce_small(batches: Vec<RecordBatch>) -> StorageResult<Vec<RecordBatch>> {
     let mut out = Vec::with_capacity(batches.len());
     let mut run: Vec<RecordBatch> = Vec::new();
     let mut run_rows = 0;
-    let flush = |run: &mut Vec<RecordBatch>, out: &mut Vec<RecordBatch>| -> FoamResult<()> {
+    let flush = |run: &mut Vec<RecordBatch>, out: &mut Vec<RecordBatch>| -> StorageResult<()> {
         match run.len() {
             0 => {}
             1 => out.extend(run.drain(..)),
             _ => {
-                out.push(arrow::compute::concat_batches(&run[0].schema(), run.iter()).map_err(|e| FoamError::internal(format!("joining staged batches: {e}")))?);
+                out.push(arrow::compute::concat_batches(&run[0].schema(), run.iter()).map_err(|e| StorageError::internal(format!("joining staged batches: {e}")))?);
                 run.clear();
             }
         }
@@ -223,13 +224,13 @@ pub struct ReceivingSegment {
 impl ReceivingSegment {
     /// Appends the next bytes of the file. A stream longer than
     /// [`RECEIVED_SEGMENT_BYTES_MAX`] is refused rather than allowed to fill the disk.
-    pub fn append(&mut self, bytes: &[u8]) -> FoamResult<()> {
+    pub fn append(&mut self, bytes: &[u8]) -> StorageResult<()> {
         if self.sum.bytes() + bytes.len() as u64 > RECEIVED_SEGMENT_BYTES_MAX {
-            return Err(FoamError::InvalidParameter {
+            return Err(StorageError::InvalidRequest {
                 message: format!("a loaded segment may hold at most {RECEIVED_SEGMENT_BYTES_MAX} bytes; {} is longer", self.file_name),
             });
         }
-        std::io::Write::write_all(&mut self.file, bytes).map_err(|e| FoamError::io(&self.path, e))?;
+        std::io::Write::write_all(&mut self.file, bytes).map_err(|e| StorageError::io(&self.path, e))?;
         self.sum.update(bytes);
         Ok(())
     }
@@ -254,7 +255,7 @@ struct Prepared {
 
 impl StorageEngine {
     /// Opens (or creates) the engine under `data_dir` and replays its WAL.
-    pub fn open(data_dir: &Path) -> FoamResult<Self> {
+    pub fn open(data_dir: &Path) -> StorageResult<Self> {
         let tables_dir = data_dir.join("tables");
         let staging_dir = data_dir.join("staging");
         foam_common::fs::create_dir_all(&tables_dir)?;
@@ -333,7 +334,7 @@ impl StorageEngine {
         partition: PartitionId,
         placement_version: u64,
         batches: Vec<RecordBatch>,
-    ) -> FoamResult<()> {
+    ) -> StorageResult<()> {
         self.stage_statement(txn, coordinator, (table_id, partition), placement_version, 0, batches)
     }
 
@@ -346,7 +347,7 @@ impl StorageEngine {
         placement_version: u64,
         statement: StatementNumber,
         batches: Vec<RecordBatch>,
-    ) -> FoamResult<()> {
+    ) -> StorageResult<()> {
         let staging = self.staging_of(txn, coordinator);
         let mut staging = lock(&staging);
         staging.refuse_if_closed(txn)?;
@@ -385,18 +386,17 @@ impl StorageEngine {
         placement_version: u64,
         statement: StatementNumber,
         batches: Vec<RecordBatch>,
-    ) -> FoamResult<()> {
+    ) -> StorageResult<()> {
         let staging = self.staging_of(txn, coordinator);
         let mut staging = lock(&staging);
         staging.refuse_if_closed(txn)?;
         let adding: usize = batches.iter().map(|b| b.get_array_memory_size()).sum();
         if staging.delete_bytes + adding > STAGE_DELETE_BYTES_PER_TXN_MAX {
-            return Err(FoamError::Query {
+            return Err(StorageError::LimitExceeded {
                 message: format!(
                     "a transaction may delete or update at most {} MiB of rows per node; delete in smaller steps",
                     STAGE_DELETE_BYTES_PER_TXN_MAX >> 20
                 ),
-                sqlstate: foam_common::SqlState::ProgramLimitExceeded,
             });
         }
         staging.delete_bytes += adding;
@@ -458,7 +458,7 @@ impl StorageEngine {
     /// statement of a transaction block reads of its own writes. Spilled
     /// rows of those statements are finished into files here (a later
     /// statement never writes to them) and read back.
-    pub fn staged_rows(&self, own: OwnWrites, (table_id, partition): PartitionKey, projection: Option<&[usize]>) -> FoamResult<Vec<RecordBatch>> {
+    pub fn staged_rows(&self, own: OwnWrites, (table_id, partition): PartitionKey, projection: Option<&[usize]>) -> StorageResult<Vec<RecordBatch>> {
         let Some(staging) = lock(&self.staging).get(&own.txn).cloned() else { return Ok(Vec::new()) };
         let (mut rows, files) = {
             let mut staging = lock(&staging);
@@ -468,10 +468,10 @@ impl StorageEngine {
                 self.finish_staged_file(staged)?;
             }
             let project = |batch: &RecordBatch| match projection {
-                Some(columns) => batch.project(columns).map_err(|e| FoamError::internal(format!("projecting staged rows: {e}"))),
+                Some(columns) => batch.project(columns).map_err(|e| StorageError::internal(format!("projecting staged rows: {e}"))),
                 None => Ok(batch.clone()),
             };
-            let rows = staged.batches.iter().filter(|(s, _)| *s < own.before).map(|(_, b)| project(b)).collect::<FoamResult<Vec<_>>>()?;
+            let rows = staged.batches.iter().filter(|(s, _)| *s < own.before).map(|(_, b)| project(b)).collect::<StorageResult<Vec<_>>>()?;
             let files: Vec<(PathBuf, segment::Checksums)> = staged
                 .files
                 .iter()
@@ -517,10 +517,10 @@ impl StorageEngine {
         table_id: TableId,
         partition: PartitionId,
         placement_version: u64,
-    ) -> FoamResult<ReceivingSegment> {
+    ) -> StorageResult<ReceivingSegment> {
         let file_name = format!("seg-{txn:032x}-{table_id}-{partition}-{}.parquet", uuid::Uuid::new_v4().simple());
         let path = self.staging_dir.join(&file_name);
-        let file = File::create(&path).map_err(|e| FoamError::io(&path, e))?;
+        let file = File::create(&path).map_err(|e| StorageError::io(&path, e))?;
         Ok(ReceivingSegment {
             file,
             path,
@@ -544,10 +544,10 @@ impl StorageEngine {
         rows: u64,
         checksums: &segment::Checksums,
         schema: &arrow::datatypes::SchemaRef,
-    ) -> FoamResult<()> {
+    ) -> StorageResult<()> {
         let sum = std::mem::take(&mut received.sum).finish();
         segment::check_received(&received.path, &sum, checksums, schema, rows)?;
-        received.file.sync_all().map_err(|e| FoamError::io(&received.path, e))?;
+        received.file.sync_all().map_err(|e| StorageError::io(&received.path, e))?;
         let staging = self.staging_of(received.txn, received.coordinator);
         let mut staging = lock(&staging);
         staging.refuse_if_closed(received.txn)?;
@@ -560,7 +560,7 @@ impl StorageEngine {
 
     /// Streams a staged partition's buffered rows into staged segment files:
     /// one per run of rows of one statement, the last one left open for more.
-    fn spill_to_file(&self, txn: TxnId, table_id: TableId, partition: PartitionId, staged: &mut StagedPartition) -> FoamResult<()> {
+    fn spill_to_file(&self, txn: TxnId, table_id: TableId, partition: PartitionId, staged: &mut StagedPartition) -> StorageResult<()> {
         for (statement, batch) in std::mem::take(&mut staged.batches) {
             if staged.file.as_ref().is_some_and(|f| f.statement != statement) {
                 self.finish_staged_file(staged)?;
@@ -572,7 +572,7 @@ impl StorageEngine {
                 staged.file = Some(OpenStagedFile { statement, file_name, writer, rows: 0 });
             }
             let file = staged.file.as_mut().expect("file was just set");
-            file.writer.write(&batch).map_err(|e| FoamError::Io { path: file.file_name.clone(), source: std::io::Error::other(e.to_string()) })?;
+            file.writer.write(&batch).map_err(|e| StorageError::Io { path: file.file_name.clone(), source: std::io::Error::other(e.to_string()) })?;
             file.rows += batch.num_rows() as u64;
         }
         staged.batch_bytes = 0;
@@ -581,7 +581,7 @@ impl StorageEngine {
 
     /// Closes a staged partition's open segment file (fsynced) and lists it
     /// with its finished files.
-    fn finish_staged_file(&self, staged: &mut StagedPartition) -> FoamResult<()> {
+    fn finish_staged_file(&self, staged: &mut StagedPartition) -> StorageResult<()> {
         let Some(OpenStagedFile { statement, file_name, writer, rows }) = staged.file.take() else { return Ok(()) };
         let sum = segment::finish_writer(&self.staging_dir.join(&file_name), writer)?;
         staged.files.push(StagedFile { statement, file_name, rows, sum });
@@ -595,8 +595,8 @@ impl StorageEngine {
     ///
     /// The rows must keep the unique keys `unique` gives for their table
     /// (`unique.rs`); a duplicate votes no with 23505.
-    pub fn prepare(&self, txn: TxnId, expected_rows: u64, unique: &dyn Fn(TableId) -> Vec<UniqueKey>) -> FoamResult<()> {
-        let staging = lock(&self.staging).remove(&txn).ok_or_else(|| FoamError::TransactionAborted {
+    pub fn prepare(&self, txn: TxnId, expected_rows: u64, unique: &dyn Fn(TableId) -> Vec<UniqueKey>) -> StorageResult<()> {
+        let staging = lock(&self.staging).remove(&txn).ok_or_else(|| StorageError::TransactionEnded {
             message: format!("transaction {txn:032x} is unknown on this node (it may have restarted)"),
         })?;
         // Closed under its lock, so rows still arriving are refused rather
@@ -609,7 +609,7 @@ impl StorageEngine {
         let staged_rows: u64 = staging.partitions.values().map(|p| p.rows).sum();
         if staged_rows != expected_rows {
             self.discard_staged_files(&staging);
-            return Err(FoamError::TransactionAborted {
+            return Err(StorageError::TransactionEnded {
                 message: format!("transaction {txn:032x} staged {staged_rows} rows here, the coordinator sent {expected_rows}"),
             });
         }
@@ -682,7 +682,7 @@ impl StorageEngine {
     ///
     /// Returns the committed rows it read, by partition, so the unique-key
     /// check that follows (an UPDATE of a keyed table) reads no partition twice.
-    fn check_deletes(&self, entries: &[PreparedEntry], inline: &[Option<Vec<RecordBatch>>]) -> FoamResult<HashMap<PartitionKey, Vec<RecordBatch>>> {
+    fn check_deletes(&self, entries: &[PreparedEntry], inline: &[Option<Vec<RecordBatch>>]) -> StorageResult<HashMap<PartitionKey, Vec<RecordBatch>>> {
         let mut read = HashMap::new();
         let mut deletes: HashMap<PartitionKey, Vec<RecordBatch>> = HashMap::new();
         for (entry, rows) in entries.iter().zip(inline) {
@@ -725,12 +725,11 @@ impl StorageEngine {
             }
             let missing = wanted.missing_from(&available);
             if missing > 0 {
-                return Err(FoamError::Query {
+                return Err(StorageError::ConcurrentUpdate {
                     message: format!(
                         "could not serialize access due to concurrent update: {missing} row(s) of partition {partition} of table {table_id} \
                          were deleted or changed by another transaction; run the transaction again"
                     ),
-                    sqlstate: foam_common::SqlState::SerializationFailure,
                 });
             }
         }
@@ -747,7 +746,7 @@ impl StorageEngine {
         inline: &[Option<Vec<RecordBatch>>],
         unique: &dyn Fn(TableId) -> Vec<UniqueKey>,
         read: &HashMap<PartitionKey, Vec<RecordBatch>>,
-    ) -> FoamResult<()> {
+    ) -> StorageResult<()> {
         // Per table, its keys asked for once, and only their columns read:
         // `columns` (ascending, as a segment's projection returns them), with
         // the keys renumbered; `None` for a table without keys.
@@ -772,13 +771,13 @@ impl StorageEngine {
             // updates a row twice) holds no key; nor does a deleted committed row.
             let mut gone = RowSet::of(deleted.get(&(table_id, partition)).map(Vec::as_slice).unwrap_or_default())?;
             if let Some(gone) = gone.as_mut() {
-                new = new.iter().map(|batch| gone.take_from(batch).map(|(kept, _)| kept)).collect::<FoamResult<_>>()?;
+                new = new.iter().map(|batch| gone.take_from(batch).map(|(kept, _)| kept)).collect::<StorageResult<_>>()?;
             }
             let mut present = match read.get(&(table_id, partition)) {
                 Some(rows) => rows
                     .iter()
-                    .map(|batch| batch.project(columns).map_err(|e| FoamError::internal(format!("projecting committed rows: {e}"))))
-                    .collect::<FoamResult<_>>()?,
+                    .map(|batch| batch.project(columns).map_err(|e| StorageError::internal(format!("projecting committed rows: {e}"))))
+                    .collect::<StorageResult<_>>()?,
                 None => self.committed_rows((table_id, partition), Some(columns))?,
             };
             for prepared in lock(&self.prepared).values() {
@@ -790,7 +789,7 @@ impl StorageEngine {
                 }
             }
             if let Some(gone) = gone.as_mut() {
-                present = present.iter().map(|batch| gone.take_from(batch).map(|(kept, _)| kept)).collect::<FoamResult<_>>()?;
+                present = present.iter().map(|batch| gone.take_from(batch).map(|(kept, _)| kept)).collect::<StorageResult<_>>()?;
             }
             unique::check(keys, &new, &present)?;
         }
@@ -799,7 +798,7 @@ impl StorageEngine {
 
     /// The committed rows of a partition (memtable and segments), with
     /// `projection`'s columns.
-    fn committed_rows(&self, key: PartitionKey, projection: Option<&[usize]>) -> FoamResult<Vec<RecordBatch>> {
+    fn committed_rows(&self, key: PartitionKey, projection: Option<&[usize]>) -> StorageResult<Vec<RecordBatch>> {
         let mut rows = Vec::new();
         self.each_committed_batch(key, projection, |batch| {
             rows.push(batch);
@@ -815,12 +814,12 @@ impl StorageEngine {
         &self,
         (table_id, partition): PartitionKey,
         projection: Option<&[usize]>,
-        mut each: impl FnMut(RecordBatch) -> FoamResult<()>,
-    ) -> FoamResult<()> {
+        mut each: impl FnMut(RecordBatch) -> StorageResult<()>,
+    ) -> StorageResult<()> {
         let snapshot = self.snapshot(table_id, partition);
         for batch in &snapshot.memtable {
             each(match projection {
-                Some(columns) => batch.project(columns).map_err(|e| FoamError::internal(format!("projecting committed rows: {e}")))?,
+                Some(columns) => batch.project(columns).map_err(|e| StorageError::internal(format!("projecting committed rows: {e}")))?,
                 None => batch.clone(),
             })?;
         }
@@ -834,32 +833,32 @@ impl StorageEngine {
 
     /// The `columns` of one entry of a Prepare record's rows: decoded
     /// already, or in a staged file.
-    fn entry_rows(&self, entry: &PreparedEntry, inline: Option<&Vec<RecordBatch>>, columns: &[usize]) -> FoamResult<Vec<RecordBatch>> {
+    fn entry_rows(&self, entry: &PreparedEntry, inline: Option<&Vec<RecordBatch>>, columns: &[usize]) -> StorageResult<Vec<RecordBatch>> {
         match (&entry.data, inline) {
             (EntryData::Inline { .. } | EntryData::Delete { .. }, Some(rows)) => rows
                 .iter()
-                .map(|batch| batch.project(columns).map_err(|e| FoamError::internal(format!("projecting key columns: {e}"))))
+                .map(|batch| batch.project(columns).map_err(|e| StorageError::internal(format!("projecting key columns: {e}"))))
                 .collect(),
             (EntryData::Segment { file_name, crc32, block_crc32, .. }, _) => {
                 let path = self.staging_dir.join(file_name);
                 let checksums = segment::Checksums { crc32: *crc32, blocks: block_crc32.clone() };
                 segment::SegmentRows::open(&path, &checksums, Some(columns))?.collect()
             }
-            (EntryData::Inline { .. } | EntryData::Delete { .. }, None) => Err(FoamError::internal("a prepared entry's inline rows were not decoded")),
+            (EntryData::Inline { .. } | EntryData::Delete { .. }, None) => Err(StorageError::internal("a prepared entry's inline rows were not decoded")),
         }
     }
 
-    fn check_fences(&self, routed_with: &[(PartitionKey, u64)]) -> FoamResult<()> {
+    fn check_fences(&self, routed_with: &[(PartitionKey, u64)]) -> StorageResult<()> {
         let fences = lock(&self.fences);
         for ((table_id, partition), version) in routed_with {
             match fences.get(&(*table_id, *partition)) {
                 Some(&WRITES_FENCED) => {
-                    return Err(FoamError::PlacementChanged {
+                    return Err(StorageError::PlacementChanged {
                         message: format!("partition {partition} of table {table_id} is switching in a new replica"),
                     });
                 }
                 Some(required) if version < required => {
-                    return Err(FoamError::PlacementChanged {
+                    return Err(StorageError::PlacementChanged {
                         message: format!(
                             "partition {partition} of table {table_id} gained a replica (placement {required}) after the statement was planned (placement {version})"
                         ),
@@ -880,7 +879,7 @@ impl StorageEngine {
     /// Refuses every new write to a partition, then waits (up to `timeout`)
     /// until none of its prepared transactions is left undecided. On timeout
     /// the fence is lowered again to `restore` and an error returned.
-    pub fn fence_writes(&self, table_id: TableId, partition: PartitionId, restore: u64, timeout: Duration) -> FoamResult<()> {
+    pub fn fence_writes(&self, table_id: TableId, partition: PartitionId, restore: u64, timeout: Duration) -> StorageResult<()> {
         self.set_write_fence(table_id, partition, WRITES_FENCED);
         let deadline = Instant::now() + timeout;
         loop {
@@ -889,7 +888,7 @@ impl StorageEngine {
             }
             if Instant::now() >= deadline {
                 self.set_write_fence(table_id, partition, restore);
-                return Err(FoamError::PlacementChanged {
+                return Err(StorageError::PlacementChanged {
                     message: format!("partition {partition} of table {table_id} still has undecided writes"),
                 });
             }
@@ -916,7 +915,7 @@ impl StorageEngine {
     /// under the WAL lock, so every transaction prepared after the snapshot
     /// below was checked against the key; those before it, which may not
     /// have been, are the ones waited for.
-    pub fn validate_unique_key(&self, table_id: TableId, partition: PartitionId, key: &UniqueKey, timeout: Duration) -> FoamResult<()> {
+    pub fn validate_unique_key(&self, table_id: TableId, partition: PartitionId, key: &UniqueKey, timeout: Duration) -> StorageResult<()> {
         let before = {
             let _wal = lock(&self.wal);
             self.prepared_on(table_id, partition)
@@ -924,7 +923,7 @@ impl StorageEngine {
         let deadline = Instant::now() + timeout;
         while before.iter().any(|txn| lock(&self.prepared).contains_key(txn)) {
             if Instant::now() >= deadline {
-                return Err(FoamError::PlacementChanged {
+                return Err(StorageError::PlacementChanged {
                     message: format!("partition {partition} of table {table_id} still has undecided writes from before the key was added"),
                 });
             }
@@ -937,7 +936,7 @@ impl StorageEngine {
 
     /// Flushes a partition's memtable and lists its segments: everything it
     /// holds is then in files a replica can copy.
-    pub fn flush_partition(&self, table_id: TableId, partition: PartitionId) -> FoamResult<Vec<SegmentInfo>> {
+    pub fn flush_partition(&self, table_id: TableId, partition: PartitionId) -> StorageResult<Vec<SegmentInfo>> {
         let _wal = lock(&self.wal);
         let partition = self.partition(table_id, partition)?;
         let mut partition = lock(&partition);
@@ -952,10 +951,10 @@ impl StorageEngine {
     }
 
     /// Where a listed segment file of a partition lives.
-    pub fn segment_path(&self, table_id: TableId, partition: PartitionId, file_name: &str) -> FoamResult<PathBuf> {
+    pub fn segment_path(&self, table_id: TableId, partition: PartitionId, file_name: &str) -> StorageResult<PathBuf> {
         let listed = self.segments(table_id, partition).iter().any(|s| s.file_name == file_name);
         if !listed || file_name.contains('/') {
-            return Err(FoamError::InvalidParameter {
+            return Err(StorageError::InvalidRequest {
                 message: format!("partition {partition} of table {table_id} has no segment {file_name}"),
             });
         }
@@ -964,7 +963,7 @@ impl StorageEngine {
 
     /// Empties this node's copy of a partition before it is copied anew from
     /// a replica; WAL records written so far no longer apply to it.
-    pub fn reset_partition(&self, table_id: TableId, partition: PartitionId) -> FoamResult<()> {
+    pub fn reset_partition(&self, table_id: TableId, partition: PartitionId) -> StorageResult<()> {
         let wal = lock(&self.wal);
         let last_lsn = wal.next_lsn().saturating_sub(1);
         let partition = self.partition(table_id, partition)?;
@@ -999,7 +998,7 @@ impl StorageEngine {
 
     /// Adds a segment file copied from a replica (already durable at `path`,
     /// under [`Self::incoming_dir`]) to this node's copy of a partition.
-    pub fn install_segment(&self, table_id: TableId, partition: PartitionId, path: &Path, info: SegmentInfo) -> FoamResult<()> {
+    pub fn install_segment(&self, table_id: TableId, partition: PartitionId, path: &Path, info: SegmentInfo) -> StorageResult<()> {
         segment::verify(path, &info.checksums())?;
         let partition = self.partition(table_id, partition)?;
         let mut partition = lock(&partition);
@@ -1007,18 +1006,18 @@ impl StorageEngine {
     }
 
     /// Deletes this node's copy of a partition it no longer holds a replica of.
-    pub fn remove_partition(&self, table_id: TableId, partition: PartitionId) -> FoamResult<()> {
+    pub fn remove_partition(&self, table_id: TableId, partition: PartitionId) -> StorageResult<()> {
         let mut wal = lock(&self.wal);
         wal.append(&WalHeader::DropPartition { table_id, partition }, &[], true)?;
         self.forget_partition(table_id, partition)
     }
 
-    fn forget_partition(&self, table_id: TableId, partition: PartitionId) -> FoamResult<()> {
+    fn forget_partition(&self, table_id: TableId, partition: PartitionId) -> StorageResult<()> {
         let removed = lock(&self.partitions).remove(&(table_id, partition));
         if let Some(removed) = removed {
             let dir = lock(&removed).dir().to_path_buf();
             if dir.exists() {
-                std::fs::remove_dir_all(&dir).map_err(|e| FoamError::io(&dir, e))?;
+                std::fs::remove_dir_all(&dir).map_err(|e| StorageError::io(&dir, e))?;
             }
         }
         Ok(())
@@ -1032,7 +1031,7 @@ impl StorageEngine {
     /// Commits a prepared transaction. Committing an unknown transaction is a
     /// no-op: it was committed before (a retried commit) — a coordinator only
     /// commits after every participant prepared.
-    pub fn commit(&self, txn: TxnId) -> FoamResult<()> {
+    pub fn commit(&self, txn: TxnId) -> StorageResult<()> {
         let mut wal = lock(&self.wal);
         let Some(prepared) = lock(&self.prepared).remove(&txn) else {
             return Ok(());
@@ -1057,7 +1056,7 @@ impl StorageEngine {
     }
 
     /// Discards a transaction in any state. Unknown transactions are ignored.
-    pub fn abort(&self, txn: TxnId) -> FoamResult<()> {
+    pub fn abort(&self, txn: TxnId) -> StorageResult<()> {
         if let Some(staging) = lock(&self.staging).remove(&txn) {
             self.close_and_discard(&staging);
         }
@@ -1075,7 +1074,7 @@ impl StorageEngine {
     }
 
     /// Aborts unprepared transactions whose coordinator went silent.
-    pub fn expire_idle_staging(&self) -> FoamResult<usize> {
+    pub fn expire_idle_staging(&self) -> StorageResult<usize> {
         let idle_limit = Duration::from_millis(TXN_IDLE_TIMEOUT_MS);
         let idle: Vec<TxnId> = lock(&self.staging)
             .iter()
@@ -1107,11 +1106,11 @@ impl StorageEngine {
     /// The digest of the committed rows this node holds of each of
     /// `partitions` (of no rows where it stores nothing), to tell whether
     /// copies agree. Reads every row of them.
-    pub fn digests(&self, table_id: TableId, partitions: Vec<PartitionId>) -> FoamResult<Vec<(PartitionId, RowDigest)>> {
+    pub fn digests(&self, table_id: TableId, partitions: Vec<PartitionId>) -> StorageResult<Vec<(PartitionId, RowDigest)>> {
         partitions.into_iter().map(|partition| Ok((partition, self.digest(table_id, partition)?))).collect()
     }
 
-    fn digest(&self, table_id: TableId, partition: PartitionId) -> FoamResult<RowDigest> {
+    fn digest(&self, table_id: TableId, partition: PartitionId) -> StorageResult<RowDigest> {
         let mut digester: Option<RowDigester> = None;
         self.each_committed_batch((table_id, partition), None, |batch| match &mut digester {
             Some(digester) => digester.add(&batch),
@@ -1140,7 +1139,7 @@ impl StorageEngine {
     }
 
     /// Removes a dropped table's data for good.
-    pub fn drop_table(&self, table_id: TableId) -> FoamResult<()> {
+    pub fn drop_table(&self, table_id: TableId) -> StorageResult<()> {
         let _wal_guard = {
             let mut wal = lock(&self.wal);
             wal.append(&WalHeader::DropTable { table_id }, &[], true)?;
@@ -1150,12 +1149,12 @@ impl StorageEngine {
     }
 
     /// Flushes every memtable and starts a new WAL file.
-    pub fn checkpoint_now(&self) -> FoamResult<()> {
+    pub fn checkpoint_now(&self) -> StorageResult<()> {
         let mut wal = lock(&self.wal);
         self.checkpoint(&mut wal)
     }
 
-    fn checkpoint(&self, wal: &mut MutexGuard<'_, Wal>) -> FoamResult<()> {
+    fn checkpoint(&self, wal: &mut MutexGuard<'_, Wal>) -> StorageResult<()> {
         let partitions: Vec<_> = lock(&self.partitions).values().cloned().collect();
         for partition in partitions {
             lock(&partition).flush()?;
@@ -1175,9 +1174,9 @@ impl StorageEngine {
     /// Applies a committed transaction at `lsn`. `removed_at` (empty except
     /// in replay) gives the LSN at which the log later removes a partition's
     /// copy: a commit before it is skipped, as its files went with the copy.
-    fn apply(&self, lsn: u64, prepared: Prepared, removed_at: &HashMap<(TableId, PartitionId), u64>) -> FoamResult<()> {
+    fn apply(&self, lsn: u64, prepared: Prepared, removed_at: &HashMap<(TableId, PartitionId), u64>) -> StorageResult<()> {
         let WalHeader::Prepare { entries, .. } = &prepared.header else {
-            return Err(FoamError::internal("a prepared transaction without a Prepare header"));
+            return Err(StorageError::internal("a prepared transaction without a Prepare header"));
         };
         // A partition's deletions apply after its new rows (a transaction may
         // delete rows it added), and write its memtable out with them.
@@ -1215,7 +1214,7 @@ impl StorageEngine {
                     partition.add_segment(lsn, &self.staging_dir.join(file_name), info)?;
                 }
                 (EntryData::Inline { .. } | EntryData::Delete { .. }, None) => {
-                    return Err(FoamError::internal("inline entry without decoded rows"));
+                    return Err(StorageError::internal("inline entry without decoded rows"));
                 }
             }
         }
@@ -1231,22 +1230,22 @@ impl StorageEngine {
 
     /// Drops the segments of a partition not named in `wanted` (see
     /// `Partition::retain_segments`).
-    pub fn retain_segments(&self, table_id: TableId, partition: PartitionId, wanted: &[String]) -> FoamResult<()> {
+    pub fn retain_segments(&self, table_id: TableId, partition: PartitionId, wanted: &[String]) -> StorageResult<()> {
         let partition = self.partition(table_id, partition)?;
         let mut partition = lock(&partition);
         partition.retain_segments(wanted)
     }
 
-    fn decode_prepared(&self, coordinator: NodeId, header: WalHeader, body: Vec<u8>) -> FoamResult<Prepared> {
+    fn decode_prepared(&self, coordinator: NodeId, header: WalHeader, body: Vec<u8>) -> StorageResult<Prepared> {
         let WalHeader::Prepare { entries, .. } = &header else {
-            return Err(FoamError::internal("decode_prepared needs a Prepare record"));
+            return Err(StorageError::internal("decode_prepared needs a Prepare record"));
         };
         let mut inline = Vec::with_capacity(entries.len());
         for entry in entries {
             inline.push(match entry.data {
                 EntryData::Inline { offset, length } | EntryData::Delete { offset, length } => {
                     let range = offset as usize..(offset + length) as usize;
-                    let bytes = body.get(range).ok_or_else(|| FoamError::Corrupted {
+                    let bytes = body.get(range).ok_or_else(|| StorageError::Corrupted {
                         path: "wal".into(),
                         message: "inline rows outside their record".into(),
                     })?;
@@ -1285,7 +1284,7 @@ impl StorageEngine {
         }
     }
 
-    fn partition(&self, table_id: TableId, partition: PartitionId) -> FoamResult<Arc<Mutex<Partition>>> {
+    fn partition(&self, table_id: TableId, partition: PartitionId) -> StorageResult<Arc<Mutex<Partition>>> {
         let mut partitions = lock(&self.partitions);
         if let Some(existing) = partitions.get(&(table_id, partition)) {
             return Ok(existing.clone());
@@ -1296,7 +1295,7 @@ impl StorageEngine {
         Ok(opened)
     }
 
-    fn load_partitions(&self) -> FoamResult<()> {
+    fn load_partitions(&self) -> StorageResult<()> {
         for table_entry in read_dir(&self.tables_dir)? {
             let Some(table_id) = file_name_number::<TableId>(&table_entry) else { continue };
             for partition_entry in read_dir(&table_entry)? {
@@ -1307,19 +1306,19 @@ impl StorageEngine {
         Ok(())
     }
 
-    fn forget_table(&self, table_id: TableId) -> FoamResult<()> {
+    fn forget_table(&self, table_id: TableId) -> StorageResult<()> {
         lock(&self.dropped_tables).insert(table_id);
         lock(&self.partitions).retain(|(table, _), _| *table != table_id);
         let dir = self.tables_dir.join(table_id.to_string());
         if dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(|e| FoamError::io(&dir, e))?;
+            std::fs::remove_dir_all(&dir).map_err(|e| StorageError::io(&dir, e))?;
             foam_common::fs::sync_dir(&self.tables_dir)?;
         }
         Ok(())
     }
 
     /// Staged files of transactions that never prepared (the node crashed first).
-    fn remove_orphan_staging_files(&self) -> FoamResult<()> {
+    fn remove_orphan_staging_files(&self) -> StorageResult<()> {
         let mut referenced = HashSet::new();
         for prepared in lock(&self.prepared).values() {
             if let WalHeader::Prepare { entries, .. } = &prepared.header {
@@ -1333,7 +1332,7 @@ impl StorageEngine {
         for path in read_dir(&self.staging_dir)? {
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
             if !referenced.contains(&name) {
-                std::fs::remove_file(&path).map_err(|e| FoamError::io(&path, e))?;
+                std::fs::remove_file(&path).map_err(|e| StorageError::io(&path, e))?;
             }
         }
         Ok(())
@@ -1346,10 +1345,10 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn read_dir(dir: &Path) -> FoamResult<Vec<PathBuf>> {
+fn read_dir(dir: &Path) -> StorageResult<Vec<PathBuf>> {
     let mut paths = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(|e| FoamError::io(dir, e))? {
-        paths.push(entry.map_err(|e| FoamError::io(dir, e))?.path());
+    for entry in std::fs::read_dir(dir).map_err(|e| StorageError::io(dir, e))? {
+        paths.push(entry.map_err(|e| StorageError::io(dir, e))?.path());
     }
     Ok(paths)
 }
@@ -1357,7 +1356,6 @@ fn read_dir(dir: &Path) -> FoamResult<Vec<PathBuf>> {
 fn file_name_number<T: std::str::FromStr>(path: &Path) -> Option<T> {
     path.file_name()?.to_str()?.parse().ok()
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -1778,7 +1776,7 @@ mod tests {
         data: &bytes::Bytes,
         checksums: &segment::Checksums,
         schema: &arrow::datatypes::SchemaRef,
-    ) -> FoamResult<()> {
+    ) -> StorageResult<()> {
         let mut received = engine.receive_segment(txn, coordinator, table_id, partition, placement_version)?;
         for piece in data.chunks(1000) {
             received.append(piece)?;
@@ -1862,7 +1860,7 @@ mod tests {
         bytes[10] ^= 0x5a;
         std::fs::remove_file(&damaged).unwrap();
         std::fs::write(&damaged, &bytes).unwrap();
-        assert!(matches!(engine.install_segment(16, 2, &damaged, listed[1].clone()), Err(FoamError::Corrupted { .. })), "a damaged kept file is refused");
+        assert!(matches!(engine.install_segment(16, 2, &damaged, listed[1].clone()), Err(StorageError::Corrupted { .. })), "a damaged kept file is refused");
         std::fs::remove_file(&damaged).unwrap();
         assert_eq!(rows_in(&engine, 16, 2), 300);
 

@@ -1,12 +1,12 @@
 //! Arrow IPC stream encoding of record batches, the byte form of rows in WAL
 //! records.
 
+use crate::error::{StorageError, StorageResult};
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
 use arrow::record_batch::RecordBatch;
-use foam_common::{FoamError, FoamResult};
 
-pub fn encode_batches(batches: &[RecordBatch]) -> FoamResult<Vec<u8>> {
+pub fn encode_batches(batches: &[RecordBatch]) -> StorageResult<Vec<u8>> {
     let mut bytes = Vec::with_capacity(encoded_size_hint(batches));
     encode_batches_into(batches, &mut bytes)?;
     Ok(bytes)
@@ -19,7 +19,7 @@ pub fn encoded_size_hint(batches: &[RecordBatch]) -> usize {
 }
 
 /// Appends the IPC stream of `batches` (nothing when empty) to `bytes`.
-pub fn encode_batches_into(batches: &[RecordBatch], bytes: &mut Vec<u8>) -> FoamResult<()> {
+pub fn encode_batches_into(batches: &[RecordBatch], bytes: &mut Vec<u8>) -> StorageResult<()> {
     let Some(first) = batches.first() else {
         return Ok(());
     };
@@ -30,7 +30,7 @@ pub fn encode_batches_into(batches: &[RecordBatch], bytes: &mut Vec<u8>) -> Foam
     writer.finish().map_err(arrow_error)
 }
 
-pub fn decode_batches(bytes: &[u8]) -> FoamResult<Vec<RecordBatch>> {
+pub fn decode_batches(bytes: &[u8]) -> StorageResult<Vec<RecordBatch>> {
     if bytes.is_empty() {
         return Ok(Vec::new());
     }
@@ -38,6 +38,6 @@ pub fn decode_batches(bytes: &[u8]) -> FoamResult<Vec<RecordBatch>> {
     reader.collect::<Result<Vec<_>, _>>().map_err(arrow_error)
 }
 
-fn arrow_error(error: arrow::error::ArrowError) -> FoamError {
-    FoamError::internal(format!("Arrow IPC: {error}"))
+fn arrow_error(error: arrow::error::ArrowError) -> StorageError {
+    StorageError::internal(format!("Arrow IPC: {error}"))
 }

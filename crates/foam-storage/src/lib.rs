@@ -18,6 +18,7 @@
 
 pub mod decisions;
 pub mod engine;
+pub mod error;
 pub mod ipc;
 pub mod partition;
 pub mod row_set;
@@ -26,6 +27,7 @@ pub mod unique;
 pub mod wal;
 
 pub use decisions::{DecisionLog, TxnOutcome};
+pub use error::{StorageError, StorageResult};
 pub use engine::{OwnWrites, PartitionStats, SetAside, StatementNumber, StorageEngine, WRITES_FENCED};
 pub use partition::{PartitionSnapshot, SegmentInfo};
 pub use row_set::RowDigest;

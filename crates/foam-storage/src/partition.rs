@@ -10,13 +10,14 @@
 //! replaced file is unlinked when the last snapshot that lists it is gone, so
 //! a scan that started before the deletion still reads it.
 
+use crate::error::{StorageError, StorageResult};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use arrow::record_batch::RecordBatch;
-use foam_common::{FoamError, FoamResult};
+
 use serde::{Deserialize, Serialize};
 
 use crate::row_set::RowSet;
@@ -119,15 +120,15 @@ pub struct Partition {
 }
 
 impl Partition {
-    pub fn open(dir: PathBuf, tables_dir: &Path) -> FoamResult<Self> {
+    pub fn open(dir: PathBuf, tables_dir: &Path) -> StorageResult<Self> {
         let path = dir.join(MANIFEST_FILE_NAME);
         let manifest = match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| FoamError::Corrupted {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| StorageError::Corrupted {
                 path: path.display().to_string(),
                 message: e.to_string(),
             })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Manifest::default(),
-            Err(e) => return Err(FoamError::io(&path, e)),
+            Err(e) => return Err(StorageError::io(&path, e)),
         };
         Ok(Partition {
             dir,
@@ -142,7 +143,7 @@ impl Partition {
     }
 
     /// Creates the partition's directory (and its table's) durably.
-    fn ensure_dir(&self) -> FoamResult<()> {
+    fn ensure_dir(&self) -> StorageResult<()> {
         if self.dir.exists() {
             return Ok(());
         }
@@ -150,7 +151,7 @@ impl Partition {
         if let Some(table_dir) = self.dir.parent() {
             foam_common::fs::sync_dir(table_dir)?;
         }
-        foam_common::fs::sync_dir(&self.tables_dir)
+        Ok(foam_common::fs::sync_dir(&self.tables_dir)?)
     }
 
     pub fn dir(&self) -> &Path {
@@ -175,7 +176,7 @@ impl Partition {
     /// Idempotent, so a replayed commit of an already-moved segment does
     /// nothing; so is a commit older than the partition's reset (a copy from a
     /// replica replaced what it wrote).
-    pub fn add_segment(&mut self, lsn: u64, staged_path: &Path, info: SegmentInfo) -> FoamResult<()> {
+    pub fn add_segment(&mut self, lsn: u64, staged_path: &Path, info: SegmentInfo) -> StorageResult<()> {
         if lsn <= self.manifest.applied_lsn {
             let _ = std::fs::remove_file(staged_path);
             return Ok(());
@@ -185,7 +186,7 @@ impl Partition {
 
     /// Moves a finished segment file into this partition and lists it
     /// (idempotent by file name).
-    pub fn install_segment(&mut self, staged_path: &Path, info: SegmentInfo) -> FoamResult<()> {
+    pub fn install_segment(&mut self, staged_path: &Path, info: SegmentInfo) -> StorageResult<()> {
         let file_name = info.file_name.as_str();
         if self.manifest.segments.iter().any(|s| s.file_name == file_name) {
             return Ok(());
@@ -193,10 +194,10 @@ impl Partition {
         self.ensure_dir()?;
         let target = self.dir.join(file_name);
         if staged_path.exists() {
-            std::fs::rename(staged_path, &target).map_err(|e| FoamError::io(staged_path, e))?;
+            std::fs::rename(staged_path, &target).map_err(|e| StorageError::io(staged_path, e))?;
             foam_common::fs::sync_dir(&self.dir)?;
         } else if !target.exists() {
-            return Err(FoamError::Corrupted {
+            return Err(StorageError::Corrupted {
                 path: staged_path.display().to_string(),
                 message: "a committed segment file is missing".into(),
             });
@@ -208,7 +209,7 @@ impl Partition {
 
     /// Drops every row (the partition is about to be copied from a replica)
     /// and records that WAL records up to `wal_lsn` no longer apply to it.
-    pub fn reset(&mut self, wal_lsn: u64) -> FoamResult<()> {
+    pub fn reset(&mut self, wal_lsn: u64) -> StorageResult<()> {
         let old: Vec<String> = self.manifest.segments.iter().map(|s| s.file_name.clone()).collect();
         self.ensure_dir()?;
         self.save_manifest(Manifest { segments: Vec::new(), applied_lsn: wal_lsn.max(self.manifest.applied_lsn) })?;
@@ -235,7 +236,7 @@ impl Partition {
 
     /// Writes the memtable as a segment and records that the WAL up to its
     /// newest commit no longer needs replaying for this partition.
-    pub fn flush(&mut self) -> FoamResult<()> {
+    pub fn flush(&mut self) -> StorageResult<()> {
         if self.memtable.is_empty() {
             return Ok(());
         }
@@ -278,7 +279,7 @@ impl Partition {
     /// (replay). The memtable is written out in the same manifest save, so
     /// the save covers every commit up to `lsn`. Returns how many listed rows
     /// were not found (none, when prepare checked them under the WAL lock).
-    pub fn apply_delete(&mut self, lsn: u64, rows: &[RecordBatch]) -> FoamResult<u64> {
+    pub fn apply_delete(&mut self, lsn: u64, rows: &[RecordBatch]) -> StorageResult<u64> {
         if lsn <= self.manifest.applied_lsn {
             return Ok(0);
         }
@@ -332,13 +333,13 @@ impl Partition {
 
     /// Writes `batches` (empty ones skipped) as a new segment file of this
     /// partition, fsynced; `None` when there is no row to write.
-    fn write_rows(&self, batches: &[RecordBatch]) -> FoamResult<Option<SegmentInfo>> {
+    fn write_rows(&self, batches: &[RecordBatch]) -> StorageResult<Option<SegmentInfo>> {
         let Some(first) = batches.iter().find(|b| b.num_rows() > 0) else { return Ok(None) };
         // Rows of older files or a replayed WAL may hold text as another
         // string type: one file has one schema.
         let schema = first.schema();
         let batches: Vec<RecordBatch> =
-            batches.iter().filter(|b| b.num_rows() > 0).map(|b| segment::cast_to_schema(&schema, b)).collect::<FoamResult<_>>()?;
+            batches.iter().filter(|b| b.num_rows() > 0).map(|b| segment::cast_to_schema(&schema, b)).collect::<StorageResult<_>>()?;
         let file_name = format!("seg-{}.parquet", uuid::Uuid::new_v4().simple());
         let sum = segment::write_segment(&self.dir.join(&file_name), &schema, &batches)?;
         let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
@@ -347,7 +348,7 @@ impl Partition {
 
     /// Drops the listed segments not named in `wanted` (a copy being caught
     /// up from a replica whose deletions replaced some files meanwhile).
-    pub fn retain_segments(&mut self, wanted: &[String]) -> FoamResult<()> {
+    pub fn retain_segments(&mut self, wanted: &[String]) -> StorageResult<()> {
         let (kept, dropped): (Vec<SegmentInfo>, Vec<SegmentInfo>) =
             self.manifest.segments.iter().cloned().partition(|s| wanted.contains(&s.file_name));
         if dropped.is_empty() {
@@ -380,8 +381,8 @@ impl Partition {
         (rows, bytes)
     }
 
-    fn save_manifest(&mut self, next: Manifest) -> FoamResult<()> {
-        let bytes = serde_json::to_vec_pretty(&next).map_err(|e| FoamError::internal(e.to_string()))?;
+    fn save_manifest(&mut self, next: Manifest) -> StorageResult<()> {
+        let bytes = serde_json::to_vec_pretty(&next).map_err(|e| StorageError::internal(e.to_string()))?;
         foam_common::fs::write_atomic(&self.dir.join(MANIFEST_FILE_NAME), &bytes)?;
         self.manifest = next;
         Ok(())

@@ -8,13 +8,13 @@
 //! rows are interchangeable: deleting any `n` of them leaves the same table.
 //! For the same reason a copy's digest ignores order and file layout.
 
+use crate::error::{StorageError, StorageResult};
 use std::collections::HashMap;
 
 use arrow::array::{ArrayRef, BooleanArray};
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
-use foam_common::{FoamError, FoamResult};
 
 /// Whole rows as bytes that are equal exactly when the rows are. Text and
 /// binary are compared as plain arrays: rows read back from a segment may
@@ -25,7 +25,7 @@ struct RowEncoder {
 }
 
 impl RowEncoder {
-    fn new(schema: &SchemaRef) -> FoamResult<Self> {
+    fn new(schema: &SchemaRef) -> StorageResult<Self> {
         let types: Vec<DataType> = schema
             .fields()
             .iter()
@@ -39,9 +39,9 @@ impl RowEncoder {
         Ok(RowEncoder { converter, types })
     }
 
-    fn encode(&self, batch: &RecordBatch) -> FoamResult<arrow::row::Rows> {
+    fn encode(&self, batch: &RecordBatch) -> StorageResult<arrow::row::Rows> {
         if batch.num_columns() != self.types.len() {
-            return Err(FoamError::internal(format!("rows of {} columns matched against rows of {}", batch.num_columns(), self.types.len())));
+            return Err(StorageError::internal(format!("rows of {} columns matched against rows of {}", batch.num_columns(), self.types.len())));
         }
         let columns: Vec<ArrayRef> = batch
             .columns()
@@ -63,12 +63,12 @@ pub struct RowSet {
 
 impl RowSet {
     /// An empty set of rows shaped like `schema`.
-    pub fn new(schema: &SchemaRef) -> FoamResult<Self> {
+    pub fn new(schema: &SchemaRef) -> StorageResult<Self> {
         Ok(RowSet { encoder: RowEncoder::new(schema)?, counts: HashMap::new(), len: 0 })
     }
 
     /// The set of every row of `batches` (all of one schema).
-    pub fn of(batches: &[RecordBatch]) -> FoamResult<Option<Self>> {
+    pub fn of(batches: &[RecordBatch]) -> StorageResult<Option<Self>> {
         let Some(first) = batches.first() else { return Ok(None) };
         let mut set = RowSet::new(&first.schema())?;
         for batch in batches {
@@ -86,7 +86,7 @@ impl RowSet {
     }
 
     /// Adds every row of `batch`.
-    pub fn add(&mut self, batch: &RecordBatch) -> FoamResult<()> {
+    pub fn add(&mut self, batch: &RecordBatch) -> StorageResult<()> {
         for row in self.encode(batch)? {
             *self.counts.entry(row).or_default() += 1;
             self.len += 1;
@@ -96,7 +96,7 @@ impl RowSet {
 
     /// How many times each row of `self` occurs in `batch`, as a set of the
     /// same rows; rows of `batch` not in `self` are not counted.
-    pub fn count_in(&self, batch: &RecordBatch, found: &mut HashMap<Vec<u8>, u64>) -> FoamResult<()> {
+    pub fn count_in(&self, batch: &RecordBatch, found: &mut HashMap<Vec<u8>, u64>) -> StorageResult<()> {
         for row in self.encode(batch)? {
             if self.counts.contains_key(&row) {
                 *found.entry(row).or_default() += 1;
@@ -114,7 +114,7 @@ impl RowSet {
     /// Removes from `batch` the rows of this set, each as often as it is in
     /// the set (taking them out of it); returns the rows left and how many
     /// were removed.
-    pub fn take_from(&mut self, batch: &RecordBatch) -> FoamResult<(RecordBatch, u64)> {
+    pub fn take_from(&mut self, batch: &RecordBatch) -> StorageResult<(RecordBatch, u64)> {
         if self.len == 0 {
             return Ok((batch.clone(), 0));
         }
@@ -140,7 +140,7 @@ impl RowSet {
     }
 
     /// Each row of `batch`, encoded.
-    fn encode(&self, batch: &RecordBatch) -> FoamResult<Vec<Vec<u8>>> {
+    fn encode(&self, batch: &RecordBatch) -> StorageResult<Vec<Vec<u8>>> {
         Ok(self.encoder.encode(batch)?.iter().map(|row| row.as_ref().to_vec()).collect())
     }
 }
@@ -161,11 +161,11 @@ pub struct RowDigester {
 }
 
 impl RowDigester {
-    pub fn new(schema: &SchemaRef) -> FoamResult<Self> {
+    pub fn new(schema: &SchemaRef) -> StorageResult<Self> {
         Ok(RowDigester { encoder: RowEncoder::new(schema)?, digest: RowDigest::default() })
     }
 
-    pub fn add(&mut self, batch: &RecordBatch) -> FoamResult<()> {
+    pub fn add(&mut self, batch: &RecordBatch) -> StorageResult<()> {
         for row in self.encoder.encode(batch)?.iter() {
             // A wrapping sum is the same in any order, and counts a row as
             // often as it is stored.
@@ -180,8 +180,8 @@ impl RowDigester {
     }
 }
 
-fn internal(error: impl std::fmt::Display) -> FoamError {
-    FoamError::internal(format!("matching rows: {error}"))
+fn internal(error: impl std::fmt::Display) -> StorageError {
+    StorageError::internal(format!("matching rows: {error}"))
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 //! durable, and afterwards only read, unlinked or replaced by a rename. That is
 //! what makes mapping them safe (a mapped file that is unlinked stays intact).
 
+use crate::error::{StorageError, StorageResult};
 use std::collections::HashSet;
 use std::fs::File;
 use std::path::Path;
@@ -21,7 +22,7 @@ use arrow::row::{RowConverter, SortField};
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
 use foam_common::limits::BATCH_ROWS;
-use foam_common::{FoamError, FoamResult};
+
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
@@ -87,8 +88,8 @@ fn repeats_enough_for_a_dictionary(column: &ArrayRef) -> bool {
 }
 
 /// A segment writer whose encodings suit `sample`, the first rows it will get.
-pub fn create_writer(path: &Path, schema: &SchemaRef, sample: Option<&RecordBatch>) -> FoamResult<ArrowWriter<File>> {
-    let file = File::create(path).map_err(|e| FoamError::io(path, e))?;
+pub fn create_writer(path: &Path, schema: &SchemaRef, sample: Option<&RecordBatch>) -> StorageResult<ArrowWriter<File>> {
+    let file = File::create(path).map_err(|e| StorageError::io(path, e))?;
     ArrowWriter::try_new(file, schema.clone(), Some(writer_properties(sample))).map_err(|e| parquet_error(path, e))
 }
 
@@ -111,29 +112,29 @@ pub struct Checksums {
 }
 
 /// Finishes a segment and makes it durable; returns its size and checksums.
-pub fn finish_writer(path: &Path, writer: ArrowWriter<File>) -> FoamResult<SegmentSum> {
+pub fn finish_writer(path: &Path, writer: ArrowWriter<File>) -> StorageResult<SegmentSum> {
     writer.close().map_err(|e| parquet_error(path, e))?;
-    let file = File::open(path).map_err(|e| FoamError::io(path, e))?;
-    file.sync_all().map_err(|e| FoamError::io(path, e))?;
+    let file = File::open(path).map_err(|e| StorageError::io(path, e))?;
+    file.sync_all().map_err(|e| StorageError::io(path, e))?;
     checksum(path)
 }
 
 /// A whole segment file as bytes, mapped rather than copied: Parquet then
 /// decodes pages straight from the page cache.
-fn map(path: &Path) -> FoamResult<Bytes> {
-    let file = File::open(path).map_err(|e| FoamError::io(path, e))?;
-    let length = file.metadata().map_err(|e| FoamError::io(path, e))?.len();
+fn map(path: &Path) -> StorageResult<Bytes> {
+    let file = File::open(path).map_err(|e| StorageError::io(path, e))?;
+    let length = file.metadata().map_err(|e| StorageError::io(path, e))?.len();
     if length == 0 {
         return Ok(Bytes::new());
     }
     // SAFETY: segment files are never changed in place (see the module doc),
     // so the mapped bytes cannot change or shrink under the reader.
-    let mapped = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| FoamError::io(path, e))?;
+    let mapped = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| StorageError::io(path, e))?;
     Ok(Bytes::from_owner(mapped))
 }
 
 /// The size and checksums of a whole file.
-pub fn checksum(path: &Path) -> FoamResult<SegmentSum> {
+pub fn checksum(path: &Path) -> StorageResult<SegmentSum> {
     Ok(sum_of(&map(path)?))
 }
 
@@ -190,14 +191,14 @@ impl SumBuilder {
     }
 }
 
-fn corrupted(path: &Path, message: String) -> FoamError {
-    FoamError::Corrupted { path: path.display().to_string(), message }
+fn corrupted(path: &Path, message: String) -> StorageError {
+    StorageError::Corrupted { path: path.display().to_string(), message }
 }
 
-/// Fails with [`FoamError::Corrupted`] unless the whole file has the recorded
+/// Fails with [`StorageError::Corrupted`] unless the whole file has the recorded
 /// checksums: its CRC-32 and, when recorded, every block's. A copy received
 /// from a replica is checked so, since reads later trust its block list.
-pub fn verify(path: &Path, expected: &Checksums) -> FoamResult<()> {
+pub fn verify(path: &Path, expected: &Checksums) -> StorageResult<()> {
     let data = map(path)?;
     // One pass over the file yields both the CRC-32 and the block checksums.
     let found = sum_of(&data);
@@ -210,9 +211,9 @@ pub fn verify(path: &Path, expected: &Checksums) -> FoamResult<()> {
     Ok(())
 }
 
-/// Fails with [`FoamError::Corrupted`] unless `found`, the CRC-32 of the
+/// Fails with [`StorageError::Corrupted`] unless `found`, the CRC-32 of the
 /// file at `path`, is `crc32`, the one written.
-fn check_crc(path: &Path, found: u32, crc32: u32) -> FoamResult<()> {
+fn check_crc(path: &Path, found: u32, crc32: u32) -> StorageResult<()> {
     if found != crc32 {
         return Err(corrupted(path, format!("segment checksum is {found:08x}, {crc32:08x} was written")));
     }
@@ -233,7 +234,7 @@ fn footer_range(data: &[u8]) -> (u64, u64) {
 }
 
 /// Checks every block that overlaps one of `ranges` (offset, length) once.
-fn check_blocks(path: &Path, data: &[u8], blocks: &[u32], checked: &mut [bool], ranges: impl IntoIterator<Item = (u64, u64)>) -> FoamResult<()> {
+fn check_blocks(path: &Path, data: &[u8], blocks: &[u32], checked: &mut [bool], ranges: impl IntoIterator<Item = (u64, u64)>) -> StorageResult<()> {
     for (start, length) in ranges {
         let end = start.saturating_add(length).min(data.len() as u64) as usize;
         let start = start as usize;
@@ -259,7 +260,7 @@ fn check_blocks(path: &Path, data: &[u8], blocks: &[u32], checked: &mut [bool], 
 }
 
 /// Writes `batches` as one durable segment file; returns its size and checksum.
-pub fn write_segment(path: &Path, schema: &SchemaRef, batches: &[RecordBatch]) -> FoamResult<SegmentSum> {
+pub fn write_segment(path: &Path, schema: &SchemaRef, batches: &[RecordBatch]) -> StorageResult<SegmentSum> {
     let mut writer = create_writer(path, schema, batches.first())?;
     for batch in batches {
         writer.write(batch).map_err(|e| parquet_error(path, e))?;
@@ -318,13 +319,13 @@ pub struct SegmentBuilder {
 
 impl SegmentBuilder {
     /// A segment of `schema`, with encodings chosen from `sample` (its first rows).
-    pub fn new(schema: &SchemaRef, sample: &RecordBatch, ship: impl FnMut(Bytes) -> std::io::Result<()> + Send + 'static) -> FoamResult<Self> {
+    pub fn new(schema: &SchemaRef, sample: &RecordBatch, ship: impl FnMut(Bytes) -> std::io::Result<()> + Send + 'static) -> StorageResult<Self> {
         let sink = ChunkSink { buffer: Vec::with_capacity(SEGMENT_CHUNK_BYTES), sum: SumBuilder::default(), ship: Box::new(ship) };
         let writer = ArrowWriter::try_new(sink, schema.clone(), Some(writer_properties(Some(sample)))).map_err(encode_error)?;
         Ok(SegmentBuilder { writer, rows: 0 })
     }
 
-    pub fn write(&mut self, batch: &RecordBatch) -> FoamResult<()> {
+    pub fn write(&mut self, batch: &RecordBatch) -> StorageResult<()> {
         self.writer.write(batch).map_err(encode_error)?;
         self.rows += batch.num_rows() as u64;
         Ok(())
@@ -336,15 +337,15 @@ impl SegmentBuilder {
 
     /// Writes the footer, ships the last piece and returns the whole file's
     /// size and checksums.
-    pub fn finish(self) -> FoamResult<SegmentSum> {
+    pub fn finish(self) -> StorageResult<SegmentSum> {
         let mut sink = self.writer.into_inner().map_err(encode_error)?;
-        sink.ship_buffer().map_err(|e| FoamError::internal(format!("shipping a segment: {e}")))?;
+        sink.ship_buffer().map_err(|e| StorageError::internal(format!("shipping a segment: {e}")))?;
         Ok(sink.sum.finish())
     }
 }
 
-fn encode_error(error: parquet::errors::ParquetError) -> FoamError {
-    FoamError::internal(format!("encoding a segment: {error}"))
+fn encode_error(error: parquet::errors::ParquetError) -> StorageError {
+    StorageError::internal(format!("encoding a segment: {error}"))
 }
 
 /// Checks a segment file a bulk loader streamed to this node, once all of it
@@ -352,7 +353,7 @@ fn encode_error(error: parquet::errors::ParquetError) -> FoamError {
 /// checksums the loader computed, and the file must be Parquet with exactly
 /// `schema`'s columns (a NOT NULL column stored as a required one, so it
 /// cannot hold a null) and `rows` rows. Errors name the file, not its directory.
-pub fn check_received(path: &Path, received: &SegmentSum, expected: &Checksums, schema: &SchemaRef, rows: u64) -> FoamResult<()> {
+pub fn check_received(path: &Path, received: &SegmentSum, expected: &Checksums, schema: &SchemaRef, rows: u64) -> StorageResult<()> {
     let named = Path::new(path.file_name().unwrap_or(path.as_os_str()));
     if expected.crc32 != Some(received.crc32) || expected.blocks != received.blocks {
         return Err(corrupted(named, "the segment's bytes do not have the checksums sent with them".into()));
@@ -379,7 +380,7 @@ pub fn check_received(path: &Path, received: &SegmentSum, expected: &Checksums, 
 /// With block checksums, the footer's blocks are checked before it is parsed
 /// and the projected column chunks' blocks before any is decoded; without,
 /// the whole file is checked against its CRC-32 when it has one.
-pub fn read_segment(path: &Path, checksums: &Checksums, projection: Option<&[usize]>) -> FoamResult<ParquetRecordBatchReader> {
+pub fn read_segment(path: &Path, checksums: &Checksums, projection: Option<&[usize]>) -> StorageResult<ParquetRecordBatchReader> {
     let data = map(path)?;
     let blocks = checksums.blocks.as_slice();
     let mut checked = vec![false; blocks.len()];
@@ -426,7 +427,7 @@ pub struct SegmentRows {
 impl SegmentRows {
     /// Opens the segment at `path` (see [`read_segment`]) for `projection`
     /// (column indices, in the order wanted; `None` for all).
-    pub fn open(path: &Path, checksums: &Checksums, projection: Option<&[usize]>) -> FoamResult<SegmentRows> {
+    pub fn open(path: &Path, checksums: &Checksums, projection: Option<&[usize]>) -> StorageResult<SegmentRows> {
         let (sorted, reorder) = match projection {
             Some(indices) => {
                 let mut sorted = indices.to_vec();
@@ -443,15 +444,15 @@ impl SegmentRows {
 }
 
 impl Iterator for SegmentRows {
-    type Item = FoamResult<RecordBatch>;
+    type Item = StorageResult<RecordBatch>;
 
     fn next(&mut self) -> Option<Self::Item> {
         let batch = match self.reader.next()? {
             Ok(batch) => batch,
-            Err(e) => return Some(Err(FoamError::Corrupted { path: self.path.display().to_string(), message: e.to_string() })),
+            Err(e) => return Some(Err(StorageError::Corrupted { path: self.path.display().to_string(), message: e.to_string() })),
         };
         Some(match &self.reorder {
-            Some(order) => batch.project(order).map_err(|e| FoamError::internal(format!("projecting {}: {e}", self.path.display()))),
+            Some(order) => batch.project(order).map_err(|e| StorageError::internal(format!("projecting {}: {e}", self.path.display()))),
             None => Ok(batch),
         })
     }
@@ -461,12 +462,12 @@ impl Iterator for SegmentRows {
 /// rows of older files or of a replayed WAL may hold text as `Utf8`, a
 /// scan's text another string type than a table's. A value that does not
 /// fit its new type is an error, never NULL.
-pub fn cast_to_schema(schema: &SchemaRef, batch: &RecordBatch) -> FoamResult<RecordBatch> {
+pub fn cast_to_schema(schema: &SchemaRef, batch: &RecordBatch) -> StorageResult<RecordBatch> {
     if batch.schema() == *schema {
         return Ok(batch.clone());
     }
     if batch.num_columns() != schema.fields().len() {
-        return Err(FoamError::internal(format!("{} columns given for a schema of {}", batch.num_columns(), schema.fields().len())));
+        return Err(StorageError::internal(format!("{} columns given for a schema of {}", batch.num_columns(), schema.fields().len())));
     }
     let strict = arrow::compute::CastOptions { safe: false, ..Default::default() };
     let columns = batch
@@ -477,13 +478,13 @@ pub fn cast_to_schema(schema: &SchemaRef, batch: &RecordBatch) -> FoamResult<Rec
             if column.data_type() == field.data_type() {
                 return Ok(column.clone());
             }
-            arrow::compute::cast_with_options(column, field.data_type(), &strict).map_err(|e| FoamError::DataException {
+            arrow::compute::cast_with_options(column, field.data_type(), &strict).map_err(|e| StorageError::InvalidValue {
                 message: format!("value for column \"{}\" does not fit its type {}: {e}", field.name(), field.data_type()),
             })
         })
-        .collect::<FoamResult<Vec<_>>>()?;
+        .collect::<StorageResult<Vec<_>>>()?;
     let options = arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
-    RecordBatch::try_new_with_options(schema.clone(), columns, &options).map_err(|e| FoamError::internal(e.to_string()))
+    RecordBatch::try_new_with_options(schema.clone(), columns, &options).map_err(|e| StorageError::internal(e.to_string()))
 }
 
 /// `schema` with its `Utf8` columns as `Utf8View` (FoamDB's text type), or
@@ -505,14 +506,14 @@ pub fn strings_as_views(schema: &SchemaRef) -> Option<SchemaRef> {
 /// The segment's Parquet footer: row counts and each row group's column
 /// statistics (min, max, nulls), which the query planner sums up into a
 /// table's statistics. Only the footer is read, not the column data.
-pub fn read_metadata(path: &Path) -> FoamResult<std::sync::Arc<parquet::file::metadata::ParquetMetaData>> {
-    let file = File::open(path).map_err(|e| FoamError::io(path, e))?;
+pub fn read_metadata(path: &Path) -> StorageResult<std::sync::Arc<parquet::file::metadata::ParquetMetaData>> {
+    let file = File::open(path).map_err(|e| StorageError::io(path, e))?;
     let metadata = parquet::file::metadata::ParquetMetaDataReader::new().parse_and_finish(&file).map_err(|e| parquet_error(path, e))?;
     Ok(std::sync::Arc::new(metadata))
 }
 
-fn parquet_error(path: &Path, error: parquet::errors::ParquetError) -> FoamError {
-    FoamError::Corrupted { path: path.display().to_string(), message: error.to_string() }
+fn parquet_error(path: &Path, error: parquet::errors::ParquetError) -> StorageError {
+    StorageError::Corrupted { path: path.display().to_string(), message: error.to_string() }
 }
 
 #[cfg(test)]
@@ -586,7 +587,7 @@ mod tests {
         (path, sum, batch)
     }
 
-    fn read_all(path: &Path, checksums: &Checksums, projection: Option<&[usize]>) -> FoamResult<Vec<RecordBatch>> {
+    fn read_all(path: &Path, checksums: &Checksums, projection: Option<&[usize]>) -> StorageResult<Vec<RecordBatch>> {
         read_segment(path, checksums, projection)?.collect::<Result<_, _>>().map_err(|e| parquet_error(path, e.into()))
     }
 
@@ -663,12 +664,12 @@ mod tests {
         assert_eq!(ids.column(0), batch.column(0));
         for projection in [Some(&[1usize][..]), None] {
             let error = read_all(&path, &checksums, projection).expect_err("pad is damaged");
-            let FoamError::Corrupted { message, .. } = &error else { panic!("not a corruption error: {error}") };
+            let StorageError::Corrupted { message, .. } = &error else { panic!("not a corruption error: {error}") };
             assert!(message.contains(&format!("block {block} ")), "{message}");
         }
         // A file with no block checksums is checked whole.
         let whole = Checksums { crc32: Some(sum.crc32), blocks: Vec::new() };
-        assert!(matches!(read_all(&path, &whole, Some(&[0])), Err(FoamError::Corrupted { .. })));
+        assert!(matches!(read_all(&path, &whole, Some(&[0])), Err(StorageError::Corrupted { .. })));
         let _ = std::fs::remove_file(&path);
     }
 
@@ -683,7 +684,7 @@ mod tests {
         let error = verify(&path, &wrong).expect_err("the block list is wrong");
         assert!(error.to_string().contains("block checksums are not the"), "{error}");
         wrong.blocks = sum.blocks[1..].to_vec();
-        assert!(matches!(verify(&path, &wrong), Err(FoamError::Corrupted { .. })));
+        assert!(matches!(verify(&path, &wrong), Err(StorageError::Corrupted { .. })));
         // A damaged file fails its whole CRC.
         damage(&path, sum.bytes / 2);
         let error = verify(&path, &recorded).expect_err("the file is damaged");
@@ -700,7 +701,7 @@ mod tests {
         for at in [length - 8 - 20, length - 7] {
             damage(&path, at);
             let error = read_all(&path, &checksums, Some(&[0])).expect_err("the footer is damaged");
-            assert!(matches!(&error, FoamError::Corrupted { message, .. } if message.contains("checksum")), "{error}");
+            assert!(matches!(&error, StorageError::Corrupted { message, .. } if message.contains("checksum")), "{error}");
             damage(&path, at);
             read_all(&path, &checksums, Some(&[0])).expect("repaired");
         }

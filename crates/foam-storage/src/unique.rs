@@ -9,13 +9,13 @@
 //!
 //! As in SQL, a key with a NULL in it equals no other key.
 
+use crate::error::{StorageError, StorageResult};
 use std::collections::HashSet;
 
 use arrow::array::{Array, ArrayRef};
 use arrow::datatypes::DataType;
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
-use foam_common::{FoamError, FoamResult, SqlState};
 
 /// One unique key of a table: its constraint's name and its columns, by
 /// position in the table and by name (for the message).
@@ -44,12 +44,12 @@ pub fn projection(keys: &[UniqueKey]) -> (Vec<usize>, Vec<UniqueKey>) {
 /// `present` (the partition's committed rows and other prepared
 /// transactions' rows there): no two rows of `new`, and no row of `new` and
 /// one of `present`, may agree on any of `keys`.
-pub fn check(keys: &[UniqueKey], new: &[RecordBatch], present: &[RecordBatch]) -> FoamResult<()> {
+pub fn check(keys: &[UniqueKey], new: &[RecordBatch], present: &[RecordBatch]) -> StorageResult<()> {
     for key in keys {
         let Some(schema) = new.first().map(|b| b.schema()) else { return Ok(()) };
         let types: Vec<DataType> = key.columns.iter().map(|c| schema.field(*c).data_type().clone()).collect();
         let fields = types.iter().map(|t| SortField::new(t.clone())).collect();
-        let converter = RowConverter::new(fields).map_err(|e| FoamError::internal(format!("unique key {}: {e}", key.name)))?;
+        let converter = RowConverter::new(fields).map_err(|e| StorageError::internal(format!("unique key {}: {e}", key.name)))?;
         let mut seen: HashSet<Vec<u8>> = HashSet::new();
         for batch in present {
             for (row, _) in key_rows(&converter, &types, key, batch)? {
@@ -69,21 +69,15 @@ pub fn check(keys: &[UniqueKey], new: &[RecordBatch], present: &[RecordBatch]) -
 
 /// Checks rows already stored for a key being added: the first key held by
 /// two of them fails with 23505, as PostgreSQL's CREATE UNIQUE INDEX does.
-pub fn check_stored(key: &UniqueKey, rows: &[RecordBatch]) -> FoamResult<()> {
+pub fn check_stored(key: &UniqueKey, rows: &[RecordBatch]) -> StorageResult<()> {
     match check(std::slice::from_ref(key), rows, &[]) {
-        Err(FoamError::Query { message, sqlstate: SqlState::UniqueViolation }) => {
-            let detail = message.split_once(": ").map(|(_, detail)| detail).unwrap_or_default();
-            Err(FoamError::Query {
-                message: format!("could not create unique index \"{}\": {}", key.name, detail.replace(" already exists", " is duplicated")),
-                sqlstate: SqlState::UniqueViolation,
-            })
-        }
+        Err(StorageError::UniqueViolation { constraint, key }) => Err(StorageError::DuplicateStoredKey { constraint, key }),
         other => other,
     }
 }
 
 /// The encoded key of each row of `batch` whose key has no NULL, with the row's index.
-fn key_rows(converter: &RowConverter, types: &[DataType], key: &UniqueKey, batch: &RecordBatch) -> FoamResult<Vec<(Vec<u8>, usize)>> {
+fn key_rows(converter: &RowConverter, types: &[DataType], key: &UniqueKey, batch: &RecordBatch) -> StorageResult<Vec<(Vec<u8>, usize)>> {
     // Rows read back from a segment may hold text as views, staged ones not:
     // each column is compared as the converter's type.
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(key.columns.len());
@@ -92,10 +86,10 @@ fn key_rows(converter: &RowConverter, types: &[DataType], key: &UniqueKey, batch
         columns.push(if array.data_type() == data_type {
             array.clone()
         } else {
-            arrow::compute::cast(array, data_type).map_err(|e| FoamError::internal(format!("unique key {}: {e}", key.name)))?
+            arrow::compute::cast(array, data_type).map_err(|e| StorageError::internal(format!("unique key {}: {e}", key.name)))?
         });
     }
-    let rows = converter.convert_columns(&columns).map_err(|e| FoamError::internal(format!("unique key {}: {e}", key.name)))?;
+    let rows = converter.convert_columns(&columns).map_err(|e| StorageError::internal(format!("unique key {}: {e}", key.name)))?;
     Ok((0..batch.num_rows())
         .filter(|i| columns.iter().all(|c| !c.is_null(*i)))
         .map(|i| (rows.row(i).as_ref().to_vec(), i))
@@ -103,21 +97,13 @@ fn key_rows(converter: &RowConverter, types: &[DataType], key: &UniqueKey, batch
 }
 
 /// PostgreSQL's words for a duplicate key.
-fn violation(key: &UniqueKey, batch: &RecordBatch, row: usize) -> FoamError {
+fn violation(key: &UniqueKey, batch: &RecordBatch, row: usize) -> StorageError {
     let values: Vec<String> = key
         .columns
         .iter()
         .map(|c| arrow::util::display::array_value_to_string(batch.column(*c), row).unwrap_or_else(|_| "?".into()))
         .collect();
-    FoamError::Query {
-        message: format!(
-            "duplicate key value violates unique constraint \"{}\": Key ({})=({}) already exists",
-            key.name,
-            key.column_names.join(", "),
-            values.join(", ")
-        ),
-        sqlstate: SqlState::UniqueViolation,
-    }
+    StorageError::UniqueViolation { constraint: key.name.clone(), key: format!("({})=({})", key.column_names.join(", "), values.join(", ")) }
 }
 
 #[cfg(test)]

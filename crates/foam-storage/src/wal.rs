@@ -7,11 +7,12 @@
 //! end of the newest file (a crash mid-append) is cut off on open; a bad frame
 //! anywhere else is corruption and stops the node rather than lose data silently.
 
+use crate::error::{StorageError, StorageResult};
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
-use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TableId, TxnId};
+use foam_common::{NodeId, PartitionId, TableId, TxnId};
 use serde::{Deserialize, Serialize};
 
 /// Largest record accepted when reading; a length beyond it is a torn frame.
@@ -77,7 +78,7 @@ pub struct Wal {
 impl Wal {
     /// Opens the log in `dir`, returning it positioned for appends together with
     /// every intact record, oldest first.
-    pub fn open(dir: &Path) -> FoamResult<(Wal, Vec<WalRecord>)> {
+    pub fn open(dir: &Path) -> StorageResult<(Wal, Vec<WalRecord>)> {
         foam_common::fs::create_dir_all(dir)?;
         let files = list_files(dir)?;
         let mut records = Vec::new();
@@ -87,12 +88,12 @@ impl Wal {
             let is_last = index + 1 == files.len();
             let (file_records, intact_bytes) = read_file(path, is_last)?;
             if is_last {
-                let length = std::fs::metadata(path).map_err(|e| FoamError::io(path, e))?.len();
+                let length = std::fs::metadata(path).map_err(|e| StorageError::io(path, e))?.len();
                 if intact_bytes < length {
                     tracing::warn!(path = %path.display(), intact_bytes, length, "cutting off a torn WAL tail");
-                    let file = OpenOptions::new().write(true).open(path).map_err(|e| FoamError::io(path, e))?;
-                    file.set_len(intact_bytes).map_err(|e| FoamError::io(path, e))?;
-                    file.sync_all().map_err(|e| FoamError::io(path, e))?;
+                    let file = OpenOptions::new().write(true).open(path).map_err(|e| StorageError::io(path, e))?;
+                    file.set_len(intact_bytes).map_err(|e| StorageError::io(path, e))?;
+                    file.sync_all().map_err(|e| StorageError::io(path, e))?;
                 }
             }
             bytes_total += intact_bytes;
@@ -106,30 +107,30 @@ impl Wal {
             Some((first_lsn, path)) => (*first_lsn, path.clone()),
             None => (next_lsn, file_path(dir, next_lsn)),
         };
-        let file = OpenOptions::new().create(true).append(true).open(&path).map_err(|e| FoamError::io(&path, e))?;
+        let file = OpenOptions::new().create(true).append(true).open(&path).map_err(|e| StorageError::io(&path, e))?;
         foam_common::fs::sync_dir(dir)?;
         let wal = Wal { dir: dir.to_path_buf(), file, file_first_lsn, next_lsn, bytes_since_checkpoint: bytes_total };
         Ok((wal, records))
     }
 
     /// Appends a record and, when `sync`, makes it durable before returning its LSN.
-    pub fn append(&mut self, header: &WalHeader, body: &[u8], sync: bool) -> FoamResult<u64> {
+    pub fn append(&mut self, header: &WalHeader, body: &[u8], sync: bool) -> StorageResult<u64> {
         let lsn = self.next_lsn;
-        let header_bytes = serde_json::to_vec(header).map_err(|e| FoamError::internal(e.to_string()))?;
+        let header_bytes = serde_json::to_vec(header).map_err(|e| StorageError::internal(e.to_string()))?;
         let mut payload = Vec::with_capacity(12 + header_bytes.len() + body.len());
         payload.extend_from_slice(&lsn.to_le_bytes());
         payload.extend_from_slice(&(header_bytes.len() as u32).to_le_bytes());
         payload.extend_from_slice(&header_bytes);
         payload.extend_from_slice(body);
         if payload.len() as u64 >= RECORD_BYTES_MAX as u64 {
-            return Err(FoamError::internal(format!("WAL record of {} bytes is too large", payload.len())));
+            return Err(StorageError::internal(format!("WAL record of {} bytes is too large", payload.len())));
         }
         let mut frame = Vec::with_capacity(FRAME_HEADER_BYTES + payload.len());
         frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
         frame.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
         frame.extend_from_slice(&payload);
         let path = file_path(&self.dir, self.file_first_lsn);
-        let length_before = self.file.metadata().map_err(|e| FoamError::io(&path, e))?.len();
+        let length_before = self.file.metadata().map_err(|e| StorageError::io(&path, e))?.len();
         let written = self.file.write_all(&frame).and_then(|()| if sync { self.file.sync_data() } else { Ok(()) });
         if let Err(error) = written {
             // A partial frame must not stay in front of later records; if it
@@ -138,16 +139,16 @@ impl Wal {
                 tracing::error!(path = %path.display(), %error, "cannot roll back a failed WAL append; stopping");
                 std::process::exit(EXIT_CODE_WAL_UNUSABLE);
             }
-            return Err(FoamError::io(&path, error));
+            return Err(StorageError::io(&path, error));
         }
         self.next_lsn += 1;
         self.bytes_since_checkpoint += frame.len() as u64;
         Ok(lsn)
     }
 
-    pub fn sync(&mut self) -> FoamResult<()> {
+    pub fn sync(&mut self) -> StorageResult<()> {
         let path = file_path(&self.dir, self.file_first_lsn);
-        self.file.sync_data().map_err(|e| FoamError::io(&path, e))
+        self.file.sync_data().map_err(|e| StorageError::io(&path, e))
     }
 
     pub fn reset_checkpoint_counter(&mut self) {
@@ -164,22 +165,22 @@ impl Wal {
 
     /// Starts a new file; the caller has made everything in older files durable
     /// elsewhere (or re-appends it) and then calls [`Wal::remove_before`].
-    pub fn rotate(&mut self) -> FoamResult<()> {
+    pub fn rotate(&mut self) -> StorageResult<()> {
         let path = file_path(&self.dir, self.next_lsn);
-        self.file = OpenOptions::new().create(true).append(true).open(&path).map_err(|e| FoamError::io(&path, e))?;
+        self.file = OpenOptions::new().create(true).append(true).open(&path).map_err(|e| StorageError::io(&path, e))?;
         self.file_first_lsn = self.next_lsn;
         self.bytes_since_checkpoint = 0;
-        foam_common::fs::sync_dir(&self.dir)
+        Ok(foam_common::fs::sync_dir(&self.dir)?)
     }
 
     /// Deletes every file older than the current one.
-    pub fn remove_older_files(&mut self) -> FoamResult<()> {
+    pub fn remove_older_files(&mut self) -> StorageResult<()> {
         for (first_lsn, path) in list_files(&self.dir)? {
             if first_lsn < self.file_first_lsn {
-                std::fs::remove_file(&path).map_err(|e| FoamError::io(&path, e))?;
+                std::fs::remove_file(&path).map_err(|e| StorageError::io(&path, e))?;
             }
         }
-        foam_common::fs::sync_dir(&self.dir)
+        Ok(foam_common::fs::sync_dir(&self.dir)?)
     }
 }
 
@@ -187,10 +188,10 @@ fn file_path(dir: &Path, first_lsn: u64) -> PathBuf {
     dir.join(format!("{first_lsn:020}.wal"))
 }
 
-fn list_files(dir: &Path) -> FoamResult<Vec<(u64, PathBuf)>> {
+fn list_files(dir: &Path) -> StorageResult<Vec<(u64, PathBuf)>> {
     let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(|e| FoamError::io(dir, e))? {
-        let path = entry.map_err(|e| FoamError::io(dir, e))?.path();
+    for entry in std::fs::read_dir(dir).map_err(|e| StorageError::io(dir, e))? {
+        let path = entry.map_err(|e| StorageError::io(dir, e))?.path();
         let first_lsn = path
             .file_name()
             .and_then(|n| n.to_str())
@@ -206,14 +207,14 @@ fn list_files(dir: &Path) -> FoamResult<Vec<(u64, PathBuf)>> {
 
 /// Reads every intact record of one file; returns them with the byte length of
 /// the intact prefix. A bad frame is tolerated only at the tail of the last file.
-fn read_file(path: &Path, is_last: bool) -> FoamResult<(Vec<WalRecord>, u64)> {
-    let file = File::open(path).map_err(|e| FoamError::io(path, e))?;
+fn read_file(path: &Path, is_last: bool) -> StorageResult<(Vec<WalRecord>, u64)> {
+    let file = File::open(path).map_err(|e| StorageError::io(path, e))?;
     let mut reader = BufReader::new(file);
     let mut records = Vec::new();
     let mut offset = 0u64;
     loop {
         let mut frame_header = [0u8; FRAME_HEADER_BYTES];
-        match read_exact_or_eof(&mut reader, &mut frame_header).map_err(|e| FoamError::io(path, e))? {
+        match read_exact_or_eof(&mut reader, &mut frame_header).map_err(|e| StorageError::io(path, e))? {
             ReadOutcome::Eof => break,
             ReadOutcome::Partial => return torn(path, is_last, records, offset, "truncated frame header"),
             ReadOutcome::Full => {}
@@ -224,7 +225,7 @@ fn read_file(path: &Path, is_last: bool) -> FoamResult<(Vec<WalRecord>, u64)> {
             return torn(path, is_last, records, offset, "impossible record length");
         }
         let mut payload = vec![0u8; length as usize];
-        match read_exact_or_eof(&mut reader, &mut payload).map_err(|e| FoamError::io(path, e))? {
+        match read_exact_or_eof(&mut reader, &mut payload).map_err(|e| StorageError::io(path, e))? {
             ReadOutcome::Full => {}
             _ => return torn(path, is_last, records, offset, "truncated record"),
         }
@@ -237,7 +238,7 @@ fn read_file(path: &Path, is_last: bool) -> FoamResult<(Vec<WalRecord>, u64)> {
             return torn(path, is_last, records, offset, "header overruns record");
         }
         let header: WalHeader = serde_json::from_slice(&payload[12..12 + header_length]).map_err(|e| {
-            FoamError::Corrupted { path: path.display().to_string(), message: format!("WAL header: {e}") }
+            StorageError::Corrupted { path: path.display().to_string(), message: format!("WAL header: {e}") }
         })?;
         let body = payload[12 + header_length..].to_vec();
         records.push(WalRecord { lsn, header, body });
@@ -246,11 +247,11 @@ fn read_file(path: &Path, is_last: bool) -> FoamResult<(Vec<WalRecord>, u64)> {
     Ok((records, offset))
 }
 
-fn torn(path: &Path, is_last: bool, records: Vec<WalRecord>, offset: u64, what: &str) -> FoamResult<(Vec<WalRecord>, u64)> {
+fn torn(path: &Path, is_last: bool, records: Vec<WalRecord>, offset: u64, what: &str) -> StorageResult<(Vec<WalRecord>, u64)> {
     if is_last {
         Ok((records, offset))
     } else {
-        Err(FoamError::Corrupted { path: path.display().to_string(), message: format!("{what} at byte {offset}") })
+        Err(StorageError::Corrupted { path: path.display().to_string(), message: format!("{what} at byte {offset}") })
     }
 }
 

@@ -134,14 +134,14 @@ pub async fn generate_in_memory(scale_factor: f64, what: Generation) -> Result<(
                     // Encoded as the loader encodes, its pieces dropped (nowhere to ship them).
                     let builder = match segment.as_mut() {
                         Some(builder) => builder,
-                        None => segment.insert(foam_storage::segment::SegmentBuilder::new(&schema, &batch, |_| Ok(()))?),
+                        None => segment.insert(foam_storage::segment::SegmentBuilder::new(&schema, &batch, |_| Ok(())).map_err(external)?),
                     };
-                    builder.write(&batch)?;
+                    builder.write(&batch).map_err(external)?;
                     if builder.rows() >= crate::load::LOAD_SEGMENT_ROWS_MAX {
-                        segment.take().map(|full| full.finish()).transpose()?;
+                        segment.take().map(|full| full.finish()).transpose().map_err(external)?;
                     }
                 }
-                segment.map(|last| last.finish()).transpose()?;
+                segment.map(|last| last.finish()).transpose().map_err(external)?;
                 Ok(rows)
             }));
         }
@@ -302,4 +302,9 @@ pub fn parquet_sizes(dir: &Path) -> BTreeMap<String, u64> {
             (t.name().to_string(), bytes)
         })
         .collect()
+}
+
+/// A storage error inside DataFusion's error type.
+fn external(error: foam_storage::StorageError) -> datafusion::error::DataFusionError {
+    datafusion::error::DataFusionError::External(Box::new(error))
 }

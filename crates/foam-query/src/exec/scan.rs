@@ -28,6 +28,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use foam_catalog::ColumnDef;
 use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TableId};
+use foam_storage::StorageError;
 use foam_rpc::ScanRequest;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -298,7 +299,7 @@ pub fn read_local_partition(
     let mut gone = match foam_storage::row_set::RowSet::of(&deleted) {
         Ok(Some(gone)) => gone,
         Ok(None) => return read_partition(node, table_id, partition, projection, own_writes),
-        Err(error) => return futures::stream::once(async move { Err(error) }).boxed(),
+        Err(error) => return futures::stream::once(async move { Err(error.into()) }).boxed(),
     };
     read_partition(node, table_id, partition, None, own_writes)
         .map(move |batch| projected(gone.take_from(&batch?)?.0, projection.as_deref()))
@@ -354,7 +355,7 @@ fn read_partition(
                     foam_storage::segment::SegmentRows::open(&segment.path, &segment.checksums, projection.as_deref())
                 })
                     .await
-                    .map_err(|e| FoamError::internal(format!("opening a segment stopped: {e}")))?
+                    .map_err(|e| StorageError::internal(format!("opening a segment stopped: {e}")))?
             }
         })
         .flat_map(|opened| match opened {
@@ -364,12 +365,12 @@ fn read_partition(
         .then(move |item| {
             let damaged = damaged.clone();
             async move {
-                if let Err(error @ FoamError::Corrupted { .. }) = &item {
+                if let Err(error @ StorageError::Corrupted { .. }) = &item {
                     // Taken out of service before the query sees the error, so
                     // its retry reads another replica; the keeper re-copies it.
                     damaged.report_damaged(table_id, partition, error).await;
                 }
-                item
+                item.map_err(FoamError::from)
             }
         });
     // A damaged segment ends the partition's rows with its error.
@@ -389,7 +390,7 @@ fn read_partition(
 /// node replays from a WAL written before text was `Utf8View` are `Utf8`.
 fn text_as_views(batch: RecordBatch) -> FoamResult<RecordBatch> {
     match foam_storage::segment::strings_as_views(&batch.schema()) {
-        Some(schema) => foam_storage::segment::cast_to_schema(&schema, &batch),
+        Some(schema) => Ok(foam_storage::segment::cast_to_schema(&schema, &batch)?),
         None => Ok(batch),
     }
 }

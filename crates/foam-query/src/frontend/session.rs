@@ -1171,7 +1171,7 @@ impl FoamSession {
         let catalog = self.node.catalog.current();
         for node_id in catalog.nodes.keys() {
             let result = if *node_id == self.node.node_id {
-                self.node.storage.drop_table(table_id)
+                self.node.storage.drop_table(table_id).map_err(FoamError::from)
             } else {
                 match self.node.client_for(*node_id) {
                     Ok(client) => client.call(&NodeRequest::DropTableData { table_id }, &[]).await.map(|_| ()),

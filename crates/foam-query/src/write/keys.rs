@@ -101,7 +101,7 @@ pub async fn validate_unique_key(
         .ok_or_else(|| FoamError::internal(format!("table {table_id} has no key \"{key_name}\" to check")))?;
     let storage = node.storage.clone();
     let wait = Duration::from_millis(KEY_VALIDATION_WAIT_MS);
-    tokio::task::spawn_blocking(move || storage.validate_unique_key(table_id, partition, &key, wait))
+    Ok(tokio::task::spawn_blocking(move || storage.validate_unique_key(table_id, partition, &key, wait))
         .await
-        .map_err(|e| FoamError::internal(e.to_string()))?
+        .map_err(|e| FoamError::internal(e.to_string()))??)
 }

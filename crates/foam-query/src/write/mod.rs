@@ -37,6 +37,7 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType};
 use foam_catalog::{Distribution, NodeInfo, SqlType, TableDef};
 use foam_common::limits::{WRITE_BUFFER_BYTES_MAX, WRITE_SHIP_ROWS, WRITE_STREAM_BATCHES_IN_FLIGHT};
+use foam_storage::StorageError;
 use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TableId, TxnId};
 use foam_rpc::{NodeRequest, NodeResponse};
 use futures::StreamExt;
@@ -85,7 +86,7 @@ impl Shipment {
             return Ok(built.clone());
         }
         let built = foam_rpc::frame::encode_with(&self.request(coordinator), foam_storage::ipc::encoded_size_hint(&self.batches), |bytes| {
-            foam_storage::ipc::encode_batches_into(&self.batches, bytes)
+            Ok(foam_storage::ipc::encode_batches_into(&self.batches, bytes)?)
         })?;
         *message = Some(built.clone());
         Ok(built)
@@ -139,11 +140,11 @@ fn stage_on(
     delete: bool,
     batches: Vec<RecordBatch>,
 ) -> FoamResult<()> {
-    if delete {
-        storage.stage_deletes(txn, coordinator, key, placement_version, statement, batches)
+    Ok(if delete {
+        storage.stage_deletes(txn, coordinator, key, placement_version, statement, batches)?
     } else {
-        storage.stage_statement(txn, coordinator, key, placement_version, statement, batches)
-    }
+        storage.stage_statement(txn, coordinator, key, placement_version, statement, batches)?
+    })
 }
 
 /// Hashes rows to partitions and ships them to their owners in large batches,
@@ -359,7 +360,7 @@ pub fn cast_to(schema: &SchemaRef, batch: RecordBatch) -> FoamResult<RecordBatch
     // Nullable whatever the table says: `conform_rows` names a NULL in a NOT
     // NULL column as PostgreSQL does.
     let fields: Vec<_> = schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
-    foam_storage::segment::cast_to_schema(&Arc::new(arrow::datatypes::Schema::new(fields)), &batch)
+    Ok(foam_storage::segment::cast_to_schema(&Arc::new(arrow::datatypes::Schema::new(fields)), &batch)?)
 }
 
 /// Splits rows of `table` by the partition that holds them (all in partition
@@ -538,7 +539,7 @@ async fn run_commit_protocol(node: &Arc<NodeContext>, txn: TxnId, participants: 
     if let Err(error) = node.decisions.decide_commit(txn) {
         // decide_commit rolls back a failed write, so no decision is on disk.
         abort_on(node, txn, &nodes).await;
-        return Err(error);
+        return Err(error.into());
     }
     // The statement is committed now. A participant that misses this message
     // (it crashed) learns the outcome from us when it comes back; once every
@@ -634,10 +635,11 @@ async fn local_request(node: &Arc<NodeContext>, request: NodeRequest) -> FoamRes
             storage.rollback_statements(txn, after);
             Ok(())
         }
-        other => Err(FoamError::internal(format!("not a transaction request: {other:?}"))),
+        other => Err(StorageError::internal(format!("not a transaction request: {other:?}"))),
     })
     .await
     .map_err(|e| FoamError::internal(e.to_string()))?
+    .map_err(FoamError::from)
 }
 
 /// The unique keys of table `table_id` in `catalog`, as storage checks them.
@@ -699,9 +701,9 @@ pub async fn receive_segment(
             foam_rpc::SegmentPart::End(trailer) => {
                 let checksums = foam_storage::segment::Checksums { crc32: Some(trailer.crc32), blocks: trailer.block_crc32 };
                 let storage = node.storage.clone();
-                return tokio::task::spawn_blocking(move || storage.stage_received(received, trailer.rows, &checksums, &schema))
+                return Ok(tokio::task::spawn_blocking(move || storage.stage_received(received, trailer.rows, &checksums, &schema))
                     .await
-                    .map_err(blocking)?;
+                    .map_err(blocking)??);
             }
         }
     }
