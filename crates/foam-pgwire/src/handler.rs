@@ -11,7 +11,7 @@ use datafusion::execution::runtime_env::RuntimeEnv;
 use foam_common::FoamError;
 use foam_query::frontend::session::{CopyInTarget, PreparedStatement};
 use foam_query::{FoamSession, NodeContext, StatementOutput};
-use futures::{Sink, SinkExt, StreamExt};
+use futures::{FutureExt, Sink, SinkExt, StreamExt};
 use pgwire::api::cancel::{CancelHandler, DefaultCancelHandler};
 use pgwire::api::copy::CopyHandler;
 use pgwire::api::portal::{Format, Portal};
@@ -233,7 +233,9 @@ impl SimpleQueryHandler for FoamPgHandler {
         let session = self.session(client);
         let cancel = cancel_signal(client).await;
         let mut responses = Vec::new();
-        for result in session.execute_all(query, cancel).await {
+        let results = std::panic::AssertUnwindSafe(session.execute_all(query, cancel)).catch_unwind().await;
+        let results = results.unwrap_or_else(|payload| vec![Err(statement_panicked(payload.as_ref()))]);
+        for result in results {
             let response = result.map_err(|e| user_error(&e)).and_then(|o| self.respond(client, o, &Format::UnifiedText));
             match response {
                 Ok(response) => responses.push(response),
@@ -246,6 +248,14 @@ impl SimpleQueryHandler for FoamPgHandler {
         }
         Ok(responses)
     }
+}
+
+/// A panic while a statement was planned or run (DataFusion's, or a bug of
+/// FoamDB's) as that statement's XX000 error: the client keeps its
+/// connection, as PostgreSQL answers an internal error.
+fn statement_panicked(payload: &(dyn std::any::Any + Send)) -> FoamError {
+    tracing::error!("a statement panicked; answered with an internal error");
+    FoamError::from(foam_query::exec::panic_safe::panic_error(payload))
 }
 
 /// The connection's session, made on its first statement, of the role the
@@ -357,7 +367,11 @@ impl ExtendedQueryHandler for FoamPgHandler {
             Some(text_as_inferred(arrow_pg::datatypes::df::deserialize_parameters(portal, &inferred)?, &inferred))
         };
         let cancel = cancel_signal(client).await;
-        let output = session.execute(&prepared, params, cancel).await.map_err(|e| user_error(&e))?;
+        let output = std::panic::AssertUnwindSafe(session.execute(&prepared, params, cancel))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|payload| Err(statement_panicked(payload.as_ref())))
+            .map_err(|e| user_error(&e))?;
         self.respond(client, output, &portal.result_column_format)
     }
 }

@@ -810,7 +810,7 @@ impl FoamSession {
         let schema = table.arrow_schema();
         let width = table.columns.len();
         let frame = self.ctx.execute_logical_plan(plan).await.map_err(FoamError::from)?;
-        let mut rows = frame.execute_stream().await.map_err(FoamError::from)?;
+        let mut rows = crate::exec::panic_safe::panic_safe(frame.execute_stream().await.map_err(FoamError::from)?);
         let mut writer = TableWriter::begin_in(self.node.clone(), table, transaction)?;
         while let Some(batch) = rows.next().await {
             let written = async {
@@ -899,7 +899,7 @@ impl FoamSession {
         let schema = physical.schema();
         self.apply_exchange_batch_bytes(&physical)?;
         let task_ctx = Arc::new(frame.task_ctx());
-        let mut stream = datafusion::physical_plan::execute_stream(physical, task_ctx).map_err(FoamError::from)?;
+        let mut stream = crate::exec::panic_safe::panic_safe(datafusion::physical_plan::execute_stream(physical, task_ctx).map_err(FoamError::from)?);
         let first = {
             let mut watch = tokio::time::interval(std::time::Duration::from_millis(QUERY_NODE_WATCH_MS));
             watch.tick().await;
