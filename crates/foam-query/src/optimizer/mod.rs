@@ -32,9 +32,10 @@ pub fn logical_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
 }
 
 /// FoamDB's analyzer rules, run after DataFusion's (type coercion among
-/// them): SQL semantics where DataFusion's differ from PostgreSQL's.
+/// them): SQL semantics where DataFusion's differ from PostgreSQL's
+/// (integer casts round; INTERSECT ALL and EXCEPT ALL count copies).
 pub fn analyzer_rules() -> Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> {
-    vec![Arc::new(logical::pg_casts::PostgresIntegerCasts)]
+    vec![Arc::new(logical::pg_casts::PostgresIntegerCasts), Arc::new(logical::set_multiplicity::SetOperationMultiplicity)]
 }
 
 /// The DataFusion rule that wires dynamic filters (a join's build-side

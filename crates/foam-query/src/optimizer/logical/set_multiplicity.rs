@@ -1,0 +1,126 @@
+//! PostgreSQL's multiplicities for `INTERSECT ALL` and `EXCEPT ALL`. A row
+//! that appears `m` times on the left and `n` times on the right appears
+//! `min(m, n)` times in `INTERSECT ALL` and `max(m - n, 0)` times in
+//! `EXCEPT ALL`. DataFusion 55 plans both as a plain semi or anti join on
+//! every column, which keeps all `m` copies of a row found on the right
+//! (`INTERSECT ALL`) or drops all of them (`EXCEPT ALL`): three rows of 1
+//! `INTERSECT ALL` one row of 1 gave three rows instead of one.
+//!
+//! An analyzer rule numbers the copies of each row on both sides and joins
+//! on the number as well: the `k`-th copy on the left is kept by
+//! `INTERSECT ALL` when the right has a `k`-th copy, and by `EXCEPT ALL`
+//! when it has not.
+//!
+//! ```text
+//!   L ⋉ R on every column (NULL = NULL)
+//!     ─▶ project L's columns: (L, row_number() OVER (PARTITION BY L's columns))
+//!                          ⋉ (R, row_number() OVER (PARTITION BY R's columns))  on every column and the numbers
+//! ```
+//! DataFusion's planner builds exactly that join for the set operations and
+//! nothing else, before any optimizer rule runs: a semi or anti join with
+//! NULLs equal, a key pair for each column in order and no other
+//! condition. Without `ALL` the left side is made distinct first, where one
+//! copy is all there is: such joins are left as they are.
+
+use std::sync::Arc;
+
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{Column, NullEquality, Result};
+use datafusion::functions_window::expr_fn::row_number;
+use datafusion::logical_expr::{Expr, ExprFunctionExt, Join, JoinConstraint, JoinType, LogicalPlan, LogicalPlanBuilder};
+use datafusion::optimizer::AnalyzerRule;
+
+/// The numbers of the copies, one name per side.
+const LEFT_COPY: &str = "__foam_left_copy";
+const RIGHT_COPY: &str = "__foam_right_copy";
+
+/// The analyzer rule (see the module documentation).
+#[derive(Debug, Default)]
+pub struct SetOperationMultiplicity;
+
+impl AnalyzerRule for SetOperationMultiplicity {
+    fn name(&self) -> &str {
+        "foam_set_operation_multiplicity"
+    }
+
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        plan.transform_up_with_subqueries(|plan| match &plan {
+            LogicalPlan::Join(join) if is_set_operation_all(join) => Ok(Transformed::yes(numbered_join(join)?)),
+            _ => Ok(Transformed::no(plan)),
+        })
+        .map(|rewritten| rewritten.data)
+    }
+}
+
+/// True for the join DataFusion plans `INTERSECT ALL` or `EXCEPT ALL` as.
+fn is_set_operation_all(join: &Join) -> bool {
+    let columns = join.left.schema().columns();
+    matches!(join.join_type, JoinType::LeftSemi | JoinType::LeftAnti)
+        && join.null_equality == NullEquality::NullEqualsNull
+        && join.filter.is_none()
+        && !join.null_aware
+        && !matches!(join.left.as_ref(), LogicalPlan::Distinct(_))
+        && !columns.is_empty()
+        && join.on.len() == columns.len()
+        && join.on.iter().zip(&columns).all(|((left, right), column)| {
+            matches!(left, Expr::Column(c) if c.name == column.name) && matches!(right, Expr::Column(_))
+        })
+}
+
+/// The join on every column and the copies' numbers, with the left side's
+/// columns only.
+fn numbered_join(join: &Join) -> Result<LogicalPlan> {
+    let columns: Vec<Expr> = join.left.schema().columns().into_iter().map(Expr::Column).collect();
+    let left = numbered(&join.left, LEFT_COPY)?;
+    let right = numbered(&join.right, RIGHT_COPY)?;
+    let mut on = join.on.clone();
+    on.push((Expr::Column(Column::from_name(LEFT_COPY)), Expr::Column(Column::from_name(RIGHT_COPY))));
+    let joined = Join::try_new(Arc::new(left), Arc::new(right), on, None, join.join_type, JoinConstraint::On, NullEquality::NullEqualsNull, false)?;
+    LogicalPlanBuilder::from(LogicalPlan::Join(joined)).project(columns)?.build()
+}
+
+/// `input` with each row's copy number among the rows equal to it.
+fn numbered(input: &Arc<LogicalPlan>, name: &str) -> Result<LogicalPlan> {
+    let columns: Vec<Expr> = input.schema().columns().into_iter().map(Expr::Column).collect();
+    let number = row_number().partition_by(columns).build()?.alias(name);
+    LogicalPlanBuilder::from(Arc::clone(input)).window(vec![number])?.build()
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::prelude::SessionConfig;
+
+    use crate::optimizer::logical::rule_tests::{answer, table};
+
+    fn session() -> datafusion::prelude::SessionContext {
+        let ctx = crate::optimizer::logical::rule_tests::session(SessionConfig::new(), None);
+        ctx.add_analyzer_rule(std::sync::Arc::new(super::SetOperationMultiplicity));
+        let l = table(["a", "b"], &[[Some(1), Some(1)], [Some(1), Some(1)], [Some(1), Some(1)], [Some(2), None], [Some(2), None], [Some(3), Some(3)]]);
+        let r = table(["a", "b"], &[[Some(1), Some(1)], [Some(2), None], [Some(2), None], [Some(2), None], [Some(4), Some(4)]]);
+        ctx.register_table("l", l).expect("l");
+        ctx.register_table("r", r).expect("r");
+        ctx
+    }
+
+    /// The answers PostgreSQL 15 gives for the same rows.
+    #[tokio::test]
+    async fn all_keeps_postgresql_multiplicities_and_distinct_is_unchanged() {
+        let ctx = session();
+        let cases: &[(&str, &[&str])] = &[
+            ("SELECT a, b FROM l INTERSECT ALL SELECT a, b FROM r", &["1 | 1", "2 | ", "2 | "]),
+            ("SELECT a, b FROM l EXCEPT ALL SELECT a, b FROM r", &["1 | 1", "1 | 1", "3 | 3"]),
+            ("SELECT a, b FROM l INTERSECT SELECT a, b FROM r", &["1 | 1", "2 | "]),
+            ("SELECT a, b FROM l EXCEPT SELECT a, b FROM r", &["3 | 3"]),
+            ("SELECT a FROM r INTERSECT ALL SELECT a FROM l", &["1", "2", "2"]),
+            ("SELECT a FROM r EXCEPT ALL SELECT a FROM l", &["2", "4"]),
+            ("SELECT count(*) FROM (SELECT a FROM l INTERSECT ALL SELECT a FROM l) t", &["6"]),
+        ];
+        for (sql, expected) in cases {
+            let got = answer(&ctx, sql).await;
+            let mut want: Vec<String> = expected.iter().map(|s| s.to_string()).collect();
+            want.sort();
+            assert_eq!(&got[1..], want.as_slice(), "{sql}");
+        }
+    }
+}
