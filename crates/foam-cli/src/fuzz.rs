@@ -47,6 +47,10 @@ pub struct BenchFuzzArgs {
     /// FoamDB does is counted as the reference's error.
     #[arg(long)]
     postgres: Option<String>,
+    /// Queries checked at once, each on its own session and reference
+    /// process (differences are still reduced one at a time).
+    #[arg(long, default_value_t = 2)]
+    lanes: usize,
 }
 
 pub fn run(args: BenchFuzzArgs) -> Result<(), String> {
@@ -76,8 +80,9 @@ pub fn run(args: BenchFuzzArgs) -> Result<(), String> {
         // The reference runs in a child process of this binary, which the
         // harness kills when a query overruns (`bench fuzz-reference`).
         reference_exe: Some(std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?),
+        lanes: args.lanes.max(1),
     };
-    println!("Fuzzing {url}: seeds {}..{}, {} queries each", args.seed, args.seed + seeds, args.queries_per_seed);
+    println!("Fuzzing {url}: seeds {}..{}, {} queries each, {} at once", args.seed, args.seed + seeds, args.queries_per_seed, config.lanes);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     let report = runtime.block_on(foam_fuzz::run(&config, |line| println!("{line}")))?;
     println!();

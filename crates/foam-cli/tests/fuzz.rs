@@ -24,6 +24,8 @@ async fn three_nodes_answer_random_queries_as_one_process_does() {
         postgres: None,
         // As `foam bench fuzz` runs it: the reference in a child process.
         reference_exe: Some(env!("CARGO_BIN_EXE_foam").into()),
+        // Two lanes, as `foam bench fuzz` runs by default.
+        lanes: 2,
     };
     let report = foam_fuzz::run(&config, |line| eprintln!("{line}")).await.expect("fuzz run");
     let reproductions: Vec<String> = report

@@ -68,14 +68,16 @@ impl Outcome {
 
 /// A FoamDB session (or one with the PostgreSQL server that judges).
 pub struct Foam {
-    client: tokio_postgres::Client,
+    url: String,
+    client: tokio::sync::RwLock<tokio_postgres::Client>,
+    /// The SET statements this session ran, run again on a new connection
+    /// when the server closed the last one.
+    settings: std::sync::Mutex<Vec<String>>,
 }
 
 impl Foam {
     pub async fn connect(url: &str) -> Result<Foam, String> {
-        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.map_err(|e| format!("connect {url}: {e}"))?;
-        tokio::spawn(connection);
-        let foam = Foam { client };
+        let foam = Foam { url: url.to_string(), client: tokio::sync::RwLock::new(open(url).await?), settings: Default::default() };
         foam.execute(&format!("SET statement_timeout = '{}s'", QUERY_TIMEOUT.as_secs())).await?;
         Ok(foam)
     }
@@ -90,8 +92,33 @@ impl Foam {
 
     /// Runs a statement that must succeed; a transient refusal is retried.
     pub async fn execute(&self, sql: &str) -> Result<(), String> {
-        let result = retrying(async || self.client.simple_query(sql).await, |r| r.as_ref().err().is_some_and(is_transient)).await;
-        result.map(|_| ()).map_err(|e| format!("{sql}: {}", describe(&e)))
+        self.reconnect_if_closed().await?;
+        let result = retrying(async || self.client.read().await.simple_query(sql).await, |r| r.as_ref().err().is_some_and(is_transient)).await;
+        result.map_err(|e| format!("{sql}: {}", describe(&e)))?;
+        if sql.starts_with("SET ") {
+            let mut settings = self.settings.lock().unwrap_or_else(|p| p.into_inner());
+            settings.retain(|s| s.split(" = ").next() != sql.split(" = ").next());
+            settings.push(sql.to_string());
+        }
+        Ok(())
+    }
+
+    /// A new connection with this session's settings, when the server
+    /// closed the last one (a query that ends the connection is a difference
+    /// of its own; the queries after it must not all fail with it).
+    async fn reconnect_if_closed(&self) -> Result<(), String> {
+        if !self.client.read().await.is_closed() {
+            return Ok(());
+        }
+        let mut client = self.client.write().await;
+        if client.is_closed() {
+            *client = open(&self.url).await?;
+            let settings = self.settings.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            for setting in settings {
+                client.simple_query(&setting).await.map_err(|e| format!("{setting}: {}", describe(&e)))?;
+            }
+        }
+        Ok(())
     }
 
     /// The answer to `sql`; a transient refusal (see [`TRANSIENT_STATES`])
@@ -102,7 +129,11 @@ impl Foam {
     }
 
     async fn query_once(&self, sql: &str) -> Outcome {
-        match tokio::time::timeout(QUERY_TIMEOUT + Duration::from_secs(5), self.client.simple_query(sql)).await {
+        if let Err(error) = self.reconnect_if_closed().await {
+            return Outcome::Error("08006".into(), error);
+        }
+        let client = self.client.read().await;
+        match tokio::time::timeout(QUERY_TIMEOUT + Duration::from_secs(5), client.simple_query(sql)).await {
             Err(_) => Outcome::TimedOut,
             Ok(Err(e)) => {
                 let state = e.as_db_error().map(|d| d.code().code().to_string()).unwrap_or_else(|| "08006".into());
@@ -155,6 +186,12 @@ impl Foam {
         }
         Ok(())
     }
+}
+
+async fn open(url: &str) -> Result<tokio_postgres::Client, String> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.map_err(|e| format!("connect {url}: {e}"))?;
+    tokio::spawn(connection);
+    Ok(client)
 }
 
 fn describe(error: &tokio_postgres::Error) -> String {

@@ -15,7 +15,10 @@
 //! difference where PostgreSQL answers exactly as FoamDB does is the
 //! reference's error: counted and listed, not a failure.
 
+use std::cell::{Cell, RefCell};
 use std::time::{Duration, Instant};
+
+use futures::StreamExt;
 
 use datafusion::arrow::datatypes::DataType;
 
@@ -56,6 +59,10 @@ pub struct FuzzConfig {
     /// in a child process the harness can kill (`reference.rs`); None runs
     /// it in this process.
     pub reference_exe: Option<std::path::PathBuf>,
+    /// Queries checked at once, each on a FoamDB session and a reference
+    /// of its own (a lane); differences are reduced one at a time on the
+    /// first lane after the seed's queries.
+    pub lanes: usize,
 }
 
 /// How two answers differ.
@@ -161,8 +168,9 @@ struct Bench<'a> {
 
 impl Bench<'_> {
     async fn check(&self, query: &Query) -> (Verdict, Option<(Rows, Vec<DataType>)>) {
-        let (expected, types) = self.reference.query(&query.sql).await;
-        let actual = self.foam.query(&query.sql).await;
+        // The engines are separate processes: asking both at once halves
+        // the wait when neither keeps both cores busy.
+        let ((expected, types), actual) = tokio::join!(self.reference.query(&query.sql), self.foam.query(&query.sql));
         let expected_rows = match &expected {
             Outcome::Rows(rows) => Some((rows.clone(), types.clone())),
             _ => None,
@@ -224,13 +232,13 @@ impl Bench<'_> {
     /// FoamDB's rows of the partitioned form against its (already checked)
     /// rows of the query, when the reference's two answers agree.
     async fn check_partitioning(&self, rows: &Rows, partitioned: &str, types: &[DataType]) -> Verdict {
-        let (reference, _) = self.reference.query(partitioned).await;
+        let ((reference, _), foam) = tokio::join!(self.reference.query(partitioned), self.foam.query(partitioned));
         let Outcome::Rows(reference) = reference else { return Verdict::Agree };
         if difference(rows, &reference, types, false).is_some() {
             // The reference disagrees with itself: nothing to say of FoamDB.
             return Verdict::Agree;
         }
-        match self.foam.query(partitioned).await {
+        match foam {
             Outcome::Rows(foam) => match difference(rows, &foam, types, false) {
                 Some(detail) => Verdict::Differ(Kind::Partitioning, format!("{detail}\npartitioned: {partitioned}")),
                 None => Verdict::Agree,
@@ -270,7 +278,10 @@ pub fn query_choices(seed: u64, index: u64) -> Choices {
 /// Runs the fuzzer; `progress` hears a line after every seed.
 pub async fn run(config: &FuzzConfig, mut progress: impl FnMut(&str)) -> Result<Report, String> {
     let started = Instant::now();
-    let foam = Foam::connect_checked(&config.url).await?;
+    let mut sessions = Vec::new();
+    for _ in 0..config.lanes.max(1) {
+        sessions.push(Foam::connect_checked(&config.url).await?);
+    }
     let postgres = match &config.postgres {
         Some(url) => Some(Foam::connect(url).await?),
         None => None,
@@ -278,19 +289,45 @@ pub async fn run(config: &FuzzConfig, mut progress: impl FnMut(&str)) -> Result<
     let mut report = Report::default();
     for &seed in &config.seeds {
         let (tables, off) = seed_database(seed, &config.table_prefix);
-        foam.load(&tables).await?;
-        foam.set_rules_off(&off).await?;
-        let reference = Reference::new(&tables, config.reference_exe.as_deref()).await?;
+        sessions[0].load(&tables).await?;
+        let mut references = Vec::new();
+        for session in &sessions {
+            session.set_rules_off(&off).await?;
+            references.push(Reference::new(&tables, config.reference_exe.as_deref()).await?);
+        }
         if let Some(postgres) = &postgres {
             postgres.load_plain(&tables).await?;
         }
-        let bench = Bench { foam: &foam, reference: &reference, postgres: postgres.as_ref() };
-        for index in 0..config.queries_per_seed.min(QUERIES_PER_SEED_MAX) {
-            let mut choices = query_choices(seed, index);
-            let query = query::generate(&mut choices, &tables);
+        let lanes: Vec<Bench> =
+            sessions.iter().zip(&references).map(|(foam, reference)| Bench { foam, reference, postgres: postgres.as_ref() }).collect();
+        let (bench, foam) = (&lanes[0], &sessions[0]);
+        // Queries run on whichever lane is free, so one that runs into its
+        // timeout holds up only its own lane. Differences are reduced after
+        // the seed's last query, on the first lane, while nothing else runs.
+        let free_lanes = RefCell::new((0..lanes.len()).collect::<Vec<usize>>());
+        let stop = Cell::new(false);
+        let mut checks = futures::stream::iter(0..config.queries_per_seed.min(QUERIES_PER_SEED_MAX))
+            .map(|index| {
+                let (free_lanes, stop, lanes, tables) = (&free_lanes, &stop, &lanes, &tables);
+                async move {
+                    if stop.get() {
+                        return None;
+                    }
+                    let lane = free_lanes.borrow_mut().pop().expect("no more queries in flight than lanes");
+                    let mut choices = query_choices(seed, index);
+                    let query = query::generate(&mut choices, tables);
+                    let verdict = lanes[lane].check(&query).await.0;
+                    free_lanes.borrow_mut().push(lane);
+                    Some((index, choices, query, verdict))
+                }
+            })
+            .buffer_unordered(lanes.len());
+        let mut differences = Vec::new();
+        while let Some(checked) = checks.next().await {
+            let Some((index, choices, query, verdict)) = checked else { continue };
             report.queries += 1;
             report.partitioning_checks += u64::from(query.partitioned.is_some());
-            match bench.check(&query).await.0 {
+            match verdict {
                 Verdict::Agree => report.compared += 1,
                 Verdict::BothFailed { internal } => {
                     report.both_failed += 1;
@@ -305,31 +342,34 @@ pub async fn run(config: &FuzzConfig, mut progress: impl FnMut(&str)) -> Result<
                 }
                 Verdict::Differ(kind, detail) => {
                     progress(&format!("seed {seed} query {index}: {kind:?}: {detail}\n  {}", query.sql));
-                    let mut failure =
-                        Failure { seed, query_index: index, kind, sql: query.sql.clone(), detail, reduced: None, rules: Vec::new() };
-                    if config.reduce {
-                        let name = format!("{}s{seed}q{index}t", config.table_prefix);
-                        let case = reduce(&bench, &tables, choices.recorded().to_vec(), &failure.kind, &name).await?;
-                        failure.rules = rules_behind(&bench, &case, &failure.kind, &off).await?;
-                        foam.set_rules_off(&off).await?;
-                        let sided = bench.postgres_sides_with_foam(&case).await?;
-                        foam.drop_tables(&case.tables).await?;
-                        failure.reduced = Some(case);
-                        // The original may use what PostgreSQL cannot run
-                        // (DataFusion's LEFT SEMI JOIN); its reduced case is
-                        // judged too.
-                        if sided && matches!(failure.kind, Kind::WrongAnswer | Kind::ReferenceError) {
-                            progress(&format!("seed {seed} query {index}: the reference is wrong (PostgreSQL answers the reduced case as FoamDB)"));
-                            report.reference_wrong.push((seed, index, format!("on the reduced case: {}", failure.detail)));
-                            continue;
-                        }
-                    }
-                    report.failures.push(failure);
-                    if report.failures.len() >= config.failures_max {
-                        break;
-                    }
+                    differences.push((Failure { seed, query_index: index, kind, sql: query.sql.clone(), detail, reduced: None, rules: Vec::new() }, choices));
+                    stop.set(report.failures.len() + differences.len() >= config.failures_max);
                 }
             }
+        }
+        drop(checks);
+        differences.sort_by_key(|(failure, _)| failure.query_index);
+        for (mut failure, choices) in differences {
+            if config.reduce {
+                let name = format!("{}s{seed}q{}t", config.table_prefix, failure.query_index);
+                let case = reduce(bench, &tables, choices.recorded().to_vec(), &failure.kind, &name).await?;
+                failure.rules = rules_behind(bench, &case, &failure.kind, &off).await?;
+                foam.set_rules_off(&off).await?;
+                let sided = bench.postgres_sides_with_foam(&case).await?;
+                foam.drop_tables(&case.tables).await?;
+                failure.reduced = Some(case);
+                // The original may use what PostgreSQL cannot run
+                // (DataFusion's LEFT SEMI JOIN); its reduced case is judged too.
+                if sided && matches!(failure.kind, Kind::WrongAnswer | Kind::ReferenceError) {
+                    progress(&format!(
+                        "seed {seed} query {}: the reference is wrong (PostgreSQL answers the reduced case as FoamDB)",
+                        failure.query_index
+                    ));
+                    report.reference_wrong.push((seed, failure.query_index, format!("on the reduced case: {}", failure.detail)));
+                    continue;
+                }
+            }
+            report.failures.push(failure);
         }
         foam.drop_tables(&tables).await?;
         report.seeds += 1;
