@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Cluster, query_text, scalar};
+use common::{Cluster, explain, query_text, scalar};
 
 /// Rows in each test table: enough that shipping a table shows up as tens of
 /// kilobytes while partial aggregates stay a few hundred bytes.
@@ -30,15 +30,6 @@ async fn bytes_between_nodes(client: &tokio_postgres::Client, sql: &str) -> (u64
     let rows = query_text(client, sql).await;
     let bytes: u64 = scalar(client, "SELECT bytes_sent FROM foam_cluster_stats WHERE node_id IS NULL").await.parse().unwrap();
     (bytes, rows)
-}
-
-async fn explain(client: &tokio_postgres::Client, sql: &str) -> String {
-    query_text(client, &format!("EXPLAIN {sql}"))
-        .await
-        .into_iter()
-        .map(|row| row.into_iter().map(|c| c.unwrap_or_default()).collect::<Vec<_>>().join(" "))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 async fn analyze(client: &tokio_postgres::Client, sql: &str) -> String {

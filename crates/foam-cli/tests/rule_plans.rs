@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Cluster, query_text};
+use common::{Cluster, explain, query_text};
 
 /// Rows of the two distributed tables.
 const ROWS: i64 = 6_000;
@@ -27,16 +27,6 @@ async fn setup(client: &tokio_postgres::Client) {
         ))
         .await
         .expect("setup");
-}
-
-/// The plan `EXPLAIN` prints, one line per row.
-async fn explain(client: &tokio_postgres::Client, sql: &str) -> String {
-    query_text(client, &format!("EXPLAIN {sql}"))
-        .await
-        .into_iter()
-        .map(|row| row.into_iter().map(|c| c.unwrap_or_default()).collect::<Vec<_>>().join(" "))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// True when a line `lower` accepts is in the subtree of (indented under) a

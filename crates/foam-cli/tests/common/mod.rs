@@ -365,6 +365,16 @@ pub async fn try_query_text(client: &tokio_postgres::Client, sql: &str) -> Resul
         .collect())
 }
 
+/// The plan `EXPLAIN` prints for `sql`, one line per row.
+pub async fn explain(client: &tokio_postgres::Client, sql: &str) -> String {
+    query_text(client, &format!("EXPLAIN {sql}"))
+        .await
+        .into_iter()
+        .map(|row| row.into_iter().map(|c| c.unwrap_or_default()).collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The single value of a one-row, one-column query.
 pub async fn scalar(client: &tokio_postgres::Client, sql: &str) -> String {
     let rows = query_text(client, sql).await;
