@@ -100,19 +100,18 @@ impl From<foam_common::fs::FileError> for StorageError {
 
 impl From<StorageError> for FoamError {
     fn from(error: StorageError) -> FoamError {
-        let message = error.to_string();
+        let (message, sqlstate) = (error.to_string(), error.sqlstate());
         match error {
             StorageError::Io { path, source } => FoamError::Io { path, source },
             StorageError::Corrupted { path, message } => FoamError::Corrupted { path, message },
             StorageError::InvalidValue { message } => FoamError::DataException { message },
             StorageError::InvalidRequest { message } => FoamError::InvalidParameter { message },
             StorageError::TransactionEnded { message } => FoamError::TransactionAborted { message },
-            StorageError::LimitExceeded { .. } => FoamError::Query { message, sqlstate: SqlState::ProgramLimitExceeded },
-            StorageError::ConcurrentUpdate { .. } => FoamError::Query { message, sqlstate: SqlState::SerializationFailure },
             StorageError::PlacementChanged { message } => FoamError::PlacementChanged { message },
-            StorageError::UniqueViolation { .. } | StorageError::DuplicateStoredKey { .. } => {
-                FoamError::Query { message, sqlstate: SqlState::UniqueViolation }
-            }
+            StorageError::LimitExceeded { .. }
+            | StorageError::ConcurrentUpdate { .. }
+            | StorageError::UniqueViolation { .. }
+            | StorageError::DuplicateStoredKey { .. } => FoamError::Query { message, sqlstate },
             StorageError::Internal { message } => FoamError::Internal { message },
         }
     }
