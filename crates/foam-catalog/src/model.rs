@@ -298,6 +298,10 @@ pub struct Catalog {
     /// Who may connect (`roles.rs`); empty in catalogs from before roles.
     #[serde(default)]
     pub roles: BTreeMap<String, RoleDef>,
+    /// The cluster clock's reservation: no timestamp at or above it has been
+    /// handed out, so a new leader starts its timestamp oracle here.
+    #[serde(default)]
+    pub timestamps_reserved: u64,
 }
 
 /// How a new table is to be spread; resolved into a [`Distribution`] with a
@@ -362,6 +366,9 @@ pub enum CatalogCommand {
     /// Step 2: the rows stored before were checked: the key is kept as valid
     /// (`keep`), or dropped again.
     FinishUniqueKey { table: String, name: String, keep: bool },
+    /// The leader's timestamp oracle may hand out timestamps below `upper`
+    /// (the reservation only grows).
+    ReserveTimestamps { upper: u64 },
 }
 
 /// What an applied command did, for the caller to report.
@@ -672,6 +679,10 @@ impl Catalog {
                 } else {
                     def.unique_keys.retain(|k| &k.name != name);
                 }
+                Ok(CommandOutcome::Applied)
+            }
+            CatalogCommand::ReserveTimestamps { upper } => {
+                self.timestamps_reserved = self.timestamps_reserved.max(*upper);
                 Ok(CommandOutcome::Applied)
             }
         }

@@ -190,6 +190,30 @@ pub const TXN_KEEPALIVE_MS: u64 = TXN_IDLE_TIMEOUT_MS / 4;
 /// outcome it does not know (after its own restart or a coordinator crash).
 pub const IN_DOUBT_RESOLVE_INTERVAL_MS: u64 = 1_000;
 
+/// How long a partition keeps the versions a change replaced, for snapshots
+/// taken before it (MVCC). A statement or REPEATABLE READ transaction whose
+/// snapshot is older than a version it needs gets 40001 and is run again.
+pub const SNAPSHOT_RETENTION_MS: u64 = 300_000;
+
+/// Memory and disk the replaced versions of one partition may hold of their
+/// own (memtables, replaced segment files); past it the oldest go before
+/// their retention ends (their snapshots get 40001), so a burst of writes or
+/// updates cannot hold gigabytes for minutes.
+pub const SNAPSHOT_HISTORY_BYTES_MAX: usize = 256 * 1024 * 1024;
+
+/// How often a node drops partition versions past their retention.
+pub const VERSION_COLLECT_INTERVAL_MS: u64 = 1_000;
+
+/// How long a read waits for a transaction prepared on its partition (whose
+/// commit timestamp may be below the read's snapshot) to be decided, before
+/// it fails with 40001; and how long a commit waits for earlier commits on
+/// its partitions to be applied first.
+pub const SNAPSHOT_WAIT_MS_MAX: u64 = 10_000;
+
+/// How far ahead of the timestamps it hands out the timestamp oracle reserves
+/// in the Raft log, so a new leader starts above every timestamp handed out.
+pub const TIMESTAMP_WINDOW_MICROS: u64 = 60_000_000;
+
 /// How long a new node keeps retrying to reach the node it joins through (and
 /// the first node to elect itself) when it starts,
 /// so a whole cluster can be started in any order.

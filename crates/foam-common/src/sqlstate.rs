@@ -53,6 +53,7 @@ sqlstates! {
     BadCopyFileFormat = "22P04",
     NotNullViolation = "23502",
     UniqueViolation = "23505",
+    ActiveSqlTransaction = "25001",
     ReadOnlySqlTransaction = "25006",
     NoActiveSqlTransaction = "25P01",
     InvalidSqlStatementName = "26000",

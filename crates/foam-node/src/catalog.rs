@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use foam_catalog::model::CommandOutcome;
 use foam_catalog::{Catalog, CatalogCommand, CatalogStore};
-use foam_common::limits::{CATALOG_LEADER_WAIT_MS, CUT_OFF_AFTER_MS, HEARTBEAT_TIMEOUT_MS};
+use foam_common::limits::{CATALOG_LEADER_WAIT_MS, CUT_OFF_AFTER_MS, HEARTBEAT_TIMEOUT_MS, TIMESTAMP_WINDOW_MICROS};
 use foam_common::{FoamError, FoamResult, NodeId};
 use foam_query::CatalogService;
 use foam_rpc::{NodeClient, NodeClients, NodeRequest, NodeResponse};
@@ -48,6 +48,20 @@ pub struct ClusterCatalog {
     leader_heard: Mutex<Instant>,
     /// The failure detector, used while this node leads.
     pub(crate) membership: std::sync::OnceLock<crate::membership::Membership>,
+    /// The timestamp oracle, used while this node leads.
+    oracle: tokio::sync::Mutex<Oracle>,
+}
+
+/// The cluster clock on the catalog leader (as TiDB's PD): timestamps are
+/// microseconds since the Unix epoch, made strictly increasing, and never
+/// reach the reservation in the Raft log, which moves
+/// [`TIMESTAMP_WINDOW_MICROS`] ahead at a time. A new leader starts above the
+/// reservation, so no timestamp is handed out twice across leaders.
+#[derive(Default)]
+struct Oracle {
+    last: u64,
+    /// The reservation this node made (0: none in its current lead).
+    reserved: u64,
 }
 
 impl ClusterCatalog {
@@ -74,7 +88,32 @@ impl ClusterCatalog {
             // Start-up counts as heard: the leader pings a new node within a heartbeat.
             leader_heard: Mutex::new(Instant::now()),
             membership: std::sync::OnceLock::new(),
+            oracle: tokio::sync::Mutex::new(Oracle::default()),
         }
+    }
+
+    /// The next timestamp of the oracle this node runs as leader; `None`
+    /// when it turned out not to lead.
+    async fn next_timestamp(&self) -> FoamResult<Option<u64>> {
+        let mut oracle = self.oracle.lock().await;
+        let reserved = self.machine.catalog().timestamps_reserved;
+        if reserved > oracle.reserved {
+            // Another leader reserved since (or this node just took the
+            // lead): it may have handed out anything below its reservation.
+            oracle.last = oracle.last.max(reserved);
+            oracle.reserved = 0;
+        }
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
+        let next = (oracle.last + 1).max(now);
+        if next >= oracle.reserved {
+            let upper = next + TIMESTAMP_WINDOW_MICROS;
+            if self.apply_as_leader(&CatalogCommand::ReserveTimestamps { upper }).await?.is_none() {
+                return Ok(None);
+            }
+            oracle.reserved = upper;
+        }
+        oracle.last = next;
+        Ok(Some(next))
     }
 
     /// True while this node leads the meta group.
@@ -180,6 +219,13 @@ impl ClusterCatalog {
                 self.confirm_majority().await?;
                 NodeResponse::Ok
             }
+            NodeRequest::Timestamp => match self.next_timestamp().await? {
+                Some(ts) => NodeResponse::Timestamp { ts },
+                None => {
+                    let leader = self.known_leader().or_else(|| self.leader_hint.lock().unwrap_or_else(|p| p.into_inner()).clone());
+                    NodeResponse::NotLeader { leader }
+                }
+            },
             other => return Err(FoamError::internal(format!("{other:?} is not a catalog request"))),
         })
     }
@@ -332,6 +378,19 @@ impl CatalogService for ClusterCatalog {
         match self.call_leader(&NodeRequest::CatalogApply { command }).await? {
             NodeResponse::Applied { catalog, outcome } => Ok((self.remember(catalog), outcome)),
             other => Err(FoamError::internal(format!("unexpected catalog reply {other:?}"))),
+        }
+    }
+
+    async fn timestamp(&self) -> FoamResult<u64> {
+        self.refuse_if_cut_off()?;
+        if self.is_leader()
+            && let Some(ts) = self.next_timestamp().await?
+        {
+            return Ok(ts);
+        }
+        match self.call_leader(&NodeRequest::Timestamp).await? {
+            NodeResponse::Timestamp { ts } => Ok(ts),
+            other => Err(FoamError::internal(format!("unexpected timestamp reply {other:?}"))),
         }
     }
 

@@ -31,6 +31,7 @@ impl NodeHandler for FoamNodeHandler {
                 node.pong()
             }
             request @ (NodeRequest::CatalogGet { .. }
+            | NodeRequest::Timestamp
             | NodeRequest::CatalogApply { .. }
             | NodeRequest::CheckNodes
             | NodeRequest::ConfirmMajority) => self.catalog.serve(request).await?,
@@ -119,6 +120,7 @@ impl NodeHandler for FoamNodeHandler {
             request.projection,
             &request.filters,
             request.own_writes,
+            request.snapshot,
         )
         .inspect(move |batch| {
             if let Ok(batch) = batch {

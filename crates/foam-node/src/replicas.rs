@@ -242,6 +242,12 @@ impl Replication {
         let wanted: Vec<String> = fenced.iter().map(|s| s.file_name.clone()).collect();
         let storage = self.node.storage.clone();
         blocking(move || storage.retain_segments(table_id, partition, &wanted)).await?;
+        // The copied files hold changes this node never applied itself, so
+        // it cannot serve snapshots from before them: every one committed
+        // before the source's fence has a timestamp below this.
+        let floor = self.node.catalog.timestamp().await?;
+        let storage = self.node.storage.clone();
+        blocking(move || storage.raise_snapshot_floor(table_id, partition, floor)).await?;
         client.call(&NodeRequest::SwitchInReplica { table_id, partition, node: me, fence_token: token }, &[]).await?;
         self.lower_fence(table_id, partition).await;
         tracing::info!(table_id, partition, bytes = moved.copied, reused_bytes = moved.reused, "replica caught up and live");

@@ -12,7 +12,7 @@ use datafusion::execution::memory_pool::FairSpillPool;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use foam_catalog::model::CommandOutcome;
 use foam_catalog::{Catalog, CatalogCommand, CatalogStore};
-use foam_common::limits::{IN_DOUBT_RESOLVE_INTERVAL_MS, JOIN_RETRY_FOR_MS};
+use foam_common::limits::{IN_DOUBT_RESOLVE_INTERVAL_MS, JOIN_RETRY_FOR_MS, VERSION_COLLECT_INTERVAL_MS};
 use foam_common::{FoamError, FoamResult, NodeId};
 use foam_rpc::ClusterSecret;
 use foam_rpc::auth::CLUSTER_SECRET_FILE;
@@ -239,6 +239,7 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
     }
     let resolver = tokio::spawn(resolve_in_doubt(node.clone()));
     let sampler = tokio::spawn(sample_traffic(node.traffic.clone()));
+    let collector = tokio::spawn(collect_old_versions(node.storage.clone()));
 
     // Serving starts now: the leader's heartbeats can reach this node only
     // from here on, so the wait for them starts here too (a node restarting
@@ -258,6 +259,7 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
         result = sql => Err(FoamError::internal(format!("SQL endpoint stopped: {result:?}"))),
     };
     resolver.abort();
+    collector.abort();
     sampler.abort();
     keeper.abort();
     detector.abort();
@@ -332,6 +334,18 @@ async fn sample_traffic(traffic: Arc<Traffic>) {
     }
 }
 
+/// Drops the partition versions (MVCC) past their retention, with the
+/// replaced segment files only they still held, in partitions no read or
+/// change has touched since.
+async fn collect_old_versions(storage: Arc<StorageEngine>) {
+    let mut interval = tokio::time::interval(Duration::from_millis(VERSION_COLLECT_INTERVAL_MS));
+    loop {
+        interval.tick().await;
+        let storage = storage.clone();
+        let _ = tokio::task::spawn_blocking(move || storage.forget_old_versions()).await;
+    }
+}
+
 /// Settles prepared transactions whose outcome this node missed (it crashed,
 /// or the coordinator did), and drops staged rows of coordinators gone silent.
 async fn resolve_in_doubt(node: Arc<NodeContext>) {
@@ -353,7 +367,7 @@ async fn resolve_in_doubt(node: Arc<NodeContext>) {
             };
             let storage = node.storage.clone();
             let result = match outcome {
-                Ok(TxnOutcome::Committed) => tokio::task::spawn_blocking(move || storage.commit(txn)).await,
+                Ok(TxnOutcome::Committed(ts)) => tokio::task::spawn_blocking(move || storage.commit(txn, ts)).await,
                 Ok(TxnOutcome::Aborted) => tokio::task::spawn_blocking(move || storage.abort(txn)).await,
                 Ok(TxnOutcome::Pending) | Err(_) => continue,
             };

@@ -35,6 +35,10 @@ pub trait CatalogService: Send + Sync {
     /// cut off from the majority of the meta nodes: a write then need not
     /// wait on peers it cannot reach before its commit is refused anyway.
     fn refuse_if_cut_off(&self) -> FoamResult<()>;
+    /// A timestamp from the cluster clock, above every one handed out
+    /// before the call anywhere in the cluster (the catalog leader's
+    /// timestamp oracle). Snapshots and commit timestamps come from it.
+    async fn timestamp(&self) -> FoamResult<u64>;
     /// This node's part in the catalog's Raft group ("leader", "follower",
     /// "candidate", "learner"), `None` when it is not a meta node.
     fn meta_role(&self) -> Option<String>;

@@ -52,9 +52,9 @@ mod tests {
 
     #[test]
     fn round_trip_and_garbage() {
-        let bytes = encode(&NodeRequest::Prepare { txn: 42, rows: 7 }, b"rows").unwrap();
+        let bytes = encode(&NodeRequest::Prepare { txn: 42, rows: 7, prepare_ts: 9 }, b"rows").unwrap();
         let (request, payload): (NodeRequest, Bytes) = decode(&bytes).unwrap();
-        assert!(matches!(request, NodeRequest::Prepare { txn: 42, rows: 7 }));
+        assert!(matches!(request, NodeRequest::Prepare { txn: 42, rows: 7, prepare_ts: 9 }));
         assert_eq!(&payload[..], b"rows");
         for garbage in [&b""[..], &b"\xff\xff\xff\xff{"[..], &b"\x02\x00\x00\x00{}"[..], &b"\x03\x00\x00\x00abc"[..]] {
             let error = decode::<NodeRequest>(&Bytes::copy_from_slice(garbage)).unwrap_err();

@@ -19,6 +19,8 @@ pub enum NodeRequest {
     Ping { from_leader: bool },
     /// Returns the catalog when the caller's `known_version` is not current.
     CatalogGet { known_version: Option<u64> },
+    /// A timestamp from the cluster clock (only the catalog leader answers).
+    Timestamp,
     /// Applies DDL (or a node registration) through the catalog leader.
     CatalogApply { command: CatalogCommand },
     /// Rows for one partition of `txn`; the payload is Arrow IPC in the table's
@@ -46,9 +48,21 @@ pub enum NodeRequest {
     /// trailer before staging it. Only sent as a stream's header, never alone.
     StageSegment { txn: TxnId, coordinator: NodeId, table_id: TableId, partition: PartitionId, placement_version: u64 },
     /// Make the staged rows durable; `rows` is how many the coordinator shipped
-    /// to this node, so a participant that lost some votes no.
-    Prepare { txn: TxnId, rows: u64 },
-    Commit { txn: TxnId },
+    /// to this node, so a participant that lost some votes no. `prepare_ts`
+    /// is the cluster clock's time before the coordinator sent this
+    /// (`foam_storage::visibility`).
+    Prepare {
+        txn: TxnId,
+        rows: u64,
+        #[serde(default)]
+        prepare_ts: u64,
+    },
+    /// Apply `txn` at commit timestamp `ts`.
+    Commit {
+        txn: TxnId,
+        #[serde(default)]
+        ts: u64,
+    },
     Abort { txn: TxnId },
     /// Discards what statements after `after` of `txn` staged (ROLLBACK TO
     /// SAVEPOINT, or a failed statement of a block); the rest stays staged.
@@ -146,6 +160,7 @@ pub enum NodeResponse {
     Catalog { catalog: Option<Catalog> },
     Applied { catalog: Catalog, outcome: CommandOutcome },
     Outcome { outcome: TxnOutcome },
+    Timestamp { ts: u64 },
     Stats { stats: Vec<(PartitionId, PartitionStats)> },
     Digests { digests: Vec<(PartitionId, RowDigest)> },
     Traffic { snapshot: TrafficSnapshot },
@@ -189,4 +204,8 @@ pub struct ScanRequest {
     /// transaction's earlier statements staged on the owner.
     #[serde(default)]
     pub own_writes: Option<foam_storage::OwnWrites>,
+    /// The statement's snapshot: the owner returns the rows of transactions
+    /// committed at or before it (the newest rows when `None`).
+    #[serde(default)]
+    pub snapshot: Option<u64>,
 }

@@ -1,5 +1,6 @@
 //! The coordinator's side of two-phase commit: which of the transactions this
-//! node coordinated were decided COMMIT. The decision is fsynced before any
+//! node coordinated were decided COMMIT, and at which commit timestamp (every
+//! participant must apply it at the same one). The decision is fsynced before any
 //! participant is told to commit, so a participant left in doubt by a crash can
 //! always ask. A transaction this node never decided is presumed aborted once it
 //! is no longer running (presumed-abort 2PC), so only commits are logged.
@@ -15,7 +16,7 @@
 //! of that file only keeps decisions longer.
 
 use crate::error::{StorageError, StorageResult};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -25,16 +26,23 @@ use foam_common::limits::DECISION_LOG_COMPACT_ENTRIES;
 use foam_common::TxnId;
 use serde::{Deserialize, Serialize};
 
-const DECISION_FILE_NAME: &str = "decisions.log";
+/// Entries of a transaction id and its commit timestamp.
+const DECISION_FILE_NAME: &str = "decisions-ts.log";
+/// Entries of a transaction id only, from before commit timestamps: read
+/// once (as committed at 0, which participants apply at their newest
+/// timestamp) and folded into the new file.
+const LEGACY_DECISION_FILE_NAME: &str = "decisions.log";
 const FORGOTTEN_FILE_NAME: &str = "decisions.done";
-const ENTRY_BYTES: usize = 16;
+const TXN_BYTES: usize = 16;
+const ENTRY_BYTES: usize = TXN_BYTES + 8;
 /// Exit code of a node whose decision log could not be repaired after a failed write.
 const EXIT_CODE_DECISIONS_UNUSABLE: i32 = 74;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TxnOutcome {
-    Committed,
+    /// Committed at this timestamp.
+    Committed(u64),
     Aborted,
     /// Still running on its coordinator; ask again later.
     Pending,
@@ -53,8 +61,8 @@ struct DecisionState {
     forgotten: File,
     /// Entries in the file, forgotten ones included.
     entries: usize,
-    /// Commits some participant may still ask about.
-    committed: HashSet<TxnId>,
+    /// Commits some participant may still ask about, with their timestamps.
+    committed: HashMap<TxnId, u64>,
     running: HashSet<TxnId>,
 }
 
@@ -70,7 +78,13 @@ impl DecisionLog {
         let whole = bytes.len() / ENTRY_BYTES * ENTRY_BYTES;
         let forgotten_path = data_dir.join(FORGOTTEN_FILE_NAME);
         let done: HashSet<TxnId> = txn_ids(&read_if_exists(&forgotten_path)?).collect();
-        let committed = txn_ids(&bytes[..whole]).filter(|txn| !done.contains(txn)).collect();
+        let legacy_path = data_dir.join(LEGACY_DECISION_FILE_NAME);
+        let legacy = read_if_exists(&legacy_path)?;
+        let committed: HashMap<TxnId, u64> = txn_ids(&legacy)
+            .map(|txn| (txn, 0))
+            .chain(decisions(&bytes[..whole]))
+            .filter(|(txn, _)| !done.contains(txn))
+            .collect();
         let forgotten = OpenOptions::new().create(true).append(true).open(&forgotten_path).map_err(|e| StorageError::io(&forgotten_path, e))?;
         let existed = path.exists();
         let file = OpenOptions::new().create(true).append(true).open(&path).map_err(|e| StorageError::io(&path, e))?;
@@ -81,19 +95,25 @@ impl DecisionLog {
             file.set_len(whole as u64).map_err(|e| StorageError::io(&path, e))?;
         }
         let entries = whole / ENTRY_BYTES;
-        Ok(DecisionLog { path, compact_entries, state: Mutex::new(DecisionState { file, forgotten, entries, committed, running: HashSet::new() }) })
+        let log = DecisionLog { path, compact_entries, state: Mutex::new(DecisionState { file, forgotten, entries, committed, running: HashSet::new() }) };
+        if legacy_path.exists() {
+            log.compact(&mut log.lock())?;
+            std::fs::remove_file(&legacy_path).map_err(|e| StorageError::io(&legacy_path, e))?;
+            foam_common::fs::sync_parent_dir(&legacy_path)?;
+        }
+        Ok(log)
     }
 
     pub fn begin(&self, txn: TxnId) {
         self.lock().running.insert(txn);
     }
 
-    /// Durably records that `txn` commits. After this returns, the transaction is
-    /// committed whatever happens to any node.
-    pub fn decide_commit(&self, txn: TxnId) -> StorageResult<()> {
+    /// Durably records that `txn` commits at timestamp `ts`. After this
+    /// returns, the transaction is committed whatever happens to any node.
+    pub fn decide_commit(&self, txn: TxnId, ts: u64) -> StorageResult<()> {
         let mut state = self.lock();
         let length_before = state.file.metadata().map_err(|e| StorageError::io(&self.path, e))?.len();
-        let written = state.file.write_all(&txn.to_le_bytes()).and_then(|()| state.file.sync_data());
+        let written = state.file.write_all(&entry(txn, ts)).and_then(|()| state.file.sync_data());
         if let Err(error) = written {
             // A torn entry would shift every later one; cut it off or stop.
             if state.file.set_len(length_before).and_then(|()| state.file.sync_data()).is_err() {
@@ -102,7 +122,7 @@ impl DecisionLog {
             }
             return Err(StorageError::io(&self.path, error));
         }
-        state.committed.insert(txn);
+        state.committed.insert(txn, ts);
         state.entries += 1;
         Ok(())
     }
@@ -111,7 +131,7 @@ impl DecisionLog {
     /// is durable), so no one will ask about it again: the decision may go.
     pub fn forget(&self, txn: TxnId) {
         let mut state = self.lock();
-        if !state.committed.remove(&txn) {
+        if state.committed.remove(&txn).is_none() {
             return;
         }
         // Unsynced: a lost entry only keeps the decision until a compaction.
@@ -128,7 +148,7 @@ impl DecisionLog {
     /// Rewrites the log with the decisions still needed: a new file written,
     /// fsynced and renamed over the old, so a crash leaves one or the other.
     fn compact(&self, state: &mut DecisionState) -> StorageResult<()> {
-        let bytes: Vec<u8> = state.committed.iter().flat_map(|txn| txn.to_le_bytes()).collect();
+        let bytes: Vec<u8> = state.committed.iter().flat_map(|(txn, ts)| entry(*txn, *ts)).collect();
         foam_common::fs::write_atomic(&self.path, &bytes)?;
         state.file = OpenOptions::new().append(true).open(&self.path).map_err(|e| StorageError::io(&self.path, e))?;
         state.entries = state.committed.len();
@@ -145,8 +165,8 @@ impl DecisionLog {
 
     pub fn outcome(&self, txn: TxnId) -> TxnOutcome {
         let state = self.lock();
-        if state.committed.contains(&txn) {
-            TxnOutcome::Committed
+        if let Some(ts) = state.committed.get(&txn) {
+            TxnOutcome::Committed(*ts)
         } else if state.running.contains(&txn) {
             TxnOutcome::Pending
         } else {
@@ -169,7 +189,22 @@ fn read_if_exists(path: &Path) -> StorageResult<Vec<u8>> {
 
 /// The whole 16-byte transaction ids in `bytes` (a torn tail is ignored).
 fn txn_ids(bytes: &[u8]) -> impl Iterator<Item = TxnId> + '_ {
-    bytes.chunks_exact(ENTRY_BYTES).map(|chunk| TxnId::from_le_bytes(chunk.try_into().expect("16-byte chunk")))
+    bytes.chunks_exact(TXN_BYTES).map(|chunk| TxnId::from_le_bytes(chunk.try_into().expect("16-byte chunk")))
+}
+
+/// The whole decisions (transaction id, commit timestamp) in `bytes`.
+fn decisions(bytes: &[u8]) -> impl Iterator<Item = (TxnId, u64)> + '_ {
+    bytes.chunks_exact(ENTRY_BYTES).map(|chunk| {
+        let (txn, ts) = chunk.split_at(TXN_BYTES);
+        (TxnId::from_le_bytes(txn.try_into().expect("16-byte id")), u64::from_le_bytes(ts.try_into().expect("8-byte timestamp")))
+    })
+}
+
+fn entry(txn: TxnId, ts: u64) -> [u8; ENTRY_BYTES] {
+    let mut bytes = [0; ENTRY_BYTES];
+    bytes[..TXN_BYTES].copy_from_slice(&txn.to_le_bytes());
+    bytes[TXN_BYTES..].copy_from_slice(&ts.to_le_bytes());
+    bytes
 }
 
 #[cfg(test)]
@@ -186,10 +221,10 @@ mod tests {
             log.begin(1);
             log.begin(2);
             assert_eq!(log.outcome(2), TxnOutcome::Pending);
-            log.decide_commit(1).unwrap();
+            log.decide_commit(1, 41).unwrap();
         }
         let log = DecisionLog::open(&dir).unwrap();
-        assert_eq!(log.outcome(1), TxnOutcome::Committed);
+        assert_eq!(log.outcome(1), TxnOutcome::Committed(41));
         assert_eq!(log.outcome(2), TxnOutcome::Aborted);
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -204,30 +239,30 @@ mod tests {
             let log = DecisionLog::open_compacting_after(&dir, 8).unwrap();
             // Txn 3 is never confirmed by every participant.
             for txn in 1..=7u128 {
-                log.decide_commit(txn).unwrap();
+                log.decide_commit(txn, 1000 + txn as u64).unwrap();
                 if txn != 3 {
                     log.forget(txn);
                 }
             }
             assert_eq!(file_entries(), 7, "not compacted below the threshold");
-            log.decide_commit(8).unwrap();
-            log.decide_commit(9).unwrap();
+            log.decide_commit(8, 1000 + 8).unwrap();
+            log.decide_commit(9, 1000 + 9).unwrap();
             log.forget(8);
             // 9 entries, 2 still needed (3 and 9): rewritten with those two.
             assert_eq!(file_entries(), 2);
             assert_eq!(std::fs::metadata(dir.join(FORGOTTEN_FILE_NAME)).unwrap().len(), 0, "the new log lists no forgotten decision");
-            log.decide_commit(10).unwrap();
+            log.decide_commit(10, 1000 + 10).unwrap();
             assert_eq!(file_entries(), 3, "appends go on after a compaction");
-            assert_eq!(log.outcome(3), TxnOutcome::Committed);
+            assert_eq!(log.outcome(3), TxnOutcome::Committed(1003));
         }
         let log = DecisionLog::open_compacting_after(&dir, 8).unwrap();
-        log.decide_commit(11).unwrap();
+        log.decide_commit(11, 1000 + 11).unwrap();
         log.forget(11);
         drop(log);
         // Forgotten before a restart, not yet compacted away: still forgotten.
         let log = DecisionLog::open_compacting_after(&dir, 8).unwrap();
         assert_eq!(log.outcome(11), TxnOutcome::Aborted);
-        for (txn, outcome) in [(3, TxnOutcome::Committed), (9, TxnOutcome::Committed), (10, TxnOutcome::Committed), (1, TxnOutcome::Aborted), (8, TxnOutcome::Aborted)] {
+        for (txn, outcome) in [(3, TxnOutcome::Committed(1003)), (9, TxnOutcome::Committed(1009)), (10, TxnOutcome::Committed(1010)), (1, TxnOutcome::Aborted), (8, TxnOutcome::Aborted)] {
             assert_eq!(log.outcome(txn), outcome, "txn {txn}");
         }
         std::fs::remove_dir_all(&dir).unwrap();

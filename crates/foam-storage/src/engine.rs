@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use arrow::record_batch::RecordBatch;
 use foam_common::limits::{
     BATCH_ROWS, MEMTABLE_FLUSH_ROWS, RECEIVED_SEGMENT_BYTES_MAX, STAGE_DELETE_BYTES_PER_TXN_MAX, STAGE_INLINE_BYTES_MAX, STAGE_INLINE_BYTES_PER_TXN_MAX,
-    TXN_IDLE_TIMEOUT_MS, WAL_CHECKPOINT_BYTES,
+    SNAPSHOT_WAIT_MS_MAX, TXN_IDLE_TIMEOUT_MS, WAL_CHECKPOINT_BYTES,
 };
 use foam_common::{NodeId, PartitionId, TableId, TxnId};
 use parquet::arrow::ArrowWriter;
@@ -26,6 +26,7 @@ use crate::partition::{Partition, PartitionSnapshot, SegmentInfo};
 use crate::row_set::{RowDigest, RowDigester, RowSet};
 use crate::segment;
 use crate::unique::{self, UniqueKey};
+use crate::visibility::VisibilityGate;
 use crate::wal::{EntryData, PreparedEntry, Wal, WalHeader};
 
 type PartitionKey = (TableId, PartitionId);
@@ -52,6 +53,18 @@ pub struct StorageEngine {
     /// in). Checked at prepare under the WAL lock, which is also taken to
     /// raise a fence, so no prepare slips past one.
     fences: Mutex<HashMap<PartitionKey, u64>>,
+    /// Prepared transactions that reads and commits wait for (MVCC order).
+    gate: VisibilityGate,
+}
+
+/// What a read at a snapshot finds right now.
+pub enum SnapshotRead {
+    /// The partition's rows as of the snapshot, or `None` when this node
+    /// stores nothing of it.
+    Ready(Option<PartitionSnapshot>),
+    /// A transaction that may commit at or below the snapshot is still
+    /// undecided or unapplied here: wait (`snapshot_at`) and read then.
+    Wait,
 }
 
 /// Fence value refusing every write to a partition.
@@ -270,6 +283,7 @@ impl StorageEngine {
             prepared: Mutex::new(HashMap::new()),
             dropped_tables: Mutex::new(HashSet::new()),
             fences: Mutex::new(HashMap::new()),
+            gate: VisibilityGate::default(),
         };
         engine.load_partitions()?;
         // A table dropped later in the log must not have earlier commits
@@ -291,21 +305,24 @@ impl StorageEngine {
         let replayed = records.len();
         for record in records {
             match record.header {
-                WalHeader::Prepare { txn, coordinator, .. } => {
+                WalHeader::Prepare { txn, coordinator, prepare_ts, ref entries } => {
+                    engine.gate.prepared(txn, entries.iter().map(|e| (e.table_id, e.partition)).collect(), prepare_ts);
                     let prepared = engine.decode_prepared(coordinator, record.header, record.body)?;
                     lock(&engine.prepared).insert(txn, prepared);
                 }
-                WalHeader::Commit { txn } => {
+                WalHeader::Commit { txn, ts } => {
                     let prepared = lock(&engine.prepared).remove(&txn);
                     if let Some(prepared) = prepared {
-                        engine.apply(record.lsn, prepared, &removed_at)?;
+                        engine.apply(record.lsn, ts, prepared, &removed_at)?;
                     }
+                    engine.gate.done(txn);
                 }
                 WalHeader::Abort { txn } => {
                     let prepared = lock(&engine.prepared).remove(&txn);
                     if let Some(prepared) = prepared {
                         engine.discard_segments(&prepared.header);
                     }
+                    engine.gate.done(txn);
                 }
                 WalHeader::DropTable { table_id } => engine.forget_table(table_id)?,
                 WalHeader::DropPartition { table_id, partition } => {
@@ -595,7 +612,10 @@ impl StorageEngine {
     ///
     /// The rows must keep the unique keys `unique` gives for their table
     /// (`unique.rs`); a duplicate votes no with 23505.
-    pub fn prepare(&self, txn: TxnId, expected_rows: u64, unique: &dyn Fn(TableId) -> Vec<UniqueKey>) -> StorageResult<()> {
+    ///
+    /// `prepare_ts` is the coordinator's timestamp from before it sent
+    /// Prepare: reads at a later snapshot wait for this transaction's outcome.
+    pub fn prepare(&self, txn: TxnId, expected_rows: u64, prepare_ts: u64, unique: &dyn Fn(TableId) -> Vec<UniqueKey>) -> StorageResult<()> {
         let staging = lock(&self.staging).remove(&txn).ok_or_else(|| StorageError::TransactionEnded {
             message: format!("transaction {txn:032x} is unknown on this node (it may have restarted)"),
         })?;
@@ -652,7 +672,8 @@ impl StorageEngine {
             entries.push(PreparedEntry { table_id, partition, rows: staged.rows, data });
         }
         foam_common::fs::sync_dir(&self.staging_dir)?;
-        let header = WalHeader::Prepare { txn, coordinator: staging.coordinator, entries };
+        let gated: Vec<PartitionKey> = entries.iter().map(|e| (e.table_id, e.partition)).collect();
+        let header = WalHeader::Prepare { txn, coordinator: staging.coordinator, entries, prepare_ts };
         // Register under the WAL lock: a checkpoint in between would delete the
         // Prepare record without re-appending it, and a fence raised in between
         // would not see this transaction.
@@ -670,6 +691,7 @@ impl StorageEngine {
             return Err(error);
         }
         wal.append(&header, &body, true)?;
+        self.gate.prepared(txn, gated, prepare_ts);
         lock(&self.prepared).insert(txn, Prepared { coordinator: staging.coordinator, header, body, inline });
         Ok(())
     }
@@ -1031,19 +1053,31 @@ impl StorageEngine {
     /// Commits a prepared transaction. Committing an unknown transaction is a
     /// no-op: it was committed before (a retried commit) — a coordinator only
     /// commits after every participant prepared.
-    pub fn commit(&self, txn: TxnId) -> StorageResult<()> {
+    ///
+    /// `ts` is the commit timestamp. The transaction is applied after every
+    /// transaction on its partitions that commits below it (`visibility.rs`);
+    /// blocking, so call it off the async runtime.
+    pub fn commit(&self, txn: TxnId, ts: u64) -> StorageResult<()> {
+        if !lock(&self.prepared).contains_key(&txn) {
+            return Ok(());
+        }
+        self.gate.decide(txn, ts);
+        self.gate.wait_turn(txn, ts, Duration::from_millis(SNAPSHOT_WAIT_MS_MAX))?;
         let mut wal = lock(&self.wal);
         let Some(prepared) = lock(&self.prepared).remove(&txn) else {
+            self.gate.done(txn);
             return Ok(());
         };
-        let lsn = match wal.append(&WalHeader::Commit { txn }, &[], true) {
+        let lsn = match wal.append(&WalHeader::Commit { txn, ts }, &[], true) {
             Ok(lsn) => lsn,
             Err(error) => {
                 lock(&self.prepared).insert(txn, prepared);
                 return Err(error);
             }
         };
-        if let Err(error) = self.apply(lsn, prepared, &HashMap::new()) {
+        let applied = self.apply(lsn, ts, prepared, &HashMap::new());
+        self.gate.done(txn);
+        if let Err(error) = applied {
             // The Commit record is durable but the rows are only partly applied;
             // nothing here can redo that safely, replay at restart can.
             tracing::error!(%error, txn = %format!("{txn:032x}"), "applying a committed transaction failed; stopping so replay can redo it");
@@ -1065,6 +1099,7 @@ impl StorageEngine {
             wal.append(&WalHeader::Abort { txn }, &[], false)?;
             self.discard_segments(&prepared.header);
         }
+        self.gate.done(txn);
         Ok(())
     }
 
@@ -1094,13 +1129,56 @@ impl StorageEngine {
         self.stored_snapshot(table_id, partition).unwrap_or_default()
     }
 
-    /// The partition's rows, or `None` when this node stores nothing of it:
-    /// it was never written here, or its copy was removed (moved elsewhere).
+    /// The partition's newest rows, or `None` when this node stores nothing
+    /// of it: it was never written here, or its copy was removed (moved elsewhere).
     pub fn stored_snapshot(&self, table_id: TableId, partition: PartitionId) -> Option<PartitionSnapshot> {
         // Clone the handle and release the map first: a flush holds a partition
         // lock for a while and must not stall every other partition's readers.
         let found = lock(&self.partitions).get(&(table_id, partition)).cloned();
         found.map(|p| lock(&p).snapshot())
+    }
+
+    /// The partition's rows as of snapshot `ts` (the newest when `None`), if
+    /// no transaction that may commit at or below `ts` is pending here.
+    pub fn try_snapshot_at(&self, table_id: TableId, partition: PartitionId, ts: Option<u64>) -> StorageResult<SnapshotRead> {
+        let Some(ts) = ts else { return Ok(SnapshotRead::Ready(self.stored_snapshot(table_id, partition))) };
+        if !self.gate.readable((table_id, partition), ts) {
+            return Ok(SnapshotRead::Wait);
+        }
+        let found = lock(&self.partitions).get(&(table_id, partition)).cloned();
+        Ok(SnapshotRead::Ready(found.map(|p| lock(&p).snapshot_at(ts)).transpose()?))
+    }
+
+    /// Like `try_snapshot_at`, waiting up to [`SNAPSHOT_WAIT_MS_MAX`] for the
+    /// pending transactions (blocking: call it off the async runtime).
+    pub fn snapshot_at(&self, table_id: TableId, partition: PartitionId, ts: u64) -> StorageResult<Option<PartitionSnapshot>> {
+        let deadline = Instant::now() + Duration::from_millis(SNAPSHOT_WAIT_MS_MAX);
+        loop {
+            self.gate.wait_readable((table_id, partition), ts, deadline.saturating_duration_since(Instant::now()))?;
+            // A transaction that prepared in between may hold it back again.
+            if let SnapshotRead::Ready(read) = self.try_snapshot_at(table_id, partition, Some(ts))? {
+                return Ok(read);
+            }
+        }
+    }
+
+    /// Drops every partition's versions past their retention; a partition
+    /// busy right now is left for the next round.
+    pub fn forget_old_versions(&self) {
+        let partitions: Vec<_> = lock(&self.partitions).values().cloned().collect();
+        for partition in partitions {
+            if let Ok(mut partition) = partition.try_lock() {
+                partition.forget_expired_versions();
+            }
+        }
+    }
+
+    /// Refuses reads of a partition's copy at snapshots below `ts`: the copy
+    /// was filled in from another node up to then (the replica keeper).
+    pub fn raise_snapshot_floor(&self, table_id: TableId, partition: PartitionId, ts: u64) -> StorageResult<()> {
+        let partition = self.partition(table_id, partition)?;
+        lock(&partition).raise_floor(ts);
+        Ok(())
     }
 
     /// The digest of the committed rows this node holds of each of
@@ -1174,7 +1252,7 @@ impl StorageEngine {
     /// Applies a committed transaction at `lsn`. `removed_at` (empty except
     /// in replay) gives the LSN at which the log later removes a partition's
     /// copy: a commit before it is skipped, as its files went with the copy.
-    fn apply(&self, lsn: u64, prepared: Prepared, removed_at: &HashMap<(TableId, PartitionId), u64>) -> StorageResult<()> {
+    fn apply(&self, lsn: u64, ts: u64, prepared: Prepared, removed_at: &HashMap<(TableId, PartitionId), u64>) -> StorageResult<()> {
         let WalHeader::Prepare { entries, .. } = &prepared.header else {
             return Err(StorageError::internal("a prepared transaction without a Prepare header"));
         };
@@ -1197,7 +1275,7 @@ impl StorageEngine {
             let mut partition = lock(&partition);
             match (&entry.data, inline) {
                 (EntryData::Inline { .. }, Some(batches)) => {
-                    partition.apply_inline(lsn, batches);
+                    partition.apply_inline(lsn, ts, batches);
                     if partition.memtable_rows() >= MEMTABLE_FLUSH_ROWS && !deleting.contains(&(entry.table_id, entry.partition)) {
                         partition.flush()?;
                     }
@@ -1211,7 +1289,7 @@ impl StorageEngine {
                         crc32: *crc32,
                         block_crc32: block_crc32.clone(),
                     };
-                    partition.add_segment(lsn, &self.staging_dir.join(file_name), info)?;
+                    partition.add_segment(lsn, ts, &self.staging_dir.join(file_name), info)?;
                 }
                 (EntryData::Inline { .. } | EntryData::Delete { .. }, None) => {
                     return Err(StorageError::internal("inline entry without decoded rows"));
@@ -1220,7 +1298,7 @@ impl StorageEngine {
         }
         for ((table_id, partition), rows) in deletes {
             let handle = self.partition(table_id, partition)?;
-            let missing = lock(&handle).apply_delete(lsn, &rows)?;
+            let missing = lock(&handle).apply_delete(lsn, ts, &rows)?;
             if missing > 0 {
                 tracing::error!(table_id, partition, missing, lsn, "rows a committed transaction deleted were not found in this copy");
             }
@@ -1397,26 +1475,26 @@ mod tests {
             commit_rows(&engine, 1, 10, vec![batch(0, 100)], &k_is_unique);
             // Against committed rows; the refused transaction leaves nothing.
             engine.stage(2, 1, 10, 0, 0, vec![batch(99, 2)]).unwrap();
-            assert_eq!(engine.prepare(2, 2, &k_is_unique).unwrap_err().sqlstate(), "23505");
+            assert_eq!(engine.prepare(2, 2, 0, &k_is_unique).unwrap_err().sqlstate(), "23505");
             // Against another transaction prepared and not yet decided.
             engine.stage(3, 1, 10, 0, 0, vec![batch(100, 10)]).unwrap();
-            engine.prepare(3, 10, &k_is_unique).unwrap();
+            engine.prepare(3, 10, 0, &k_is_unique).unwrap();
             engine.stage(4, 1, 10, 0, 0, vec![batch(105, 1)]).unwrap();
-            assert_eq!(engine.prepare(4, 1, &k_is_unique).unwrap_err().sqlstate(), "23505");
+            assert_eq!(engine.prepare(4, 1, 0, &k_is_unique).unwrap_err().sqlstate(), "23505");
             // Within its own rows, even when they are big enough to be a staged file.
             engine.stage(5, 1, 10, 0, 0, vec![batch(1_000, 40_000), batch(40_999, 1)]).unwrap();
-            assert_eq!(engine.prepare(5, 40_001, &k_is_unique).unwrap_err().sqlstate(), "23505");
+            assert_eq!(engine.prepare(5, 40_001, 0, &k_is_unique).unwrap_err().sqlstate(), "23505");
             // Another partition, or a table without keys, may hold the same values.
             engine.stage(6, 1, 10, 1, 0, vec![batch(0, 10)]).unwrap();
             engine.stage(6, 1, 11, 0, 0, vec![batch(0, 10)]).unwrap();
-            engine.prepare(6, 20, &k_is_unique).unwrap();
-            engine.commit(6).unwrap();
+            engine.prepare(6, 20, 0, &k_is_unique).unwrap();
+            engine.commit(6, 0).unwrap();
             assert_eq!(rows_in(&engine, 10, 0), 100);
         }
         // After a restart transaction 3 is still in doubt, and still holds its keys.
         let engine = StorageEngine::open(&dir).unwrap();
         engine.stage(7, 1, 10, 0, 0, vec![batch(109, 1)]).unwrap();
-        assert_eq!(engine.prepare(7, 1, &k_is_unique).unwrap_err().sqlstate(), "23505");
+        assert_eq!(engine.prepare(7, 1, 0, &k_is_unique).unwrap_err().sqlstate(), "23505");
         engine.abort(3).unwrap();
         commit_rows(&engine, 8, 10, vec![batch(109, 1)], &k_is_unique);
         assert_eq!(rows_in(&engine, 10, 0), 101);
@@ -1442,10 +1520,10 @@ mod tests {
             let engine = StorageEngine::open(&dir).unwrap();
             engine.stage(1, 1, 10, 0, 0, vec![batch(0, 100)]).unwrap();
             engine.stage(1, 1, 10, 1, 0, vec![batch(100, 50)]).unwrap();
-            engine.prepare(1, 150, &no_keys).unwrap();
-            engine.commit(1).unwrap();
+            engine.prepare(1, 150, 0, &no_keys).unwrap();
+            engine.commit(1, 0).unwrap();
             engine.stage(2, 1, 10, 0, 0, vec![batch(0, 7)]).unwrap();
-            engine.prepare(2, 7, &no_keys).unwrap();
+            engine.prepare(2, 7, 0, &no_keys).unwrap();
             engine.abort(2).unwrap();
             engine.stage(3, 1, 10, 0, 0, vec![batch(0, 9)]).unwrap();
             // Transaction 3 never prepares: the "crash" below loses it, as it must.
@@ -1473,8 +1551,8 @@ mod tests {
         {
             let engine = StorageEngine::open(&dir).unwrap();
             engine.stage(31, 1, 16, 0, 0, pieces).unwrap();
-            engine.prepare(31, 27_500, &no_keys).unwrap();
-            engine.commit(31).unwrap();
+            engine.prepare(31, 27_500, 0, &no_keys).unwrap();
+            engine.commit(31, 0).unwrap();
             let memtable = engine.snapshot(16, 0).memtable;
             let sizes: Vec<usize> = memtable.iter().map(|b| b.num_rows()).collect();
             assert_eq!(sizes, vec![8_000, 8_000, 4_000, 6_000, 1_500], "runs of small pieces joined up to BATCH_ROWS, the large batch as it was");
@@ -1493,10 +1571,10 @@ mod tests {
         let dir = temp_dir("missing");
         let engine = StorageEngine::open(&dir).unwrap();
         engine.stage(21, 1, 15, 0, 0, vec![batch(0, 10)]).unwrap();
-        let error = engine.prepare(21, 25, &no_keys).unwrap_err();
+        let error = engine.prepare(21, 25, 0, &no_keys).unwrap_err();
         assert_eq!(error.sqlstate(), "40000");
         assert!(engine.in_doubt().is_empty(), "a no vote leaves nothing prepared");
-        engine.commit(21).unwrap();
+        engine.commit(21, 0).unwrap();
         assert_eq!(rows_in(&engine, 15, 0), 0);
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -1509,9 +1587,9 @@ mod tests {
             for chunk in 0..40 {
                 engine.stage(5, 1, 11, 3, 0, vec![batch(chunk * 5000, 5000)]).unwrap();
             }
-            engine.prepare(5, 200_000, &no_keys).unwrap();
+            engine.prepare(5, 200_000, 0, &no_keys).unwrap();
             assert_eq!(std::fs::read_dir(dir.join("staging")).unwrap().count(), 1, "rows spilled to one staged file");
-            engine.commit(5).unwrap();
+            engine.commit(5, 0).unwrap();
             assert_eq!(rows_in(&engine, 11, 3), 200_000);
             assert_eq!(engine.snapshot(11, 3).segments.len(), 1);
         }
@@ -1550,8 +1628,8 @@ mod tests {
             assert_eq!(batch.num_columns(), 2);
         }
         // Everything staged commits, inline and spilled rows alike, once.
-        engine.prepare(6, 150_017, &no_keys).unwrap();
-        engine.commit(6).unwrap();
+        engine.prepare(6, 150_017, 0, &no_keys).unwrap();
+        engine.commit(6, 0).unwrap();
         assert_eq!(rows_in(&engine, 11, 2), 150_017);
         assert_eq!(staged_count(&engine, 6, 9, 2), 0, "committed rows are no longer staged");
         std::fs::remove_dir_all(&dir).unwrap();
@@ -1574,8 +1652,8 @@ mod tests {
         // Statement 1's rows were spilled along with statement 2's; only its file stays.
         let files: Vec<String> = std::fs::read_dir(dir.join("staging")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
         assert!(files.iter().all(|f| f.contains("-11-0-1-")), "statements 2 and 3's files are gone: {files:?}");
-        engine.prepare(8, 10, &no_keys).unwrap();
-        engine.commit(8).unwrap();
+        engine.prepare(8, 10, 0, &no_keys).unwrap();
+        engine.commit(8, 0).unwrap();
         assert_eq!(rows_in(&engine, 11, 0), 10);
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -1595,7 +1673,11 @@ mod tests {
     }
 
     fn keys_in(engine: &StorageEngine, table: TableId, partition: PartitionId) -> Vec<i64> {
-        let snapshot = engine.snapshot(table, partition);
+        snapshot_keys(engine.snapshot(table, partition))
+    }
+
+    /// The sorted keys of a snapshot's rows.
+    fn snapshot_keys(snapshot: PartitionSnapshot) -> Vec<i64> {
         let mut keys = Vec::new();
         let mut collect = |batch: &RecordBatch| keys.extend(batch.column(0).as_any().downcast_ref::<Int64Array>().unwrap().values().iter().copied());
         snapshot.memtable.iter().for_each(&mut collect);
@@ -1612,8 +1694,8 @@ mod tests {
     fn commit_rows(engine: &StorageEngine, txn: TxnId, table: TableId, rows: Vec<RecordBatch>, unique: &dyn Fn(TableId) -> Vec<UniqueKey>) {
         let count = rows.iter().map(|b| b.num_rows() as u64).sum();
         engine.stage(txn, 1, table, 0, 0, rows).unwrap();
-        engine.prepare(txn, count, unique).unwrap();
-        engine.commit(txn).unwrap();
+        engine.prepare(txn, count, 0, unique).unwrap();
+        engine.commit(txn, 0).unwrap();
     }
 
     #[test]
@@ -1674,15 +1756,15 @@ mod tests {
             engine.stage_statement(3, 1, (10, 0), 0, 1, vec![batch(100, 2)]).unwrap();
             engine.stage_deletes(3, 1, (10, 0), 0, 2, vec![batch(100, 1)]).unwrap();
             assert_eq!(engine.staged_deletes(OwnWrites { txn: 3, before: 2 }, (10, 0)).len(), 3, "statement 2's deletions are not visible to it");
-            engine.prepare(3, 6, &no_keys).unwrap();
-            engine.commit(3).unwrap();
+            engine.prepare(3, 6, 0, &no_keys).unwrap();
+            engine.commit(3, 0).unwrap();
             assert_eq!(keys_in(&engine, 10, 0), vec![1, 2, 3, 4, 5, 6, 8, 9, 101]);
             // A scan that started before the deletion still reads its files.
             let before: usize = early.segments.iter().map(|s| segment::read_segment(&s.path, &s.checksums, None).unwrap().count()).sum();
             assert!(before > 0);
             engine.stage_deletes(4, 1, (10, 0), 0, 0, vec![batch(6, 4).slice(3, 1)]).unwrap();
-            engine.prepare(4, 1, &no_keys).unwrap();
-            engine.commit(4).unwrap();
+            engine.prepare(4, 1, 0, &no_keys).unwrap();
+            engine.commit(4, 0).unwrap();
         }
         drop(early);
         let engine = StorageEngine::open(&dir).unwrap();
@@ -1690,6 +1772,83 @@ mod tests {
         let listed = engine.segments(10, 0).len();
         let files = std::fs::read_dir(dir.join("tables/10/0")).unwrap().filter(|e| e.as_ref().unwrap().file_name() != "manifest.json").count();
         assert_eq!(files, listed, "replaced segment files are gone once no snapshot holds them");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The keys partition 0 of `table` holds at snapshot `ts`.
+    fn keys_at(engine: &StorageEngine, table: TableId, ts: u64) -> Result<Vec<i64>, StorageError> {
+        Ok(engine.snapshot_at(table, 0, ts)?.map(snapshot_keys).unwrap_or_default())
+    }
+
+    #[test]
+    fn a_read_at_a_snapshot_sees_the_commits_up_to_it_through_flushes_deletions_and_restarts() {
+        let dir = temp_dir("mvcc");
+        {
+            let engine = StorageEngine::open(&dir).unwrap();
+            let commit = |txn: TxnId, ts: u64, deletes: Vec<RecordBatch>, adds: Vec<RecordBatch>| {
+                let rows: u64 = deletes.iter().chain(&adds).map(|b| b.num_rows() as u64).sum();
+                if !deletes.is_empty() {
+                    engine.stage_deletes(txn, 1, (10, 0), 0, 0, deletes).unwrap();
+                }
+                if !adds.is_empty() {
+                    engine.stage(txn, 1, 10, 0, 0, adds).unwrap();
+                }
+                engine.prepare(txn, rows, ts - 1, &no_keys).unwrap();
+                engine.commit(txn, ts).unwrap();
+            };
+            commit(1, 100, vec![], vec![batch(0, 3)]);
+            commit(2, 200, vec![], vec![batch(3, 2)]);
+            assert_eq!(keys_at(&engine, 10, 99).unwrap(), Vec::<i64>::new());
+            assert_eq!(keys_at(&engine, 10, 150).unwrap(), vec![0, 1, 2]);
+            engine.flush_partition(10, 0).unwrap();
+            assert_eq!(keys_at(&engine, 10, 150).unwrap(), vec![0, 1, 2], "the flush keeps the version before it");
+            // An update at 300: key 1 deleted, key 7 added.
+            commit(3, 300, vec![batch(0, 3).slice(1, 1)], vec![batch(7, 1)]);
+            commit(4, 400, vec![], vec![batch(9, 1)]);
+            assert_eq!(keys_at(&engine, 10, 150).unwrap(), vec![0, 1, 2]);
+            assert_eq!(keys_at(&engine, 10, 299).unwrap(), vec![0, 1, 2, 3, 4]);
+            assert_eq!(keys_at(&engine, 10, 300).unwrap(), vec![0, 2, 3, 4, 7]);
+            assert_eq!(keys_at(&engine, 10, 1000).unwrap(), vec![0, 2, 3, 4, 7, 9]);
+            assert_eq!(keys_in(&engine, 10, 0), vec![0, 2, 3, 4, 7, 9], "the newest rows");
+            // A transaction prepared at 450 holds back reads above it until
+            // it is decided; reads at or below 450 go on.
+            engine.stage(5, 1, 10, 0, 0, vec![batch(20, 1)]).unwrap();
+            engine.prepare(5, 1, 450, &no_keys).unwrap();
+            assert!(matches!(engine.try_snapshot_at(10, 0, Some(450)).unwrap(), SnapshotRead::Ready(_)));
+            assert!(matches!(engine.try_snapshot_at(10, 0, Some(451)).unwrap(), SnapshotRead::Wait));
+            assert!(engine.try_snapshot_at(10, 1, Some(451)).is_ok_and(|r| matches!(r, SnapshotRead::Ready(None))), "another partition");
+            engine.commit(5, 500).unwrap();
+            assert_eq!(keys_at(&engine, 10, 499).unwrap(), vec![0, 2, 3, 4, 7, 9]);
+            assert_eq!(keys_at(&engine, 10, 500).unwrap(), vec![0, 2, 3, 4, 7, 9, 20]);
+        }
+        // Versions live in memory: after a restart, snapshots from before
+        // the newest segment list are refused (40001), later ones served.
+        let engine = StorageEngine::open(&dir).unwrap();
+        let error = keys_at(&engine, 10, 150).unwrap_err();
+        assert_eq!(error.sqlstate(), "40001", "{error}");
+        assert_eq!(keys_at(&engine, 10, 450).unwrap(), vec![0, 2, 3, 4, 7, 9], "the replayed memtable keeps its timestamps");
+        assert_eq!(keys_at(&engine, 10, 500).unwrap(), vec![0, 2, 3, 4, 7, 9, 20]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn replaced_versions_are_forgotten_after_the_retention() {
+        let dir = temp_dir("mvcc-retention");
+        let engine = StorageEngine::open(&dir).unwrap();
+        engine.stage(1, 1, 10, 0, 0, vec![batch(0, 3)]).unwrap();
+        engine.prepare(1, 3, 99, &no_keys).unwrap();
+        engine.commit(1, 100).unwrap();
+        engine.partition(10, 0).unwrap().lock().unwrap().set_retention(Duration::ZERO);
+        engine.stage_deletes(2, 1, (10, 0), 0, 0, vec![batch(0, 1)]).unwrap();
+        engine.prepare(2, 1, 199, &no_keys).unwrap();
+        engine.commit(2, 200).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        let error = keys_at(&engine, 10, 150).unwrap_err();
+        assert_eq!(error.sqlstate(), "40001", "{error}");
+        assert_eq!(keys_at(&engine, 10, 200).unwrap(), vec![1, 2]);
+        let listed = engine.segments(10, 0).len();
+        let files = std::fs::read_dir(dir.join("tables/10/0")).unwrap().filter(|e| e.as_ref().unwrap().file_name() != "manifest.json").count();
+        assert_eq!(files, listed, "the replaced segment went with its version");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -1705,8 +1864,8 @@ mod tests {
             let old = rows.slice(round as usize, 1);
             engine.stage_deletes(100 + round, 1, (10, 0), 0, 0, vec![old]).unwrap();
             engine.stage(100 + round, 1, 10, 0, 0, vec![batch(10_000 + round as i64, 1)]).unwrap();
-            engine.prepare(100 + round, 2, &no_keys).unwrap();
-            engine.commit(100 + round).unwrap();
+            engine.prepare(100 + round, 2, 0, &no_keys).unwrap();
+            engine.commit(100 + round, 0).unwrap();
             assert_eq!(engine.segments(10, 0).len(), 1, "after update {round}");
         }
         let keys = keys_in(&engine, 10, 0);
@@ -1725,25 +1884,25 @@ mod tests {
             engine.stage_deletes(txn, 1, (10, 0), 0, 0, vec![batch(1, 1)]).unwrap();
             engine.stage(txn, 1, 10, 0, 0, vec![batch(1, 1)]).unwrap();
         }
-        engine.prepare(2, 2, &k_is_unique).unwrap();
-        let error = engine.prepare(3, 2, &k_is_unique).unwrap_err();
+        engine.prepare(2, 2, 0, &k_is_unique).unwrap();
+        let error = engine.prepare(3, 2, 0, &k_is_unique).unwrap_err();
         assert_eq!(error.sqlstate(), "40001", "{error}");
-        engine.commit(2).unwrap();
+        engine.commit(2, 0).unwrap();
         assert_eq!(keys_in(&engine, 10, 0), vec![0, 1, 2]);
         // A row that is not there at all.
         engine.stage_deletes(4, 1, (10, 0), 0, 0, vec![batch(50, 1)]).unwrap();
-        assert_eq!(engine.prepare(4, 1, &no_keys).unwrap_err().sqlstate(), "40001");
+        assert_eq!(engine.prepare(4, 1, 0, &no_keys).unwrap_err().sqlstate(), "40001");
         // A transaction that updates its own new row again keeps one key.
         engine.stage_deletes(6, 1, (10, 0), 0, 1, vec![batch(0, 1)]).unwrap();
         engine.stage_statement(6, 1, (10, 0), 0, 1, vec![batch(-1, 2).slice(1, 1)]).unwrap();
         engine.stage_deletes(6, 1, (10, 0), 0, 2, vec![batch(-1, 2).slice(1, 1)]).unwrap();
         engine.stage_statement(6, 1, (10, 0), 0, 2, vec![batch(-2, 3).slice(2, 1)]).unwrap();
-        engine.prepare(6, 4, &k_is_unique).unwrap();
+        engine.prepare(6, 4, 0, &k_is_unique).unwrap();
         engine.abort(6).unwrap();
         // A new key still cannot duplicate a kept one.
         engine.stage_deletes(5, 1, (10, 0), 0, 0, vec![batch(0, 1)]).unwrap();
         engine.stage(5, 1, 10, 0, 0, vec![batch(2, 1)]).unwrap();
-        assert_eq!(engine.prepare(5, 2, &k_is_unique).unwrap_err().sqlstate(), "23505");
+        assert_eq!(engine.prepare(5, 2, 0, &k_is_unique).unwrap_err().sqlstate(), "23505");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -1794,7 +1953,7 @@ mod tests {
         assert_eq!(std::fs::read_dir(dir.join("staging")).unwrap().count(), 1, "bytes go to disk as they come");
         drop(received);
         assert_eq!(std::fs::read_dir(dir.join("staging")).unwrap().count(), 0, "a stream that ended early leaves no file");
-        engine.prepare(51, 100, &no_keys).expect_err("and no staged rows");
+        engine.prepare(51, 100, 0, &no_keys).expect_err("and no staged rows");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -1809,8 +1968,8 @@ mod tests {
             stage_segment(&engine, 31, 1, 16, 2, 0, 300, &first, &first_sums, &schema).unwrap();
             stage_segment(&engine, 31, 1, 16, 2, 0, 200, &second, &second_sums, &schema).unwrap();
             engine.stage(31, 1, 16, 2, 0, vec![batch(500, 5)]).unwrap();
-            engine.prepare(31, 505, &no_keys).unwrap();
-            engine.commit(31).unwrap();
+            engine.prepare(31, 505, 0, &no_keys).unwrap();
+            engine.commit(31, 0).unwrap();
             assert_eq!(rows_in(&engine, 16, 2), 505);
             assert_eq!(engine.snapshot(16, 2).segments.len(), 2, "each received segment is listed as it came");
 
@@ -1820,13 +1979,13 @@ mod tests {
             assert_eq!(std::fs::read_dir(dir.join("staging")).unwrap().count(), 0, "an abort deletes what was received");
 
             stage_segment(&engine, 33, 1, 16, 2, 0, 300, &first, &first_sums, &schema).unwrap();
-            engine.prepare(33, 300, &no_keys).unwrap();
+            engine.prepare(33, 300, 0, &no_keys).unwrap();
         }
         // Restarted, the prepared segment is in doubt and still commits.
         let engine = StorageEngine::open(&dir).unwrap();
         assert_eq!(rows_in(&engine, 16, 2), 505);
         assert_eq!(engine.in_doubt(), vec![(33, 1)]);
-        engine.commit(33).unwrap();
+        engine.commit(33, 0).unwrap();
         assert_eq!(rows_in(&engine, 16, 2), 805);
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -1840,8 +1999,8 @@ mod tests {
         let (second, second_sums) = built_segment(300, 200);
         stage_segment(&engine, 41, 1, 16, 2, 0, 300, &first, &first_sums, &schema).unwrap();
         stage_segment(&engine, 41, 1, 16, 2, 0, 200, &second, &second_sums, &schema).unwrap();
-        engine.prepare(41, 500, &no_keys).unwrap();
-        engine.commit(41).unwrap();
+        engine.prepare(41, 500, 0, &no_keys).unwrap();
+        engine.commit(41, 0).unwrap();
         // The source lists the same contents under its own file names, and one file this node never had.
         let renamed = |info: &SegmentInfo| SegmentInfo { file_name: format!("source-{}", info.file_name), ..info.clone() };
         let listed: Vec<SegmentInfo> = engine.segments(16, 2).iter().map(renamed).collect();
@@ -1894,7 +2053,7 @@ mod tests {
         let stricter = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false), Field::new("v", DataType::Utf8, false)]));
         assert!(refused(100, &data, &sums, &stricter).contains("columns are not the table's"));
         assert_eq!(std::fs::read_dir(dir.join("staging")).unwrap().count(), 0, "nothing refused is kept");
-        engine.prepare(41, 0, &no_keys).unwrap_err();
+        engine.prepare(41, 0, 0, &no_keys).unwrap_err();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -1904,14 +2063,14 @@ mod tests {
         {
             let engine = StorageEngine::open(&dir).unwrap();
             engine.stage(9, 4, 12, 0, 0, vec![batch(0, 10)]).unwrap();
-            engine.prepare(9, 10, &no_keys).unwrap();
+            engine.prepare(9, 10, 0, &no_keys).unwrap();
         }
         let engine = StorageEngine::open(&dir).unwrap();
         assert_eq!(engine.in_doubt(), vec![(9, 4)]);
         assert_eq!(rows_in(&engine, 12, 0), 0, "in-doubt rows are not visible");
-        engine.commit(9).unwrap();
+        engine.commit(9, 0).unwrap();
         assert_eq!(rows_in(&engine, 12, 0), 10);
-        engine.commit(9).unwrap();
+        engine.commit(9, 0).unwrap();
         assert_eq!(rows_in(&engine, 12, 0), 10, "a retried commit is a no-op");
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -1923,15 +2082,15 @@ mod tests {
             let engine = StorageEngine::open(&dir).unwrap();
             commit_rows(&engine, 1, 13, vec![batch(0, 10)], &no_keys);
             engine.stage(2, 1, 13, 0, 0, vec![batch(10, 5)]).unwrap();
-            engine.prepare(2, 5, &no_keys).unwrap();
+            engine.prepare(2, 5, 0, &no_keys).unwrap();
             engine.checkpoint_now().unwrap();
             commit_rows(&engine, 3, 13, vec![batch(15, 3)], &no_keys);
             // A large commit (a staged segment) of another table, dropped later.
             for chunk in 0..40 {
                 engine.stage(4, 1, 14, 0, 0, vec![batch(chunk * 5000, 5000)]).unwrap();
             }
-            engine.prepare(4, 200_000, &no_keys).unwrap();
-            engine.commit(4).unwrap();
+            engine.prepare(4, 200_000, 0, &no_keys).unwrap();
+            engine.commit(4, 0).unwrap();
             engine.drop_table(14).unwrap();
         }
         let engine = StorageEngine::open(&dir).unwrap();
@@ -1954,16 +2113,16 @@ mod tests {
         engine.validate_unique_key(10, 0, key, Duration::from_millis(50)).unwrap();
         // Prepared before the key existed, unchecked: waited for, then found.
         engine.stage(2, 1, 10, 0, 0, vec![batch(99, 1)]).unwrap();
-        engine.prepare(2, 1, &no_keys).unwrap();
+        engine.prepare(2, 1, 0, &no_keys).unwrap();
         let error = engine.validate_unique_key(10, 0, key, Duration::from_millis(50)).unwrap_err();
         assert_eq!(error.sqlstate(), "40001", "{error}");
-        engine.commit(2).unwrap();
+        engine.commit(2, 0).unwrap();
         let error = engine.validate_unique_key(10, 0, key, Duration::from_millis(50)).unwrap_err();
         assert_eq!(error.to_string(), "could not create unique index \"t_pkey\": Key (k)=(99) is duplicated");
         // Another partition's copy holds no repeated key.
         engine.stage(3, 1, 10, 1, 0, vec![batch(0, 10)]).unwrap();
-        engine.prepare(3, 10, &no_keys).unwrap();
-        engine.commit(3).unwrap();
+        engine.prepare(3, 10, 0, &no_keys).unwrap();
+        engine.commit(3, 0).unwrap();
         engine.validate_unique_key(10, 1, key, Duration::from_millis(50)).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -1974,16 +2133,16 @@ mod tests {
         let engine = StorageEngine::open(&dir).unwrap();
         engine.set_write_fence(16, 0, 5);
         engine.stage(1, 1, 16, 0, 4, vec![batch(0, 10)]).unwrap();
-        assert_eq!(engine.prepare(1, 10, &no_keys).unwrap_err().sqlstate(), "40001", "planned with placement 4 < 5");
+        assert_eq!(engine.prepare(1, 10, 0, &no_keys).unwrap_err().sqlstate(), "40001", "planned with placement 4 < 5");
         engine.stage(2, 1, 16, 0, 5, vec![batch(0, 10)]).unwrap();
-        engine.prepare(2, 10, &no_keys).unwrap();
+        engine.prepare(2, 10, 0, &no_keys).unwrap();
         // A fence waits for the undecided transaction, and gives up in time.
         let error = engine.fence_writes(16, 0, 5, Duration::from_millis(50)).unwrap_err();
         assert_eq!(error.sqlstate(), "40001");
-        engine.commit(2).unwrap();
+        engine.commit(2, 0).unwrap();
         engine.fence_writes(16, 0, 5, Duration::from_millis(50)).unwrap();
         engine.stage(3, 1, 16, 0, 9, vec![batch(0, 10)]).unwrap();
-        assert_eq!(engine.prepare(3, 10, &no_keys).unwrap_err().sqlstate(), "40001", "a raised fence refuses every write");
+        assert_eq!(engine.prepare(3, 10, 0, &no_keys).unwrap_err().sqlstate(), "40001", "a raised fence refuses every write");
         engine.set_write_fence(16, 0, 6);
         assert_eq!(rows_in(&engine, 16, 0), 10);
         std::fs::remove_dir_all(&dir).unwrap();
@@ -1996,8 +2155,8 @@ mod tests {
             let engine = StorageEngine::open(&dir).unwrap();
             for (txn, partition) in [(1, 0), (2, 1)] {
                 engine.stage(txn, 1, 17, partition, 0, vec![batch(0, 10)]).unwrap();
-                engine.prepare(txn, 10, &no_keys).unwrap();
-                engine.commit(txn).unwrap();
+                engine.prepare(txn, 10, 0, &no_keys).unwrap();
+                engine.commit(txn, 0).unwrap();
             }
             engine.reset_partition(17, 0).unwrap();
             commit_rows(&engine, 3, 17, vec![batch(0, 4)], &no_keys);
@@ -2024,8 +2183,8 @@ mod tests {
             let (data, sums) = built_segment(0, 300);
             stage_segment(&engine, 41, 1, 18, 5, 0, 300, &data, &sums, &schema).unwrap();
             engine.stage(41, 1, 18, 6, 0, vec![batch(0, 7)]).unwrap();
-            engine.prepare(41, 307, &no_keys).unwrap();
-            engine.commit(41).unwrap();
+            engine.prepare(41, 307, 0, &no_keys).unwrap();
+            engine.commit(41, 0).unwrap();
             assert_eq!(rows_in(&engine, 18, 5), 300);
             // The copy moves away; its directory and the loaded segment go.
             engine.remove_partition(18, 5).unwrap();

@@ -44,6 +44,12 @@ pub enum StorageError {
     #[error("{message}")]
     ConcurrentUpdate { message: String },
 
+    /// The snapshot a read asked for cannot be served: its versions were
+    /// garbage-collected, the copy was reset after it, or a transaction that
+    /// may commit below it stayed undecided too long. Retry with a new one.
+    #[error("could not serialize access: {message}")]
+    SnapshotUnavailable { message: String },
+
     /// The partition's copies changed while the statement ran; nothing was
     /// applied and the statement may be retried.
     #[error("could not serialize access: {message}; retry the statement")]
@@ -81,7 +87,9 @@ impl StorageError {
             StorageError::InvalidRequest { .. } => SqlState::InvalidParameterValue,
             StorageError::TransactionEnded { .. } => SqlState::TransactionRollback,
             StorageError::LimitExceeded { .. } => SqlState::ProgramLimitExceeded,
-            StorageError::ConcurrentUpdate { .. } | StorageError::PlacementChanged { .. } => SqlState::SerializationFailure,
+            StorageError::ConcurrentUpdate { .. } | StorageError::PlacementChanged { .. } | StorageError::SnapshotUnavailable { .. } => {
+                SqlState::SerializationFailure
+            }
             StorageError::UniqueViolation { .. } | StorageError::DuplicateStoredKey { .. } => SqlState::UniqueViolation,
             StorageError::Internal { .. } => SqlState::InternalError,
         }
@@ -110,6 +118,7 @@ impl From<StorageError> for FoamError {
             StorageError::PlacementChanged { message } => FoamError::PlacementChanged { message },
             StorageError::LimitExceeded { .. }
             | StorageError::ConcurrentUpdate { .. }
+            | StorageError::SnapshotUnavailable { .. }
             | StorageError::UniqueViolation { .. }
             | StorageError::DuplicateStoredKey { .. } => FoamError::Query { message, sqlstate },
             StorageError::Internal { message } => FoamError::Internal { message },
@@ -128,6 +137,7 @@ mod tests {
             (StorageError::corrupted("/d/f", "checksum"), SqlState::DataCorrupted),
             (StorageError::ConcurrentUpdate { message: "rows changed".into() }, SqlState::SerializationFailure),
             (StorageError::PlacementChanged { message: "moved".into() }, SqlState::SerializationFailure),
+            (StorageError::SnapshotUnavailable { message: "too old".into() }, SqlState::SerializationFailure),
             (StorageError::UniqueViolation { constraint: "t_pkey".into(), key: "(k)=(1)".into() }, SqlState::UniqueViolation),
             (StorageError::LimitExceeded { message: "too much".into() }, SqlState::ProgramLimitExceeded),
             (StorageError::TransactionEnded { message: "gone".into() }, SqlState::TransactionRollback),

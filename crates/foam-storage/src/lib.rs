@@ -10,7 +10,9 @@
 //! ```
 //! A deletion travels as the deleted rows, found by content on each copy
 //! (`row_set.rs`); its commit rewrites the segments that held them.
-//! A scan reads a partition's committed Parquet segments plus its memtable,
+//! Every commit carries a timestamp from the cluster clock, and a scan reads a
+//! partition as of its statement's snapshot (`partition.rs`, `visibility.rs`):
+//! its committed Parquet segments plus its memtable,
 //! and a statement of a transaction block also the rows its earlier
 //! statements staged (`OwnWrites`). On
 //! restart the WAL is replayed on top of the manifests; a prepared transaction
@@ -24,6 +26,7 @@ pub mod partition;
 pub mod row_set;
 pub mod segment;
 pub mod unique;
+pub mod visibility;
 pub mod wal;
 
 pub use decisions::{DecisionLog, TxnOutcome};

@@ -9,12 +9,28 @@
 //! written again without them and the manifest swaps them in one save. A
 //! replaced file is unlinked when the last snapshot that lists it is gone, so
 //! a scan that started before the deletion still reads it.
+//!
+//! MVCC: every change carries its transaction's commit timestamp, and changes
+//! are applied in timestamp order (`visibility.rs` orders them). A read at
+//! snapshot `S` sees exactly the changes with timestamps up to `S`:
+//!
+//! ```text
+//!  memtable      (ts, batch) (ts, batch) ...   read: the batches with ts <= S
+//!  segments      valid from `segments_ts`     read: when S >= segments_ts
+//!  history       older segment lists and memtables, each valid from its own
+//!                timestamp, kept SNAPSHOT_RETENTION_MS after they were replaced
+//! ```
+//! A flush, a deletion or a new segment replaces the segment list, and the
+//! list it replaced goes to the history with the memtable of its time. A
+//! snapshot older than every version kept (or than a reset or copy-in) is
+//! refused with 40001, and the statement runs again with a new one.
 
 use crate::error::{StorageError, StorageResult};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use arrow::record_batch::RecordBatch;
 
@@ -22,7 +38,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::row_set::RowSet;
 use crate::segment;
-use foam_common::limits::SEGMENT_MERGE_ROWS_MAX;
+use foam_common::limits::{SEGMENT_MERGE_ROWS_MAX, SNAPSHOT_HISTORY_BYTES_MAX, SNAPSHOT_RETENTION_MS};
 
 const MANIFEST_FILE_NAME: &str = "manifest.json";
 
@@ -30,6 +46,10 @@ const MANIFEST_FILE_NAME: &str = "manifest.json";
 pub struct Manifest {
     pub segments: Vec<SegmentInfo>,
     pub applied_lsn: u64,
+    /// Commit timestamp of the newest change the segments hold (0 in
+    /// partitions written before MVCC).
+    #[serde(default)]
+    pub segments_ts: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -106,6 +126,20 @@ pub struct PartitionSnapshot {
     pub memtable: Vec<RecordBatch>,
 }
 
+/// A segment list some change replaced, still readable by older snapshots.
+#[derive(Debug)]
+struct OldVersion {
+    /// Snapshots from this timestamp up to the next version's read this one.
+    from_ts: u64,
+    replaced_at: Instant,
+    segments: Vec<SegmentRef>,
+    memtable: Vec<(u64, RecordBatch)>,
+    /// Memory its memtable held when it was replaced.
+    memtable_bytes: usize,
+    /// Its segment files' names and sizes.
+    files: Vec<(String, u64)>,
+}
+
 pub struct Partition {
     dir: PathBuf,
     /// The engine's tables directory, whose new subdirectories must be fsynced.
@@ -113,7 +147,15 @@ pub struct Partition {
     manifest: Manifest,
     /// Handles of the listed segment files that snapshots hold.
     files: HashMap<String, Arc<SegmentFile>>,
-    memtable: Vec<RecordBatch>,
+    /// Committed rows not yet in a segment, each batch with its commit
+    /// timestamp, in timestamp order.
+    memtable: Vec<(u64, RecordBatch)>,
+    /// Snapshots below this cannot be served: the partition was reset or
+    /// copied in after them, or reopened (history is kept in memory only).
+    floor_ts: u64,
+    /// Replaced versions, oldest first.
+    history: VecDeque<OldVersion>,
+    retention: Duration,
     memtable_lsn_max: u64,
     memtable_rows: usize,
     memtable_bytes: usize,
@@ -133,9 +175,12 @@ impl Partition {
         Ok(Partition {
             dir,
             tables_dir: tables_dir.to_path_buf(),
+            floor_ts: manifest.segments_ts,
             manifest,
             files: HashMap::new(),
             memtable: Vec::new(),
+            history: VecDeque::new(),
+            retention: Duration::from_millis(SNAPSHOT_RETENTION_MS),
             memtable_lsn_max: 0,
             memtable_rows: 0,
             memtable_bytes: 0,
@@ -158,16 +203,94 @@ impl Partition {
         &self.dir
     }
 
-    /// Adds committed rows with commit LSN `lsn` to the memtable, unless a
-    /// segment already holds them (replay after a flush).
-    pub fn apply_inline(&mut self, lsn: u64, batches: Vec<RecordBatch>) {
+    /// Commit timestamp of the newest change applied here.
+    pub fn newest_ts(&self) -> u64 {
+        self.memtable.last().map_or(0, |(ts, _)| *ts).max(self.manifest.segments_ts).max(self.floor_ts)
+    }
+
+    /// The timestamp a change committed at `ts` is applied at: never below
+    /// an applied one (records from before MVCC carry 0).
+    fn change_ts(&self, ts: u64) -> u64 {
+        ts.max(self.newest_ts())
+    }
+
+    /// Keeps the current segment list and memtable readable for snapshots
+    /// before the change about to replace them.
+    fn keep_version(&mut self) {
+        let replaced = OldVersion {
+            from_ts: self.manifest.segments_ts,
+            replaced_at: Instant::now(),
+            segments: self.segment_refs(),
+            memtable: self.memtable.clone(),
+            memtable_bytes: self.memtable_bytes,
+            files: self.manifest.segments.iter().map(|s| (s.file_name.clone(), s.bytes)).collect(),
+        };
+        self.history.push_back(replaced);
+        self.forget_old_versions(true);
+    }
+
+    /// Drops the versions replaced more than the retention ago, and the
+    /// oldest ones while the history holds more than
+    /// [`SNAPSHOT_HISTORY_BYTES_MAX`] of its own (memtables, and segment
+    /// files the current version no longer lists).
+    /// The size is checked only when `grew` (a version was just added).
+    fn forget_old_versions(&mut self, grew: bool) {
+        while self
+            .history
+            .front()
+            .is_some_and(|v| v.replaced_at.elapsed() > self.retention || (grew && self.history_bytes() > SNAPSHOT_HISTORY_BYTES_MAX as u64))
+        {
+            if let Some(old) = self.history.pop_front() {
+                self.floor_ts = self.floor_ts.max(self.history.front().map_or(self.manifest.segments_ts, |next| next.from_ts));
+                drop(old);
+            }
+        }
+    }
+
+    /// Drops the versions past their retention.
+    pub fn forget_expired_versions(&mut self) {
+        self.forget_old_versions(false);
+    }
+
+    fn history_bytes(&self) -> u64 {
+        let current: std::collections::HashSet<&str> = self.manifest.segments.iter().map(|s| s.file_name.as_str()).collect();
+        let mut counted = std::collections::HashSet::new();
+        let mut bytes = 0;
+        for version in &self.history {
+            bytes += version.memtable_bytes as u64;
+            for (name, size) in &version.files {
+                if !current.contains(name.as_str()) && counted.insert(name.as_str()) {
+                    bytes += size;
+                }
+            }
+        }
+        bytes
+    }
+
+    /// Sets how long replaced versions are kept (tests shorten it).
+    pub fn set_retention(&mut self, retention: Duration) {
+        self.retention = retention;
+    }
+
+    /// Refuses snapshots below `ts` from now on (a copy was filled in from
+    /// another node: its files may hold changes up to `ts` this node never
+    /// applied itself). The history goes with them.
+    pub fn raise_floor(&mut self, ts: u64) {
+        self.history.clear();
+        self.floor_ts = self.floor_ts.max(ts);
+    }
+
+    /// Adds committed rows with commit LSN `lsn` and timestamp `ts` to the
+    /// memtable, unless a segment already holds them (replay after a flush).
+    pub fn apply_inline(&mut self, lsn: u64, ts: u64, batches: Vec<RecordBatch>) {
         if lsn <= self.manifest.applied_lsn {
             return;
         }
+        let ts = self.change_ts(ts);
         for batch in batches {
             self.memtable_rows += batch.num_rows();
             self.memtable_bytes += batch.get_array_memory_size();
-            self.memtable.push(batch);
+            self.memtable.push((ts, batch));
         }
         self.memtable_lsn_max = self.memtable_lsn_max.max(lsn);
     }
@@ -176,17 +299,25 @@ impl Partition {
     /// Idempotent, so a replayed commit of an already-moved segment does
     /// nothing; so is a commit older than the partition's reset (a copy from a
     /// replica replaced what it wrote).
-    pub fn add_segment(&mut self, lsn: u64, staged_path: &Path, info: SegmentInfo) -> StorageResult<()> {
+    pub fn add_segment(&mut self, lsn: u64, ts: u64, staged_path: &Path, info: SegmentInfo) -> StorageResult<()> {
         if lsn <= self.manifest.applied_lsn {
             let _ = std::fs::remove_file(staged_path);
             return Ok(());
         }
-        self.install_segment(staged_path, info)
+        let ts = self.change_ts(ts);
+        self.list_segment(staged_path, info, Some(ts))
     }
 
-    /// Moves a finished segment file into this partition and lists it
-    /// (idempotent by file name).
+    /// Moves a finished segment file copied from another node into this
+    /// partition and lists it (idempotent by file name). Its rows have no
+    /// timestamp here: the keeper raises the floor before the copy serves.
     pub fn install_segment(&mut self, staged_path: &Path, info: SegmentInfo) -> StorageResult<()> {
+        self.list_segment(staged_path, info, None)
+    }
+
+    /// Lists a segment file: as a change committed at `ts`, or (`None`) as
+    /// part of a copy being filled in, which keeps no history.
+    fn list_segment(&mut self, staged_path: &Path, info: SegmentInfo, ts: Option<u64>) -> StorageResult<()> {
         let file_name = info.file_name.as_str();
         if self.manifest.segments.iter().any(|s| s.file_name == file_name) {
             return Ok(());
@@ -204,6 +335,17 @@ impl Partition {
         }
         let mut next = self.manifest.clone();
         next.segments.push(info);
+        match ts {
+            Some(ts) => {
+                self.keep_version();
+                next.segments_ts = ts;
+            }
+            None => {
+                let newest = self.newest_ts();
+                self.raise_floor(newest);
+                next.segments_ts = newest;
+            }
+        }
         self.save_manifest(next)
     }
 
@@ -212,7 +354,9 @@ impl Partition {
     pub fn reset(&mut self, wal_lsn: u64) -> StorageResult<()> {
         let old: Vec<String> = self.manifest.segments.iter().map(|s| s.file_name.clone()).collect();
         self.ensure_dir()?;
-        self.save_manifest(Manifest { segments: Vec::new(), applied_lsn: wal_lsn.max(self.manifest.applied_lsn) })?;
+        let newest = self.newest_ts();
+        self.raise_floor(newest);
+        self.save_manifest(Manifest { segments: Vec::new(), applied_lsn: wal_lsn.max(self.manifest.applied_lsn), segments_ts: newest })?;
         self.clear_memtable();
         self.memtable_lsn_max = 0;
         for name in old {
@@ -242,9 +386,12 @@ impl Partition {
         }
         self.ensure_dir()?;
         let mut next = self.manifest.clone();
-        next.segments.extend(self.write_rows(&self.memtable)?);
+        let rows: Vec<RecordBatch> = self.memtable.iter().map(|(_, batch)| batch.clone()).collect();
+        next.segments.extend(self.write_rows(&rows)?);
         foam_common::fs::sync_dir(&self.dir)?;
         next.applied_lsn = next.applied_lsn.max(self.memtable_lsn_max);
+        next.segments_ts = self.newest_ts();
+        self.keep_version();
         self.save_manifest(next)?;
         self.clear_memtable();
         Ok(())
@@ -256,22 +403,46 @@ impl Partition {
         self.memtable_bytes = 0;
     }
 
+    /// The newest committed rows.
     pub fn snapshot(&mut self) -> PartitionSnapshot {
+        PartitionSnapshot { segments: self.segment_refs(), memtable: self.memtable.iter().map(|(_, batch)| batch.clone()).collect() }
+    }
+
+    /// The rows of every change committed at or before `ts`; refused when
+    /// that version is no longer kept.
+    pub fn snapshot_at(&mut self, ts: u64) -> StorageResult<PartitionSnapshot> {
+        self.forget_old_versions(false);
+        let visible = |memtable: &[(u64, RecordBatch)]| memtable.iter().filter(|(at, _)| *at <= ts).map(|(_, b)| b.clone()).collect();
+        if ts >= self.manifest.segments_ts && ts >= self.floor_ts {
+            return Ok(PartitionSnapshot { segments: self.segment_refs(), memtable: visible(&self.memtable) });
+        }
+        if ts >= self.floor_ts
+            && let Some(old) = self.history.iter().rev().find(|v| v.from_ts <= ts)
+        {
+            return Ok(PartitionSnapshot { segments: old.segments.clone(), memtable: visible(&old.memtable) });
+        }
+        Err(StorageError::SnapshotUnavailable {
+            message: format!(
+                "the snapshot at {ts} is older than the oldest version of {} kept here (from {}); run the statement or transaction again",
+                self.dir.display(),
+                self.history.front().map_or(self.manifest.segments_ts, |v| v.from_ts).max(self.floor_ts)
+            ),
+        })
+    }
+
+    /// References to the listed segment files, which keep them on disk.
+    fn segment_refs(&mut self) -> Vec<SegmentRef> {
         let dir = self.dir.clone();
         let files = &mut self.files;
-        PartitionSnapshot {
-            segments: self
-                .manifest
-                .segments
-                .iter()
-                .map(|s| {
-                    let path = dir.join(&s.file_name);
-                    let file = files.entry(s.file_name.clone()).or_insert_with(|| Arc::new(SegmentFile { path: path.clone(), retired: AtomicBool::new(false) }));
-                    SegmentRef { path, checksums: s.checksums(), _file: Some(file.clone()) }
-                })
-                .collect(),
-            memtable: self.memtable.clone(),
-        }
+        self.manifest
+            .segments
+            .iter()
+            .map(|s| {
+                let path = dir.join(&s.file_name);
+                let file = files.entry(s.file_name.clone()).or_insert_with(|| Arc::new(SegmentFile { path: path.clone(), retired: AtomicBool::new(false) }));
+                SegmentRef { path, checksums: s.checksums(), _file: Some(file.clone()) }
+            })
+            .collect()
     }
 
     /// Deletes `rows` (whole rows, each as often as listed) committed at
@@ -279,10 +450,11 @@ impl Partition {
     /// (replay). The memtable is written out in the same manifest save, so
     /// the save covers every commit up to `lsn`. Returns how many listed rows
     /// were not found (none, when prepare checked them under the WAL lock).
-    pub fn apply_delete(&mut self, lsn: u64, rows: &[RecordBatch]) -> StorageResult<u64> {
+    pub fn apply_delete(&mut self, lsn: u64, ts: u64, rows: &[RecordBatch]) -> StorageResult<u64> {
         if lsn <= self.manifest.applied_lsn {
             return Ok(0);
         }
+        let ts = self.change_ts(ts);
         let Some(mut gone) = RowSet::of(rows)? else { return Ok(0) };
         self.ensure_dir()?;
         let mut next = self.manifest.clone();
@@ -314,7 +486,7 @@ impl Partition {
             retired.push(info.file_name.clone());
             merged.extend(left);
         }
-        for batch in &self.memtable {
+        for (_, batch) in &self.memtable {
             merged.push(gone.take_from(batch)?.0);
         }
         if let Some(written) = self.write_rows(&merged)? {
@@ -322,7 +494,9 @@ impl Partition {
         }
         next.segments = kept_segments;
         next.applied_lsn = next.applied_lsn.max(self.memtable_lsn_max).max(lsn);
+        next.segments_ts = ts;
         foam_common::fs::sync_dir(&self.dir)?;
+        self.keep_version();
         self.save_manifest(next)?;
         self.clear_memtable();
         for name in retired {
@@ -356,6 +530,8 @@ impl Partition {
         }
         let mut next = self.manifest.clone();
         next.segments = kept;
+        let newest = self.newest_ts();
+        self.raise_floor(newest);
         self.save_manifest(next)?;
         for info in dropped {
             self.retire(&info.file_name);

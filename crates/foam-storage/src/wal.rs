@@ -25,8 +25,21 @@ const EXIT_CODE_WAL_UNUSABLE: i32 = 74;
 #[serde(rename_all = "snake_case")]
 pub enum WalHeader {
     /// The participant holds these rows durably and can commit them on request.
-    Prepare { txn: TxnId, coordinator: NodeId, entries: Vec<PreparedEntry> },
-    Commit { txn: TxnId },
+    /// `prepare_ts`: the coordinator's timestamp from before it prepared
+    /// (0 in records from before MVCC); see `visibility.rs`.
+    Prepare {
+        txn: TxnId,
+        coordinator: NodeId,
+        entries: Vec<PreparedEntry>,
+        #[serde(default)]
+        prepare_ts: u64,
+    },
+    /// `ts`: the commit timestamp (0 in records from before MVCC).
+    Commit {
+        txn: TxnId,
+        #[serde(default)]
+        ts: u64,
+    },
     Abort { txn: TxnId },
     DropTable { table_id: TableId },
     /// This node's copy of a partition moved elsewhere: earlier records no
@@ -289,7 +302,7 @@ mod tests {
         {
             let (mut wal, records) = Wal::open(&dir).unwrap();
             assert!(records.is_empty());
-            assert_eq!(wal.append(&WalHeader::Commit { txn: 7 }, b"", true).unwrap(), 1);
+            assert_eq!(wal.append(&WalHeader::Commit { txn: 7, ts: 0 }, b"", true).unwrap(), 1);
             assert_eq!(wal.append(&WalHeader::Abort { txn: 8 }, b"body", true).unwrap(), 2);
         }
         // Simulate a crash in the middle of a third append.
@@ -301,7 +314,7 @@ mod tests {
         assert_eq!(records.len(), 2);
         assert_eq!(records[1].body, b"body");
         assert!(matches!(records[1].header, WalHeader::Abort { txn: 8 }));
-        assert_eq!(wal.append(&WalHeader::Commit { txn: 9 }, b"", true).unwrap(), 3);
+        assert_eq!(wal.append(&WalHeader::Commit { txn: 9, ts: 0 }, b"", true).unwrap(), 3);
         let (_, records) = Wal::open(&dir).unwrap();
         assert_eq!(records.iter().map(|r| r.lsn).collect::<Vec<_>>(), vec![1, 2, 3]);
         std::fs::remove_dir_all(&dir).unwrap();
@@ -312,9 +325,9 @@ mod tests {
         let dir = temp_dir("corrupt");
         {
             let (mut wal, _) = Wal::open(&dir).unwrap();
-            wal.append(&WalHeader::Commit { txn: 1 }, b"abc", true).unwrap();
+            wal.append(&WalHeader::Commit { txn: 1, ts: 0 }, b"abc", true).unwrap();
             wal.rotate().unwrap();
-            wal.append(&WalHeader::Commit { txn: 2 }, b"", true).unwrap();
+            wal.append(&WalHeader::Commit { txn: 2, ts: 0 }, b"", true).unwrap();
         }
         let first = list_files(&dir).unwrap()[0].1.clone();
         let mut bytes = std::fs::read(&first).unwrap();

@@ -237,6 +237,7 @@ impl TableProvider for FoamTable {
             estimated_rows,
             statistics,
             own_writes,
+            snapshot: crate::write::transaction::ReadSnapshot::of(state.config()),
         };
         Ok(Arc::new(FoamScanExec::try_new(spec)?))
     }

@@ -29,11 +29,12 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Pla
 use foam_catalog::ColumnDef;
 use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TableId};
 use foam_storage::StorageError;
+use foam_storage::engine::SnapshotRead;
 use foam_rpc::ScanRequest;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
-use crate::context::{NodeContext, check_copy_held};
+use crate::context::{CatalogService, DamageReporter, NodeContext, check_copy_held};
 
 /// One partition to read and where it lives.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -85,6 +86,18 @@ pub struct ScanSpec {
     /// statements staged, which the scan reads after the committed ones.
     #[serde(default)]
     pub own_writes: Option<foam_storage::OwnWrites>,
+    /// The statement's snapshot (MVCC): the scan reads the transactions
+    /// committed at or before it, on every partition and copy.
+    #[serde(default)]
+    pub snapshot: Option<u64>,
+}
+
+/// Which version of a partition a read returns: the rows committed as of
+/// `snapshot` (the newest when `None`), and the rows `own_writes` staged.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReadView {
+    pub own_writes: Option<foam_storage::OwnWrites>,
+    pub snapshot: Option<u64>,
 }
 
 /// How a hash-distributed table is split: two scans with equal layouts put
@@ -257,6 +270,7 @@ async fn open_partition(node: Arc<NodeContext>, spec: ScanSpec, schema: SchemaRe
                 projection: spec.projection.clone(),
                 filters: spec.filters.clone(),
                 own_writes: spec.own_writes,
+                snapshot: spec.snapshot,
             };
             let stream = client.scan(&request).await?;
             // Rows from a peer must match the schema this plan promised.
@@ -272,13 +286,16 @@ async fn open_partition(node: Arc<NodeContext>, spec: ScanSpec, schema: SchemaRe
                 })
                 .boxed())
         }
-        _ => Ok(read_local_partition(&node, spec.table_id, read.partition, spec.projection.clone(), spec.own_writes)),
+        _ => {
+            let view = ReadView { own_writes: spec.own_writes, snapshot: spec.snapshot };
+            Ok(read_local_partition(&node, spec.table_id, read.partition, spec.projection.clone(), view))
+        }
     }
 }
 
-/// Streams the committed rows of a partition stored on this node, then the
-/// rows `own_writes` names (a transaction block's earlier statements), less
-/// the rows those statements deleted.
+/// Streams the committed rows of a partition stored on this node as of the
+/// view's snapshot, then the rows its `own_writes` names (a transaction
+/// block's earlier statements), less the rows those statements deleted.
 ///
 /// Batches are decoded when the consumer asks for them, on its thread: a scan
 /// costs no thread of its own, so a node reading many partitions at once (16
@@ -291,31 +308,27 @@ pub fn read_local_partition(
     table_id: TableId,
     partition: PartitionId,
     projection: Option<Vec<usize>>,
-    own_writes: Option<foam_storage::OwnWrites>,
+    view: ReadView,
 ) -> BatchStream {
     // Rows the block's earlier statements deleted are left out; they are
     // whole rows, so whole rows are read and projected after.
-    let deleted = own_writes.map(|own| node.storage.staged_deletes(own, (table_id, partition))).unwrap_or_default();
+    let deleted = view.own_writes.map(|own| node.storage.staged_deletes(own, (table_id, partition))).unwrap_or_default();
     let mut gone = match foam_storage::row_set::RowSet::of(&deleted) {
         Ok(Some(gone)) => gone,
-        Ok(None) => return read_partition(node, table_id, partition, projection, own_writes),
+        Ok(None) => return read_partition(node, table_id, partition, projection, view),
         Err(error) => return futures::stream::once(async move { Err(error.into()) }).boxed(),
     };
-    read_partition(node, table_id, partition, None, own_writes)
+    read_partition(node, table_id, partition, None, view)
         .map(move |batch| projected(gone.take_from(&batch?)?.0, projection.as_deref()))
         .boxed()
 }
 
-/// The committed rows of a partition, then those `own_writes` staged.
-fn read_partition(
-    node: &NodeContext,
-    table_id: TableId,
-    partition: PartitionId,
-    projection: Option<Vec<usize>>,
-    own_writes: Option<foam_storage::OwnWrites>,
-) -> BatchStream {
+/// The committed rows of a partition as of the view's snapshot, then those
+/// its `own_writes` staged. A read that must wait for a transaction prepared
+/// on the partition (`foam_storage::visibility`) waits off the runtime.
+fn read_partition(node: &NodeContext, table_id: TableId, partition: PartitionId, projection: Option<Vec<usize>>, view: ReadView) -> BatchStream {
     node.partition_scans.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let staged = own_writes.map(|own| {
+    let staged = view.own_writes.map(|own| {
         let (storage, projection) = (node.storage.clone(), projection.clone());
         async move {
             let rows = tokio::task::spawn_blocking(move || storage.staged_rows(own, (table_id, partition), projection.as_deref()))
@@ -329,12 +342,49 @@ fn read_partition(
         .flat_map(|rows| match rows {
             Ok(rows) => futures::stream::iter(rows).boxed(),
             Err(error) => futures::stream::once(async move { Err(error) }).boxed(),
-        });
-    let Some(snapshot) = node.storage.stored_snapshot(table_id, partition) else {
+        })
+        .boxed();
+    let read = match node.storage.try_snapshot_at(table_id, partition, view.snapshot) {
+        Ok(SnapshotRead::Ready(read)) => read,
+        Ok(SnapshotRead::Wait) => {
+            let (storage, damaged, catalog, me) = (node.storage.clone(), node.damage_reporter(), node.catalog.clone(), node.node_id);
+            let ts = view.snapshot.unwrap_or_default();
+            let waited = async move {
+                let read = tokio::task::spawn_blocking(move || storage.snapshot_at(table_id, partition, ts))
+                    .await
+                    .map_err(|e| FoamError::internal(format!("waiting for a snapshot stopped: {e}")))?;
+                match read {
+                    Ok(read) => Ok(snapshot_rows((table_id, partition), projection, read, staged, damaged, catalog, me)),
+                    Err(error) => Err(FoamError::from(error)),
+                }
+            };
+            return futures::stream::once(waited)
+                .flat_map(|rows| match rows {
+                    Ok(rows) => rows,
+                    Err(error) => futures::stream::once(async move { Err(error) }).boxed(),
+                })
+                .boxed();
+        }
+        Err(error) => return futures::stream::once(async move { Err(error.into()) }).boxed(),
+    };
+    snapshot_rows((table_id, partition), projection, read, staged, node.damage_reporter(), node.catalog.clone(), node.node_id)
+}
+
+/// The rows of one partition's snapshot (`None`: this node stores nothing
+/// of it), then `staged`.
+fn snapshot_rows(
+    (table_id, partition): (TableId, PartitionId),
+    projection: Option<Vec<usize>>,
+    read: Option<foam_storage::PartitionSnapshot>,
+    staged: BatchStream,
+    damaged: DamageReporter,
+    catalog: Arc<dyn CatalogService>,
+    me: NodeId,
+) -> BatchStream {
+    let Some(snapshot) = read else {
         // Nothing stored: an empty partition, or a copy that moved away after
         // the statement was planned. The first has no rows; the second must
         // not read as empty, which would silently drop its rows.
-        let (catalog, me) = (node.catalog.clone(), node.node_id);
         let held = async move {
             let why = ": it moved to another node while the statement ran; run the statement again";
             check_copy_held(catalog.as_ref(), me, (table_id, partition), |_| true, "copy", why).await
@@ -344,7 +394,6 @@ fn read_partition(
             .chain(staged)
             .boxed();
     };
-    let damaged = node.damage_reporter();
     let memtable: Vec<FoamResult<RecordBatch>> =
         snapshot.memtable.iter().map(|batch| projected(text_as_views(batch.clone())?, projection.as_deref())).collect();
     let segments = futures::stream::iter(snapshot.segments)
@@ -436,7 +485,9 @@ pub fn read_local_partition_filtered(
     projection: Option<Vec<usize>>,
     filters: &[Vec<u8>],
     own_writes: Option<foam_storage::OwnWrites>,
+    snapshot: Option<u64>,
 ) -> BatchStream {
+    let view = ReadView { own_writes, snapshot };
     use datafusion::logical_expr::Expr;
     use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
     use datafusion_proto::bytes::Serializeable;
@@ -454,9 +505,9 @@ pub fn read_local_partition_filtered(
         })
         .unwrap_or_default();
     if predicates.is_empty() {
-        return read_local_partition(node, table.id, partition, projection, own_writes);
+        return read_local_partition(node, table.id, partition, projection, view);
     }
-    read_local_partition(node, table.id, partition, None, own_writes)
+    read_local_partition(node, table.id, partition, None, view)
         .map(move |batch| {
             let batch = batch?;
             let mut keep: Option<arrow::array::BooleanArray> = None;

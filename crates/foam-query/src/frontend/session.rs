@@ -35,7 +35,7 @@ use crate::frontend::statement::{self, FoamStatement, StatementTokens};
 use crate::frontend::interrupt::{Interrupt, STATEMENT_TIMEOUT, parse_statement_timeout, show_statement_timeout};
 use crate::frontend::transaction_block::{Admission, Block, StatementClass};
 use crate::write::TableWriter;
-use crate::write::transaction::{OpenTransaction, Transaction};
+use crate::write::transaction::{OpenTransaction, ReadSnapshot, Transaction};
 
 /// While a query waits for its first batch, how often it checks that no node
 /// it uses was marked down (a stopped peer never answers, it does not fail).
@@ -50,6 +50,8 @@ const STATEMENT_RETRY_BACKOFF_MS: u64 = 20;
 /// The isolation level every transaction block runs at (transaction_block.rs),
 /// as `SHOW transaction_isolation` answers it.
 const ISOLATION_LEVEL: &str = "read committed";
+/// What `SHOW transaction_isolation` answers in a REPEATABLE READ block.
+const REPEATABLE_READ: &str = "repeatable read";
 
 /// The tag `ROLLBACK TO SAVEPOINT` completes with inside FoamDB; clients see
 /// `ROLLBACK` (foam-pgwire), and their transaction block goes on.
@@ -296,6 +298,9 @@ pub struct FoamSession {
     open: Arc<OpenTransaction>,
     /// The block was opened `READ ONLY`: its writes are refused (25006).
     read_only: std::sync::atomic::AtomicBool,
+    /// The running statement's snapshot; also in the session's config,
+    /// where table scans find it.
+    snapshot: Arc<ReadSnapshot>,
 }
 
 impl crate::frontend::setting_functions::SessionSettings for FoamSession {
@@ -319,6 +324,8 @@ impl FoamSession {
         let open = Arc::new(OpenTransaction::default());
         let ctx = SessionContext::new_with_state(state);
         ctx.state_ref().write().config_mut().set_extension(open.clone());
+        let snapshot = Arc::new(ReadSnapshot::default());
+        ctx.state_ref().write().config_mut().set_extension(snapshot.clone());
         ctx.register_udf(crate::catalog::system_tables::ClusterStatsReset::udf(node.clone()));
         // Per-task metrics travel back only for EXPLAIN ANALYZE: collecting
         // them for every query cost 5-10% of small distributed queries.
@@ -342,7 +349,7 @@ impl FoamSession {
             (crate::frontend::setting_functions::SESSION_AUTHORIZATION.to_string(), user.to_string()),
             ("is_superuser".to_string(), "on".to_string()),
         ]);
-        FoamSession { node, ctx, settings: Mutex::new(settings), block: Mutex::new(Block::Idle), open, read_only: Default::default() }
+        FoamSession { node, ctx, settings: Mutex::new(settings), block: Mutex::new(Block::Idle), open, read_only: Default::default(), snapshot }
     }
 
     pub fn node(&self) -> &Arc<NodeContext> {
@@ -616,7 +623,13 @@ impl FoamSession {
                 let tag = self.block().after(class, result.is_ok());
                 return result.map(|_| StatementOutput::Command { tag: tag.unwrap_or("ROLLBACK").into(), rows: None });
             }
-            _ => self.run_admitted(prepared, params, interrupt).await,
+            _ => {
+                let result = self.run_admitted(prepared, params, interrupt).await;
+                // Scans took the snapshot as they were planned; a statement
+                // that takes none reads the newest rows, never an old snapshot.
+                self.snapshot.set(None);
+                result
+            }
         };
         if result.is_err() {
             self.statement_failed();
@@ -635,10 +648,12 @@ impl FoamSession {
         let Statement::StartTransaction { modes, .. } = statement.as_ref() else {
             return Err(FoamError::internal("BEGIN is not a START TRANSACTION"));
         };
-        let read_only = crate::frontend::transaction_block::read_only(modes)?;
+        let modes = crate::frontend::transaction_block::modes(modes)?;
         if *self.block() == Block::Idle {
-            self.read_only.store(read_only, std::sync::atomic::Ordering::Relaxed);
-            self.open.set(Some(Transaction::begin(self.node.clone())));
+            self.read_only.store(modes.read_only.unwrap_or(false), std::sync::atomic::Ordering::Relaxed);
+            let transaction = Transaction::begin(self.node.clone());
+            transaction.set_repeatable_read(modes.repeatable_read.unwrap_or(false))?;
+            self.open.set(Some(transaction));
         }
         Ok(StatementOutput::Command { tag: "BEGIN".into(), rows: None })
     }
@@ -694,6 +709,7 @@ impl FoamSession {
                 let is_write = write.is_some();
                 let mut retries = 0;
                 loop {
+                    self.take_snapshot().await?;
                     let planned_with = self.node.catalog.current();
                     let plan = if planned_with.version == *catalog_version && retries == 0 {
                         plan.clone()
@@ -734,7 +750,13 @@ impl FoamSession {
                     retries += 1;
                 }
             }
-            Kind::Own(statement, distribution) => self.execute_own(statement, distribution).await,
+            Kind::Own(statement, distribution) => {
+                // Those that read rows; SET and SHOW must not need the clock.
+                if matches!(**statement, Statement::CreateTable(_) | Statement::Truncate(_) | Statement::Explain { analyze: true, .. }) {
+                    self.take_snapshot().await?;
+                }
+                self.execute_own(statement, distribution).await
+            }
             Kind::Catalog { command, tag } => {
                 self.node.catalog.apply(command.clone()).await?;
                 Ok(StatementOutput::Command { tag: tag.to_string(), rows: None })
@@ -769,6 +791,22 @@ impl FoamSession {
                 Ok(StatementOutput::Command { tag: "CHECKPOINT".into(), rows: None })
             }
         }
+    }
+
+    /// Sets the snapshot the statement about to run reads at (MVCC): the
+    /// block's own under REPEATABLE READ, else a new one from the cluster
+    /// clock, so it sees every transaction committed before it started.
+    async fn take_snapshot(&self) -> FoamResult<()> {
+        let open = self.open.get();
+        let ts = match open.as_ref().and_then(|open| open.kept_snapshot()) {
+            Some(kept) => kept,
+            None => {
+                let fresh = self.node.catalog.timestamp().await?;
+                open.map_or(fresh, |open| open.statement_snapshot(fresh))
+            }
+        };
+        self.snapshot.set(Some(ts));
+        Ok(())
     }
 
     /// A statement failed without any of it taking effect (a write aborts
@@ -1003,14 +1041,23 @@ impl FoamSession {
                 if snapshot.is_some() {
                     return Err(FoamError::FeatureNotSupported { feature: "SET TRANSACTION SNAPSHOT".into() });
                 }
-                let read_only = crate::frontend::transaction_block::read_only(modes)?;
-                let sets_access = modes.iter().any(|m| matches!(m, datafusion::sql::sqlparser::ast::TransactionMode::AccessMode(_)));
-                if *session && read_only {
+                let modes = crate::frontend::transaction_block::modes(modes)?;
+                if *session && modes.read_only == Some(true) {
                     return Err(FoamError::FeatureNotSupported { feature: "read-only sessions (SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY)".into() });
                 }
+                if *session && modes.repeatable_read == Some(true) {
+                    return Err(FoamError::FeatureNotSupported {
+                        feature: "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL REPEATABLE READ (use BEGIN ISOLATION LEVEL REPEATABLE READ)".into(),
+                    });
+                }
                 // Outside a block PostgreSQL only warns that SET TRANSACTION has no effect.
-                if !*session && sets_access && *self.block() == Block::InBlock {
-                    self.read_only.store(read_only, std::sync::atomic::Ordering::Relaxed);
+                if !*session && *self.block() == Block::InBlock {
+                    if let Some(read_only) = modes.read_only {
+                        self.read_only.store(read_only, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    if let (Some(repeatable_read), Some(open)) = (modes.repeatable_read, self.open.get()) {
+                        open.set_repeatable_read(repeatable_read)?;
+                    }
                 }
                 command("SET")
             }
@@ -1041,6 +1088,7 @@ impl FoamSession {
     fn setting(&self, name: &str) -> FoamResult<String> {
         let read_only = self.read_only.load(std::sync::atomic::Ordering::Relaxed) && *self.block() != Block::Idle;
         let value = match name {
+            TRANSACTION_ISOLATION if self.open.get().is_some_and(|open| open.repeatable_read()) => Some(REPEATABLE_READ.to_string()),
             TRANSACTION_ISOLATION | DEFAULT_TRANSACTION_ISOLATION => Some(ISOLATION_LEVEL.to_string()),
             "transaction_read_only" => Some(if read_only { "on" } else { "off" }.to_string()),
             _ => self.settings.lock().unwrap_or_else(|p| p.into_inner()).get(name).cloned(),

@@ -25,23 +25,40 @@
 use datafusion::sql::sqlparser::ast::{Statement, TransactionAccessMode, TransactionIsolationLevel, TransactionMode};
 use foam_common::{FoamError, FoamResult};
 
-/// Whether a BEGIN's `modes` make the block read-only. The isolation levels
-/// FoamDB keeps are READ COMMITTED and READ UNCOMMITTED (which PostgreSQL
-/// runs as READ COMMITTED); stronger ones are refused rather than run weaker.
-pub fn read_only(modes: &[TransactionMode]) -> FoamResult<bool> {
-    let mut read_only = false;
+/// What a BEGIN or SET TRANSACTION's modes ask for, where they say.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Modes {
+    pub read_only: Option<bool>,
+    /// REPEATABLE READ (snapshot isolation: one snapshot for the whole
+    /// block), or READ COMMITTED (a new snapshot per statement).
+    pub repeatable_read: Option<bool>,
+}
+
+/// Reads a BEGIN's or SET TRANSACTION's `modes`. READ UNCOMMITTED runs as
+/// READ COMMITTED, as in PostgreSQL. SERIALIZABLE is refused rather than run
+/// as snapshot isolation, which allows write skew.
+pub fn modes(modes: &[TransactionMode]) -> FoamResult<Modes> {
+    let mut read = Modes::default();
     for mode in modes {
         match mode {
-            TransactionMode::AccessMode(access) => read_only = *access == TransactionAccessMode::ReadOnly,
-            TransactionMode::IsolationLevel(TransactionIsolationLevel::ReadCommitted | TransactionIsolationLevel::ReadUncommitted) => {}
+            TransactionMode::AccessMode(access) => read.read_only = Some(*access == TransactionAccessMode::ReadOnly),
+            TransactionMode::IsolationLevel(TransactionIsolationLevel::ReadCommitted | TransactionIsolationLevel::ReadUncommitted) => {
+                read.repeatable_read = Some(false);
+            }
+            TransactionMode::IsolationLevel(TransactionIsolationLevel::RepeatableRead | TransactionIsolationLevel::Snapshot) => {
+                read.repeatable_read = Some(true);
+            }
             TransactionMode::IsolationLevel(level) => {
                 return Err(FoamError::FeatureNotSupported {
-                    feature: format!("ISOLATION LEVEL {level} (FoamDB's transaction blocks run READ COMMITTED; it has no cluster-wide snapshot yet)"),
+                    feature: format!(
+                        "ISOLATION LEVEL {level} (FoamDB runs READ COMMITTED and REPEATABLE READ, which is snapshot isolation; \
+                         it does not detect the write skew SERIALIZABLE must prevent)"
+                    ),
                 });
             }
         }
     }
-    Ok(read_only)
+    Ok(read)
 }
 
 /// Refuses the form of COMMIT and ROLLBACK FoamDB does not run, before it

@@ -527,7 +527,17 @@ async fn run_commit_protocol(node: &Arc<NodeContext>, txn: TxnId, participants: 
     // A commit needs a majority of the meta nodes behind the catalog leader:
     // a coordinator cut off with a minority must not commit (its catalog may
     // be stale). Asked while the participants prepare.
-    let prepare = on_participants(node, &nodes, |target| NodeRequest::Prepare { txn, rows: rows_of(target) });
+    // MVCC (foam_storage::visibility): a timestamp before the prepares, and
+    // the commit timestamp after all of them, so a snapshot taken before the
+    // last prepare never sees the transaction and one taken after waits for it.
+    let prepare_ts = match node.catalog.timestamp().await {
+        Ok(ts) => ts,
+        Err(error) => {
+            abort_on(node, txn, &nodes).await;
+            return Err(error);
+        }
+    };
+    let prepare = on_participants(node, &nodes, |target| NodeRequest::Prepare { txn, rows: rows_of(target), prepare_ts });
     let (prepared, majority) = tokio::join!(prepare, node.catalog.confirm_majority());
     // Without a majority, that is the cause to report (a participant on the
     // other side of a cut fails too, but only as a consequence).
@@ -536,7 +546,14 @@ async fn run_commit_protocol(node: &Arc<NodeContext>, txn: TxnId, participants: 
         abort_on(node, txn, &nodes).await;
         return Err(error);
     }
-    if let Err(error) = node.decisions.decide_commit(txn) {
+    let commit_ts = match node.catalog.timestamp().await {
+        Ok(ts) => ts,
+        Err(error) => {
+            abort_on(node, txn, &nodes).await;
+            return Err(error);
+        }
+    };
+    if let Err(error) = node.decisions.decide_commit(txn, commit_ts) {
         // decide_commit rolls back a failed write, so no decision is on disk.
         abort_on(node, txn, &nodes).await;
         return Err(error.into());
@@ -545,7 +562,7 @@ async fn run_commit_protocol(node: &Arc<NodeContext>, txn: TxnId, participants: 
     // (it crashed) learns the outcome from us when it comes back; once every
     // one has its commit record on disk, none will ask.
     let mut delivered = true;
-    for (node_id, result) in on_participants(node, &nodes, |_| NodeRequest::Commit { txn }).await {
+    for (node_id, result) in on_participants(node, &nodes, |_| NodeRequest::Commit { txn, ts: commit_ts }).await {
         if let Err(error) = result {
             delivered = false;
             tracing::warn!(txn = %format!("{txn:032x}"), node_id, %error, "commit not delivered; the node will resolve it");
@@ -624,8 +641,10 @@ async fn local_request(node: &Arc<NodeContext>, request: NodeRequest) -> FoamRes
     // registers after this node's catalog gained it.
     let catalog = node.catalog.clone();
     tokio::task::spawn_blocking(move || match request {
-        NodeRequest::Prepare { txn, rows } => storage.prepare(txn, rows, &|table_id| unique_keys(&catalog.current(), table_id)),
-        NodeRequest::Commit { txn } => storage.commit(txn),
+        NodeRequest::Prepare { txn, rows, prepare_ts } => {
+            storage.prepare(txn, rows, prepare_ts, &|table_id| unique_keys(&catalog.current(), table_id))
+        }
+        NodeRequest::Commit { txn, ts } => storage.commit(txn, ts),
         NodeRequest::Abort { txn } => storage.abort(txn),
         NodeRequest::KeepAlive { txn } => {
             storage.touch(txn);

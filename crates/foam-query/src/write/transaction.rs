@@ -33,6 +33,16 @@ pub struct Transaction {
     /// The statement running now; statements are numbered from 1.
     statement: AtomicU32,
     writes: Mutex<Writes>,
+    /// The block's isolation: REPEATABLE READ keeps its first statement's
+    /// snapshot for every statement; READ COMMITTED takes one per statement.
+    isolation: Mutex<Isolation>,
+}
+
+#[derive(Default)]
+struct Isolation {
+    repeatable_read: bool,
+    /// The first statement's snapshot.
+    snapshot: Option<u64>,
 }
 
 #[derive(Default)]
@@ -52,7 +62,54 @@ struct Writes {
 
 impl Transaction {
     pub fn begin(node: Arc<NodeContext>) -> Arc<Self> {
-        Arc::new(Transaction { node, txn: uuid::Uuid::new_v4().as_u128(), statement: AtomicU32::new(0), writes: Mutex::default() })
+        Arc::new(Transaction {
+            node,
+            txn: uuid::Uuid::new_v4().as_u128(),
+            statement: AtomicU32::new(0),
+            writes: Mutex::default(),
+            isolation: Mutex::default(),
+        })
+    }
+
+    fn isolation(&self) -> std::sync::MutexGuard<'_, Isolation> {
+        self.isolation.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sets the block's isolation; only before its first statement took a
+    /// snapshot (25001 after, as PostgreSQL's SET TRANSACTION).
+    pub fn set_repeatable_read(&self, repeatable_read: bool) -> FoamResult<()> {
+        let mut isolation = self.isolation();
+        if isolation.snapshot.is_some() && isolation.repeatable_read != repeatable_read {
+            return Err(foam_common::FoamError::Query {
+                message: "SET TRANSACTION ISOLATION LEVEL must be called before any query".into(),
+                sqlstate: foam_common::SqlState::ActiveSqlTransaction,
+            });
+        }
+        isolation.repeatable_read = repeatable_read;
+        Ok(())
+    }
+
+    pub fn repeatable_read(&self) -> bool {
+        self.isolation().repeatable_read
+    }
+
+    /// The snapshot the running statement reads at: under REPEATABLE READ
+    /// the first statement's, else `fresh` (which the first statement keeps).
+    pub fn statement_snapshot(&self, fresh: u64) -> u64 {
+        let mut isolation = self.isolation();
+        match isolation.snapshot {
+            Some(kept) if isolation.repeatable_read => kept,
+            _ => {
+                isolation.snapshot.get_or_insert(fresh);
+                fresh
+            }
+        }
+    }
+
+    /// The snapshot every statement reads at, once REPEATABLE READ has one.
+    pub fn kept_snapshot(&self) -> Option<u64> {
+        let isolation = self.isolation();
+        isolation.snapshot.filter(|_| isolation.repeatable_read)
     }
 
     pub fn id(&self) -> TxnId {
@@ -227,6 +284,23 @@ fn find_savepoint(savepoints: &[(String, StatementNumber)], name: &str) -> FoamR
         message: format!("savepoint \"{name}\" does not exist"),
         sqlstate: foam_common::SqlState::InvalidSavepointSpecification,
     })
+}
+
+/// The snapshot (MVCC) the session's running statement reads at: a session
+/// config extension the session sets before each statement and clears after,
+/// so table scans planned for it read that snapshot (the newest rows when
+/// none is set).
+#[derive(Default)]
+pub struct ReadSnapshot(Mutex<Option<u64>>);
+
+impl ReadSnapshot {
+    pub fn of(config: &SessionConfig) -> Option<u64> {
+        config.get_extension::<ReadSnapshot>().and_then(|slot| *slot.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    pub fn set(&self, ts: Option<u64>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = ts;
+    }
 }
 
 /// The session's open transaction block, if any: a session config extension,
