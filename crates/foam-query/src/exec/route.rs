@@ -35,7 +35,7 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
 use datafusion::physical_expr::expressions::{Column, Literal};
-use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
+use datafusion::physical_expr::{Partitioning, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::repartition::{REPARTITION_RANDOM_STATE, RepartitionExec};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
@@ -276,8 +276,12 @@ impl FoamRoutedExec {
                 Ok(Arc::new(Column::new(field.name(), *i)))
             })
             .collect::<Result<_>>()?;
+        // Each partition passes through as it is, so what holds of the
+        // input's rows (constants, equalities, each partition's order) holds
+        // here: plans above may rely on it (a sort the optimizer shortened
+        // to the columns a filter left non-constant, checked again last).
         let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(schema.clone()),
+            input.properties().equivalence_properties().clone(),
             Partitioning::Hash(keys, spec.owners.len()),
             EmissionType::Incremental,
             Boundedness::Bounded,
@@ -351,6 +355,28 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_routed_input_keeps_its_constants_and_order() {
+        use arrow::datatypes::{DataType, Field, Schema};
+        use datafusion::physical_expr::expressions::{lit, binary};
+        use datafusion::physical_plan::filter::FilterExec;
+        use datafusion::physical_plan::sorts::sort::SortExec;
+        let schema = Arc::new(Schema::new(vec![Field::new("g", DataType::Int32, true), Field::new("h", DataType::Int32, true)]));
+        let empty = Arc::new(datafusion::physical_plan::empty::EmptyExec::new(schema.clone()).with_partitions(3));
+        let h_is_10 = binary(Arc::new(Column::new("h", 1)), datafusion::logical_expr::Operator::Eq, lit(10i32), &schema).unwrap();
+        let filtered = Arc::new(FilterExec::try_new(h_is_10, empty).unwrap());
+        let by_g = datafusion::physical_expr::LexOrdering::new(vec![datafusion::physical_expr::PhysicalSortExpr::new_default(Arc::new(Column::new("g", 0)))]).unwrap();
+        let sorted = Arc::new(SortExec::new(by_g, filtered).with_preserve_partitioning(true));
+        let routed = FoamRoutedExec::try_new(sorted, RouteSpec { key_columns: vec![0], owners: vec![1, 2, 3], by_some_keys: false }).unwrap();
+        let properties = routed.properties().equivalence_properties();
+        assert!(properties.is_expr_constant(&(Arc::new(Column::new("h", 1)) as Arc<dyn PhysicalExpr>)).is_some(), "h = 10 still holds");
+        let by_h_g = vec![
+            datafusion::physical_expr::PhysicalSortExpr::new_default(Arc::new(Column::new("h", 1))),
+            datafusion::physical_expr::PhysicalSortExpr::new_default(Arc::new(Column::new("g", 0))),
+        ];
+        assert!(properties.ordering_satisfy(by_h_g).unwrap(), "sorted by g is sorted by (h, g) when h is constant");
     }
 
     #[test]
