@@ -119,7 +119,11 @@ fn localize(node: &NodeContext, build: &Arc<dyn ExecutionPlan>) -> Result<Arc<dy
             let Some(scan) = plan.downcast_ref::<FoamScanExec>() else { return Ok(Transformed::no(plan)) };
             let copies = match catalog.table_by_id(scan.spec().table_id).map(|t| &t.distribution) {
                 Some(Distribution::Replicated { nodes }) => nodes.clone(),
-                _ => return Err(DataFusionError::Plan(format!("table {} is no longer replicated", scan.spec().table_name))),
+                // This node's catalog may lag a table created a moment ago
+                // (table ids are never reused, so it is the one planned):
+                // the scan reads the copy the planning node chose.
+                None => return Ok(Transformed::no(plan)),
+                Some(Distribution::Hash { .. }) => return Err(DataFusionError::Plan(format!("table {} is no longer replicated", scan.spec().table_name))),
             };
             let owner = if copies.contains(&node.node_id) {
                 None
