@@ -28,6 +28,19 @@
 //! The new sort orders rows exactly as the old one did wherever the
 //! constants are known, and it states the order where they are not.
 //!
+//! A hash repartition of one input partition keeps its input's order, and
+//! DataFusion relies on that; but datafusion-distributed turns the
+//! repartition into a network shuffle, which states no order, and the
+//! worker's window then fails ("All partition by columns should have an
+//! ordering", fuzz seed 37001 q30). Above such a repartition the required
+//! order is sorted again, on the receiving side of the shuffle:
+//!
+//! ```text
+//!   Window PARTITION BY k                     Window PARTITION BY k
+//!     Repartition Hash(k) (keeps order)   ─▶    Sort k (each partition)
+//!                                                 Repartition Hash(k)
+//! ```
+//!
 //! A longer sort can cost an operator further up its order: DataFusion 55
 //! keeps the sort's ordering as written, `k, v`, and a projection above that
 //! drops `k` drops the whole ordering, where `v` alone would have survived.
@@ -83,7 +96,10 @@ fn spell_out(node: Arc<dyn ExecutionPlan>) -> Result<Transformed<Arc<dyn Executi
         });
         let extended = match (child.downcast_ref::<SortExec>(), hard) {
             (Some(sort), Some(required)) => extend(sort, &required),
-            (None, Some(required)) => sort_constants(&child, &required)?,
+            (None, Some(required)) => match sort_constants(&child, &required)? {
+                Some(sort) => Some(sort),
+                None => sort_above_shuffle(&child, &required),
+            },
             _ => None,
         };
         match extended {
@@ -116,15 +132,29 @@ fn sort_constants(child: &Arc<dyn ExecutionPlan>, required: &datafusion::physica
     if child.output_ordering().is_some_and(|own| begins_with(own, required)) {
         return Ok(None);
     }
+    Ok(sort_on(child, required))
+}
+
+/// A sort on `required` over `child`, each partition on its own when it has several.
+fn sort_on(child: &Arc<dyn ExecutionPlan>, required: &datafusion::physical_expr::LexRequirement) -> Option<Arc<dyn ExecutionPlan>> {
     let mut ordering: Vec<PhysicalSortExpr> = Vec::with_capacity(required.len());
     for r in required.iter() {
         if !ordering.iter().any(|o| o.expr.eq(&r.expr)) {
             ordering.push(PhysicalSortExpr::new(r.expr.clone(), r.options.unwrap_or_default()));
         }
     }
-    let Some(ordering) = LexOrdering::new(ordering) else { return Ok(None) };
+    let ordering = LexOrdering::new(ordering)?;
     let sort = SortExec::new(ordering, child.clone()).with_preserve_partitioning(child.output_partitioning().partition_count() > 1);
-    Ok(Some(Arc::new(sort)))
+    Some(Arc::new(sort))
+}
+
+/// A sort on `required` above a hash repartition that states an order (it
+/// keeps its input's, having one input partition), which the network
+/// shuffle it becomes would not state; `None` for any other child.
+fn sort_above_shuffle(child: &Arc<dyn ExecutionPlan>, required: &datafusion::physical_expr::LexRequirement) -> Option<Arc<dyn ExecutionPlan>> {
+    let repartition = child.downcast_ref::<datafusion::physical_plan::repartition::RepartitionExec>()?;
+    let hashed = matches!(repartition.partitioning(), datafusion::physical_expr::Partitioning::Hash(..));
+    (hashed && child.output_ordering().is_some()).then(|| sort_on(child, required)).flatten()
 }
 
 /// `sort` ordering by all of `required` first, then by its own columns
