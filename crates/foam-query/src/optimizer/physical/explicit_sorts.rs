@@ -45,7 +45,10 @@
 //! keeps the sort's ordering as written, `k, v`, and a projection above that
 //! drops `k` drops the whole ordering, where `v` alone would have survived.
 //! If the extended plan fails DataFusion's plan check and the plan as it was
-//! passes, the plan is kept as it was.
+//! passes, the sorts are extended one operator at a time instead, each kept
+//! only if the plan still passes: one extension that breaks an order above
+//! it no longer costs the others (fuzz seed 37040 q88, where the window
+//! left unextended then failed on its worker).
 
 use std::sync::Arc;
 
@@ -65,10 +68,21 @@ pub struct ExplicitSorts;
 
 impl PhysicalOptimizerRule for ExplicitSorts {
     fn optimize(&self, plan: Arc<dyn ExecutionPlan>, config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
-        let spelled = plan.clone().transform_up(spell_out)?;
+        let (spelled, candidates) = spell_out_some(&plan, &|_| true)?;
         if spelled.transformed && plan_check(&spelled.data, config).is_err() && plan_check(&plan, config).is_ok() {
-            tracing::debug!("explicit sorts would break an order above them; plan kept as it was");
-            return Ok(plan);
+            // One at a time: the n-th operator that would change, with
+            // those kept so far.
+            let mut kept: Vec<usize> = Vec::new();
+            let mut best = plan.clone();
+            for candidate in 0..candidates.min(EXTENSIONS_TRIED_MAX) {
+                let (trial, _) = spell_out_some(&plan, &|n| n == candidate || kept.contains(&n))?;
+                if trial.transformed && plan_check(&trial.data, config).is_ok() {
+                    kept.push(candidate);
+                    best = trial.data;
+                }
+            }
+            tracing::debug!(kept = kept.len(), "explicit sorts: some would break an order above them; kept those that do not");
+            return Ok(best);
         }
         Ok(spelled.data)
     }
@@ -80,6 +94,25 @@ impl PhysicalOptimizerRule for ExplicitSorts {
     fn schema_check(&self) -> bool {
         true
     }
+}
+
+/// How many operators the one-at-a-time fallback tries to extend sorts under.
+const EXTENSIONS_TRIED_MAX: usize = 32;
+
+/// `plan` with the sorts extended below the operators `wanted` picks, by
+/// their number among those that would change (bottom-up, from 0).
+/// Also returns how many operators would have changed.
+fn spell_out_some(plan: &Arc<dyn ExecutionPlan>, wanted: &dyn Fn(usize) -> bool) -> Result<(Transformed<Arc<dyn ExecutionPlan>>, usize)> {
+    let mut seen = 0;
+    let spelled = plan.clone().transform_up(|node| {
+        let spelled = spell_out(node.clone())?;
+        if !spelled.transformed {
+            return Ok(spelled);
+        }
+        seen += 1;
+        Ok(if wanted(seen - 1) { spelled } else { Transformed::no(node) })
+    })?;
+    Ok((spelled, seen))
 }
 
 /// `node` with each sort right below it extended to the whole ordering
