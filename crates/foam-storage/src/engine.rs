@@ -31,6 +31,11 @@ use crate::wal::{EntryData, PreparedEntry, Wal, WalHeader};
 
 type PartitionKey = (TableId, PartitionId);
 
+/// The partitions a prepared transaction's entries write.
+fn entry_partitions(entries: &[PreparedEntry]) -> Vec<PartitionKey> {
+    entries.iter().map(|e| (e.table_id, e.partition)).collect()
+}
+
 /// Exit code of a node that stopped because only WAL replay can repair its state.
 const EXIT_CODE_REPLAY_NEEDED: i32 = 75;
 
@@ -306,7 +311,7 @@ impl StorageEngine {
         for record in records {
             match record.header {
                 WalHeader::Prepare { txn, coordinator, prepare_ts, ref entries } => {
-                    engine.gate.prepared(txn, entries.iter().map(|e| (e.table_id, e.partition)).collect(), prepare_ts);
+                    engine.gate.prepared(txn, entry_partitions(entries), prepare_ts);
                     let prepared = engine.decode_prepared(coordinator, record.header, record.body)?;
                     lock(&engine.prepared).insert(txn, prepared);
                 }
@@ -672,7 +677,7 @@ impl StorageEngine {
             entries.push(PreparedEntry { table_id, partition, rows: staged.rows, data });
         }
         foam_common::fs::sync_dir(&self.staging_dir)?;
-        let gated: Vec<PartitionKey> = entries.iter().map(|e| (e.table_id, e.partition)).collect();
+        let gated = entry_partitions(&entries);
         let header = WalHeader::Prepare { txn, coordinator: staging.coordinator, entries, prepare_ts };
         // Register under the WAL lock: a checkpoint in between would delete the
         // Prepare record without re-appending it, and a fence raised in between
@@ -1132,10 +1137,14 @@ impl StorageEngine {
     /// The partition's newest rows, or `None` when this node stores nothing
     /// of it: it was never written here, or its copy was removed (moved elsewhere).
     pub fn stored_snapshot(&self, table_id: TableId, partition: PartitionId) -> Option<PartitionSnapshot> {
-        // Clone the handle and release the map first: a flush holds a partition
-        // lock for a while and must not stall every other partition's readers.
-        let found = lock(&self.partitions).get(&(table_id, partition)).cloned();
-        found.map(|p| lock(&p).snapshot())
+        self.stored_partition(table_id, partition).map(|p| lock(&p).snapshot())
+    }
+
+    /// The partition's handle, if this node stores it. The map is released
+    /// before the caller locks the partition: a flush holds a partition lock
+    /// for a while and must not stall every other partition's readers.
+    fn stored_partition(&self, table_id: TableId, partition: PartitionId) -> Option<Arc<Mutex<Partition>>> {
+        lock(&self.partitions).get(&(table_id, partition)).cloned()
     }
 
     /// The partition's rows as of snapshot `ts` (the newest when `None`), if
@@ -1145,8 +1154,7 @@ impl StorageEngine {
         if !self.gate.readable((table_id, partition), ts) {
             return Ok(SnapshotRead::Wait);
         }
-        let found = lock(&self.partitions).get(&(table_id, partition)).cloned();
-        Ok(SnapshotRead::Ready(found.map(|p| lock(&p).snapshot_at(ts)).transpose()?))
+        Ok(SnapshotRead::Ready(self.stored_partition(table_id, partition).map(|p| lock(&p).snapshot_at(ts)).transpose()?))
     }
 
     /// Like `try_snapshot_at`, waiting up to [`SNAPSHOT_WAIT_MS_MAX`] for the

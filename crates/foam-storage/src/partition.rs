@@ -152,6 +152,8 @@ pub struct Partition {
     memtable: Vec<(u64, RecordBatch)>,
     /// Snapshots below this cannot be served: the partition was reset or
     /// copied in after them, or reopened (history is kept in memory only).
+    /// Versions dropped from the history need no floor: no version older
+    /// than a snapshot is left to serve it.
     floor_ts: u64,
     /// Replaced versions, oldest first.
     history: VecDeque<OldVersion>,
@@ -240,10 +242,9 @@ impl Partition {
             .front()
             .is_some_and(|v| v.replaced_at.elapsed() > self.retention || (grew && self.history_bytes() > SNAPSHOT_HISTORY_BYTES_MAX as u64))
         {
-            if let Some(old) = self.history.pop_front() {
-                self.floor_ts = self.floor_ts.max(self.history.front().map_or(self.manifest.segments_ts, |next| next.from_ts));
-                drop(old);
-            }
+            // A snapshot this version served now finds none: the history
+            // starts at the next one's timestamp.
+            self.history.pop_front();
         }
     }
 
@@ -386,8 +387,7 @@ impl Partition {
         }
         self.ensure_dir()?;
         let mut next = self.manifest.clone();
-        let rows: Vec<RecordBatch> = self.memtable.iter().map(|(_, batch)| batch.clone()).collect();
-        next.segments.extend(self.write_rows(&rows)?);
+        next.segments.extend(self.write_rows(&memtable_up_to(&self.memtable, u64::MAX))?);
         foam_common::fs::sync_dir(&self.dir)?;
         next.applied_lsn = next.applied_lsn.max(self.memtable_lsn_max);
         next.segments_ts = self.newest_ts();
@@ -405,21 +405,26 @@ impl Partition {
 
     /// The newest committed rows.
     pub fn snapshot(&mut self) -> PartitionSnapshot {
-        PartitionSnapshot { segments: self.segment_refs(), memtable: self.memtable.iter().map(|(_, batch)| batch.clone()).collect() }
+        self.current_up_to(u64::MAX)
+    }
+
+    /// The current segment list and the memtable rows committed at or
+    /// before `ts`.
+    fn current_up_to(&mut self, ts: u64) -> PartitionSnapshot {
+        PartitionSnapshot { segments: self.segment_refs(), memtable: memtable_up_to(&self.memtable, ts) }
     }
 
     /// The rows of every change committed at or before `ts`; refused when
     /// that version is no longer kept.
     pub fn snapshot_at(&mut self, ts: u64) -> StorageResult<PartitionSnapshot> {
         self.forget_old_versions(false);
-        let visible = |memtable: &[(u64, RecordBatch)]| memtable.iter().filter(|(at, _)| *at <= ts).map(|(_, b)| b.clone()).collect();
         if ts >= self.manifest.segments_ts && ts >= self.floor_ts {
-            return Ok(PartitionSnapshot { segments: self.segment_refs(), memtable: visible(&self.memtable) });
+            return Ok(self.current_up_to(ts));
         }
         if ts >= self.floor_ts
             && let Some(old) = self.history.iter().rev().find(|v| v.from_ts <= ts)
         {
-            return Ok(PartitionSnapshot { segments: old.segments.clone(), memtable: visible(&old.memtable) });
+            return Ok(PartitionSnapshot { segments: old.segments.clone(), memtable: memtable_up_to(&old.memtable, ts) });
         }
         Err(StorageError::SnapshotUnavailable {
             message: format!(
@@ -563,4 +568,9 @@ impl Partition {
         self.manifest = next;
         Ok(())
     }
+}
+
+/// The batches of `memtable` committed at or before `ts`.
+fn memtable_up_to(memtable: &[(u64, RecordBatch)], ts: u64) -> Vec<RecordBatch> {
+    memtable.iter().filter(|(at, _)| *at <= ts).map(|(_, batch)| batch.clone()).collect()
 }

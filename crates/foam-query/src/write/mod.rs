@@ -524,40 +524,35 @@ async fn run_commit_protocol(node: &Arc<NodeContext>, txn: TxnId, participants: 
     node.decisions.begin(txn);
     let nodes: Vec<NodeId> = participants.iter().map(|(n, _)| *n).collect();
     let rows_of = |target: NodeId| participants.iter().find(|(n, _)| *n == target).map(|(_, r)| *r).unwrap_or(0);
-    // A commit needs a majority of the meta nodes behind the catalog leader:
-    // a coordinator cut off with a minority must not commit (its catalog may
-    // be stale). Asked while the participants prepare.
-    // MVCC (foam_storage::visibility): a timestamp before the prepares, and
-    // the commit timestamp after all of them, so a snapshot taken before the
-    // last prepare never sees the transaction and one taken after waits for it.
-    let prepare_ts = match node.catalog.timestamp().await {
-        Ok(ts) => ts,
-        Err(error) => {
-            abort_on(node, txn, &nodes).await;
+    // Everything up to the decision; any failure on the way aborts everywhere.
+    let decided = async {
+        // MVCC (foam_storage::visibility): a timestamp before the prepares,
+        // and the commit timestamp after all of them, so a snapshot taken
+        // before the last prepare never sees the transaction and one taken
+        // after waits for it.
+        let prepare_ts = node.catalog.timestamp().await?;
+        // A commit needs a majority of the meta nodes behind the catalog
+        // leader: a coordinator cut off with a minority must not commit (its
+        // catalog may be stale). Asked while the participants prepare.
+        let prepare = on_participants(node, &nodes, |target| NodeRequest::Prepare { txn, rows: rows_of(target), prepare_ts });
+        let (prepared, majority) = tokio::join!(prepare, node.catalog.confirm_majority());
+        // Without a majority, that is the cause to report (a participant on
+        // the other side of a cut fails too, but only as a consequence).
+        if let Some(error) = majority.err().or_else(|| prepared.into_iter().find_map(|(_, result)| result.err())) {
             return Err(error);
         }
-    };
-    let prepare = on_participants(node, &nodes, |target| NodeRequest::Prepare { txn, rows: rows_of(target), prepare_ts });
-    let (prepared, majority) = tokio::join!(prepare, node.catalog.confirm_majority());
-    // Without a majority, that is the cause to report (a participant on the
-    // other side of a cut fails too, but only as a consequence).
-    let failed = majority.err().or_else(|| prepared.into_iter().find_map(|(_, result)| result.err()));
-    if let Some(error) = failed {
-        abort_on(node, txn, &nodes).await;
-        return Err(error);
-    }
-    let commit_ts = match node.catalog.timestamp().await {
-        Ok(ts) => ts,
-        Err(error) => {
-            abort_on(node, txn, &nodes).await;
-            return Err(error);
-        }
-    };
-    if let Err(error) = node.decisions.decide_commit(txn, commit_ts) {
+        let commit_ts = node.catalog.timestamp().await?;
         // decide_commit rolls back a failed write, so no decision is on disk.
-        abort_on(node, txn, &nodes).await;
-        return Err(error.into());
-    }
+        node.decisions.decide_commit(txn, commit_ts)?;
+        Ok::<_, FoamError>(commit_ts)
+    };
+    let commit_ts = match decided.await {
+        Ok(ts) => ts,
+        Err(error) => {
+            abort_on(node, txn, &nodes).await;
+            return Err(error);
+        }
+    };
     // The statement is committed now. A participant that misses this message
     // (it crashed) learns the outcome from us when it comes back; once every
     // one has its commit record on disk, none will ask.
