@@ -247,7 +247,7 @@ impl Replication {
         // before the source's fence has a timestamp below this.
         let floor = self.node.catalog.timestamp().await?;
         let storage = self.node.storage.clone();
-        blocking(move || storage.raise_snapshot_floor(table_id, partition, floor)).await?;
+        blocking(move || storage.finish_refill(table_id, partition, floor)).await?;
         client.call(&NodeRequest::SwitchInReplica { table_id, partition, node: me, fence_token: token }, &[]).await?;
         self.lower_fence(table_id, partition).await;
         tracing::info!(table_id, partition, bytes = moved.copied, reused_bytes = moved.reused, "replica caught up and live");

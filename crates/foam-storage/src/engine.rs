@@ -989,7 +989,8 @@ impl StorageEngine {
     }
 
     /// Empties this node's copy of a partition before it is copied anew from
-    /// a replica; WAL records written so far no longer apply to it.
+    /// a replica; WAL records written so far no longer apply to it. Reads
+    /// of it are refused until [`Self::finish_refill`].
     pub fn reset_partition(&self, table_id: TableId, partition: PartitionId) -> StorageResult<()> {
         let wal = lock(&self.wal);
         let last_lsn = wal.next_lsn().saturating_sub(1);
@@ -1149,12 +1150,17 @@ impl StorageEngine {
 
     /// The partition's rows as of snapshot `ts` (the newest when `None`), if
     /// no transaction that may commit at or below `ts` is pending here.
+    /// A copy being filled in from another node is refused (40001).
     pub fn try_snapshot_at(&self, table_id: TableId, partition: PartitionId, ts: Option<u64>) -> StorageResult<SnapshotRead> {
-        let Some(ts) = ts else { return Ok(SnapshotRead::Ready(self.stored_snapshot(table_id, partition))) };
+        let stored = self.stored_partition(table_id, partition);
+        if let Some(stored) = &stored {
+            lock(stored).check_readable()?;
+        }
+        let Some(ts) = ts else { return Ok(SnapshotRead::Ready(stored.map(|p| lock(&p).snapshot()))) };
         if !self.gate.readable((table_id, partition), ts) {
             return Ok(SnapshotRead::Wait);
         }
-        Ok(SnapshotRead::Ready(self.stored_partition(table_id, partition).map(|p| lock(&p).snapshot_at(ts)).transpose()?))
+        Ok(SnapshotRead::Ready(stored.map(|p| lock(&p).snapshot_at(ts)).transpose()?))
     }
 
     /// Like `try_snapshot_at`, waiting up to [`SNAPSHOT_WAIT_MS_MAX`] for the
@@ -1181,12 +1187,12 @@ impl StorageEngine {
         }
     }
 
-    /// Refuses reads of a partition's copy at snapshots below `ts`: the copy
-    /// was filled in from another node up to then (the replica keeper).
-    pub fn raise_snapshot_floor(&self, table_id: TableId, partition: PartitionId, ts: u64) -> StorageResult<()> {
+    /// A copy emptied by [`Self::reset_partition`] has been filled in from
+    /// another node up to timestamp `ts` (the replica keeper): it may be read
+    /// again, at snapshots from `ts` on.
+    pub fn finish_refill(&self, table_id: TableId, partition: PartitionId, ts: u64) -> StorageResult<()> {
         let partition = self.partition(table_id, partition)?;
-        lock(&partition).raise_floor(ts);
-        Ok(())
+        lock(&partition).finish_refill(ts)
     }
 
     /// The digest of the committed rows this node holds of each of
@@ -2018,6 +2024,9 @@ mod tests {
         let mut kept = engine.set_aside_segments(16, 2);
         engine.reset_partition(16, 2).unwrap();
         assert_eq!(rows_in(&engine, 16, 2), 0);
+        let refused = |engine: &StorageEngine| matches!(engine.try_snapshot_at(16, 2, Some(u64::MAX)), Err(e) if e.sqlstate() == "40001");
+        assert!(refused(&engine), "a copy being filled in is not read");
+        assert!(matches!(engine.try_snapshot_at(16, 2, None), Err(e) if e.sqlstate() == "40001"));
         assert_eq!(kept.take_matching(&unknown), None, "content this node never had is not found");
         let whole = kept.take_matching(&listed[0]).expect("the first file was kept");
         engine.install_segment(16, 2, &whole, listed[0].clone()).unwrap();
@@ -2030,6 +2039,10 @@ mod tests {
         assert!(matches!(engine.install_segment(16, 2, &damaged, listed[1].clone()), Err(StorageError::Corrupted { .. })), "a damaged kept file is refused");
         std::fs::remove_file(&damaged).unwrap();
         assert_eq!(rows_in(&engine, 16, 2), 300);
+        assert!(refused(&StorageEngine::open(&dir).unwrap()), "still refused after a restart");
+        engine.finish_refill(16, 2, 1_000).unwrap();
+        assert!(!refused(&engine), "whole again");
+        assert!(!refused(&StorageEngine::open(&dir).unwrap()));
 
         let mut kept = engine.set_aside_segments(16, 2);
         assert_eq!(std::fs::read_dir(dir.join("staging")).unwrap().count(), 1);

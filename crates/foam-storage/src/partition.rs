@@ -50,6 +50,10 @@ pub struct Manifest {
     /// partitions written before MVCC).
     #[serde(default)]
     pub segments_ts: u64,
+    /// The copy is being filled in from another node (reset, segments not
+    /// all installed yet): it holds part of the rows, and no read may see it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub refilling: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -281,6 +285,27 @@ impl Partition {
         self.floor_ts = self.floor_ts.max(ts);
     }
 
+    /// The copy filled in since [`Self::reset`] is whole: reads at `ts` and
+    /// later may see it.
+    pub fn finish_refill(&mut self, ts: u64) -> StorageResult<()> {
+        self.raise_floor(ts);
+        if self.manifest.refilling {
+            self.save_manifest(Manifest { refilling: false, ..self.manifest.clone() })?;
+        }
+        Ok(())
+    }
+
+    /// Refused while the copy is being filled in from another node: a read
+    /// planned before the copy was taken out of service must not see part of it.
+    pub fn check_readable(&self) -> StorageResult<()> {
+        if self.manifest.refilling {
+            return Err(StorageError::SnapshotUnavailable {
+                message: format!("the copy in {} is being filled in from another node; run the statement again", self.dir.display()),
+            });
+        }
+        Ok(())
+    }
+
     /// Adds committed rows with commit LSN `lsn` and timestamp `ts` to the
     /// memtable, unless a segment already holds them (replay after a flush).
     pub fn apply_inline(&mut self, lsn: u64, ts: u64, batches: Vec<RecordBatch>) {
@@ -357,7 +382,8 @@ impl Partition {
         self.ensure_dir()?;
         let newest = self.newest_ts();
         self.raise_floor(newest);
-        self.save_manifest(Manifest { segments: Vec::new(), applied_lsn: wal_lsn.max(self.manifest.applied_lsn), segments_ts: newest })?;
+        let applied_lsn = wal_lsn.max(self.manifest.applied_lsn);
+        self.save_manifest(Manifest { segments: Vec::new(), applied_lsn, segments_ts: newest, refilling: true })?;
         self.clear_memtable();
         self.memtable_lsn_max = 0;
         for name in old {
