@@ -1,6 +1,7 @@
 //! FoamDB's logical optimizer rules, run on the coordinating node after
 //! DataFusion's (order: `optimizer/mod.rs`).
 
+pub mod aggregate_filters;
 pub mod eager_aggregate;
 pub mod eager_count;
 pub mod early_replica_join;

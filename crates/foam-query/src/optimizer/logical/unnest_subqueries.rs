@@ -119,12 +119,20 @@ impl OptimizerRule for SubqueryUnnesting {
 /// decorrelation rules made to leave a plan as it was where they fail:
 /// `scalar_subquery_to_join` fails outright on a correlation below a
 /// grouped subquery (`No field named g.c`), a shape the rule here unnests.
+/// Its filter pushdown is kept from moving filters an aggregate's rows
+/// depend on (`aggregate_filters.rs`).
 pub fn datafusion_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
     datafusion::optimizer::Optimizer::new()
         .rules
         .into_iter()
         .map(|rule| -> Arc<dyn OptimizerRule + Send + Sync> {
-            if DECORRELATION_RULES.contains(&rule.name()) { Arc::new(LeftWhereFailing(rule)) } else { rule }
+            if DECORRELATION_RULES.contains(&rule.name()) {
+                Arc::new(LeftWhereFailing(rule))
+            } else if rule.name() == super::aggregate_filters::FILTER_PUSHDOWN_RULE {
+                Arc::new(super::aggregate_filters::AggregateFilterGuard(rule))
+            } else {
+                rule
+            }
         })
         .collect()
 }
