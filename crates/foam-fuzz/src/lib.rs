@@ -11,6 +11,7 @@
 pub mod choices;
 pub mod compare;
 pub mod engines;
+pub mod postgres_form;
 pub mod query;
 pub mod reference;
 pub mod run;

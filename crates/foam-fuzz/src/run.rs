@@ -25,6 +25,7 @@ use datafusion::arrow::datatypes::DataType;
 use crate::choices::Choices;
 use crate::compare::{Rows, difference};
 use crate::engines::{Foam, Outcome, RULE_SWITCHES};
+use crate::postgres_form::postgres_form;
 use crate::reference::Reference;
 use crate::query::{self, Query};
 use crate::schema::{self, Table};
@@ -210,7 +211,7 @@ impl Bench<'_> {
     /// are then the expected ones (as text: no types are known).
     async fn judge_alone(&self, query: &Query, got: &Rows) -> (Verdict, Option<(Rows, Vec<DataType>)>) {
         let Some(postgres) = self.postgres else { return (Verdict::Unjudged, None) };
-        let Outcome::Rows(judged) = postgres.query(&query.sql).await else { return (Verdict::Unjudged, None) };
+        let Outcome::Rows(judged) = postgres.query(&postgres_form(&query.sql)).await else { return (Verdict::Unjudged, None) };
         let types = vec![DataType::Utf8; judged.first().or(got.first()).map_or(0, |row| row.len())];
         let verdict = match difference(&judged, got, &[], query.ordered) {
             None => Verdict::JudgedAlone,
@@ -223,7 +224,7 @@ impl Bench<'_> {
     /// reference's error if PostgreSQL answers the same rows.
     async fn judge(&self, query: &Query, got: &Rows, types: &[DataType], kind: Kind, detail: String) -> Verdict {
         let Some(postgres) = self.postgres else { return Verdict::Differ(kind, detail) };
-        match postgres.query(&query.sql).await {
+        match postgres.query(&postgres_form(&query.sql)).await {
             Outcome::Rows(judged) if difference(&judged, got, types, query.ordered).is_none() => Verdict::ReferenceWrong(detail),
             _ => Verdict::Differ(kind, detail),
         }
@@ -396,7 +397,7 @@ impl Bench<'_> {
     async fn postgres_sides_with_foam(&self, case: &Case) -> Result<bool, String> {
         let Some(postgres) = self.postgres else { return Ok(false) };
         postgres.load_plain(&case.tables).await?;
-        let (judged, got) = (postgres.query(&case.query.sql).await, self.foam.query(&case.query.sql).await);
+        let (judged, got) = (postgres.query(&postgres_form(&case.query.sql)).await, self.foam.query(&case.query.sql).await);
         postgres.drop_tables(&case.tables).await?;
         let types = case.expected.as_ref().map(|(_, types)| types.as_slice()).unwrap_or_default();
         Ok(match (judged, got) {
