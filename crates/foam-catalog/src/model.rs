@@ -369,6 +369,9 @@ pub enum CatalogCommand {
     /// The leader's timestamp oracle may hand out timestamps below `upper`
     /// (the reservation only grows).
     ReserveTimestamps { upper: u64 },
+    /// A change to the transaction records (`txns.rs`), which the meta
+    /// nodes' state machine keeps beside the catalog.
+    Txn { change: crate::txns::TxnCommand },
 }
 
 /// What an applied command did, for the caller to report.
@@ -380,6 +383,8 @@ pub enum CommandOutcome {
     Skipped,
     TableDropped { table: TableDef },
     NodeRegistered { id: NodeId },
+    /// The outcome a transaction record settled on.
+    Decided { decision: crate::txns::TxnDecision },
 }
 
 impl Catalog {
@@ -685,6 +690,7 @@ impl Catalog {
                 self.timestamps_reserved = self.timestamps_reserved.max(*upper);
                 Ok(CommandOutcome::Applied)
             }
+            CatalogCommand::Txn { .. } => Err(FoamError::internal("transaction records are kept beside the catalog, not in it")),
         }
     }
 

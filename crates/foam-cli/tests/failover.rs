@@ -737,6 +737,46 @@ async fn killing_the_coordinator_of_a_write_leaves_it_all_or_nothing() {
     println!("large statements: {cut:?}; roaming writer: {summary}");
 }
 
+/// The coordinator of a write stops for good at each step of its commit:
+/// after every participant prepared but before the decision, and right
+/// after the decision, before any participant heard it. The participants do
+/// not wait for it to come back: they take the outcome recorded on the meta
+/// nodes (ABORT, recorded by them, in the first case; the coordinator's
+/// COMMIT in the second), so the other nodes read the table again while the
+/// coordinator is down, and the write is all there or not at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_coordinator_leaves_no_participant_in_doubt() {
+    let mut cluster = Cluster::start_with(3, FAST_DETECTOR);
+    let client = cluster.client(0).await;
+    client.batch_execute("CREATE TABLE doubt (id BIGINT, step TEXT) DISTRIBUTED BY (id) PARTITIONS 6").await.unwrap();
+    client.batch_execute("INSERT INTO doubt SELECT value, 'before' FROM generate_series(1, 100)").await.unwrap();
+    wait_for_meta_group(&client).await;
+    let victim = 2;
+    for (point, first_id, stored) in [("commit.prepared", 1_000, 0), ("commit.decided", 2_000, 500)] {
+        cluster.restart_with_failpoints(victim, Some(point));
+        let writer = cluster.client(victim).await;
+        let sql = format!("INSERT INTO doubt SELECT value, '{point}' FROM generate_series({first_id}, {})", first_id + 499);
+        let cut = writer.batch_execute(&sql).await.expect_err("the coordinator stops before it answers");
+        let exit = tokio::task::block_in_place(|| cluster.wait_exit(victim, Duration::from_secs(30)));
+        assert_eq!(exit, Some(foam_common::failpoint::FAILPOINT_EXIT_CODE), "node {victim} did not stop at {point}: {cut}");
+        // Every partition had a copy prepared on a surviving node, which a
+        // read must wait for until the outcome is known.
+        let sql = format!("SELECT count(*) FILTER (WHERE step = '{point}'), count(*) FILTER (WHERE step = 'before') FROM doubt");
+        let wanted = vec![Some(stored.to_string()), Some("100".to_string())];
+        let mut seen = None;
+        eventually(&format!("reads after the coordinator stopped at {point}"), Duration::from_secs(60), async || {
+            seen = Some(try_query_text(&client, &sql).await.map_err(|e| sqlstate(&e)));
+            matches!(&seen, Some(Ok(rows)) if rows[0] == wanted)
+        })
+        .await;
+        cluster.restart_with_failpoints(victim, None);
+        eventually("every copy live again", Duration::from_secs(60), async || all_copies_live(&client, "doubt").await).await;
+        let back = cluster.client(victim).await;
+        assert_eq!(query_text(&back, &sql).await[0], wanted, "the coordinator's node, back after {point}");
+        assert_eq!(diverging_copies(&client, "doubt").await, "0", "after {point}");
+    }
+}
+
 /// Inserts `batch` fresh ids at a time into `table` until `stop`, through
 /// each node in turn (skipping one that is down, reconnecting after a
 /// restart). A statement whose connection broke (its coordinator died) has an

@@ -4,6 +4,7 @@
 //! hashed by the loader lands where the query planner looks for it.
 
 pub mod error;
+pub mod failpoint;
 pub mod fs;
 pub mod hash;
 pub mod ids;

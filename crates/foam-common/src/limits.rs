@@ -152,11 +152,6 @@ pub const MEMTABLE_FLUSH_ROWS: usize = 131_072;
 /// writes (`Partition::apply_delete`), so small changes leave few files.
 pub const SEGMENT_MERGE_ROWS_MAX: usize = MEMTABLE_FLUSH_ROWS / 4;
 
-/// Entries in a coordinator's decision log after which it is rewritten with
-/// only the decisions a participant may still ask for, when those are at most
-/// half of them: 1 MiB of log.
-pub const DECISION_LOG_COMPACT_ENTRIES: usize = 65_536;
-
 /// WAL bytes after which the node checkpoints: flushes every memtable and starts
 /// a fresh WAL file, so restart replay time stays bounded.
 pub const WAL_CHECKPOINT_BYTES: u64 = 256 * 1024 * 1024;
@@ -185,6 +180,19 @@ pub const TXN_IDLE_TIMEOUT_MS: u64 = 120_000;
 /// How often the coordinator of an open transaction block tells its
 /// participants it still holds the block, well within `TXN_IDLE_TIMEOUT_MS`.
 pub const TXN_KEEPALIVE_MS: u64 = TXN_IDLE_TIMEOUT_MS / 4;
+
+/// How long a participant waits on a prepared transaction whose coordinator
+/// it cannot reach before it settles the outcome through the catalog leader
+/// (recording ABORT unless the coordinator decided first).
+pub const IN_DOUBT_ABANDON_MS: u64 = 2_000;
+
+/// How often a node sends the leader the transaction outcomes its
+/// participants have on disk, so the records can go.
+pub const SETTLED_TXNS_FLUSH_MS: u64 = 200;
+
+/// Outcomes a node keeps queued for the leader while it is unreachable; past
+/// it, records stay until their participants ask again or are removed.
+pub const SETTLED_TXNS_PENDING_MAX: usize = 100_000;
 
 /// How often a participant asks coordinators about prepared transactions whose
 /// outcome it does not know (after its own restart or a coordinator crash).

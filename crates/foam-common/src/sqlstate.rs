@@ -43,6 +43,7 @@ macro_rules! sqlstates {
 sqlstates! {
     SuccessfulCompletion = "00000",
     ConnectionFailure = "08006",
+    TransactionResolutionUnknown = "08007",
     FeatureNotSupported = "0A000",
     DataException = "22000",
     StringDataRightTruncation = "22001",

@@ -17,8 +17,10 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use foam_catalog::model::CommandOutcome;
 use foam_catalog::{Catalog, CatalogCommand, CatalogStore};
-use foam_common::limits::{CATALOG_LEADER_WAIT_MS, CUT_OFF_AFTER_MS, HEARTBEAT_TIMEOUT_MS, TIMESTAMP_WINDOW_MICROS};
-use foam_common::{FoamError, FoamResult, NodeId};
+use foam_common::limits::{CATALOG_LEADER_WAIT_MS, CUT_OFF_AFTER_MS, HEARTBEAT_TIMEOUT_MS, SETTLED_TXNS_PENDING_MAX, TIMESTAMP_WINDOW_MICROS};
+use foam_catalog::txns::{Settled, TxnCommand, TxnDecision};
+use foam_common::{FoamError, FoamResult, NodeId, TxnId};
+use foam_storage::TxnOutcome;
 use foam_query::CatalogService;
 use foam_rpc::{NodeClient, NodeClients, NodeRequest, NodeResponse};
 use openraft::error::{ClientWriteError, RaftError};
@@ -50,6 +52,9 @@ pub struct ClusterCatalog {
     pub(crate) membership: std::sync::OnceLock<crate::membership::Membership>,
     /// The timestamp oracle, used while this node leads.
     oracle: tokio::sync::Mutex<Oracle>,
+    /// Transaction outcomes that participants here have on disk, sent to the
+    /// leader in batches so it can drop their records (`flush_settled`).
+    settled: Mutex<Vec<(TxnId, Option<NodeId>)>>,
 }
 
 /// The cluster clock on the catalog leader (as TiDB's PD): timestamps are
@@ -89,6 +94,7 @@ impl ClusterCatalog {
             leader_heard: Mutex::new(Instant::now()),
             membership: std::sync::OnceLock::new(),
             oracle: tokio::sync::Mutex::new(Oracle::default()),
+            settled: Mutex::new(Vec::new()),
         }
     }
 
@@ -221,13 +227,82 @@ impl ClusterCatalog {
             }
             NodeRequest::Timestamp => match self.next_timestamp().await? {
                 Some(ts) => NodeResponse::Timestamp { ts },
-                None => {
-                    let leader = self.known_leader().or_else(|| self.leader_hint.lock().unwrap_or_else(|p| p.into_inner()).clone());
-                    NodeResponse::NotLeader { leader }
-                }
+                None => self.not_leader(),
             },
+            NodeRequest::DecideCommit { txn, prepare_ts, participants } => {
+                let decide = |commit_ts| TxnCommand::DecideCommit { txn, prepare_ts, commit_ts, participants };
+                match self.record_as_leader(decide).await? {
+                    Some(decision) => NodeResponse::Outcome { outcome: outcome_of(decision) },
+                    None => self.not_leader(),
+                }
+            }
+            NodeRequest::SettleTxn { txn } => match self.record_as_leader(|ts| TxnCommand::Abandon { txn, ts }).await? {
+                Some(decision) => NodeResponse::Outcome { outcome: outcome_of(decision) },
+                None => self.not_leader(),
+            },
+            NodeRequest::ForgetTxns { settled } => {
+                let settled = settled.into_iter().map(|(txn, node)| Settled { txn, node }).collect();
+                self.record_as_leader(|ts| TxnCommand::Forget { settled, ts }).await?;
+                NodeResponse::Ok
+            }
             other => return Err(FoamError::internal(format!("{other:?} is not a catalog request"))),
         })
+    }
+
+    fn not_leader(&self) -> NodeResponse {
+        let leader = self.known_leader().or_else(|| self.leader_hint.lock().unwrap_or_else(|p| p.into_inner()).clone());
+        NodeResponse::NotLeader { leader }
+    }
+
+    /// Applies a change to the transaction records, made with the oracle's
+    /// next timestamp, on this node, which leads; returns the outcome it
+    /// settled on (`None` when this node turned out not to lead, or for a
+    /// change that settles none).
+    async fn record_as_leader(&self, change: impl FnOnce(u64) -> TxnCommand) -> FoamResult<Option<TxnDecision>> {
+        let Some(ts) = self.next_timestamp().await? else { return Ok(None) };
+        match self.apply_as_leader(&CatalogCommand::Txn { change: change(ts) }).await? {
+            Some(CommandOutcome::Decided { decision }) => Ok(Some(decision)),
+            Some(_) | None => Ok(None),
+        }
+    }
+
+    /// A change to the transaction records that settles an outcome, through
+    /// the leader wherever it is.
+    async fn record(&self, request: NodeRequest, change: impl FnOnce(u64) -> TxnCommand) -> FoamResult<TxnDecision> {
+        self.refuse_if_cut_off()?;
+        if self.is_leader()
+            && let Some(decision) = self.record_as_leader(change).await?
+        {
+            return Ok(decision);
+        }
+        match self.call_leader(&request).await? {
+            NodeResponse::Outcome { outcome: TxnOutcome::Committed(ts) } => Ok(TxnDecision::Committed(ts)),
+            NodeResponse::Outcome { outcome: TxnOutcome::Aborted } => Ok(TxnDecision::Aborted),
+            other => Err(FoamError::internal(format!("unexpected transaction record reply {other:?}"))),
+        }
+    }
+
+    /// Sends the outcomes noted by `forget_txn` to the leader. `prune` sends
+    /// a (possibly empty) batch anyway when records exist, so the leader
+    /// drops expired abort records. A batch that fails goes back in the queue.
+    pub async fn flush_settled(&self, prune: bool) {
+        let settled = std::mem::take(&mut *self.settled.lock().unwrap_or_else(|p| p.into_inner()));
+        if settled.is_empty() && !(prune && self.is_leader() && self.machine.txn_records() > 0) {
+            return;
+        }
+        let sent = if self.is_leader() {
+            let settled = settled.iter().map(|(txn, node)| Settled { txn: *txn, node: *node }).collect();
+            self.record_as_leader(|ts| TxnCommand::Forget { settled, ts }).await.map(|_| ())
+        } else {
+            self.call_leader(&NodeRequest::ForgetTxns { settled: settled.clone() }).await.map(|_| ())
+        };
+        if let Err(error) = sent {
+            tracing::debug!(%error, "transaction outcomes not forgotten yet");
+            let mut queue = self.settled.lock().unwrap_or_else(|p| p.into_inner());
+            if queue.len() + settled.len() <= SETTLED_TXNS_PENDING_MAX {
+                queue.extend(settled);
+            }
+        }
     }
 
     /// Sends a catalog request to the leader: the one this node follows, then
@@ -394,6 +469,23 @@ impl CatalogService for ClusterCatalog {
         }
     }
 
+    async fn decide_commit(&self, txn: TxnId, prepare_ts: u64, participants: &[NodeId]) -> FoamResult<TxnDecision> {
+        let participants = participants.to_vec();
+        let request = NodeRequest::DecideCommit { txn, prepare_ts, participants: participants.clone() };
+        self.record(request, |commit_ts| TxnCommand::DecideCommit { txn, prepare_ts, commit_ts, participants }).await
+    }
+
+    async fn settle_txn(&self, txn: TxnId) -> FoamResult<TxnDecision> {
+        self.record(NodeRequest::SettleTxn { txn }, |ts| TxnCommand::Abandon { txn, ts }).await
+    }
+
+    fn forget_txn(&self, txn: TxnId, node: Option<NodeId>) {
+        let mut queue = self.settled.lock().unwrap_or_else(|p| p.into_inner());
+        if queue.len() < SETTLED_TXNS_PENDING_MAX {
+            queue.push((txn, node));
+        }
+    }
+
     async fn check_nodes(&self) -> FoamResult<Arc<Catalog>> {
         if self.is_leader() {
             // Cut off, it could not mark anyone down (a majority must accept it).
@@ -460,5 +552,13 @@ pub async fn register_through(
         }
         tracing::info!(addr = %seed, %last_error, "waiting for the cluster to answer");
         tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// A recorded outcome as the transaction RPCs carry it.
+fn outcome_of(decision: TxnDecision) -> TxnOutcome {
+    match decision {
+        TxnDecision::Committed(ts) => TxnOutcome::Committed(ts),
+        TxnDecision::Aborted => TxnOutcome::Aborted,
     }
 }

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
 use foam_catalog::model::CommandOutcome;
+use foam_catalog::txns::TxnRecords;
 use foam_catalog::{Catalog, CatalogCommand};
 use foam_common::{FoamError, FoamResult, NodeId};
 use foam_rpc::{NodeClients, NodeRequest, NodeResponse, RaftRpc};
@@ -244,6 +245,9 @@ pub struct MachineState {
     pub last_applied: Option<LogId<NodeId>>,
     pub membership: StoredMembership<NodeId, BasicNode>,
     pub catalog: Catalog,
+    /// Outcomes of distributed transactions (`foam_catalog::txns`).
+    #[serde(default)]
+    pub txns: TxnRecords,
 }
 
 /// Applies committed catalog commands; the state is saved after every batch
@@ -271,10 +275,24 @@ impl StateMachine {
         self.published.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Saves `state` and makes it the current one.
-    fn replace(&self, state: MachineState) -> Result<(), StorageError<NodeId>> {
-        self.save(&state)?;
-        *self.published.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(state.catalog.clone());
+    /// How many transaction records this node's state holds.
+    pub fn txn_records(&self) -> usize {
+        self.read().txns.len()
+    }
+
+    /// Saves `state` and makes it the current one; the catalog is published
+    /// anew only when its version moved (most entries are transaction records).
+    /// Only a `durable` state is saved at once: transaction records are
+    /// rebuilt from the log after a restart (openraft applies the entries
+    /// past the saved state again), and a snapshot saves the state before
+    /// the log below it is purged.
+    fn replace(&self, state: MachineState, durable: bool) -> Result<(), StorageError<NodeId>> {
+        if durable {
+            self.save(&state)?;
+        }
+        if self.read().catalog.version != state.catalog.version {
+            *self.published.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(state.catalog.clone());
+        }
         *self.state.write().unwrap_or_else(|p| p.into_inner()) = state;
         Ok(())
     }
@@ -300,7 +318,11 @@ impl StateMachine {
 
 impl RaftSnapshotBuilder<CatalogRaft> for StateMachine {
     async fn build_snapshot(&mut self) -> Result<Snapshot<CatalogRaft>, StorageError<NodeId>> {
-        Self::snapshot_of(&self.read())
+        let state = self.read().clone();
+        // The log up to the snapshot may be purged after this: the saved
+        // state must cover it.
+        self.save(&state)?;
+        Self::snapshot_of(&state)
     }
 }
 
@@ -320,11 +342,18 @@ impl RaftStateMachine<CatalogRaft> for StateMachine {
         I::IntoIter: OptionalSend,
     {
         let mut next = self.read().clone();
+        let version_before = next.catalog.version;
+        let mut membership_changed = false;
         let mut replies = Vec::new();
         for entry in entries {
             next.last_applied = Some(entry.log_id);
             let reply = match entry.payload {
                 EntryPayload::Blank => Ok(CommandOutcome::Applied),
+                EntryPayload::Normal(CatalogCommand::Txn { change }) => {
+                    let nodes = &next.catalog.nodes;
+                    let decision = next.txns.apply(&change, |id| nodes.contains_key(&id));
+                    Ok(decision.map_or(CommandOutcome::Applied, |decision| CommandOutcome::Decided { decision }))
+                }
                 EntryPayload::Normal(command) => match next.catalog.apply(&command) {
                     Ok((catalog, outcome)) => {
                         next.catalog = catalog;
@@ -334,12 +363,14 @@ impl RaftStateMachine<CatalogRaft> for StateMachine {
                 },
                 EntryPayload::Membership(membership) => {
                     next.membership = StoredMembership::new(Some(entry.log_id), membership);
+                    membership_changed = true;
                     Ok(CommandOutcome::Applied)
                 }
             };
             replies.push(CommandReply(reply));
         }
-        self.replace(next)?;
+        let durable = membership_changed || next.catalog.version != version_before;
+        self.replace(next, durable)?;
         Ok(replies)
     }
 
@@ -358,7 +389,7 @@ impl RaftStateMachine<CatalogRaft> for StateMachine {
     ) -> Result<(), StorageError<NodeId>> {
         let state: MachineState = serde_json::from_slice(snapshot.get_ref())
             .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
-        self.replace(state)
+        self.replace(state, true)
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<CatalogRaft>>, StorageError<NodeId>> {

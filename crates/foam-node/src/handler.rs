@@ -34,7 +34,10 @@ impl NodeHandler for FoamNodeHandler {
             | NodeRequest::Timestamp
             | NodeRequest::CatalogApply { .. }
             | NodeRequest::CheckNodes
-            | NodeRequest::ConfirmMajority) => self.catalog.serve(request).await?,
+            | NodeRequest::ConfirmMajority
+            | NodeRequest::DecideCommit { .. }
+            | NodeRequest::SettleTxn { .. }
+            | NodeRequest::ForgetTxns { .. }) => self.catalog.serve(request).await?,
             NodeRequest::Raft { rpc } => {
                 return Ok((NodeResponse::Ok, crate::consensus::handle(&self.catalog.raft, rpc, &payload).await?));
             }

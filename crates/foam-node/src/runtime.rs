@@ -2,6 +2,7 @@
 //! replayed before the node answers anyone, and the node knows its id and the
 //! catalog before it serves SQL.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -12,8 +13,11 @@ use datafusion::execution::memory_pool::FairSpillPool;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use foam_catalog::model::CommandOutcome;
 use foam_catalog::{Catalog, CatalogCommand, CatalogStore};
-use foam_common::limits::{IN_DOUBT_RESOLVE_INTERVAL_MS, JOIN_RETRY_FOR_MS, VERSION_COLLECT_INTERVAL_MS};
-use foam_common::{FoamError, FoamResult, NodeId};
+use foam_catalog::txns::TxnDecision;
+use foam_common::limits::{
+    IN_DOUBT_ABANDON_MS, IN_DOUBT_RESOLVE_INTERVAL_MS, JOIN_RETRY_FOR_MS, SETTLED_TXNS_FLUSH_MS, VERSION_COLLECT_INTERVAL_MS,
+};
+use foam_common::{FoamError, FoamResult, NodeId, TxnId};
 use foam_rpc::ClusterSecret;
 use foam_rpc::auth::CLUSTER_SECRET_FILE;
 use foam_query::{CatalogService, NodeContext};
@@ -238,6 +242,7 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
         if previous.is_none() && join_addr.is_none() { ensure.await } else { drop(tokio::spawn(ensure)) }
     }
     let resolver = tokio::spawn(resolve_in_doubt(node.clone()));
+    let settled = tokio::spawn(flush_settled_txns(catalog.clone()));
     let sampler = tokio::spawn(sample_traffic(node.traffic.clone()));
     let collector = tokio::spawn(collect_old_versions(node.storage.clone()));
 
@@ -259,6 +264,7 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
         result = sql => Err(FoamError::internal(format!("SQL endpoint stopped: {result:?}"))),
     };
     resolver.abort();
+    settled.abort();
     collector.abort();
     sampler.abort();
     keeper.abort();
@@ -348,12 +354,20 @@ async fn collect_old_versions(storage: Arc<StorageEngine>) {
 
 /// Settles prepared transactions whose outcome this node missed (it crashed,
 /// or the coordinator did), and drops staged rows of coordinators gone silent.
+/// The coordinator is asked first: while it still runs the transaction, the
+/// participant waits. One that no longer runs it, or cannot be reached for
+/// [`IN_DOUBT_ABANDON_MS`], is bypassed: the outcome recorded on the meta
+/// nodes is taken, ABORT being recorded if the coordinator decided nothing.
 async fn resolve_in_doubt(node: Arc<NodeContext>) {
     let mut interval = tokio::time::interval(Duration::from_millis(IN_DOUBT_RESOLVE_INTERVAL_MS));
+    // Since when each transaction's coordinator has been unreachable.
+    let mut unreachable_since: HashMap<TxnId, Instant> = HashMap::new();
     loop {
         interval.tick().await;
-        for (txn, coordinator) in node.storage.in_doubt() {
-            let outcome = if coordinator == node.node_id {
+        let in_doubt = node.storage.in_doubt();
+        unreachable_since.retain(|txn, _| in_doubt.iter().any(|(t, _)| t == txn));
+        for (txn, coordinator) in in_doubt {
+            let asked = if coordinator == node.node_id {
                 Ok(node.decisions.outcome(txn))
             } else {
                 match node.client_for(coordinator) {
@@ -365,14 +379,38 @@ async fn resolve_in_doubt(node: Arc<NodeContext>) {
                     Err(error) => Err(error),
                 }
             };
+            let settle = match asked {
+                Ok(TxnOutcome::Pending) => false,
+                // Decided before decisions were recorded on the meta nodes.
+                Ok(TxnOutcome::Committed(_)) => false,
+                // Not running there (any more): it will decide nothing now.
+                Ok(TxnOutcome::Aborted) => true,
+                Err(_) => unreachable_since.entry(txn).or_insert_with(Instant::now).elapsed() >= Duration::from_millis(IN_DOUBT_ABANDON_MS),
+            };
+            let outcome = match (asked, settle) {
+                (Ok(TxnOutcome::Committed(ts)), _) => TxnOutcome::Committed(ts),
+                (_, false) => continue,
+                (_, true) => match node.catalog.settle_txn(txn).await {
+                    Ok(TxnDecision::Committed(ts)) => TxnOutcome::Committed(ts),
+                    Ok(TxnDecision::Aborted) => TxnOutcome::Aborted,
+                    Err(error) => {
+                        tracing::warn!(txn = %format!("{txn:032x}"), %error, "could not settle an in-doubt transaction yet");
+                        continue;
+                    }
+                },
+            };
             let storage = node.storage.clone();
             let result = match outcome {
-                Ok(TxnOutcome::Committed(ts)) => tokio::task::spawn_blocking(move || storage.commit(txn, ts)).await,
-                Ok(TxnOutcome::Aborted) => tokio::task::spawn_blocking(move || storage.abort(txn)).await,
-                Ok(TxnOutcome::Pending) | Err(_) => continue,
+                TxnOutcome::Committed(ts) => tokio::task::spawn_blocking(move || storage.commit(txn, ts)).await,
+                _ => tokio::task::spawn_blocking(move || storage.abort(txn)).await,
             };
             match result {
-                Ok(Ok(())) => tracing::info!(txn = %format!("{txn:032x}"), ?outcome, "resolved an in-doubt transaction"),
+                Ok(Ok(())) => {
+                    tracing::info!(txn = %format!("{txn:032x}"), ?outcome, "resolved an in-doubt transaction");
+                    if let TxnOutcome::Committed(_) = outcome {
+                        node.catalog.forget_txn(txn, Some(node.node_id));
+                    }
+                }
                 Ok(Err(error)) => tracing::warn!(%error, "resolving an in-doubt transaction failed"),
                 Err(error) => tracing::warn!(%error, "resolver task failed"),
             }
@@ -383,5 +421,16 @@ async fn resolve_in_doubt(node: Arc<NodeContext>) {
         {
             tracing::info!(expired, "discarded staged rows of transactions whose coordinator went silent");
         }
+    }
+}
+
+/// Sends the leader the transaction outcomes this node's participants have
+/// on disk, in batches, and now and then lets it drop expired abort records.
+async fn flush_settled_txns(catalog: Arc<ClusterCatalog>) {
+    let mut interval = tokio::time::interval(Duration::from_millis(SETTLED_TXNS_FLUSH_MS));
+    let prune_every = (60_000 / SETTLED_TXNS_FLUSH_MS).max(1);
+    for tick in 0u64.. {
+        interval.tick().await;
+        catalog.flush_settled(tick % prune_every == 0).await;
     }
 }

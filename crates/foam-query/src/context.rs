@@ -8,8 +8,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use foam_catalog::model::CommandOutcome;
 use foam_catalog::model::ReplicaState;
+use foam_catalog::txns::TxnDecision;
 use foam_catalog::{Catalog, CatalogCommand, NodeInfo, TableDef};
-use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TableId};
+use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TableId, TxnId};
 use foam_rpc::{NodeClient, NodeClients, NodeResponse};
 use foam_storage::{DecisionLog, StorageEngine};
 
@@ -39,6 +40,17 @@ pub trait CatalogService: Send + Sync {
     /// before the call anywhere in the cluster (the catalog leader's
     /// timestamp oracle). Snapshots and commit timestamps come from it.
     async fn timestamp(&self) -> FoamResult<u64>;
+    /// Records that `txn`, prepared on every one of `participants`, commits
+    /// at a new timestamp of the cluster clock, durably on a majority of the
+    /// meta nodes; returns the recorded outcome, which is `Aborted` when a
+    /// participant gave up on the transaction first (`foam_catalog::txns`).
+    async fn decide_commit(&self, txn: TxnId, prepare_ts: u64, participants: &[NodeId]) -> FoamResult<TxnDecision>;
+    /// The recorded outcome of `txn`, recording ABORT when none was decided:
+    /// asked by a participant whose coordinator is gone or no longer runs it.
+    async fn settle_txn(&self, txn: TxnId) -> FoamResult<TxnDecision>;
+    /// Notes that `node` (`None`: every participant) has `txn`'s outcome on
+    /// disk, so its record may go; sent to the leader in batches.
+    fn forget_txn(&self, txn: TxnId, node: Option<NodeId>);
     /// This node's part in the catalog's Raft group ("leader", "follower",
     /// "candidate", "learner"), `None` when it is not a meta node.
     fn meta_role(&self) -> Option<String>;

@@ -78,6 +78,16 @@ pub enum NodeRequest {
     AbortTransaction { txn: TxnId, participants: Vec<NodeId> },
     /// Asks a coordinator how a transaction ended.
     TxnOutcome { txn: TxnId },
+    /// A coordinator whose participants all prepared `txn` asks the catalog
+    /// leader to record COMMIT at a new timestamp; answered with the recorded
+    /// outcome (`Aborted` when a participant settled it first).
+    DecideCommit { txn: TxnId, prepare_ts: u64, participants: Vec<NodeId> },
+    /// A participant asks the catalog leader for `txn`'s outcome, recording
+    /// ABORT if none was decided (its coordinator is gone or no longer runs it).
+    SettleTxn { txn: TxnId },
+    /// Participants that have these outcomes on disk (`None`: all of them),
+    /// so the catalog leader may drop the records.
+    ForgetTxns { settled: Vec<(TxnId, Option<NodeId>)> },
     PartitionStats { table_id: TableId, partitions: Vec<PartitionId> },
     /// The digest of this node's copy of each of `partitions` (reads them whole).
     PartitionDigests { table_id: TableId, partitions: Vec<PartitionId> },

@@ -33,6 +33,8 @@ pub struct Node {
     netns: Option<String>,
     pub data_dir: PathBuf,
     join: Option<String>,
+    /// Crash points armed at the node's next start (`foam_common::failpoint`).
+    failpoints: Option<String>,
     child: Option<Child>,
 }
 
@@ -173,6 +175,7 @@ impl Cluster {
             netns,
             data_dir: self.dir.path().join(format!("node-{index}")),
             join: self.nodes.first().map(|first| first.node_addr()),
+            failpoints: None,
             child: None,
         };
         self.nodes.push(node);
@@ -222,6 +225,10 @@ impl Cluster {
         if let Some(file) = self.secret_file() {
             command.arg("--cluster-secret-file").arg(file);
         }
+        match &node.failpoints {
+            Some(names) => command.env(foam_common::failpoint::FAILPOINTS_VARIABLE, names),
+            None => command.env_remove(foam_common::failpoint::FAILPOINTS_VARIABLE),
+        };
         self.nodes[index].child = Some(command.spawn().expect("start foam"));
     }
 
@@ -283,6 +290,29 @@ impl Cluster {
         self.kill(index);
         self.spawn(index);
         self.wait_ready(index);
+    }
+
+    /// Restarts node `index` with crash points `names` armed (comma
+    /// separated; `None` disarms them): it exits when it reaches one.
+    pub fn restart_with_failpoints(&mut self, index: usize, names: Option<&str>) {
+        self.nodes[index].failpoints = names.map(str::to_string);
+        self.restart(index);
+    }
+
+    /// Waits (up to `timeout`) for node `index` to exit on its own, as at
+    /// a crash point; returns its exit code.
+    pub fn wait_exit(&mut self, index: usize, timeout: Duration) -> Option<i32> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(child) = self.nodes[index].child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                self.nodes[index].child = None;
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
     }
 
     /// Node `index`'s connection string, as the superuser the cluster's

@@ -6,7 +6,7 @@
 //!                                         │ WRITE_SHIP_ROWS reached
 //!                                         ▼
 //!            Stage{txn, partition} (RPC, or a direct call for this node) ─▶ every live replica
-//!  commit:  Prepare on every participant ─▶ decision fsynced here ─▶ Commit on every participant
+//!  commit:  Prepare on every participant ─▶ decision in the meta nodes' Raft log ─▶ Commit on every participant
 //!  any failure before the decision: Abort everywhere, the table is as before.
 //! ```
 //! A partition's rows go to each of its live replicas on a node that is up (a
@@ -35,6 +35,7 @@ use datafusion::datasource::sink::DataSink;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType};
+use foam_catalog::txns::TxnDecision;
 use foam_catalog::{Distribution, NodeInfo, SqlType, TableDef};
 use foam_common::limits::{WRITE_BUFFER_BYTES_MAX, WRITE_SHIP_ROWS, WRITE_STREAM_BATCHES_IN_FLIGHT};
 use foam_storage::StorageError;
@@ -509,9 +510,10 @@ impl TableWriter {
 
 /// Runs the commit protocol for `txn`, whose rows `participants` have staged
 /// (with the row count each was sent), with this node as coordinator: Prepare
-/// everywhere, fsync the decision, Commit everywhere. On error before the
-/// decision, aborts everywhere. The protocol runs in its own task, so a caller
-/// that goes away (a client disconnecting) cannot leave it half done.
+/// everywhere, record the decision on a majority of the meta nodes, Commit
+/// everywhere. On error before the decision, aborts everywhere. The protocol
+/// runs in its own task, so a caller that goes away (a client disconnecting)
+/// cannot leave it half done.
 pub async fn commit_transaction(node: &Arc<NodeContext>, txn: TxnId, participants: &[(NodeId, u64)]) -> FoamResult<()> {
     let node = node.clone();
     let participants = participants.to_vec();
@@ -522,51 +524,90 @@ pub async fn commit_transaction(node: &Arc<NodeContext>, txn: TxnId, participant
 
 async fn run_commit_protocol(node: &Arc<NodeContext>, txn: TxnId, participants: &[(NodeId, u64)]) -> FoamResult<()> {
     node.decisions.begin(txn);
+    let result = commit_on_participants(node, txn, participants).await;
+    node.decisions.finish(txn);
+    result
+}
+
+async fn commit_on_participants(node: &Arc<NodeContext>, txn: TxnId, participants: &[(NodeId, u64)]) -> FoamResult<()> {
     let nodes: Vec<NodeId> = participants.iter().map(|(n, _)| *n).collect();
     let rows_of = |target: NodeId| participants.iter().find(|(n, _)| *n == target).map(|(_, r)| *r).unwrap_or(0);
     // Everything up to the decision; any failure on the way aborts everywhere.
-    let decided = async {
+    let prepared = async {
         // MVCC (foam_storage::visibility): a timestamp before the prepares,
-        // and the commit timestamp after all of them, so a snapshot taken
-        // before the last prepare never sees the transaction and one taken
-        // after waits for it.
+        // and the commit timestamp (taken with the decision) after all of
+        // them, so a snapshot taken before the last prepare never sees the
+        // transaction and one taken after waits for it.
         let prepare_ts = node.catalog.timestamp().await?;
-        // A commit needs a majority of the meta nodes behind the catalog
-        // leader: a coordinator cut off with a minority must not commit (its
-        // catalog may be stale). Asked while the participants prepare.
-        let prepare = on_participants(node, &nodes, |target| NodeRequest::Prepare { txn, rows: rows_of(target), prepare_ts });
-        let (prepared, majority) = tokio::join!(prepare, node.catalog.confirm_majority());
-        // Without a majority, that is the cause to report (a participant on
-        // the other side of a cut fails too, but only as a consequence).
-        if let Some(error) = majority.err().or_else(|| prepared.into_iter().find_map(|(_, result)| result.err())) {
+        let prepared = on_participants(node, &nodes, |target| NodeRequest::Prepare { txn, rows: rows_of(target), prepare_ts }).await;
+        if let Some(error) = prepared.into_iter().find_map(|(_, result)| result.err()) {
             return Err(error);
         }
-        let commit_ts = node.catalog.timestamp().await?;
-        // decide_commit rolls back a failed write, so no decision is on disk.
-        node.decisions.decide_commit(txn, commit_ts)?;
-        Ok::<_, FoamError>(commit_ts)
+        // A coordinator that seems cut off from the meta nodes' majority
+        // need not wait to be refused: nothing was asked of them yet.
+        node.catalog.refuse_if_cut_off()?;
+        Ok::<_, FoamError>(prepare_ts)
     };
-    let commit_ts = match decided.await {
-        Ok(ts) => ts,
+    let prepare_ts = match prepared.await {
+        Ok(ts) => {
+            foam_common::failpoint::crash_point("commit.prepared");
+            ts
+        }
         Err(error) => {
             abort_on(node, txn, &nodes).await;
             return Err(error);
         }
     };
+    // The decision is a transaction record in the meta nodes' Raft log, so no
+    // participant depends on this node to learn it. A participant that could
+    // not reach this node may have settled the transaction as aborted first.
+    let decision = match node.catalog.decide_commit(txn, prepare_ts, &nodes).await {
+        Ok(decision) => decision,
+        // The request may have reached the log before it failed: ask for the
+        // outcome, which records ABORT if it did not.
+        Err(error) => match node.catalog.settle_txn(txn).await {
+            Ok(TxnDecision::Aborted) => {
+                abort_on(node, txn, &nodes).await;
+                return Err(error);
+            }
+            Ok(decision) => decision,
+            Err(_) => {
+                // The participants stay prepared and learn the outcome from
+                // the meta nodes once a majority of them is reachable.
+                return Err(FoamError::Query {
+                    message: format!("the outcome of the commit is unknown: the meta nodes could not be reached to record it ({error})"),
+                    sqlstate: foam_common::SqlState::TransactionResolutionUnknown,
+                });
+            }
+        },
+    };
+    let commit_ts = match decision {
+        TxnDecision::Committed(ts) => ts,
+        TxnDecision::Aborted => {
+            abort_on(node, txn, &nodes).await;
+            return Err(FoamError::TransactionAborted {
+                message: "a participant could not reach this node while it committed, and settled the transaction as aborted".into(),
+            });
+        }
+    };
+    foam_common::failpoint::crash_point("commit.decided");
     // The statement is committed now. A participant that misses this message
-    // (it crashed) learns the outcome from us when it comes back; once every
-    // one has its commit record on disk, none will ask.
-    let mut delivered = true;
+    // (it crashed) learns the outcome from the meta nodes when it comes back;
+    // the record goes once every participant has its commit record on disk.
+    let mut confirmed = Vec::new();
     for (node_id, result) in on_participants(node, &nodes, |_| NodeRequest::Commit { txn, ts: commit_ts }).await {
-        if let Err(error) = result {
-            delivered = false;
-            tracing::warn!(txn = %format!("{txn:032x}"), node_id, %error, "commit not delivered; the node will resolve it");
+        match result {
+            Ok(()) => confirmed.push(node_id),
+            Err(error) => tracing::warn!(txn = %format!("{txn:032x}"), node_id, %error, "commit not delivered; the node will resolve it"),
         }
     }
-    if delivered {
-        node.decisions.forget(txn);
+    if confirmed.len() == nodes.len() {
+        node.catalog.forget_txn(txn, None);
+    } else {
+        for node_id in confirmed {
+            node.catalog.forget_txn(txn, Some(node_id));
+        }
     }
-    node.decisions.finish(txn);
     Ok(())
 }
 
@@ -585,7 +626,6 @@ async fn abort_on(node: &Arc<NodeContext>, txn: TxnId, participants: &[NodeId]) 
             tracing::warn!(node_id, %error, "abort not delivered");
         }
     }
-    node.decisions.finish(txn);
 }
 
 /// Sends one request to every participant at once.
