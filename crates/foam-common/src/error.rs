@@ -252,6 +252,9 @@ fn missing_table_name(message: &str) -> Option<String> {
 fn sqlstate_from_message(message: &str) -> Option<SqlState> {
     use SqlState::*;
     const PATTERNS: &[(&str, SqlState)] = &[
+        // A peer's Flight stream broke (gRPC UNAVAILABLE: a connection
+        // reset, an HTTP/2 keepalive that timed out): the network's fault.
+        ("The service is currently unavailable", ConnectionFailure),
         ("No field named", UndefinedColumn),
         ("Prepared statement '", InvalidSqlStatementName),
         ("declared as non-nullable but contains null values", NotNullViolation),
@@ -307,6 +310,14 @@ fn strip_datafusion_prefixes(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_peer_stream_that_broke_is_a_connection_failure() {
+        // As a worker's broken Flight stream reached a client in a fuzz run.
+        let text = "code: 'The service is currently unavailable', message: \"http2 error\", source: tonic::transport::Error(Transport, hyper::Error(Http2, KeepAliveTimedOut))";
+        let error = FoamError::from(DataFusionError::External(Box::new(std::io::Error::other(text))));
+        assert_eq!(error.sqlstate(), "08006", "{error}");
+    }
 
     #[test]
     fn wire_round_trip_keeps_code_and_text() {
