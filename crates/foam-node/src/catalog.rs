@@ -5,9 +5,9 @@
 //! to the leader, following `NotLeader` hints, and keeps the newest catalog it
 //! was given (saved, so a restarted node starts with it).
 //!
-//! The leader confirms with a majority of the meta nodes before a write
-//! commits (`confirm_majority`): a node cut off with a minority refuses writes.
-//! A node also watches for that itself, for free: one that has not heard from
+//! A write commits only once its decision is a Raft entry on a majority of
+//! the meta nodes (`decide_commit`), so a node cut off with a minority cannot
+//! commit. A node also watches for that itself, for free: one that has not heard from
 //! the leader (or, leading, from a majority) for [`CUT_OFF_AFTER_MS`] refuses
 //! statements at once instead of waiting on peers it cannot reach.
 
@@ -17,10 +17,9 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use foam_catalog::model::CommandOutcome;
 use foam_catalog::{Catalog, CatalogCommand, CatalogStore};
-use foam_common::limits::{CATALOG_LEADER_WAIT_MS, CUT_OFF_AFTER_MS, HEARTBEAT_TIMEOUT_MS, SETTLED_TXNS_PENDING_MAX, TIMESTAMP_WINDOW_MICROS};
+use foam_common::limits::{CATALOG_LEADER_WAIT_MS, CUT_OFF_AFTER_MS, SETTLED_TXNS_PENDING_MAX, TIMESTAMP_WINDOW_MICROS};
 use foam_catalog::txns::{Settled, TxnCommand, TxnDecision};
 use foam_common::{FoamError, FoamResult, NodeId, TxnId};
-use foam_storage::TxnOutcome;
 use foam_query::CatalogService;
 use foam_rpc::{NodeClient, NodeClients, NodeRequest, NodeResponse};
 use openraft::error::{ClientWriteError, RaftError};
@@ -54,7 +53,7 @@ pub struct ClusterCatalog {
     oracle: tokio::sync::Mutex<Oracle>,
     /// Transaction outcomes that participants here have on disk, sent to the
     /// leader in batches so it can drop their records (`flush_settled`).
-    settled: Mutex<Vec<(TxnId, Option<NodeId>)>>,
+    settled: Mutex<Vec<Settled>>,
 }
 
 /// The cluster clock on the catalog leader (as TiDB's PD): timestamps are
@@ -221,10 +220,6 @@ impl ClusterCatalog {
                 NodeResponse::Applied { catalog: catalog.as_ref().clone(), outcome }
             }
             NodeRequest::CheckNodes => NodeResponse::Catalog { catalog: Some(self.check_nodes().await?.as_ref().clone()) },
-            NodeRequest::ConfirmMajority => {
-                self.confirm_majority().await?;
-                NodeResponse::Ok
-            }
             NodeRequest::Timestamp => match self.next_timestamp().await? {
                 Some(ts) => NodeResponse::Timestamp { ts },
                 None => self.not_leader(),
@@ -232,16 +227,15 @@ impl ClusterCatalog {
             NodeRequest::DecideCommit { txn, prepare_ts, participants } => {
                 let decide = |commit_ts| TxnCommand::DecideCommit { txn, prepare_ts, commit_ts, participants };
                 match self.record_as_leader(decide).await? {
-                    Some(decision) => NodeResponse::Outcome { outcome: outcome_of(decision) },
+                    Some(decision) => NodeResponse::Decided { decision },
                     None => self.not_leader(),
                 }
             }
             NodeRequest::SettleTxn { txn } => match self.record_as_leader(|ts| TxnCommand::Abandon { txn, ts }).await? {
-                Some(decision) => NodeResponse::Outcome { outcome: outcome_of(decision) },
+                Some(decision) => NodeResponse::Decided { decision },
                 None => self.not_leader(),
             },
             NodeRequest::ForgetTxns { settled } => {
-                let settled = settled.into_iter().map(|(txn, node)| Settled { txn, node }).collect();
                 self.record_as_leader(|ts| TxnCommand::Forget { settled, ts }).await?;
                 NodeResponse::Ok
             }
@@ -276,8 +270,7 @@ impl ClusterCatalog {
             return Ok(decision);
         }
         match self.call_leader(&request).await? {
-            NodeResponse::Outcome { outcome: TxnOutcome::Committed(ts) } => Ok(TxnDecision::Committed(ts)),
-            NodeResponse::Outcome { outcome: TxnOutcome::Aborted } => Ok(TxnDecision::Aborted),
+            NodeResponse::Decided { decision } => Ok(decision),
             other => Err(FoamError::internal(format!("unexpected transaction record reply {other:?}"))),
         }
     }
@@ -291,8 +284,7 @@ impl ClusterCatalog {
             return;
         }
         let sent = if self.is_leader() {
-            let settled = settled.iter().map(|(txn, node)| Settled { txn: *txn, node: *node }).collect();
-            self.record_as_leader(|ts| TxnCommand::Forget { settled, ts }).await.map(|_| ())
+            self.record_as_leader(|ts| TxnCommand::Forget { settled: settled.clone(), ts }).await.map(|_| ())
         } else {
             self.call_leader(&NodeRequest::ForgetTxns { settled: settled.clone() }).await.map(|_| ())
         };
@@ -482,7 +474,7 @@ impl CatalogService for ClusterCatalog {
     fn forget_txn(&self, txn: TxnId, node: Option<NodeId>) {
         let mut queue = self.settled.lock().unwrap_or_else(|p| p.into_inner());
         if queue.len() < SETTLED_TXNS_PENDING_MAX {
-            queue.push((txn, node));
+            queue.push(Settled { txn, node });
         }
     }
 
@@ -497,29 +489,6 @@ impl CatalogService for ClusterCatalog {
         }
         let reply = self.call_leader(&NodeRequest::CheckNodes).await?;
         self.catalog_reply(reply)
-    }
-
-    async fn confirm_majority(&self) -> FoamResult<()> {
-        if self.is_leader() {
-            let check = self.raft.ensure_linearizable();
-            return match tokio::time::timeout(Duration::from_millis(HEARTBEAT_TIMEOUT_MS), check).await {
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err(error)) => Err(FoamError::CatalogUnavailable {
-                    message: format!("node {} lost the lead of the meta nodes ({error}); retry the statement", self.node_id),
-                }),
-                Err(_) => Err(FoamError::CatalogUnavailable {
-                    message: format!(
-                        "node {} leads the meta nodes but no majority of them answered within {HEARTBEAT_TIMEOUT_MS} ms; \
-                         writes need a majority; retry when it is reachable",
-                        self.node_id
-                    ),
-                }),
-            };
-        }
-        match self.call_leader(&NodeRequest::ConfirmMajority).await? {
-            NodeResponse::Ok => Ok(()),
-            other => Err(FoamError::internal(format!("unexpected catalog reply {other:?}"))),
-        }
     }
 }
 
@@ -552,13 +521,5 @@ pub async fn register_through(
         }
         tracing::info!(addr = %seed, %last_error, "waiting for the cluster to answer");
         tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-/// A recorded outcome as the transaction RPCs carry it.
-fn outcome_of(decision: TxnDecision) -> TxnOutcome {
-    match decision {
-        TxnDecision::Committed(ts) => TxnOutcome::Committed(ts),
-        TxnDecision::Aborted => TxnOutcome::Aborted,
     }
 }

@@ -34,7 +34,6 @@ impl NodeHandler for FoamNodeHandler {
             | NodeRequest::Timestamp
             | NodeRequest::CatalogApply { .. }
             | NodeRequest::CheckNodes
-            | NodeRequest::ConfirmMajority
             | NodeRequest::DecideCommit { .. }
             | NodeRequest::SettleTxn { .. }
             | NodeRequest::ForgetTxns { .. }) => self.catalog.serve(request).await?,

@@ -379,20 +379,15 @@ async fn resolve_in_doubt(node: Arc<NodeContext>) {
                     Err(error) => Err(error),
                 }
             };
-            let settle = match asked {
-                Ok(TxnOutcome::Pending) => false,
+            let outcome = match asked {
+                Ok(TxnOutcome::Pending) => continue,
                 // Decided before decisions were recorded on the meta nodes.
-                Ok(TxnOutcome::Committed(_)) => false,
-                // Not running there (any more): it will decide nothing now.
-                Ok(TxnOutcome::Aborted) => true,
-                Err(_) => unreachable_since.entry(txn).or_insert_with(Instant::now).elapsed() >= Duration::from_millis(IN_DOUBT_ABANDON_MS),
-            };
-            let outcome = match (asked, settle) {
-                (Ok(TxnOutcome::Committed(ts)), _) => TxnOutcome::Committed(ts),
-                (_, false) => continue,
-                (_, true) => match node.catalog.settle_txn(txn).await {
-                    Ok(TxnDecision::Committed(ts)) => TxnOutcome::Committed(ts),
-                    Ok(TxnDecision::Aborted) => TxnOutcome::Aborted,
+                Ok(TxnOutcome::Committed(ts)) => TxnDecision::Committed(ts),
+                Err(_) if unreachable_since.entry(txn).or_insert_with(Instant::now).elapsed() < Duration::from_millis(IN_DOUBT_ABANDON_MS) => continue,
+                // Not running there (any more), or unreachable for too long:
+                // it will decide nothing now.
+                Ok(TxnOutcome::Aborted) | Err(_) => match node.catalog.settle_txn(txn).await {
+                    Ok(decision) => decision,
                     Err(error) => {
                         tracing::warn!(txn = %format!("{txn:032x}"), %error, "could not settle an in-doubt transaction yet");
                         continue;
@@ -401,13 +396,13 @@ async fn resolve_in_doubt(node: Arc<NodeContext>) {
             };
             let storage = node.storage.clone();
             let result = match outcome {
-                TxnOutcome::Committed(ts) => tokio::task::spawn_blocking(move || storage.commit(txn, ts)).await,
-                _ => tokio::task::spawn_blocking(move || storage.abort(txn)).await,
+                TxnDecision::Committed(ts) => tokio::task::spawn_blocking(move || storage.commit(txn, ts)).await,
+                TxnDecision::Aborted => tokio::task::spawn_blocking(move || storage.abort(txn)).await,
             };
             match result {
                 Ok(Ok(())) => {
                     tracing::info!(txn = %format!("{txn:032x}"), ?outcome, "resolved an in-doubt transaction");
-                    if let TxnOutcome::Committed(_) = outcome {
+                    if let TxnDecision::Committed(_) = outcome {
                         node.catalog.forget_txn(txn, Some(node.node_id));
                     }
                 }

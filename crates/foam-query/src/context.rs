@@ -28,10 +28,6 @@ pub trait CatalogService: Send + Sync {
     /// connections down (a query just failed talking to a peer); returns the
     /// catalog after.
     async fn check_nodes(&self) -> FoamResult<Arc<Catalog>>;
-    /// Succeeds only while a majority of the meta nodes follows the catalog
-    /// leader this node reaches: a write commits only then (57P03 otherwise,
-    /// so a node cut off with a minority refuses writes).
-    async fn confirm_majority(&self) -> FoamResult<()>;
     /// Fails at once (57P03) when this node, by what it heard lately, seems
     /// cut off from the majority of the meta nodes: a write then need not
     /// wait on peers it cannot reach before its commit is refused anyway.

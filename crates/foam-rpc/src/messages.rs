@@ -4,6 +4,7 @@
 //! bulk rows never go through JSON but travel as the binary payload.
 
 use foam_catalog::model::CommandOutcome;
+use foam_catalog::txns::{Settled, TxnDecision};
 use foam_catalog::{Catalog, CatalogCommand};
 use foam_common::{NodeId, PartitionId, TableId, TxnId};
 use foam_storage::{PartitionStats, RowDigest, SegmentInfo, TxnOutcome};
@@ -87,7 +88,7 @@ pub enum NodeRequest {
     SettleTxn { txn: TxnId },
     /// Participants that have these outcomes on disk (`None`: all of them),
     /// so the catalog leader may drop the records.
-    ForgetTxns { settled: Vec<(TxnId, Option<NodeId>)> },
+    ForgetTxns { settled: Vec<Settled> },
     PartitionStats { table_id: TableId, partitions: Vec<PartitionId> },
     /// The digest of this node's copy of each of `partitions` (reads them whole).
     PartitionDigests { table_id: TableId, partitions: Vec<PartitionId> },
@@ -120,9 +121,6 @@ pub enum NodeRequest {
     /// A Raft message between meta nodes; the payload is its JSON, and so is
     /// the reply's (`consensus.rs` in foam-node).
     Raft { rpc: RaftRpc },
-    /// Asks the catalog leader to confirm that a majority of the meta nodes
-    /// still follows it (a write's coordinator asks before it commits).
-    ConfirmMajority,
 }
 
 /// The kinds of Raft message.
@@ -143,7 +141,7 @@ impl NodeRequest {
             NodeRequest::Ping { .. } => HEARTBEAT_TIMEOUT_MS,
             // Catalog reads and the majority check go to the catalog leader;
             // one that stopped answering must not hold a statement long.
-            NodeRequest::CatalogGet { .. } | NodeRequest::ConfirmMajority => HEARTBEAT_TIMEOUT_MS * 2,
+            NodeRequest::CatalogGet { .. } => HEARTBEAT_TIMEOUT_MS * 2,
             // Coordinating a bulk load's commit finishes its staged files everywhere.
             NodeRequest::CommitTransaction { .. } => RPC_REQUEST_TIMEOUT_MS * 60,
             // Waits for undecided writes, then reads the partition's keys.
@@ -170,6 +168,8 @@ pub enum NodeResponse {
     Catalog { catalog: Option<Catalog> },
     Applied { catalog: Catalog, outcome: CommandOutcome },
     Outcome { outcome: TxnOutcome },
+    /// The outcome a transaction record settled on (DecideCommit, SettleTxn).
+    Decided { decision: TxnDecision },
     Timestamp { ts: u64 },
     Stats { stats: Vec<(PartitionId, PartitionStats)> },
     Digests { digests: Vec<(PartitionId, RowDigest)> },
