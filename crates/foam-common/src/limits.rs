@@ -148,9 +148,26 @@ pub const STAGE_INLINE_BYTES_PER_TXN_MAX: usize = 64 * 1024 * 1024;
 /// before it is flushed to a Parquet segment.
 pub const MEMTABLE_FLUSH_ROWS: usize = 131_072;
 
-/// Segments of fewer rows are merged into the one new segment a deletion
-/// writes (`Partition::apply_delete`), so small changes leave few files.
+/// Rows a partition may hold for prepare and commit to find a change's rows
+/// through an index by a unique key (`foam-storage/src/key_index.rs`, some
+/// tens of bytes of memory a row); a larger one is read whole.
+pub const KEY_INDEX_ROWS_MAX: usize = 4_000_000;
+
+/// Batches a partition's memtable may hold before it is flushed: each small
+/// commit adds one, and every scan handles each batch on its own.
+pub const MEMTABLE_FLUSH_BATCHES: usize = 512;
+
+/// Segments of fewer live rows may be merged into the segment a flush writes
+/// (`Partition::flush`), so small changes leave few files.
 pub const SEGMENT_MERGE_ROWS_MAX: usize = MEMTABLE_FLUSH_ROWS / 4;
+
+/// A segment whose deletion vector covers this share of its rows
+/// (numerator over 100), and at least [`SEGMENT_DELETED_ROWS_MIN`] rows, is
+/// rewritten without them after the commit that got it there; smaller ones
+/// wait for the next flush (a rewrite per commit of a tiny hot table would
+/// cost more than the rows it drops).
+pub const SEGMENT_DELETED_PERCENT_MAX: u64 = 25;
+pub const SEGMENT_DELETED_ROWS_MIN: usize = 1024;
 
 /// WAL bytes after which the node checkpoints: flushes every memtable and starts
 /// a fresh WAL file, so restart replay time stays bounded.

@@ -238,10 +238,10 @@ impl Replication {
         for segment in fenced.iter().filter(|s| !listed.iter().any(|l| l.file_name == s.file_name)) {
             self.install_or_copy(&client, table_id, partition, segment, &mut kept, &mut moved).await?;
         }
-        // A deletion on the source meanwhile replaced some files it listed first.
-        let wanted: Vec<String> = fenced.iter().map(|s| s.file_name.clone()).collect();
+        // A flush on the source meanwhile replaced some files it listed
+        // first, and deletions since then are in the fenced list's vectors.
         let storage = self.node.storage.clone();
-        blocking(move || storage.retain_segments(table_id, partition, &wanted)).await?;
+        blocking(move || storage.retain_segments(table_id, partition, &fenced)).await?;
         // The copied files hold changes this node never applied itself, so
         // it cannot serve snapshots from before them: every one committed
         // before the source's fence has a timestamp below this.

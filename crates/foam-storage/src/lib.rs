@@ -9,7 +9,8 @@
 //!                                  tables/<table>/<partition>/seg-*.parquet + manifest.json
 //! ```
 //! A deletion travels as the deleted rows, found by content on each copy
-//! (`row_set.rs`); its commit rewrites the segments that held them.
+//! (`row_set.rs`); its commit records their positions in deletion vectors
+//! (`deletions.rs`), which reads skip and compaction folds away.
 //! Every commit carries a timestamp from the cluster clock, and a scan reads a
 //! partition as of its statement's snapshot (`partition.rs`, `visibility.rs`):
 //! its committed Parquet segments plus its memtable,
@@ -19,9 +20,11 @@
 //! with no outcome in the WAL is in doubt until its coordinator answers.
 
 pub mod decisions;
+pub mod deletions;
 pub mod engine;
 pub mod error;
 pub mod ipc;
+pub mod key_index;
 pub mod partition;
 pub mod row_set;
 pub mod segment;
@@ -30,6 +33,7 @@ pub mod visibility;
 pub mod wal;
 
 pub use decisions::{DecisionLog, TxnOutcome};
+pub use deletions::{DeletedRows, Deletions, RowHome};
 pub use error::{StorageError, StorageResult};
 pub use engine::{OwnWrites, PartitionStats, SetAside, StatementNumber, StorageEngine, WRITES_FENCED};
 pub use partition::{PartitionSnapshot, SegmentInfo};

@@ -5,10 +5,14 @@
 //! Invariant: every committed inline write with commit LSN ≤ `applied_lsn` is in
 //! a segment; replay skips those, which makes replay idempotent.
 //!
-//! A deletion is applied copy-on-write: the segments holding deleted rows are
-//! written again without them and the manifest swaps them in one save. A
-//! replaced file is unlinked when the last snapshot that lists it is gone, so
-//! a scan that started before the deletion still reads it.
+//! A deletion adds positions to the deletion vector of the segment file or
+//! memtable batch that holds each row (`deletions.rs`), with its timestamp;
+//! the files stay as they are. A flush compacts: it writes the memtable's
+//! live rows together with those of small or much-deleted segments into one
+//! new file and the manifest swaps them in one save. A replaced file is
+//! unlinked when the last snapshot that lists it is gone, so a scan that
+//! started before still reads it. Deletion vectors reach the manifest with
+//! the next save; until then the WAL's Commit records hold them.
 //!
 //! MVCC: every change carries its transaction's commit timestamp, and changes
 //! are applied in timestamp order (`visibility.rs` orders them). A read at
@@ -17,10 +21,11 @@
 //! ```text
 //!  memtable      (ts, batch) (ts, batch) ...   read: the batches with ts <= S
 //!  segments      valid from `segments_ts`     read: when S >= segments_ts
+//!  deletions     (position, ts) per file/batch  read: skip those with ts <= S
 //!  history       older segment lists and memtables, each valid from its own
 //!                timestamp, kept SNAPSHOT_RETENTION_MS after they were replaced
 //! ```
-//! A flush, a deletion or a new segment replaces the segment list, and the
+//! A flush or a new segment replaces the segment list, and the
 //! list it replaced goes to the history with the memtable of its time. A
 //! snapshot older than every version kept (or than a reset or copy-in) is
 //! refused with 40001, and the statement runs again with a new one.
@@ -36,9 +41,14 @@ use arrow::record_batch::RecordBatch;
 
 use serde::{Deserialize, Serialize};
 
+use crate::deletions::{Deletions, RowHome};
+use crate::key_index::KeyIndex;
 use crate::row_set::RowSet;
 use crate::segment;
-use foam_common::limits::{SEGMENT_MERGE_ROWS_MAX, SNAPSHOT_HISTORY_BYTES_MAX, SNAPSHOT_RETENTION_MS};
+use foam_common::limits::{
+    KEY_INDEX_ROWS_MAX, MEMTABLE_FLUSH_BATCHES, MEMTABLE_FLUSH_ROWS, SEGMENT_DELETED_PERCENT_MAX, SEGMENT_DELETED_ROWS_MIN, SEGMENT_MERGE_ROWS_MAX, SNAPSHOT_HISTORY_BYTES_MAX,
+    SNAPSHOT_RETENTION_MS,
+};
 
 const MANIFEST_FILE_NAME: &str = "manifest.json";
 
@@ -68,11 +78,30 @@ pub struct SegmentInfo {
     /// checksums), which reads check; see [`segment::CHECKSUM_BLOCK_BYTES`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub block_crc32: Vec<u32>,
+    /// Its deleted rows (`rows` counts them too).
+    #[serde(default, skip_serializing_if = "Deletions::is_empty")]
+    pub deleted: Deletions,
 }
 
 impl SegmentInfo {
     pub fn new(file_name: String, rows: u64, sum: segment::SegmentSum) -> Self {
-        SegmentInfo { file_name, rows, bytes: sum.bytes, crc32: Some(sum.crc32), block_crc32: sum.blocks }
+        SegmentInfo { file_name, rows, bytes: sum.bytes, crc32: Some(sum.crc32), block_crc32: sum.blocks, deleted: Deletions::default() }
+    }
+
+    /// Rows not deleted.
+    pub fn live_rows(&self) -> u64 {
+        self.rows.saturating_sub(self.deleted.len() as u64)
+    }
+
+    /// Whether enough of its rows are deleted that a flush rewrites it.
+    fn worth_rewriting(&self) -> bool {
+        !self.deleted.is_empty() && self.deleted.len() as u64 * 100 >= self.rows * SEGMENT_DELETED_PERCENT_MAX
+    }
+
+    /// Whether so many of its rows are deleted that it should be rewritten
+    /// now, not at the next flush.
+    fn much_deleted(&self) -> bool {
+        self.worth_rewriting() && self.deleted.len() >= SEGMENT_DELETED_ROWS_MIN
     }
 
     /// Whether `other` lists a file with this one's content: the same size,
@@ -96,6 +125,8 @@ impl SegmentInfo {
 pub struct SegmentRef {
     pub path: PathBuf,
     pub checksums: segment::Checksums,
+    /// Rows a read skips (`SegmentRows::of`).
+    pub deleted: Deletions,
     /// Keeps the file on disk while this reference lives, even if a
     /// deletion replaced it meanwhile.
     _file: Option<Arc<SegmentFile>>,
@@ -103,7 +134,7 @@ pub struct SegmentRef {
 
 impl SegmentRef {
     pub fn new(path: PathBuf, checksums: segment::Checksums) -> Self {
-        SegmentRef { path, checksums, _file: None }
+        SegmentRef { path, checksums, deleted: Deletions::default(), _file: None }
     }
 }
 
@@ -130,6 +161,18 @@ pub struct PartitionSnapshot {
     pub memtable: Vec<RecordBatch>,
 }
 
+/// A batch of committed rows in the memtable.
+#[derive(Debug, Clone)]
+struct MemBatch {
+    ts: u64,
+    /// The commit that added it, and its place among that commit's batches:
+    /// how deletions name it (`RowHome::Memtable`), the same after replay.
+    lsn: u64,
+    ordinal: u32,
+    batch: RecordBatch,
+    deleted: Deletions,
+}
+
 /// A segment list some change replaced, still readable by older snapshots.
 #[derive(Debug)]
 struct OldVersion {
@@ -137,7 +180,7 @@ struct OldVersion {
     from_ts: u64,
     replaced_at: Instant,
     segments: Vec<SegmentRef>,
-    memtable: Vec<(u64, RecordBatch)>,
+    memtable: Vec<MemBatch>,
     /// Memory its memtable held when it was replaced.
     memtable_bytes: usize,
     /// Its segment files' names and sizes.
@@ -153,7 +196,13 @@ pub struct Partition {
     files: HashMap<String, Arc<SegmentFile>>,
     /// Committed rows not yet in a segment, each batch with its commit
     /// timestamp, in timestamp order.
-    memtable: Vec<(u64, RecordBatch)>,
+    memtable: Vec<MemBatch>,
+    /// Timestamp of the newest deletion applied.
+    deleted_ts: u64,
+    /// Deletions applied since the manifest was last saved.
+    deletions_unsaved: bool,
+    /// Indexes by unique keys' columns, built on first use (`key_index.rs`).
+    indexes: Vec<KeyIndex>,
     /// Snapshots below this cannot be served: the partition was reset or
     /// copied in after them, or reopened (history is kept in memory only).
     /// Versions dropped from the history need no floor: no version older
@@ -182,6 +231,9 @@ impl Partition {
             dir,
             tables_dir: tables_dir.to_path_buf(),
             floor_ts: manifest.segments_ts,
+            deleted_ts: manifest.segments.iter().map(|s| s.deleted.newest_ts()).max().unwrap_or(0),
+            deletions_unsaved: false,
+            indexes: Vec::new(),
             manifest,
             files: HashMap::new(),
             memtable: Vec::new(),
@@ -211,7 +263,7 @@ impl Partition {
 
     /// Commit timestamp of the newest change applied here.
     pub fn newest_ts(&self) -> u64 {
-        self.memtable.last().map_or(0, |(ts, _)| *ts).max(self.manifest.segments_ts).max(self.floor_ts)
+        self.memtable.last().map_or(0, |m| m.ts).max(self.manifest.segments_ts).max(self.floor_ts).max(self.deleted_ts)
     }
 
     /// The timestamp a change committed at `ts` is applied at: never below
@@ -313,10 +365,16 @@ impl Partition {
             return;
         }
         let ts = self.change_ts(ts);
+        let mut ordinal = self.memtable.iter().rev().take_while(|m| m.lsn == lsn).count() as u32;
         for batch in batches {
             self.memtable_rows += batch.num_rows();
             self.memtable_bytes += batch.get_array_memory_size();
-            self.memtable.push((ts, batch));
+            let home = RowHome::Memtable { lsn, ordinal };
+            if self.indexes.iter_mut().try_for_each(|index| index.add(home.clone(), 0, &batch, false)).is_err() {
+                self.indexes.clear();
+            }
+            self.memtable.push(MemBatch { ts, lsn, ordinal, batch, deleted: Deletions::default() });
+            ordinal += 1;
         }
         self.memtable_lsn_max = self.memtable_lsn_max.max(lsn);
     }
@@ -405,39 +463,86 @@ impl Partition {
         self.memtable_rows
     }
 
-    /// Writes the memtable as a segment and records that the WAL up to its
-    /// newest commit no longer needs replaying for this partition.
+    /// Whether the partition should be flushed after a commit: its memtable
+    /// is past a limit, or a segment is much deleted.
+    pub fn wants_flush(&self) -> bool {
+        self.memtable_rows >= MEMTABLE_FLUSH_ROWS
+            || self.memtable.len() >= MEMTABLE_FLUSH_BATCHES
+            || self.manifest.segments.iter().any(SegmentInfo::much_deleted)
+    }
+
+    /// Writes the memtable's live rows, with those of the segments worth
+    /// compacting, as one new segment, and records that the WAL up to the
+    /// memtable's newest commit no longer needs replaying for this
+    /// partition. With nothing to write, saves the deletions not saved yet.
     pub fn flush(&mut self) -> StorageResult<()> {
-        if self.memtable.is_empty() {
+        let compacted = self.to_compact();
+        if self.memtable.is_empty() && compacted.is_empty() {
+            if self.deletions_unsaved {
+                self.save_manifest(self.manifest.clone())?;
+            }
             return Ok(());
         }
         self.ensure_dir()?;
+        let mut merged = memtable_up_to(&self.memtable, u64::MAX)?;
+        for info in &compacted {
+            let segment = SegmentRef { deleted: info.deleted.clone(), ..SegmentRef::new(self.dir.join(&info.file_name), info.checksums()) };
+            for batch in segment::SegmentRows::of(&segment, None)? {
+                merged.push(batch?);
+            }
+        }
         let mut next = self.manifest.clone();
-        next.segments.extend(self.write_rows(&memtable_up_to(&self.memtable, u64::MAX))?);
+        next.segments.retain(|s| !compacted.iter().any(|c| c.file_name == s.file_name));
+        next.segments.extend(self.write_rows(&merged)?);
         foam_common::fs::sync_dir(&self.dir)?;
         next.applied_lsn = next.applied_lsn.max(self.memtable_lsn_max);
         next.segments_ts = self.newest_ts();
         self.keep_version();
         self.save_manifest(next)?;
         self.clear_memtable();
+        for info in compacted {
+            self.retire(&info.file_name);
+        }
         Ok(())
     }
 
+    /// The segments a flush rewrites: the much-deleted ones, and small ones
+    /// no larger than what the flush writes so far, smallest first (so a
+    /// small segment is rewritten about once each time the rows written
+    /// beside it double, and small changes leave few files).
+    fn to_compact(&self) -> Vec<SegmentInfo> {
+        let (mut chosen, others): (Vec<SegmentInfo>, Vec<SegmentInfo>) =
+            self.manifest.segments.iter().cloned().partition(SegmentInfo::worth_rewriting);
+        let mut rows = self.memtable_rows as u64 + chosen.iter().map(SegmentInfo::live_rows).sum::<u64>();
+        let mut small: Vec<SegmentInfo> = others.into_iter().filter(|s| s.live_rows() < SEGMENT_MERGE_ROWS_MAX as u64).collect();
+        small.sort_by_key(SegmentInfo::live_rows);
+        for info in small {
+            if rows == 0 || info.live_rows() > rows {
+                break;
+            }
+            rows += info.live_rows();
+            chosen.push(info);
+        }
+        chosen
+    }
+
     fn clear_memtable(&mut self) {
+        self.indexes.clear();
         self.memtable.clear();
         self.memtable_rows = 0;
         self.memtable_bytes = 0;
     }
 
     /// The newest committed rows.
-    pub fn snapshot(&mut self) -> PartitionSnapshot {
+    pub fn snapshot(&mut self) -> StorageResult<PartitionSnapshot> {
         self.current_up_to(u64::MAX)
     }
 
     /// The current segment list and the memtable rows committed at or
-    /// before `ts`.
-    fn current_up_to(&mut self, ts: u64) -> PartitionSnapshot {
-        PartitionSnapshot { segments: self.segment_refs(), memtable: memtable_up_to(&self.memtable, ts) }
+    /// before `ts`, without the rows deleted at or before `ts`.
+    fn current_up_to(&mut self, ts: u64) -> StorageResult<PartitionSnapshot> {
+        let segments = self.segment_refs().into_iter().map(|s| SegmentRef { deleted: s.deleted.as_of(ts), ..s }).collect();
+        Ok(PartitionSnapshot { segments, memtable: memtable_up_to(&self.memtable, ts)? })
     }
 
     /// The rows of every change committed at or before `ts`; refused when
@@ -445,12 +550,13 @@ impl Partition {
     pub fn snapshot_at(&mut self, ts: u64) -> StorageResult<PartitionSnapshot> {
         self.forget_old_versions(false);
         if ts >= self.manifest.segments_ts && ts >= self.floor_ts {
-            return Ok(self.current_up_to(ts));
+            return self.current_up_to(ts);
         }
         if ts >= self.floor_ts
             && let Some(old) = self.history.iter().rev().find(|v| v.from_ts <= ts)
         {
-            return Ok(PartitionSnapshot { segments: old.segments.clone(), memtable: memtable_up_to(&old.memtable, ts) });
+            let segments = old.segments.iter().map(|s| SegmentRef { deleted: s.deleted.as_of(ts), ..s.clone() }).collect();
+            return Ok(PartitionSnapshot { segments, memtable: memtable_up_to(&old.memtable, ts)? });
         }
         Err(StorageError::SnapshotUnavailable {
             message: format!(
@@ -471,69 +577,145 @@ impl Partition {
             .map(|s| {
                 let path = dir.join(&s.file_name);
                 let file = files.entry(s.file_name.clone()).or_insert_with(|| Arc::new(SegmentFile { path: path.clone(), retired: AtomicBool::new(false) }));
-                SegmentRef { path, checksums: s.checksums(), _file: Some(file.clone()) }
+                SegmentRef { path, checksums: s.checksums(), deleted: s.deleted.clone(), _file: Some(file.clone()) }
             })
             .collect()
     }
 
-    /// Deletes `rows` (whole rows, each as often as listed) committed at
-    /// `lsn`, unless the partition's files reflect that commit already
-    /// (replay). The memtable is written out in the same manifest save, so
-    /// the save covers every commit up to `lsn`. Returns how many listed rows
-    /// were not found (none, when prepare checked them under the WAL lock).
-    pub fn apply_delete(&mut self, lsn: u64, ts: u64, rows: &[RecordBatch]) -> StorageResult<u64> {
-        if lsn <= self.manifest.applied_lsn {
-            return Ok(0);
+    /// Finds live rows of `gone` (taking each found out of it): in the
+    /// memtable, newest first, then in the segments. Returns where each
+    /// found row lives; what is left in `gone` was not found.
+    pub fn locate(&self, gone: &mut RowSet) -> StorageResult<Vec<(RowHome, Vec<u32>)>> {
+        let mut found = Vec::new();
+        for mem in self.memtable.iter().rev() {
+            if gone.is_empty() {
+                return Ok(found);
+            }
+            let positions = gone.take_positions(&mem.batch, 0, &mem.deleted)?;
+            if !positions.is_empty() {
+                found.push((RowHome::Memtable { lsn: mem.lsn, ordinal: mem.ordinal }, positions));
+            }
+        }
+        for info in &self.manifest.segments {
+            if gone.is_empty() {
+                break;
+            }
+            let positions = locate_in_file(gone, &self.dir.join(&info.file_name), &info.checksums(), &info.deleted)?;
+            if !positions.is_empty() {
+                found.push((RowHome::Segment(info.file_name.clone()), positions));
+            }
+        }
+        Ok(found)
+    }
+
+    /// The live committed rows whose values of some key in `keys` (column
+    /// lists) equal those of a row of `probe`, by where they live: each
+    /// place, its positions and those rows. `probe_columns` names the table
+    /// column each of `probe`'s is (`None`: whole rows). Read through the
+    /// keys' indexes (built now if need be); `None` when the partition is
+    /// too large to index ([`KEY_INDEX_ROWS_MAX`]) and the caller must read it whole.
+    pub fn rows_with_keys(
+        &mut self,
+        keys: &[Vec<usize>],
+        probe: &[RecordBatch],
+        probe_columns: Option<&[usize]>,
+    ) -> StorageResult<Option<Vec<(RowHome, Vec<u32>, RecordBatch)>>> {
+        let stored = self.manifest.segments.iter().map(|s| s.rows).sum::<u64>() + self.memtable_rows as u64;
+        if stored > KEY_INDEX_ROWS_MAX as u64 {
+            return Ok(None);
+        }
+        let mut wanted: HashMap<RowHome, Vec<u32>> = HashMap::new();
+        for columns in keys {
+            let index = self.index(columns)?;
+            for batch in probe {
+                for (home, position) in index.lookup(batch, probe_columns)? {
+                    wanted.entry(home.clone()).or_default().push(position);
+                }
+            }
+        }
+        let mut found = Vec::with_capacity(wanted.len());
+        for (home, mut positions) in wanted {
+            positions.sort_unstable();
+            positions.dedup();
+            let rows = match &home {
+                RowHome::Memtable { lsn, ordinal } => {
+                    let Some(mem) = self.memtable.iter().find(|m| m.lsn == *lsn && m.ordinal == *ordinal) else { continue };
+                    positions.retain(|p| !mem.deleted.contains(*p));
+                    let indices = arrow::array::UInt32Array::from(positions.clone());
+                    arrow::compute::take_record_batch(&mem.batch, &indices).map_err(|e| StorageError::internal(format!("taking indexed rows: {e}")))?
+                }
+                RowHome::Segment(file_name) => {
+                    let Some(info) = self.manifest.segments.iter().find(|s| &s.file_name == file_name) else { continue };
+                    positions.retain(|p| !info.deleted.contains(*p));
+                    if positions.is_empty() {
+                        continue;
+                    }
+                    segment::read_rows_at(&self.dir.join(file_name), &info.checksums(), &positions)?
+                }
+            };
+            if !positions.is_empty() {
+                found.push((home, positions, rows));
+            }
+        }
+        Ok(Some(found))
+    }
+
+    /// The index by `columns`, built from the partition's rows if there is none.
+    fn index(&mut self, columns: &[usize]) -> StorageResult<&KeyIndex> {
+        if let Some(at) = self.indexes.iter().position(|i| i.columns() == columns) {
+            return Ok(&self.indexes[at]);
+        }
+        let mut index = KeyIndex::new(columns);
+        for mem in &self.memtable {
+            index.add(RowHome::Memtable { lsn: mem.lsn, ordinal: mem.ordinal }, 0, &mem.batch, false)?;
+        }
+        for info in &self.manifest.segments {
+            let mut offset = 0;
+            for batch in segment::SegmentRows::open(&self.dir.join(&info.file_name), &info.checksums(), Some(columns))? {
+                let batch = batch?;
+                index.add(RowHome::Segment(info.file_name.clone()), offset, &batch, true)?;
+                offset += batch.num_rows() as u32;
+            }
+        }
+        self.indexes.push(index);
+        Ok(self.indexes.last().expect("just pushed"))
+    }
+
+    /// Like [`Self::locate`], through the index by `key` (the columns of a
+    /// unique key): every row equal to one of `gone` has its key. `rows` are
+    /// the rows `gone` was made of. `None` when the partition is too large to index.
+    pub fn locate_by_key(&mut self, gone: &mut RowSet, key: &[usize], rows: &[RecordBatch]) -> StorageResult<Option<Vec<(RowHome, Vec<u32>)>>> {
+        let Some(candidates) = self.rows_with_keys(&[key.to_vec()], rows, None)? else { return Ok(None) };
+        let mut found = Vec::new();
+        for (home, positions, batch) in candidates {
+            let taken: Vec<u32> = gone.take_positions(&batch, 0, &Deletions::default())?.into_iter().map(|i| positions[i as usize]).collect();
+            if !taken.is_empty() {
+                found.push((home, taken));
+            }
+        }
+        Ok(Some(found))
+    }
+
+    /// Deletes the rows at `positions` of `home` at `ts`, for the commit at
+    /// `lsn`. Idempotent, and a no-op when the partition's files reflect
+    /// that commit already or `home` is gone (a flush wrote its live rows
+    /// elsewhere after the deletion): replay calls it again.
+    pub fn delete_at(&mut self, lsn: u64, ts: u64, home: &RowHome, positions: &[u32]) {
+        if lsn <= self.manifest.applied_lsn || positions.is_empty() {
+            return;
         }
         let ts = self.change_ts(ts);
-        let Some(mut gone) = RowSet::of(rows)? else { return Ok(0) };
-        self.ensure_dir()?;
-        let mut next = self.manifest.clone();
-        let mut retired = Vec::new();
-        let mut kept_segments = Vec::with_capacity(next.segments.len());
-        // The rows left of rewritten segments, of small segments and of the
-        // memtable go to one new segment: repeated small changes would
-        // otherwise leave a new small file each, and every read and every
-        // deletion after them would open them all.
-        let mut merged: Vec<RecordBatch> = Vec::new();
-        for info in std::mem::take(&mut next.segments) {
-            let small = info.rows < SEGMENT_MERGE_ROWS_MAX as u64;
-            if gone.is_empty() && !small {
-                kept_segments.push(info);
-                continue;
+        let deleted = match home {
+            RowHome::Segment(file_name) => self.manifest.segments.iter_mut().find(|s| &s.file_name == file_name).map(|s| &mut s.deleted),
+            RowHome::Memtable { lsn, ordinal } => {
+                self.memtable.iter_mut().find(|m| m.lsn == *lsn && m.ordinal == *ordinal).map(|m| &mut m.deleted)
             }
-            let path = self.dir.join(&info.file_name);
-            let mut left = Vec::new();
-            let mut removed = 0;
-            for batch in segment::SegmentRows::open(&path, &info.checksums(), None)? {
-                let (kept, taken) = gone.take_from(&batch?)?;
-                removed += taken;
-                left.push(kept);
-            }
-            if removed == 0 && !small {
-                kept_segments.push(info);
-                continue;
-            }
-            retired.push(info.file_name.clone());
-            merged.extend(left);
+        };
+        if let Some(deleted) = deleted {
+            *deleted = deleted.with(positions, ts);
+            self.deleted_ts = self.deleted_ts.max(ts);
+            self.deletions_unsaved = true;
         }
-        for (_, batch) in &self.memtable {
-            merged.push(gone.take_from(batch)?.0);
-        }
-        if let Some(written) = self.write_rows(&merged)? {
-            kept_segments.push(written);
-        }
-        next.segments = kept_segments;
-        next.applied_lsn = next.applied_lsn.max(self.memtable_lsn_max).max(lsn);
-        next.segments_ts = ts;
-        foam_common::fs::sync_dir(&self.dir)?;
-        self.keep_version();
-        self.save_manifest(next)?;
-        self.clear_memtable();
-        for name in retired {
-            self.retire(&name);
-        }
-        Ok(gone.len())
     }
 
     /// Writes `batches` (empty ones skipped) as a new segment file of this
@@ -551,12 +733,20 @@ impl Partition {
         Ok(Some(SegmentInfo::new(file_name, rows, sum)))
     }
 
-    /// Drops the listed segments not named in `wanted` (a copy being caught
-    /// up from a replica whose deletions replaced some files meanwhile).
-    pub fn retain_segments(&mut self, wanted: &[String]) -> StorageResult<()> {
+    /// Drops the listed segments not in `wanted`, and takes the deletion
+    /// vectors `wanted` gives to the others (a copy being caught up from a
+    /// replica whose changes replaced some files meanwhile).
+    pub fn retain_segments(&mut self, wanted: &[SegmentInfo]) -> StorageResult<()> {
         let (kept, dropped): (Vec<SegmentInfo>, Vec<SegmentInfo>) =
-            self.manifest.segments.iter().cloned().partition(|s| wanted.contains(&s.file_name));
-        if dropped.is_empty() {
+            self.manifest.segments.iter().cloned().partition(|s| wanted.iter().any(|w| w.file_name == s.file_name));
+        let kept: Vec<SegmentInfo> = kept
+            .into_iter()
+            .map(|s| {
+                let deleted = wanted.iter().find(|w| w.file_name == s.file_name).map(|w| w.deleted.clone()).unwrap_or_default();
+                SegmentInfo { deleted, ..s }
+            })
+            .collect();
+        if dropped.is_empty() && kept.iter().zip(&self.manifest.segments).all(|(k, s)| k.deleted == s.deleted) {
             return Ok(());
         }
         let mut next = self.manifest.clone();
@@ -583,20 +773,51 @@ impl Partition {
 
     /// Committed rows and bytes (segment bytes on disk plus memtable bytes in memory).
     pub fn stats(&self) -> (u64, u64) {
-        let rows = self.manifest.segments.iter().map(|s| s.rows).sum::<u64>() + self.memtable_rows as u64;
+        let memtable_deleted: u64 = self.memtable.iter().map(|m| m.deleted.len() as u64).sum();
+        let rows = self.manifest.segments.iter().map(SegmentInfo::live_rows).sum::<u64>() + self.memtable_rows as u64 - memtable_deleted;
         let bytes = self.manifest.segments.iter().map(|s| s.bytes).sum::<u64>() + self.memtable_bytes as u64;
         (rows, bytes)
     }
 
     fn save_manifest(&mut self, next: Manifest) -> StorageResult<()> {
+        // The indexes point into memtable batches and listed files: a save
+        // that changes either drops them (rebuilt on next use).
+        if next.segments.iter().map(|s| &s.file_name).ne(self.manifest.segments.iter().map(|s| &s.file_name)) {
+            self.indexes.clear();
+        }
         let bytes = serde_json::to_vec_pretty(&next).map_err(|e| StorageError::internal(e.to_string()))?;
         foam_common::fs::write_atomic(&self.dir.join(MANIFEST_FILE_NAME), &bytes)?;
         self.manifest = next;
+        self.deletions_unsaved = false;
         Ok(())
     }
 }
 
-/// The batches of `memtable` committed at or before `ts`.
-fn memtable_up_to(memtable: &[(u64, RecordBatch)], ts: u64) -> Vec<RecordBatch> {
-    memtable.iter().filter(|(at, _)| *at <= ts).map(|(_, batch)| batch.clone()).collect()
+/// The rows of `memtable` committed at or before `ts` and not deleted by then.
+fn memtable_up_to(memtable: &[MemBatch], ts: u64) -> StorageResult<Vec<RecordBatch>> {
+    memtable
+        .iter()
+        .filter(|m| m.ts <= ts)
+        .filter_map(|m| {
+            let deleted = m.deleted.as_of(ts);
+            // A small hot table's memtable is mostly batches replaced whole.
+            (deleted.len() < m.batch.num_rows()).then(|| deleted.filter(m.batch.clone(), 0))
+        })
+        .collect()
+}
+
+/// The positions of live rows of `gone` in one segment file (taking them
+/// out of `gone`).
+pub(crate) fn locate_in_file(gone: &mut RowSet, path: &Path, checksums: &segment::Checksums, deleted: &Deletions) -> StorageResult<Vec<u32>> {
+    let mut positions = Vec::new();
+    let mut offset = 0;
+    for batch in segment::SegmentRows::open(path, checksums, None)? {
+        let batch = batch?;
+        positions.extend(gone.take_positions(&batch, offset, deleted)?);
+        offset += batch.num_rows() as u32;
+        if gone.is_empty() {
+            break;
+        }
+    }
+    Ok(positions)
 }

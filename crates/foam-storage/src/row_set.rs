@@ -8,6 +8,7 @@
 //! rows are interchangeable: deleting any `n` of them leaves the same table.
 //! For the same reason a copy's digest ignores order and file layout.
 
+use crate::deletions::Deletions;
 use crate::error::{StorageError, StorageResult};
 use std::collections::HashMap;
 
@@ -19,13 +20,13 @@ use arrow::row::{RowConverter, SortField};
 /// Whole rows as bytes that are equal exactly when the rows are. Text and
 /// binary are compared as plain arrays: rows read back from a segment may
 /// hold them as views, memtable and staged rows not.
-struct RowEncoder {
+pub(crate) struct RowEncoder {
     converter: RowConverter,
     types: Vec<DataType>,
 }
 
 impl RowEncoder {
-    fn new(schema: &SchemaRef) -> StorageResult<Self> {
+    pub(crate) fn new(schema: &SchemaRef) -> StorageResult<Self> {
         let types: Vec<DataType> = schema
             .fields()
             .iter()
@@ -39,7 +40,7 @@ impl RowEncoder {
         Ok(RowEncoder { converter, types })
     }
 
-    fn encode(&self, batch: &RecordBatch) -> StorageResult<arrow::row::Rows> {
+    pub(crate) fn encode(&self, batch: &RecordBatch) -> StorageResult<arrow::row::Rows> {
         if batch.num_columns() != self.types.len() {
             return Err(StorageError::internal(format!("rows of {} columns matched against rows of {}", batch.num_columns(), self.types.len())));
         }
@@ -137,6 +138,28 @@ impl RowSet {
         }
         let kept = arrow::compute::filter_record_batch(batch, &keep).map_err(internal)?;
         Ok((kept, removed))
+    }
+
+    /// The positions of rows of `batch` that are in this set, `batch`'s
+    /// first row being at `offset` of its file, skipping those `deleted`
+    /// already; each found row is taken out of the set.
+    pub fn take_positions(&mut self, batch: &RecordBatch, offset: u32, deleted: &Deletions) -> StorageResult<Vec<u32>> {
+        let mut positions = Vec::new();
+        if self.len == 0 {
+            return Ok(positions);
+        }
+        for (index, row) in self.encoder.encode(batch)?.iter().enumerate() {
+            let position = offset + index as u32;
+            if let Some(count) = self.counts.get_mut(row.as_ref())
+                && *count > 0
+                && !deleted.contains(position)
+            {
+                *count -= 1;
+                self.len -= 1;
+                positions.push(position);
+            }
+        }
+        Ok(positions)
     }
 
     /// Each row of `batch`, encoded.

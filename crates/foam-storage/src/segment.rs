@@ -11,7 +11,9 @@
 //! durable, and afterwards only read, unlinked or replaced by a rename. That is
 //! what makes mapping them safe (a mapped file that is unlinked stays intact).
 
+use crate::deletions::Deletions;
 use crate::error::{StorageError, StorageResult};
+use crate::partition::SegmentRef;
 use std::collections::HashSet;
 use std::fs::File;
 use std::path::Path;
@@ -25,7 +27,9 @@ use foam_common::limits::BATCH_ROWS;
 
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::ProjectionMask;
-use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder, RowSelection, RowSelector,
+};
 use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
@@ -381,6 +385,40 @@ pub fn check_received(path: &Path, received: &SegmentSum, expected: &Checksums, 
 /// and the projected column chunks' blocks before any is decoded; without,
 /// the whole file is checked against its CRC-32 when it has one.
 pub fn read_segment(path: &Path, checksums: &Checksums, projection: Option<&[usize]>) -> StorageResult<ParquetRecordBatchReader> {
+    let (builder, mask) = checked_reader(path, checksums, projection)?;
+    builder.with_projection(mask).build().map_err(|e| parquet_error(path, e))
+}
+
+/// Every column of the rows at `positions` (ascending) of a segment, in
+/// that order: only the pages holding them are decoded.
+pub fn read_rows_at(path: &Path, checksums: &Checksums, positions: &[u32]) -> StorageResult<RecordBatch> {
+    let (builder, mask) = checked_reader(path, checksums, None)?;
+    let schema = builder.schema().clone();
+    let mut selectors = Vec::new();
+    let mut next = 0usize;
+    for position in positions {
+        let position = *position as usize;
+        if position < next {
+            return Err(StorageError::internal(format!("rows of {} asked for out of order", path.display())));
+        }
+        if position > next {
+            selectors.push(RowSelector::skip(position - next));
+        }
+        selectors.push(RowSelector::select(1));
+        next = position + 1;
+    }
+    let reader = builder.with_projection(mask).with_row_selection(RowSelection::from(selectors)).build().map_err(|e| parquet_error(path, e))?;
+    let batches: Vec<RecordBatch> = reader.collect::<Result<_, _>>().map_err(|e| corrupted(path, e.to_string()))?;
+    arrow::compute::concat_batches(&schema, &batches).map_err(|e| StorageError::internal(format!("reading rows of {}: {e}", path.display())))
+}
+
+/// A reader of a segment for `projection`, with the blocks it will read
+/// checked (see [`read_segment`]).
+fn checked_reader(
+    path: &Path,
+    checksums: &Checksums,
+    projection: Option<&[usize]>,
+) -> StorageResult<(ParquetRecordBatchReaderBuilder<Bytes>, ProjectionMask)> {
     let data = map(path)?;
     let blocks = checksums.blocks.as_slice();
     let mut checked = vec![false; blocks.len()];
@@ -411,7 +449,7 @@ pub fn read_segment(path: &Path, checksums: &Checksums, projection: Option<&[usi
         });
         check_blocks(path, &data, blocks, &mut checked, chunks)?;
     }
-    builder.with_projection(mask).build().map_err(|e| parquet_error(path, e))
+    Ok((builder, mask))
 }
 
 /// The batches of one segment, decoded one per `next`, with the columns of
@@ -422,6 +460,9 @@ pub struct SegmentRows {
     reader: ParquetRecordBatchReader,
     reorder: Option<Vec<usize>>,
     path: std::path::PathBuf,
+    /// Rows skipped (`deletions.rs`), and the file position of the next row.
+    deleted: Deletions,
+    offset: usize,
 }
 
 impl SegmentRows {
@@ -439,7 +480,15 @@ impl SegmentRows {
             None => (None, None),
         };
         let reader = read_segment(path, checksums, sorted.as_deref())?;
-        Ok(SegmentRows { reader, reorder, path: path.to_path_buf() })
+        Ok(SegmentRows { reader, reorder, path: path.to_path_buf(), deleted: Deletions::default(), offset: 0 })
+    }
+
+    /// The live rows of a listed segment as a snapshot sees it: its deleted
+    /// rows skipped.
+    pub fn of(segment: &SegmentRef, projection: Option<&[usize]>) -> StorageResult<SegmentRows> {
+        let mut rows = SegmentRows::open(&segment.path, &segment.checksums, projection)?;
+        rows.deleted = segment.deleted.clone();
+        Ok(rows)
     }
 }
 
@@ -450,6 +499,12 @@ impl Iterator for SegmentRows {
         let batch = match self.reader.next()? {
             Ok(batch) => batch,
             Err(e) => return Some(Err(StorageError::Corrupted { path: self.path.display().to_string(), message: e.to_string() })),
+        };
+        let offset = self.offset;
+        self.offset += batch.num_rows();
+        let batch = match self.deleted.filter(batch, offset) {
+            Ok(batch) => batch,
+            Err(error) => return Some(Err(error)),
         };
         Some(match &self.reorder {
             Some(order) => batch.project(order).map_err(|e| StorageError::internal(format!("projecting {}: {e}", self.path.display()))),

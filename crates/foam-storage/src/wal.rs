@@ -12,6 +12,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
+use crate::deletions::DeletedRows;
 use foam_common::{NodeId, PartitionId, TableId, TxnId};
 use serde::{Deserialize, Serialize};
 
@@ -35,10 +36,15 @@ pub enum WalHeader {
         prepare_ts: u64,
     },
     /// `ts`: the commit timestamp (0 in records from before MVCC).
+    /// `deleted`: where this copy held the rows the transaction deletes
+    /// (`deletions.rs`); absent in records from before deletion vectors,
+    /// whose rows replay finds by content.
     Commit {
         txn: TxnId,
         #[serde(default)]
         ts: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        deleted: Option<Vec<DeletedRows>>,
     },
     Abort { txn: TxnId },
     DropTable { table_id: TableId },
@@ -60,7 +66,8 @@ pub struct PreparedEntry {
 pub enum EntryData {
     /// Rows inside this record's body as Arrow IPC, at `[offset, offset + length)`.
     Inline { offset: u64, length: u64 },
-    /// Rows to delete (each copy finds them by content: `row_set.rs`), inside
+    /// Rows to delete (each copy finds them by content, `row_set.rs`, at
+    /// commit, and records where in the Commit record), inside
     /// this record's body as Arrow IPC, at `[offset, offset + length)`.
     Delete { offset: u64, length: u64 },
     /// Rows in a staged Parquet file (already fsynced) under the staging dir.
@@ -302,7 +309,7 @@ mod tests {
         {
             let (mut wal, records) = Wal::open(&dir).unwrap();
             assert!(records.is_empty());
-            assert_eq!(wal.append(&WalHeader::Commit { txn: 7, ts: 0 }, b"", true).unwrap(), 1);
+            assert_eq!(wal.append(&WalHeader::Commit { txn: 7, ts: 0, deleted: None }, b"", true).unwrap(), 1);
             assert_eq!(wal.append(&WalHeader::Abort { txn: 8 }, b"body", true).unwrap(), 2);
         }
         // Simulate a crash in the middle of a third append.
@@ -314,7 +321,7 @@ mod tests {
         assert_eq!(records.len(), 2);
         assert_eq!(records[1].body, b"body");
         assert!(matches!(records[1].header, WalHeader::Abort { txn: 8 }));
-        assert_eq!(wal.append(&WalHeader::Commit { txn: 9, ts: 0 }, b"", true).unwrap(), 3);
+        assert_eq!(wal.append(&WalHeader::Commit { txn: 9, ts: 0, deleted: None }, b"", true).unwrap(), 3);
         let (_, records) = Wal::open(&dir).unwrap();
         assert_eq!(records.iter().map(|r| r.lsn).collect::<Vec<_>>(), vec![1, 2, 3]);
         std::fs::remove_dir_all(&dir).unwrap();
@@ -325,9 +332,9 @@ mod tests {
         let dir = temp_dir("corrupt");
         {
             let (mut wal, _) = Wal::open(&dir).unwrap();
-            wal.append(&WalHeader::Commit { txn: 1, ts: 0 }, b"abc", true).unwrap();
+            wal.append(&WalHeader::Commit { txn: 1, ts: 0, deleted: None }, b"abc", true).unwrap();
             wal.rotate().unwrap();
-            wal.append(&WalHeader::Commit { txn: 2, ts: 0 }, b"", true).unwrap();
+            wal.append(&WalHeader::Commit { txn: 2, ts: 0, deleted: None }, b"", true).unwrap();
         }
         let first = list_files(&dir).unwrap()[0].1.clone();
         let mut bytes = std::fs::read(&first).unwrap();

@@ -109,7 +109,7 @@ impl SegmentStatistics {
     ) -> Option<Statistics> {
         let mut parts = Vec::new();
         for partition in local {
-            let snapshot = storage.snapshot(table_id, *partition);
+            let snapshot = storage.snapshot(table_id, *partition).ok()?;
             for segment in &snapshot.segments {
                 parts.push(self.of_segment(&segment.path, schema)?);
             }

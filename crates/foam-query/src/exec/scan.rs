@@ -401,7 +401,7 @@ fn snapshot_rows(
             let projection = projection.clone();
             async move {
                 tokio::task::spawn_blocking(move || {
-                    foam_storage::segment::SegmentRows::open(&segment.path, &segment.checksums, projection.as_deref())
+                    foam_storage::segment::SegmentRows::of(&segment, projection.as_deref())
                 })
                     .await
                     .map_err(|e| StorageError::internal(format!("opening a segment stopped: {e}")))?

@@ -115,10 +115,11 @@ enum Kind {
     AddKey { table: String, if_exists: bool, key: foam_catalog::model::UniqueKeyDef },
     /// `CHECKPOINT`: every up node writes its memtables to segments.
     Checkpoint,
-    /// VACUUM or ANALYZE: FoamDB keeps no dead rows (a DELETE or UPDATE
-    /// rewrites the segments it touches as it commits) and plans with
-    /// statistics read from the partitions when it plans, so neither has
-    /// work left to do; each checks that its tables exist.
+    /// VACUUM or ANALYZE: deleted rows are folded away by flushes and by
+    /// rewriting much-deleted segments as deletions accumulate (as autovacuum
+    /// would, `foam_storage::partition::Partition::flush`), and plans use
+    /// statistics read from the partitions when they are made, so neither
+    /// has work left to do; each checks that its tables exist.
     Maintenance { tag: &'static str, tables: Vec<String> },
     /// Nothing to do (an empty statement).
     Empty,
