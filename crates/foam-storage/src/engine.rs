@@ -32,6 +32,9 @@ use crate::wal::{EntryData, PreparedEntry, Wal, WalHeader};
 
 type PartitionKey = (TableId, PartitionId);
 
+/// A Prepare record's decoded rows, per entry (`None` for a staged segment's).
+type EntryRows = Vec<Option<Vec<RecordBatch>>>;
+
 /// The partitions a prepared transaction's entries write.
 fn entry_partitions(entries: &[PreparedEntry]) -> Vec<PartitionKey> {
     entries.iter().map(|e| (e.table_id, e.partition)).collect()
@@ -319,12 +322,13 @@ impl StorageEngine {
                     let prepared = engine.decode_prepared(coordinator, record.header, record.body)?;
                     lock(&engine.prepared).insert(txn, prepared);
                 }
-                WalHeader::Commit { txn, ts, ref deleted } => {
+                WalHeader::Commit { txn, ts, deleted } => {
                     let prepared = lock(&engine.prepared).remove(&txn);
                     if let Some(prepared) = prepared {
+                        let (inline, deleted) = engine.resolve(&prepared, deleted)?;
                         // No flush or compaction while replaying: later
                         // records name the files and batches of this moment.
-                        engine.apply(record.lsn, ts, prepared, deleted.as_deref(), &removed_at, false)?;
+                        engine.apply(record.lsn, ts, &prepared.header, inline, &deleted, &removed_at, false)?;
                     }
                     engine.gate.done(txn);
                 }
@@ -1087,8 +1091,8 @@ impl StorageEngine {
             self.gate.done(txn);
             return Ok(());
         };
-        let deleted = match self.locate_deletes(&prepared) {
-            Ok(deleted) => deleted,
+        let (inline, deleted) = match self.resolve(&prepared, None) {
+            Ok(resolved) => resolved,
             Err(error) => {
                 lock(&self.prepared).insert(txn, prepared);
                 return Err(error);
@@ -1101,7 +1105,7 @@ impl StorageEngine {
                 return Err(error);
             }
         };
-        let applied = self.apply(lsn, ts, prepared, Some(&deleted), &HashMap::new(), true);
+        let applied = self.apply(lsn, ts, &prepared.header, inline, &deleted, &HashMap::new(), true);
         self.gate.done(txn);
         if let Err(error) = applied {
             // The Commit record is durable but the rows are only partly applied;
@@ -1283,36 +1287,43 @@ impl StorageEngine {
         wal.remove_older_files()
     }
 
-    /// Applies a committed transaction at `lsn`: its new rows and segments,
-    /// then its deletions at the positions `deleted` names (found by content
-    /// now when the record is from before deletion vectors). `removed_at`
+    /// What a committing transaction writes on this copy: its new rows less
+    /// those it deletes again, per entry ([`cancel_own_rows`]), and where the
+    /// other rows it deletes are: as its Commit record names them
+    /// (`recorded`), else found now ([`Self::locate_deletes`]; a commit, or
+    /// a record from before deletion vectors).
+    fn resolve(&self, prepared: &Prepared, recorded: Option<Vec<DeletedRows>>) -> StorageResult<(EntryRows, Vec<DeletedRows>)> {
+        let (inline, left) = cancel_own_rows(entries_of(&prepared.header), &prepared.inline)?;
+        let deleted = match recorded {
+            Some(deleted) => deleted,
+            None => self.locate_deletes(prepared, left)?,
+        };
+        Ok((inline, deleted))
+    }
+
+    /// Applies a committed transaction at `lsn`: its new rows (`inline`, per
+    /// entry of `header`, as [`Self::resolve`] gives them) and segments,
+    /// then its deletions at the positions `deleted` names. `removed_at`
     /// (empty except in replay) gives the LSN at which the log later removes
     /// a partition's copy: a commit before it is skipped, as its files went
     /// with the copy. `compact`: flush the partitions past their limits.
+    #[allow(clippy::too_many_arguments)]
     fn apply(
         &self,
         lsn: u64,
         ts: u64,
-        prepared: Prepared,
-        deleted: Option<&[DeletedRows]>,
+        header: &WalHeader,
+        inline: EntryRows,
+        deleted: &[DeletedRows],
         removed_at: &HashMap<(TableId, PartitionId), u64>,
         compact: bool,
     ) -> StorageResult<()> {
-        let located;
-        let deleted = match deleted {
-            Some(deleted) => deleted,
-            None => {
-                located = self.locate_deletes(&prepared)?;
-                &located
-            }
-        };
-        let WalHeader::Prepare { entries, .. } = &prepared.header else {
+        let WalHeader::Prepare { entries, .. } = header else {
             return Err(StorageError::internal("a prepared transaction without a Prepare header"));
         };
         let skipped = |table_id: TableId, partition: PartitionId| {
             lock(&self.dropped_tables).contains(&table_id) || removed_at.get(&(table_id, partition)).is_some_and(|removed| lsn < *removed)
         };
-        let (inline, _) = cancel_own_rows(entries, &prepared.inline)?;
         let mut touched: HashSet<PartitionKey> = HashSet::new();
         for (entry, inline) in entries.iter().zip(inline) {
             if skipped(entry.table_id, entry.partition) {
@@ -1360,16 +1371,14 @@ impl StorageEngine {
         Ok(())
     }
 
-    /// Where this copy holds the rows a committed transaction deletes, found
-    /// by content: the rows its own new rows do not cover
-    /// ([`cancel_own_rows`]), in the partition's memtable and segments, then
-    /// in the transaction's own new segments. Rows not found are logged:
-    /// prepare checked they were here, under the same WAL lock order.
-    fn locate_deletes(&self, prepared: &Prepared) -> StorageResult<Vec<DeletedRows>> {
-        let WalHeader::Prepare { entries, .. } = &prepared.header else {
-            return Err(StorageError::internal("a prepared transaction without a Prepare header"));
-        };
-        let (_, left) = cancel_own_rows(entries, &prepared.inline)?;
+    /// Where this copy holds the rows a committed transaction deletes that
+    /// its own new rows did not cover (`left`, per partition, from
+    /// [`cancel_own_rows`]): through the first unique key's index or by
+    /// content, in the partition's memtable and segments, then in the
+    /// transaction's own new segments. Rows not found are logged: prepare
+    /// checked they were here, under the same WAL lock order.
+    fn locate_deletes(&self, prepared: &Prepared, left: HashMap<PartitionKey, RowSet>) -> StorageResult<Vec<DeletedRows>> {
+        let entries = entries_of(&prepared.header);
         let mut located = Vec::new();
         for ((table_id, partition), mut gone) in left {
             if gone.is_empty() || lock(&self.dropped_tables).contains(&table_id) {
@@ -1544,7 +1553,7 @@ fn entries_of(header: &WalHeader) -> &[PreparedEntry] {
 fn cancel_own_rows(
     entries: &[PreparedEntry],
     inline: &[Option<Vec<RecordBatch>>],
-) -> StorageResult<(Vec<Option<Vec<RecordBatch>>>, HashMap<PartitionKey, RowSet>)> {
+) -> StorageResult<(EntryRows, HashMap<PartitionKey, RowSet>)> {
     let mut gone: HashMap<PartitionKey, RowSet> = HashMap::new();
     for (entry, rows) in entries.iter().zip(inline) {
         if let (EntryData::Delete { .. }, Some(rows)) = (&entry.data, rows) {
