@@ -589,7 +589,7 @@ async fn fourth_node_joins_under_write_load_then_drains_and_leaves() {
     eventually("the drained node deleted its copies", Duration::from_secs(30), async || stored_copies(&drained_dir).is_empty()).await;
     let (table_id, partition) = (moved_copy.0.parse().unwrap(), moved_copy.1.parse().unwrap());
     let drained = foam_rpc::NodeClient::new(new_id.parse().unwrap(), &cluster.nodes[added].node_addr(), cluster.secret().as_ref()).unwrap();
-    let request = foam_rpc::ScanRequest { table_id, partition, projection: None, filters: Vec::new(), own_writes: None, snapshot: None };
+    let request = foam_rpc::ScanRequest { table_id, partition, projection: None, filters: Vec::new(), own_writes: None, snapshot: None, key: None };
     let read = async {
         let mut rows = 0;
         let mut stream = drained.scan(&request).await?;

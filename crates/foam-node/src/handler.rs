@@ -121,8 +121,7 @@ impl NodeHandler for FoamNodeHandler {
             request.partition,
             request.projection,
             &request.filters,
-            request.own_writes,
-            request.snapshot,
+            foam_query::exec::scan::ReadView { own_writes: request.own_writes, snapshot: request.snapshot, key: request.key },
         )
         .inspect(move |batch| {
             if let Ok(batch) = batch {

@@ -188,6 +188,7 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
         traffic,
         worker_channels: foam_query::distributed::channels::WorkerChannels::new(secret.clone()),
         partition_scans: Default::default(),
+        rows_scanned: Default::default(),
         segment_statistics: Default::default(),
         rows_sent_to_peers: Default::default(),
         copy_dir,

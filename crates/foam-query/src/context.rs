@@ -116,6 +116,10 @@ pub struct NodeContext {
     pub partition_scans: std::sync::atomic::AtomicU64,
     /// Rows this node streamed to peers from its partitions, since start.
     pub rows_sent_to_peers: std::sync::atomic::AtomicU64,
+    /// Committed rows this node read from its partitions for queries (before
+    /// any filter), since start: a point read through a key's index counts
+    /// the rows with its key, a full read every row.
+    pub rows_scanned: Arc<std::sync::atomic::AtomicU64>,
     /// Its segments' footer statistics, which planning reads (`statistics.rs`).
     pub segment_statistics: crate::catalog::statistics::SegmentStatistics,
     /// Where clients' `COPY ... FROM 'file'` may read (`write/copy.rs`).
@@ -156,6 +160,7 @@ impl NodeContext {
             node_id: self.node_id,
             partition_scans: self.partition_scans.load(ordering),
             rows_sent_to_peers: self.rows_sent_to_peers.load(ordering),
+            rows_scanned: self.rows_scanned.load(ordering),
             meta_role: self.catalog.meta_role(),
         }
     }

@@ -163,6 +163,8 @@ pub enum NodeResponse {
         partition_scans: u64,
         rows_sent_to_peers: u64,
         #[serde(default)]
+        rows_scanned: u64,
+        #[serde(default)]
         meta_role: Option<String>,
     },
     Catalog { catalog: Option<Catalog> },
@@ -218,4 +220,8 @@ pub struct ScanRequest {
     /// committed at or before it (the newest rows when `None`).
     #[serde(default)]
     pub snapshot: Option<u64>,
+    /// The values of a unique key the reader's filters fix: the owner may
+    /// read only the rows with them, through the key's index.
+    #[serde(default)]
+    pub key: Option<foam_storage::KeyProbe>,
 }

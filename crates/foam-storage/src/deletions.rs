@@ -41,6 +41,11 @@ impl Deletions {
         self.0.binary_search_by_key(&position, |(p, _)| *p).is_ok()
     }
 
+    /// Whether `position` was deleted at or before `ts`.
+    pub fn deleted_by(&self, position: u32, ts: u64) -> bool {
+        self.0.binary_search_by_key(&position, |(p, _)| *p).is_ok_and(|at| self.0[at].1 <= ts)
+    }
+
     /// These deletions and `positions` deleted at `ts`; positions deleted
     /// already keep their first timestamp (a replayed commit adds its own again).
     pub fn with(&self, positions: &[u32], ts: u64) -> Deletions {

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::deletions::{DeletedRows, RowHome};
 use crate::ipc;
+use crate::key_index::KeyProbe;
 use crate::partition::{Partition, PartitionSnapshot, SegmentInfo, locate_in_file};
 use crate::row_set::{RowDigest, RowDigester, RowSet};
 use crate::segment;
@@ -1173,28 +1174,31 @@ impl StorageEngine {
     }
 
     /// The partition's rows as of snapshot `ts` (the newest when `None`), if
-    /// no transaction that may commit at or below `ts` is pending here.
+    /// no transaction that may commit at or below `ts` is pending here;
+    /// with `key`, only the rows with its values when the key's index can
+    /// serve the read (`Partition::read_at`).
     /// A copy being filled in from another node is refused (40001).
-    pub fn try_snapshot_at(&self, table_id: TableId, partition: PartitionId, ts: Option<u64>) -> StorageResult<SnapshotRead> {
+    pub fn try_snapshot_at(&self, table_id: TableId, partition: PartitionId, ts: Option<u64>, key: Option<&KeyProbe>) -> StorageResult<SnapshotRead> {
         let stored = self.stored_partition(table_id, partition);
         if let Some(stored) = &stored {
             lock(stored).check_readable()?;
         }
-        let Some(ts) = ts else { return Ok(SnapshotRead::Ready(stored.map(|p| lock(&p).snapshot()).transpose()?)) };
-        if !self.gate.readable((table_id, partition), ts) {
+        if let Some(ts) = ts
+            && !self.gate.readable((table_id, partition), ts)
+        {
             return Ok(SnapshotRead::Wait);
         }
-        Ok(SnapshotRead::Ready(stored.map(|p| lock(&p).snapshot_at(ts)).transpose()?))
+        Ok(SnapshotRead::Ready(stored.map(|p| lock(&p).read_at(ts, key)).transpose()?))
     }
 
     /// Like `try_snapshot_at`, waiting up to [`SNAPSHOT_WAIT_MS_MAX`] for the
     /// pending transactions (blocking: call it off the async runtime).
-    pub fn snapshot_at(&self, table_id: TableId, partition: PartitionId, ts: u64) -> StorageResult<Option<PartitionSnapshot>> {
+    pub fn snapshot_at(&self, table_id: TableId, partition: PartitionId, ts: u64, key: Option<&KeyProbe>) -> StorageResult<Option<PartitionSnapshot>> {
         let deadline = Instant::now() + Duration::from_millis(SNAPSHOT_WAIT_MS_MAX);
         loop {
             self.gate.wait_readable((table_id, partition), ts, deadline.saturating_duration_since(Instant::now()))?;
             // A transaction that prepared in between may hold it back again.
-            if let SnapshotRead::Ready(read) = self.try_snapshot_at(table_id, partition, Some(ts))? {
+            if let SnapshotRead::Ready(read) = self.try_snapshot_at(table_id, partition, Some(ts), key)? {
                 return Ok(read);
             }
         }
@@ -1856,6 +1860,19 @@ mod tests {
     }
 
     /// Commits `rows` into partition 0 of `table` as transaction `txn`.
+    /// Commits a transaction of table 10's partition 0 at `ts` (prepared just below it).
+    fn commit_at(engine: &StorageEngine, txn: TxnId, ts: u64, deletes: Vec<RecordBatch>, adds: Vec<RecordBatch>, keys: &dyn Fn(TableId) -> Vec<UniqueKey>) {
+        let rows: u64 = deletes.iter().chain(&adds).map(|b| b.num_rows() as u64).sum();
+        if !deletes.is_empty() {
+            engine.stage_deletes(txn, 1, (10, 0), 0, 0, deletes).unwrap();
+        }
+        if !adds.is_empty() {
+            engine.stage(txn, 1, 10, 0, 0, adds).unwrap();
+        }
+        engine.prepare(txn, rows, ts - 1, keys).unwrap();
+        engine.commit(txn, ts).unwrap();
+    }
+
     fn commit_rows(engine: &StorageEngine, txn: TxnId, table: TableId, rows: Vec<RecordBatch>, unique: &dyn Fn(TableId) -> Vec<UniqueKey>) {
         let count = rows.iter().map(|b| b.num_rows() as u64).sum();
         engine.stage(txn, 1, table, 0, 0, rows).unwrap();
@@ -1929,6 +1946,37 @@ mod tests {
         let engine = StorageEngine::open(&dir).unwrap();
         let expected: Vec<i64> = (0..100).filter(|k| *k != 9).collect();
         assert_eq!(keys_in(&engine, 10, 0), expected, "after replay");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_point_read_through_the_key_index_sees_its_snapshot() {
+        let dir = temp_dir("point-read");
+        let engine = StorageEngine::open(&dir).unwrap();
+        let commit = |txn, ts, deletes, adds| commit_at(&engine, txn, ts, deletes, adds, &k_is_unique);
+        // Keys 0..100 in a segment, 100..110 in the memtable; 5 and 105
+        // deleted at 300.
+        commit(1, 100, vec![], vec![batch(0, 100)]);
+        engine.flush_partition(10, 0).unwrap();
+        commit(2, 200, vec![], vec![batch(100, 10)]);
+        commit(3, 300, vec![batch(0, 100).slice(5, 1), batch(100, 10).slice(5, 1)], vec![]);
+        let probe = KeyProbe { columns: vec![0], rows: RecordBatch::try_from_iter([("k", Arc::new(Int64Array::from(vec![5, 7, 105, 107, 500])) as _)]).unwrap() };
+        let read = |ts: Option<u64>| match engine.try_snapshot_at(10, 0, ts, Some(&probe)).unwrap() {
+            SnapshotRead::Ready(read) => snapshot_keys(read.unwrap()),
+            SnapshotRead::Wait => panic!("nothing is pending"),
+        };
+        // Only the probed rows are read, as each snapshot sees them.
+        assert_eq!(read(Some(150)), vec![5, 7]);
+        assert_eq!(read(Some(250)), vec![5, 7, 105, 107]);
+        assert_eq!(read(Some(300)), vec![7, 107]);
+        assert_eq!(read(None), vec![7, 107]);
+        // A flush moves the rows; the index follows them, and a snapshot from
+        // before the flush reads the kept version whole.
+        engine.flush_partition(10, 0).unwrap();
+        assert_eq!(read(None), vec![7, 107]);
+        let before_flush = read(Some(250));
+        assert_eq!(before_flush.len(), 110, "the version before the flush, read whole");
+        assert_eq!(before_flush.iter().filter(|k| [5, 7, 105, 107, 500].contains(*k)).collect::<Vec<_>>(), vec![&5, &7, &105, &107]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -2011,7 +2059,7 @@ mod tests {
 
     /// The keys partition 0 of `table` holds at snapshot `ts`.
     fn keys_at(engine: &StorageEngine, table: TableId, ts: u64) -> Result<Vec<i64>, StorageError> {
-        Ok(engine.snapshot_at(table, 0, ts)?.map(snapshot_keys).unwrap_or_default())
+        Ok(engine.snapshot_at(table, 0, ts, None)?.map(snapshot_keys).unwrap_or_default())
     }
 
     #[test]
@@ -2019,17 +2067,7 @@ mod tests {
         let dir = temp_dir("mvcc");
         {
             let engine = StorageEngine::open(&dir).unwrap();
-            let commit = |txn: TxnId, ts: u64, deletes: Vec<RecordBatch>, adds: Vec<RecordBatch>| {
-                let rows: u64 = deletes.iter().chain(&adds).map(|b| b.num_rows() as u64).sum();
-                if !deletes.is_empty() {
-                    engine.stage_deletes(txn, 1, (10, 0), 0, 0, deletes).unwrap();
-                }
-                if !adds.is_empty() {
-                    engine.stage(txn, 1, 10, 0, 0, adds).unwrap();
-                }
-                engine.prepare(txn, rows, ts - 1, &no_keys).unwrap();
-                engine.commit(txn, ts).unwrap();
-            };
+            let commit = |txn, ts, deletes, adds| commit_at(&engine, txn, ts, deletes, adds, &no_keys);
             commit(1, 100, vec![], vec![batch(0, 3)]);
             commit(2, 200, vec![], vec![batch(3, 2)]);
             assert_eq!(keys_at(&engine, 10, 99).unwrap(), Vec::<i64>::new());
@@ -2048,9 +2086,9 @@ mod tests {
             // it is decided; reads at or below 450 go on.
             engine.stage(5, 1, 10, 0, 0, vec![batch(20, 1)]).unwrap();
             engine.prepare(5, 1, 450, &no_keys).unwrap();
-            assert!(matches!(engine.try_snapshot_at(10, 0, Some(450)).unwrap(), SnapshotRead::Ready(_)));
-            assert!(matches!(engine.try_snapshot_at(10, 0, Some(451)).unwrap(), SnapshotRead::Wait));
-            assert!(engine.try_snapshot_at(10, 1, Some(451)).is_ok_and(|r| matches!(r, SnapshotRead::Ready(None))), "another partition");
+            assert!(matches!(engine.try_snapshot_at(10, 0, Some(450), None).unwrap(), SnapshotRead::Ready(_)));
+            assert!(matches!(engine.try_snapshot_at(10, 0, Some(451), None).unwrap(), SnapshotRead::Wait));
+            assert!(engine.try_snapshot_at(10, 1, Some(451), None).is_ok_and(|r| matches!(r, SnapshotRead::Ready(None))), "another partition");
             engine.commit(5, 500).unwrap();
             assert_eq!(keys_at(&engine, 10, 499).unwrap(), vec![0, 2, 3, 4, 7, 9]);
             assert_eq!(keys_at(&engine, 10, 500).unwrap(), vec![0, 2, 3, 4, 7, 9, 20]);
@@ -2254,9 +2292,9 @@ mod tests {
         let mut kept = engine.set_aside_segments(16, 2);
         engine.reset_partition(16, 2).unwrap();
         assert_eq!(rows_in(&engine, 16, 2), 0);
-        let refused = |engine: &StorageEngine| matches!(engine.try_snapshot_at(16, 2, Some(u64::MAX)), Err(e) if e.sqlstate() == "40001");
+        let refused = |engine: &StorageEngine| matches!(engine.try_snapshot_at(16, 2, Some(u64::MAX), None), Err(e) if e.sqlstate() == "40001");
         assert!(refused(&engine), "a copy being filled in is not read");
-        assert!(matches!(engine.try_snapshot_at(16, 2, None), Err(e) if e.sqlstate() == "40001"));
+        assert!(matches!(engine.try_snapshot_at(16, 2, None, None), Err(e) if e.sqlstate() == "40001"));
         assert_eq!(kept.take_matching(&unknown), None, "content this node never had is not found");
         let whole = kept.take_matching(&listed[0]).expect("the first file was kept");
         engine.install_segment(16, 2, &whole, listed[0].clone()).unwrap();

@@ -13,9 +13,50 @@ use std::collections::HashMap;
 
 use arrow::record_batch::RecordBatch;
 
+use serde::{Deserialize, Serialize};
+
 use crate::deletions::RowHome;
 use crate::error::{StorageError, StorageResult};
 use crate::row_set::RowEncoder;
+
+/// The values of a unique key a read wants the rows of (a point read,
+/// `Partition::rows_by_key_at`): `rows` holds the key's `columns` (table
+/// positions, in the key's order), one probe per row. Sent between nodes as
+/// Arrow IPC bytes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(try_from = "KeyProbeBytes", into = "KeyProbeBytes")]
+pub struct KeyProbe {
+    pub columns: Vec<usize>,
+    pub rows: RecordBatch,
+}
+
+#[derive(Serialize, Deserialize)]
+struct KeyProbeBytes {
+    columns: Vec<usize>,
+    rows: Vec<u8>,
+}
+
+impl From<KeyProbe> for KeyProbeBytes {
+    fn from(probe: KeyProbe) -> Self {
+        // Encoding a batch made in memory fails only on a bug; an empty
+        // probe decodes as one that finds nothing.
+        let rows = crate::ipc::encode_batches(std::slice::from_ref(&probe.rows)).unwrap_or_default();
+        KeyProbeBytes { columns: probe.columns, rows }
+    }
+}
+
+impl TryFrom<KeyProbeBytes> for KeyProbe {
+    type Error = StorageError;
+
+    fn try_from(bytes: KeyProbeBytes) -> StorageResult<Self> {
+        let batches = crate::ipc::decode_batches(&bytes.rows)?;
+        let [rows] = <[RecordBatch; 1]>::try_from(batches).map_err(|b| StorageError::internal(format!("a key probe of {} batches", b.len())))?;
+        if rows.num_columns() != bytes.columns.len() {
+            return Err(StorageError::internal(format!("a key probe of {} columns names {}", rows.num_columns(), bytes.columns.len())));
+        }
+        Ok(KeyProbe { columns: bytes.columns, rows })
+    }
+}
 
 pub struct KeyIndex {
     /// The key's columns, by position in the table.

@@ -35,6 +35,7 @@ pub mod wal;
 pub use decisions::{DecisionLog, TxnOutcome};
 pub use deletions::{DeletedRows, Deletions, RowHome};
 pub use error::{StorageError, StorageResult};
+pub use key_index::KeyProbe;
 pub use engine::{OwnWrites, PartitionStats, SetAside, StatementNumber, StorageEngine, WRITES_FENCED};
 pub use partition::{PartitionSnapshot, SegmentInfo};
 pub use row_set::RowDigest;

@@ -42,7 +42,7 @@ use arrow::record_batch::RecordBatch;
 use serde::{Deserialize, Serialize};
 
 use crate::deletions::{Deletions, RowHome};
-use crate::key_index::KeyIndex;
+use crate::key_index::{KeyIndex, KeyProbe};
 use crate::row_set::RowSet;
 use crate::segment;
 use foam_common::limits::{
@@ -545,6 +545,21 @@ impl Partition {
         Ok(PartitionSnapshot { segments, memtable: memtable_up_to(&self.memtable, ts)? })
     }
 
+    /// What a read at `ts` (the newest when `None`) sees: the rows with the
+    /// values of `key` when there is one and its index can serve the read
+    /// (as a snapshot of only those rows), else the whole snapshot.
+    pub fn read_at(&mut self, ts: Option<u64>, key: Option<&KeyProbe>) -> StorageResult<PartitionSnapshot> {
+        if let Some(key) = key
+            && let Some(rows) = self.rows_by_key_at(ts, &key.columns, &key.rows)?
+        {
+            return Ok(PartitionSnapshot { segments: Vec::new(), memtable: rows });
+        }
+        match ts {
+            Some(ts) => self.snapshot_at(ts),
+            None => self.snapshot(),
+        }
+    }
+
     /// The rows of every change committed at or before `ts`; refused when
     /// that version is no longer kept.
     pub fn snapshot_at(&mut self, ts: u64) -> StorageResult<PartitionSnapshot> {
@@ -620,6 +635,34 @@ impl Partition {
         probe: &[RecordBatch],
         probe_columns: Option<&[usize]>,
     ) -> StorageResult<Option<Vec<(RowHome, Vec<u32>, RecordBatch)>>> {
+        self.indexed_rows(keys, probe, probe_columns, u64::MAX)
+    }
+
+    /// The rows a read at snapshot `ts` (the newest when `None`) sees whose
+    /// `key` columns equal those of a row of `probe` (the key's columns, in
+    /// its order): a point read through the key's index. `None` when the
+    /// index cannot serve that read, and the caller reads the snapshot whole:
+    /// the partition is too large to index, or `ts` is older than the
+    /// current segment list (an older version, or a refused one).
+    pub fn rows_by_key_at(&mut self, ts: Option<u64>, key: &[usize], probe: &RecordBatch) -> StorageResult<Option<Vec<RecordBatch>>> {
+        let ts = match ts {
+            None => u64::MAX,
+            Some(ts) if ts >= self.manifest.segments_ts && ts >= self.floor_ts => ts,
+            Some(_) => return Ok(None),
+        };
+        let found = self.indexed_rows(&[key.to_vec()], std::slice::from_ref(probe), Some(key), ts)?;
+        Ok(found.map(|places| places.into_iter().map(|(_, _, rows)| rows).collect()))
+    }
+
+    /// [`Self::rows_with_keys`] as a read at snapshot `ts` sees them: rows
+    /// committed at or before `ts` and not deleted by then.
+    fn indexed_rows(
+        &mut self,
+        keys: &[Vec<usize>],
+        probe: &[RecordBatch],
+        probe_columns: Option<&[usize]>,
+        ts: u64,
+    ) -> StorageResult<Option<Vec<(RowHome, Vec<u32>, RecordBatch)>>> {
         let stored = self.manifest.segments.iter().map(|s| s.rows).sum::<u64>() + self.memtable_rows as u64;
         if stored > KEY_INDEX_ROWS_MAX as u64 {
             return Ok(None);
@@ -639,14 +682,14 @@ impl Partition {
             positions.dedup();
             let rows = match &home {
                 RowHome::Memtable { lsn, ordinal } => {
-                    let Some(mem) = self.memtable.iter().find(|m| m.lsn == *lsn && m.ordinal == *ordinal) else { continue };
-                    positions.retain(|p| !mem.deleted.contains(*p));
+                    let Some(mem) = self.memtable.iter().find(|m| m.lsn == *lsn && m.ordinal == *ordinal && m.ts <= ts) else { continue };
+                    positions.retain(|p| !mem.deleted.deleted_by(*p, ts));
                     let indices = arrow::array::UInt32Array::from(positions.clone());
                     arrow::compute::take_record_batch(&mem.batch, &indices).map_err(|e| StorageError::internal(format!("taking indexed rows: {e}")))?
                 }
                 RowHome::Segment(file_name) => {
                     let Some(info) = self.manifest.segments.iter().find(|s| &s.file_name == file_name) else { continue };
-                    positions.retain(|p| !info.deleted.contains(*p));
+                    positions.retain(|p| !info.deleted.deleted_by(*p, ts));
                     if positions.is_empty() {
                         continue;
                     }

@@ -38,6 +38,13 @@ use parquet::schema::types::ColumnPath;
 /// that a reader's memory per file stays modest.
 const ROW_GROUP_ROWS_MAX: usize = 128 * 1024;
 
+/// Most rows, and about the most bytes, in one data page. A point read
+/// (`read_rows_at`) decompresses and checks only the pages holding its rows,
+/// so small pages keep it from decoding whole column chunks; a full scan
+/// pays one page header per page. Parquet checks both limits every 1,024 rows.
+const PAGE_ROWS_MAX: usize = 8192;
+const PAGE_BYTES_MAX: usize = 64 * 1024;
+
 /// Bytes of a segment covered by one block checksum: a read checks every
 /// block that holds part of a column chunk it decodes (a TPC-H column chunk of
 /// 128K rows is tens of KiB to a few MiB).
@@ -62,7 +69,11 @@ pub const CODEC: Compression = Compression::LZ4_RAW;
 /// Pages compressed with [`CODEC`]; dictionaries only for the columns of
 /// `sample` (the first rows written) that repeat enough.
 pub fn writer_properties(sample: Option<&RecordBatch>) -> WriterProperties {
-    let mut builder = WriterProperties::builder().set_compression(CODEC).set_max_row_group_row_count(Some(ROW_GROUP_ROWS_MAX));
+    let mut builder = WriterProperties::builder()
+        .set_compression(CODEC)
+        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS_MAX))
+        .set_data_page_row_count_limit(PAGE_ROWS_MAX)
+        .set_data_page_size_limit(PAGE_BYTES_MAX);
     if let Some(sample) = sample {
         for (field, column) in sample.schema().fields().iter().zip(sample.columns()) {
             if !repeats_enough_for_a_dictionary(column) {
@@ -385,14 +396,15 @@ pub fn check_received(path: &Path, received: &SegmentSum, expected: &Checksums, 
 /// and the projected column chunks' blocks before any is decoded; without,
 /// the whole file is checked against its CRC-32 when it has one.
 pub fn read_segment(path: &Path, checksums: &Checksums, projection: Option<&[usize]>) -> StorageResult<ParquetRecordBatchReader> {
-    let (builder, mask) = checked_reader(path, checksums, projection)?;
+    let (builder, mask) = checked_reader(path, checksums, projection, None)?;
     builder.with_projection(mask).build().map_err(|e| parquet_error(path, e))
 }
 
 /// Every column of the rows at `positions` (ascending) of a segment, in
-/// that order: only the pages holding them are decoded.
+/// that order: only the pages holding them are checked and decoded (in
+/// files with a page index; in older ones, their column chunks).
 pub fn read_rows_at(path: &Path, checksums: &Checksums, positions: &[u32]) -> StorageResult<RecordBatch> {
-    let (builder, mask) = checked_reader(path, checksums, None)?;
+    let (builder, mask) = checked_reader(path, checksums, None, Some(positions))?;
     let schema = builder.schema().clone();
     let mut selectors = Vec::new();
     let mut next = 0usize;
@@ -413,11 +425,13 @@ pub fn read_rows_at(path: &Path, checksums: &Checksums, positions: &[u32]) -> St
 }
 
 /// A reader of a segment for `projection`, with the blocks it will read
-/// checked (see [`read_segment`]).
+/// checked (see [`read_segment`]): with `rows` (ascending positions), only
+/// the pages holding them when the file has a page index.
 fn checked_reader(
     path: &Path,
     checksums: &Checksums,
     projection: Option<&[usize]>,
+    rows: Option<&[u32]>,
 ) -> StorageResult<(ParquetRecordBatchReaderBuilder<Bytes>, ProjectionMask)> {
     let data = map(path)?;
     let blocks = checksums.blocks.as_slice();
@@ -432,9 +446,19 @@ fn checked_reader(
         }
         check_blocks(path, &data, blocks, &mut checked, [footer_range(&data)])?;
     }
-    let metadata = ArrowReaderMetadata::load(&data, ArrowReaderOptions::new()).map_err(|e| parquet_error(path, e))?;
+    let mut options = ArrowReaderOptions::new();
+    let mut metadata = ArrowReaderMetadata::load(&data, options.clone()).map_err(|e| parquet_error(path, e))?;
+    if rows.is_some() {
+        // A point read uses the offset index to skip the pages without its
+        // rows. The index lies outside the footer: checked before it is parsed.
+        if !blocks.is_empty() {
+            check_blocks(path, &data, blocks, &mut checked, page_index_ranges(metadata.metadata()))?;
+        }
+        options = options.with_offset_index_policy(parquet::file::metadata::PageIndexPolicy::Optional);
+        metadata = ArrowReaderMetadata::load(&data, options.clone()).map_err(|e| parquet_error(path, e))?;
+    }
     let metadata = match strings_as_views(metadata.schema()) {
-        Some(schema) => ArrowReaderMetadata::try_new(metadata.metadata().clone(), ArrowReaderOptions::new().with_schema(schema))
+        Some(schema) => ArrowReaderMetadata::try_new(metadata.metadata().clone(), options.with_schema(schema))
             .map_err(|e| parquet_error(path, e))?,
         None => metadata,
     };
@@ -444,12 +468,62 @@ fn checked_reader(
         None => ProjectionMask::all(),
     };
     if !blocks.is_empty() {
-        let chunks = builder.metadata().row_groups().iter().flat_map(|row_group| {
-            row_group.columns().iter().enumerate().filter(|(leaf, _)| mask.leaf_included(*leaf)).map(|(_, chunk)| chunk.byte_range())
-        });
-        check_blocks(path, &data, blocks, &mut checked, chunks)?;
+        let pages = rows.and_then(|rows| pages_holding(builder.metadata(), rows));
+        match pages {
+            Some(pages) => check_blocks(path, &data, blocks, &mut checked, pages)?,
+            None => {
+                let chunks = builder.metadata().row_groups().iter().flat_map(|row_group| {
+                    row_group.columns().iter().enumerate().filter(|(leaf, _)| mask.leaf_included(*leaf)).map(|(_, chunk)| chunk.byte_range())
+                });
+                check_blocks(path, &data, blocks, &mut checked, chunks)?;
+            }
+        }
     }
     Ok((builder, mask))
+}
+
+/// The byte ranges of a file's offset index (where each page is).
+fn page_index_ranges(metadata: &parquet::file::metadata::ParquetMetaData) -> Vec<(u64, u64)> {
+    let chunks = metadata.row_groups().iter().flat_map(|g| g.columns());
+    chunks.filter_map(|c| Some((c.offset_index_offset()?.max(0) as u64, c.offset_index_length()?.max(0) as u64))).collect()
+}
+
+/// The byte ranges of every column's pages holding a row of `rows`
+/// (ascending positions in the file), with each such column chunk's
+/// dictionary page; `None` without a page index (files written before it).
+fn pages_holding(metadata: &parquet::file::metadata::ParquetMetaData, rows: &[u32]) -> Option<Vec<(u64, u64)>> {
+    let offsets = metadata.offset_index()?;
+    let mut ranges = Vec::new();
+    let mut first_row = 0u64;
+    for (row_group, columns) in metadata.row_groups().iter().zip(offsets) {
+        let group_rows = row_group.num_rows() as u64;
+        // The positions in this row group, relative to its first row.
+        let start = rows.partition_point(|r| (*r as u64) < first_row);
+        let end = rows.partition_point(|r| (*r as u64) < first_row + group_rows);
+        let wanted: Vec<u64> = rows[start..end].iter().map(|r| *r as u64 - first_row).collect();
+        first_row += group_rows;
+        if wanted.is_empty() {
+            continue;
+        }
+        if columns.len() != row_group.columns().len() {
+            return None;
+        }
+        for (chunk, index) in row_group.columns().iter().zip(columns) {
+            let pages = index.page_locations();
+            let first_page = pages.first()?;
+            if let Some(dictionary) = chunk.dictionary_page_offset() {
+                ranges.push((dictionary as u64, (first_page.offset - dictionary).max(0) as u64));
+            }
+            for (i, page) in pages.iter().enumerate() {
+                let page_end = pages.get(i + 1).map_or(group_rows, |next| next.first_row_index as u64);
+                let from = wanted.partition_point(|r| *r < page.first_row_index as u64);
+                if wanted.get(from).is_some_and(|r| *r < page_end) {
+                    ranges.push((page.offset as u64, page.compressed_page_size as u64));
+                }
+            }
+        }
+    }
+    Some(ranges)
 }
 
 /// The batches of one segment, decoded one per `next`, with the columns of

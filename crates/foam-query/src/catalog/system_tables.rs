@@ -38,13 +38,20 @@ pub async fn build(name: &str, node: &Arc<NodeContext>) -> FoamResult<Option<Arc
     Ok(Some(Arc::new(table)))
 }
 
-/// The node's (partition scans, rows sent to peers, meta role) if it answers
-/// within the connect timeout.
-async fn ping(node: &Arc<NodeContext>, id: NodeId) -> Option<(u64, u64, Option<String>)> {
+/// What a node says of itself in `foam_nodes`.
+struct NodeCounters {
+    partition_scans: u64,
+    rows_scanned: u64,
+    rows_sent_to_peers: u64,
+    meta_role: Option<String>,
+}
+
+/// The node's counters and meta role if it answers within the connect timeout.
+async fn ping(node: &Arc<NodeContext>, id: NodeId) -> Option<NodeCounters> {
     let answer = if id == node.node_id { Ok(node.pong()) } else { ask(node, id, &NodeRequest::Ping { from_leader: false }).await };
     match answer {
-        Ok(NodeResponse::Pong { partition_scans, rows_sent_to_peers, meta_role, .. }) => {
-            Some((partition_scans, rows_sent_to_peers, meta_role))
+        Ok(NodeResponse::Pong { partition_scans, rows_scanned, rows_sent_to_peers, meta_role, .. }) => {
+            Some(NodeCounters { partition_scans, rows_scanned, rows_sent_to_peers, meta_role })
         }
         _ => None,
     }
@@ -70,6 +77,7 @@ async fn nodes(node: &Arc<NodeContext>) -> FoamResult<RecordBatch> {
     let mut statuses = Vec::new();
     let mut reachable = Vec::new();
     let mut scans = Vec::new();
+    let mut rows_scanned = Vec::new();
     let mut rows_sent = Vec::new();
     let mut roles = Vec::new();
     for id in catalog.nodes.keys() {
@@ -83,9 +91,10 @@ async fn nodes(node: &Arc<NodeContext>) -> FoamResult<RecordBatch> {
             foam_catalog::model::NodeState::Down => "down",
         });
         reachable.push(answer.is_some());
-        scans.push(answer.as_ref().map(|a| a.0));
-        rows_sent.push(answer.as_ref().map(|a| a.1));
-        roles.push(answer.and_then(|a| a.2));
+        scans.push(answer.as_ref().map(|a| a.partition_scans));
+        rows_scanned.push(answer.as_ref().map(|a| a.rows_scanned));
+        rows_sent.push(answer.as_ref().map(|a| a.rows_sent_to_peers));
+        roles.push(answer.and_then(|a| a.meta_role));
     }
     let schema = Arc::new(Schema::new(vec![
         Field::new("node_id", DataType::UInt32, false),
@@ -94,6 +103,7 @@ async fn nodes(node: &Arc<NodeContext>) -> FoamResult<RecordBatch> {
         Field::new("status", DataType::Utf8, false),
         Field::new("answers", DataType::Boolean, false),
         Field::new("partition_scans", DataType::UInt64, true),
+        Field::new("rows_scanned", DataType::UInt64, true),
         Field::new("rows_sent_to_peers", DataType::UInt64, true),
         // Its part in the catalog's Raft group, as it says itself; NULL for
         // a node outside the meta group or one that does not answer.
@@ -106,6 +116,7 @@ async fn nodes(node: &Arc<NodeContext>) -> FoamResult<RecordBatch> {
         Arc::new(StringArray::from(statuses)),
         Arc::new(BooleanArray::from(reachable)),
         Arc::new(UInt64Array::from(scans)),
+        Arc::new(UInt64Array::from(rows_scanned)),
         Arc::new(UInt64Array::from(rows_sent)),
         Arc::new(StringArray::from(roles)),
     ];

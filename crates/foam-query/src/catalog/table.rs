@@ -19,13 +19,15 @@ use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPu
 use datafusion::physical_plan::ExecutionPlan;
 use foam_catalog::{Distribution, TableDef};
 use foam_common::PartitionId;
+use foam_storage::KeyProbe;
 
 use crate::context::NodeContext;
 use crate::exec::scan::{FoamScanExec, HashLayout, PartitionRead, ScanSpec};
 use crate::write::FoamSink;
 
 /// Most distinct key combinations pruning will enumerate from IN lists before
-/// it gives up and scans every partition.
+/// it gives up and scans every partition; also the most values of a unique
+/// key a point read looks up through the key's index.
 const PRUNING_COMBINATIONS_MAX: usize = 1024;
 
 #[derive(Debug)]
@@ -47,13 +49,51 @@ impl FoamTable {
             return vec![0];
         };
         let all: Vec<PartitionId> = (0..owners.len() as PartitionId).collect();
-        let mut per_key: Vec<Vec<ScalarValue>> = Vec::with_capacity(key_columns.len());
-        for key in key_columns {
+        let Some(combinations) = self.fixed_values(key_columns, filters) else {
+            return all;
+        };
+        let mut partitions = BTreeSet::new();
+        for values in combinations {
+            match foam_common::hash::partition_of_values(&values, owners.len() as u32) {
+                Ok(p) => {
+                    partitions.insert(p);
+                }
+                Err(_) => return all,
+            }
+        }
+        partitions.into_iter().collect()
+    }
+
+    /// The values of a unique key that `filters` fix, when they fix one:
+    /// a scan reads the rows with them through the key's index
+    /// (`foam_storage::KeyProbe`). Keys of floating-point columns are left
+    /// out: their index tells `0.0` from `-0.0`, which compare equal.
+    fn key_probe(&self, filters: &[Expr]) -> Option<KeyProbe> {
+        self.table.unique_key_columns().into_iter().find_map(|(_, columns, _)| {
+            if columns.iter().any(|c| self.table.columns[*c].sql_type.arrow_type().is_floating()) {
+                return None;
+            }
+            let combinations = self.fixed_values(&columns, filters)?;
+            let arrays = (0..columns.len())
+                .map(|i| ScalarValue::iter_to_array(combinations.iter().map(|values| values[i].clone())).ok())
+                .collect::<Option<Vec<_>>>()?;
+            let fields: Vec<arrow::datatypes::Field> = columns.iter().zip(&arrays).map(|(c, a)| arrow::datatypes::Field::new(&self.table.columns[*c].name, a.data_type().clone(), true)).collect();
+            let options = arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(combinations.len()));
+            let rows = arrow::record_batch::RecordBatch::try_new_with_options(Arc::new(arrow::datatypes::Schema::new(fields)), arrays, &options).ok()?;
+            Some(KeyProbe { columns, rows })
+        })
+    }
+
+    /// Every combination of values `filters` allow the `columns` (table
+    /// positions) to take together, each value in its column's type, when
+    /// each column is fixed by `column = v` or `column IN (...)` and there are
+    /// at most [`PRUNING_COMBINATIONS_MAX`]; `None` when they are not fixed.
+    fn fixed_values(&self, columns: &[usize], filters: &[Expr]) -> Option<Vec<Vec<ScalarValue>>> {
+        let mut per_key: Vec<Vec<ScalarValue>> = Vec::with_capacity(columns.len());
+        for key in columns {
             let column = &self.table.columns[*key];
             let target = column.sql_type.arrow_type();
-            let Some(values) = filters.iter().find_map(|f| key_values(f, &column.name, &target)) else {
-                return all;
-            };
+            let values = filters.iter().find_map(|f| key_values(f, &column.name, &target))?;
             let mut cast = Vec::with_capacity(values.len());
             for value in values {
                 if value.is_null() {
@@ -61,25 +101,19 @@ impl FoamTable {
                 }
                 match value.cast_to(&target) {
                     Ok(v) if !v.is_null() => cast.push(v),
-                    _ => return all, // the comparison happens in another type; do not guess
+                    _ => return None, // the comparison happens in another type; do not guess
                 }
             }
             per_key.push(cast);
         }
-        let combinations = per_key.iter().map(|v| v.len()).product::<usize>();
-        if combinations > PRUNING_COMBINATIONS_MAX {
-            return all;
+        let count = per_key.iter().map(|v| v.len()).product::<usize>();
+        if count > PRUNING_COMBINATIONS_MAX {
+            return None;
         }
-        let mut partitions = BTreeSet::new();
+        let mut combinations = Vec::with_capacity(count);
         let mut combination = vec![0usize; per_key.len()];
-        for _ in 0..combinations {
-            let values: Vec<ScalarValue> = per_key.iter().zip(&combination).map(|(v, i)| v[*i].clone()).collect();
-            match foam_common::hash::partition_of_values(&values, owners.len() as u32) {
-                Ok(p) => {
-                    partitions.insert(p);
-                }
-                Err(_) => return all,
-            }
+        for _ in 0..count {
+            combinations.push(per_key.iter().zip(&combination).map(|(v, i)| v[*i].clone()).collect());
             for (digit, values) in combination.iter_mut().zip(&per_key).rev() {
                 *digit += 1;
                 if *digit < values.len() {
@@ -88,12 +122,12 @@ impl FoamTable {
                 *digit = 0;
             }
         }
-        partitions.into_iter().collect()
+        Some(combinations)
     }
 }
 
 /// Values `column` must equal for `filter` to hold: `column = v`, `v = column`,
-/// or `column IN (v, ...)`.
+/// `column IN (v, ...)`, and conjunctions and disjunctions of those.
 fn key_values(filter: &Expr, column: &str, column_type: &DataType) -> Option<Vec<ScalarValue>> {
     let is_column = |e: &Expr| matches!(strip_equality_preserving_cast(e, column_type), Some(Expr::Column(c)) if c.name == column);
     match filter {
@@ -104,6 +138,13 @@ fn key_values(filter: &Expr, column: &str, column_type: &DataType) -> Option<Vec
         },
         Expr::BinaryExpr(BinaryExpr { left, op: Operator::And, right }) => {
             key_values(left, column, column_type).or_else(|| key_values(right, column, column_type))
+        }
+        // Either side may hold: the values of both (DataFusion writes short
+        // IN lists as ORs of equalities).
+        Expr::BinaryExpr(BinaryExpr { left, op: Operator::Or, right }) => {
+            let mut values = key_values(left, column, column_type)?;
+            values.extend(key_values(right, column, column_type)?);
+            Some(values)
         }
         Expr::InList(list) if !list.negated && is_column(&list.expr) => list
             .list
@@ -238,6 +279,7 @@ impl TableProvider for FoamTable {
             statistics,
             own_writes,
             snapshot: crate::write::transaction::ReadSnapshot::of(state.config()),
+            key: self.key_probe(filters),
         };
         Ok(Arc::new(FoamScanExec::try_new(spec)?))
     }
@@ -272,7 +314,9 @@ mod tests {
         assert!(key_values(&lossy, "ts", &timestamp).is_none(), "CAST(ts AS DATE) = d matches many timestamps");
         let parsed = cast(col("t"), DataType::Int32).eq(lit(1i32));
         assert!(key_values(&parsed, "t", &DataType::Utf8).is_none(), "'01' and '1' both cast to 1");
-        let or = col("k").eq(lit(1i32)).or(col("k").eq(lit(2i32)));
-        assert!(key_values(&or, "k", &int_column).is_none(), "OR is not pruned by a single value");
+        let or = col("k").eq(lit(1i32)).or(col("k").eq(lit(2i32)).and(col("j").eq(lit(3i32))));
+        assert_eq!(key_values(&or, "k", &int_column), Some(vec![ScalarValue::Int32(Some(1)), ScalarValue::Int32(Some(2))]), "either value");
+        let other = col("k").eq(lit(1i32)).or(col("j").eq(lit(2i32)));
+        assert!(key_values(&other, "k", &int_column).is_none(), "k = 1 OR j = 2 holds for any k");
     }
 }

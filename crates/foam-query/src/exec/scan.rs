@@ -29,6 +29,7 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Pla
 use foam_catalog::ColumnDef;
 use foam_common::{FoamError, FoamResult, NodeId, PartitionId, TableId};
 use foam_storage::StorageError;
+use foam_storage::KeyProbe;
 use foam_storage::engine::SnapshotRead;
 use foam_rpc::ScanRequest;
 use futures::StreamExt;
@@ -90,14 +91,22 @@ pub struct ScanSpec {
     /// committed at or before it, on every partition and copy.
     #[serde(default)]
     pub snapshot: Option<u64>,
+    /// The values of a unique key the query's filters fix
+    /// (`catalog/table.rs`): owners read the rows with them through the
+    /// key's index instead of the whole partition. The filters above the
+    /// scan still decide which rows pass.
+    #[serde(default)]
+    pub key: Option<KeyProbe>,
 }
 
 /// Which version of a partition a read returns: the rows committed as of
-/// `snapshot` (the newest when `None`), and the rows `own_writes` staged.
-#[derive(Debug, Clone, Copy, Default)]
+/// `snapshot` (the newest when `None`), and the rows `own_writes` staged;
+/// with `key`, at least every row with its values, maybe only those.
+#[derive(Debug, Clone, Default)]
 pub struct ReadView {
     pub own_writes: Option<foam_storage::OwnWrites>,
     pub snapshot: Option<u64>,
+    pub key: Option<KeyProbe>,
 }
 
 /// How a hash-distributed table is split: two scans with equal layouts put
@@ -187,6 +196,10 @@ impl DisplayAs for FoamScanExec {
             let names: Vec<&str> = projection.iter().map(|i| self.spec.columns[*i].name.as_str()).collect();
             write!(f, ", projection=[{}]", names.join(","))?;
         }
+        if let Some(key) = &self.spec.key {
+            let names: Vec<&str> = key.columns.iter().map(|i| self.spec.columns[*i].name.as_str()).collect();
+            write!(f, ", key_lookup=[{}] values={}", names.join(","), key.rows.num_rows())?;
+        }
         Ok(())
     }
 }
@@ -271,6 +284,7 @@ async fn open_partition(node: Arc<NodeContext>, spec: ScanSpec, schema: SchemaRe
                 filters: spec.filters.clone(),
                 own_writes: spec.own_writes,
                 snapshot: spec.snapshot,
+                key: spec.key.clone(),
             };
             let stream = client.scan(&request).await?;
             // Rows from a peer must match the schema this plan promised.
@@ -287,7 +301,7 @@ async fn open_partition(node: Arc<NodeContext>, spec: ScanSpec, schema: SchemaRe
                 .boxed())
         }
         _ => {
-            let view = ReadView { own_writes: spec.own_writes, snapshot: spec.snapshot };
+            let view = ReadView { own_writes: spec.own_writes, snapshot: spec.snapshot, key: spec.key };
             Ok(read_local_partition(&node, spec.table_id, read.partition, spec.projection.clone(), view))
         }
     }
@@ -344,17 +358,18 @@ fn read_partition(node: &NodeContext, table_id: TableId, partition: PartitionId,
             Err(error) => futures::stream::once(async move { Err(error) }).boxed(),
         })
         .boxed();
-    let read = match node.storage.try_snapshot_at(table_id, partition, view.snapshot) {
+    let read = match node.storage.try_snapshot_at(table_id, partition, view.snapshot, view.key.as_ref()) {
         Ok(SnapshotRead::Ready(read)) => read,
         Ok(SnapshotRead::Wait) => {
-            let (storage, damaged, catalog, me) = (node.storage.clone(), node.damage_reporter(), node.catalog.clone(), node.node_id);
-            let ts = view.snapshot.unwrap_or_default();
+            let (storage, damaged, catalog, me, counted) =
+                (node.storage.clone(), node.damage_reporter(), node.catalog.clone(), node.node_id, node.rows_scanned.clone());
+            let (ts, key) = (view.snapshot.unwrap_or_default(), view.key);
             let waited = async move {
-                let read = tokio::task::spawn_blocking(move || storage.snapshot_at(table_id, partition, ts))
+                let read = tokio::task::spawn_blocking(move || storage.snapshot_at(table_id, partition, ts, key.as_ref()))
                     .await
                     .map_err(|e| FoamError::internal(format!("waiting for a snapshot stopped: {e}")))?;
                 match read {
-                    Ok(read) => Ok(snapshot_rows((table_id, partition), projection, read, staged, damaged, catalog, me)),
+                    Ok(read) => Ok(snapshot_rows((table_id, partition), projection, read, staged, damaged, catalog, me, counted)),
                     Err(error) => Err(FoamError::from(error)),
                 }
             };
@@ -367,11 +382,12 @@ fn read_partition(node: &NodeContext, table_id: TableId, partition: PartitionId,
         }
         Err(error) => return futures::stream::once(async move { Err(error.into()) }).boxed(),
     };
-    snapshot_rows((table_id, partition), projection, read, staged, node.damage_reporter(), node.catalog.clone(), node.node_id)
+    snapshot_rows((table_id, partition), projection, read, staged, node.damage_reporter(), node.catalog.clone(), node.node_id, node.rows_scanned.clone())
 }
 
 /// The rows of one partition's snapshot (`None`: this node stores nothing
-/// of it), then `staged`.
+/// of it), then `staged`; the snapshot's rows are added to `counted`.
+#[allow(clippy::too_many_arguments)]
 fn snapshot_rows(
     (table_id, partition): (TableId, PartitionId),
     projection: Option<Vec<usize>>,
@@ -380,6 +396,7 @@ fn snapshot_rows(
     damaged: DamageReporter,
     catalog: Arc<dyn CatalogService>,
     me: NodeId,
+    counted: Arc<std::sync::atomic::AtomicU64>,
 ) -> BatchStream {
     let Some(snapshot) = read else {
         // Nothing stored: an empty partition, or a copy that moved away after
@@ -426,6 +443,11 @@ fn snapshot_rows(
     let mut failed = false;
     futures::stream::iter(memtable)
         .chain(segments)
+        .inspect(move |batch| {
+            if let Ok(batch) = batch {
+                counted.fetch_add(batch.num_rows() as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+        })
         .chain(staged)
         .take_while(move |item| {
             let go_on = !failed;
@@ -484,10 +506,8 @@ pub fn read_local_partition_filtered(
     partition: PartitionId,
     projection: Option<Vec<usize>>,
     filters: &[Vec<u8>],
-    own_writes: Option<foam_storage::OwnWrites>,
-    snapshot: Option<u64>,
+    view: ReadView,
 ) -> BatchStream {
-    let view = ReadView { own_writes, snapshot };
     use datafusion::logical_expr::Expr;
     use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
     use datafusion_proto::bytes::Serializeable;
