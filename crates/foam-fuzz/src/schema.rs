@@ -65,6 +65,9 @@ const LAYOUTS: &[&[&str]] = &[&["a"], &["b"], &["a", "b"], &["c"], &["d"], &["b"
 /// Partition counts a table may ask for (`None`: the cluster's default).
 const PARTITION_COUNTS: &[Option<u32>] = &[None, Some(1), Some(2), Some(3), Some(5), Some(8), Some(16)];
 
+/// Percent of distributed tables whose distribution key is declared UNIQUE.
+const UNIQUE_PERCENT: u32 = 30;
+
 /// Tables in one fuzz database, at most.
 pub const TABLES_MAX: u32 = 4;
 
@@ -87,6 +90,10 @@ pub struct Table {
     pub layout: Layout,
     /// Column `a` declared NOT NULL (then it has no NULLs).
     pub a_not_null: bool,
+    /// Its distribution key declared UNIQUE in FoamDB (then no two rows
+    /// share a key without a NULL in it), so point reads through the key's
+    /// index are compared too; the reference has no key.
+    pub unique: bool,
     pub rows: Vec<Vec<String>>,
 }
 
@@ -111,7 +118,8 @@ impl Table {
             let partitions = self.layout.partitions.map(|n| format!(" PARTITIONS {n}")).unwrap_or_default();
             format!("DISTRIBUTED BY ({}){partitions}", self.layout.keys.join(", "))
         };
-        format!("CREATE TABLE {} ({}) {layout}", self.name, self.columns_sql())
+        let unique = if self.unique { format!(", UNIQUE ({})", self.layout.keys.join(", ")) } else { String::new() };
+        format!("CREATE TABLE {} ({}{unique}) {layout}", self.name, self.columns_sql())
     }
 
     /// CREATE TABLE for the reference (plain DataFusion, no layout).
@@ -174,10 +182,17 @@ pub fn generate(choices: &mut Choices, prefix: &str) -> Vec<Table> {
                 _ => choices.between(2, ROWS_MAX),
             };
             let skewed = choices.chance(20);
-            let rows = (0..rows)
+            let mut rows: Vec<Vec<String>> = (0..rows)
                 .map(|_| COLUMNS.iter().map(|c| value(choices, c, !(c.name == "a" && a_not_null), skewed)).collect())
                 .collect();
-            Table { name: format!("{prefix}{index}"), layout: Layout { keys, partitions }, a_not_null, rows }
+            let unique = !keys.is_empty() && choices.chance(UNIQUE_PERCENT);
+            if unique {
+                // The first row of each key stays; NULL keys never collide.
+                let at: Vec<usize> = keys.iter().map(|k| COLUMNS.iter().position(|c| c.name == *k).expect("a key is a column")).collect();
+                let mut seen = std::collections::HashSet::new();
+                rows.retain(|row| at.iter().any(|i| row[*i] == "NULL") || seen.insert(at.iter().map(|i| row[*i].clone()).collect::<Vec<_>>()));
+            }
+            Table { name: format!("{prefix}{index}"), layout: Layout { keys, partitions }, a_not_null, unique, rows }
         })
         .collect()
 }
@@ -190,6 +205,7 @@ mod tests {
     fn tables_have_layouts_and_rows_that_fit_their_columns() {
         let mut seen_replicated = false;
         let mut seen_empty = false;
+        let mut seen_unique = false;
         for seed in 0..200 {
             let tables = generate(&mut Choices::random(seed), "t");
             assert!((2..=TABLES_MAX as usize).contains(&tables.len()));
@@ -200,9 +216,15 @@ mod tests {
                 if table.a_not_null {
                     assert!(table.rows.iter().all(|r| r[0] != "NULL"), "a NOT NULL column got a NULL");
                 }
-                assert!(table.create_foam().starts_with(&table.create_reference()));
+                assert!(table.create_foam().starts_with(table.create_reference().trim_end_matches(')')), "the same columns");
+                if table.unique {
+                    let at: Vec<usize> = table.layout.keys.iter().map(|k| COLUMNS.iter().position(|c| c.name == *k).unwrap()).collect();
+                    let keys: Vec<Vec<&String>> = table.rows.iter().map(|r| at.iter().map(|i| &r[*i]).collect::<Vec<_>>()).filter(|k| !k.contains(&&"NULL".to_string())).collect();
+                    assert_eq!(keys.len(), keys.iter().collect::<std::collections::HashSet<_>>().len(), "a duplicate key in {}", table.create_foam());
+                    seen_unique = true;
+                }
             }
         }
-        assert!(seen_replicated && seen_empty, "the generator covers replicated and empty tables");
+        assert!(seen_replicated && seen_empty && seen_unique, "the generator covers replicated, empty and keyed tables");
     }
 }
