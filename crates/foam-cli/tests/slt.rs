@@ -76,7 +76,9 @@ async fn sql_on_three_nodes() {
 async fn reproductions_on_four_nodes() {
     let files: Vec<PathBuf> =
         slt_files().into_iter().filter(|f| f.file_name().is_some_and(|n| FOUR_NODE_FILES.iter().any(|x| n == *x))).collect();
-    assert_eq!(files.len(), FOUR_NODE_FILES.len(), "missing: {FOUR_NODE_FILES:?}");
+    if std::env::var("FOAM_SLT").is_err() {
+        assert_eq!(files.len(), FOUR_NODE_FILES.len(), "missing: {FOUR_NODE_FILES:?}");
+    }
     // As `foam local` starts them and connected to the first node, as the
     // fuzzer was when it found them.
     run_files(4, &["--worker-threads", "1"], 0, files).await;

@@ -16,7 +16,8 @@ use datafusion::physical_plan::filter_pushdown::FilterPushdownPhase;
 use crate::context::NodeContext;
 
 /// The coordinating node's logical rules: DataFusion's (their decorrelation
-/// guarded, `unnest_subqueries.rs`), then FoamDB's.
+/// guarded, `unnest_subqueries.rs`; NULL-equal join keys kept apart from
+/// `=` ones, `null_equal_joins.rs`), then FoamDB's.
 pub fn logical_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
     let mut rules = logical::unnest_subqueries::datafusion_rules();
     rules.extend([

@@ -8,6 +8,7 @@ pub mod early_replica_join;
 pub mod early_semi_join;
 pub mod group_key_filter;
 pub mod like;
+pub mod null_equal_joins;
 pub mod pg_casts;
 pub mod set_multiplicity;
 pub(crate) mod plan_shape;

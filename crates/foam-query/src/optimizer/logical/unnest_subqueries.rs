@@ -125,13 +125,15 @@ pub fn datafusion_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
     datafusion::optimizer::Optimizer::new()
         .rules
         .into_iter()
-        .map(|rule| -> Arc<dyn OptimizerRule + Send + Sync> {
+        .flat_map(|rule| -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
             if DECORRELATION_RULES.contains(&rule.name()) {
-                Arc::new(LeftWhereFailing(rule))
+                vec![Arc::new(LeftWhereFailing(rule))]
             } else if rule.name() == super::aggregate_filters::FILTER_PUSHDOWN_RULE {
-                Arc::new(super::aggregate_filters::AggregateFilterGuard(rule))
+                vec![Arc::new(super::aggregate_filters::AggregateFilterGuard(rule))]
+            } else if rule.name() == super::null_equal_joins::EXTRACT_EQUIJOIN_RULE {
+                vec![Arc::new(super::null_equal_joins::NullEqualJoinKeys), rule]
             } else {
-                rule
+                vec![rule]
             }
         })
         .collect()
