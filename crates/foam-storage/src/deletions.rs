@@ -38,7 +38,7 @@ impl Deletions {
     }
 
     pub fn contains(&self, position: u32) -> bool {
-        self.0.binary_search_by_key(&position, |(p, _)| *p).is_ok()
+        self.deleted_by(position, u64::MAX)
     }
 
     /// Whether `position` was deleted at or before `ts`.

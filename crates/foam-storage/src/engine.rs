@@ -1859,7 +1859,6 @@ mod tests {
         keys
     }
 
-    /// Commits `rows` into partition 0 of `table` as transaction `txn`.
     /// Commits a transaction of table 10's partition 0 at `ts` (prepared just below it).
     fn commit_at(engine: &StorageEngine, txn: TxnId, ts: u64, deletes: Vec<RecordBatch>, adds: Vec<RecordBatch>, keys: &dyn Fn(TableId) -> Vec<UniqueKey>) {
         let rows: u64 = deletes.iter().chain(&adds).map(|b| b.num_rows() as u64).sum();
@@ -1873,6 +1872,7 @@ mod tests {
         engine.commit(txn, ts).unwrap();
     }
 
+    /// Commits `rows` into partition 0 of `table` as transaction `txn`.
     fn commit_rows(engine: &StorageEngine, txn: TxnId, table: TableId, rows: Vec<RecordBatch>, unique: &dyn Fn(TableId) -> Vec<UniqueKey>) {
         let count = rows.iter().map(|b| b.num_rows() as u64).sum();
         engine.stage(txn, 1, table, 0, 0, rows).unwrap();

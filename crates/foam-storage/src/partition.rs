@@ -560,11 +560,17 @@ impl Partition {
         }
     }
 
+    /// Whether a read at `ts` reads the current segment list (and the
+    /// memtable), not a version from the history.
+    fn current_serves(&self, ts: u64) -> bool {
+        ts >= self.manifest.segments_ts && ts >= self.floor_ts
+    }
+
     /// The rows of every change committed at or before `ts`; refused when
     /// that version is no longer kept.
     pub fn snapshot_at(&mut self, ts: u64) -> StorageResult<PartitionSnapshot> {
         self.forget_old_versions(false);
-        if ts >= self.manifest.segments_ts && ts >= self.floor_ts {
+        if self.current_serves(ts) {
             return self.current_up_to(ts);
         }
         if ts >= self.floor_ts
@@ -647,7 +653,7 @@ impl Partition {
     pub fn rows_by_key_at(&mut self, ts: Option<u64>, key: &[usize], probe: &RecordBatch) -> StorageResult<Option<Vec<RecordBatch>>> {
         let ts = match ts {
             None => u64::MAX,
-            Some(ts) if ts >= self.manifest.segments_ts && ts >= self.floor_ts => ts,
+            Some(ts) if self.current_serves(ts) => ts,
             Some(_) => return Ok(None),
         };
         let found = self.indexed_rows(&[key.to_vec()], std::slice::from_ref(probe), Some(key), ts)?;

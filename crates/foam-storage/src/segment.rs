@@ -17,6 +17,7 @@ use crate::partition::SegmentRef;
 use std::collections::HashSet;
 use std::fs::File;
 use std::path::Path;
+use std::sync::Arc;
 
 use arrow::array::ArrayRef;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -31,6 +32,7 @@ use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder, RowSelection, RowSelector,
 };
 use parquet::basic::Compression;
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 
@@ -446,19 +448,20 @@ fn checked_reader(
         }
         check_blocks(path, &data, blocks, &mut checked, [footer_range(&data)])?;
     }
-    let mut options = ArrowReaderOptions::new();
-    let mut metadata = ArrowReaderMetadata::load(&data, options.clone()).map_err(|e| parquet_error(path, e))?;
+    let mut parquet = ParquetMetaDataReader::new().parse_and_finish(&data).map_err(|e| parquet_error(path, e))?;
     if rows.is_some() {
         // A point read uses the offset index to skip the pages without its
         // rows. The index lies outside the footer: checked before it is parsed.
         if !blocks.is_empty() {
-            check_blocks(path, &data, blocks, &mut checked, page_index_ranges(metadata.metadata()))?;
+            check_blocks(path, &data, blocks, &mut checked, page_index_ranges(&parquet))?;
         }
-        options = options.with_offset_index_policy(parquet::file::metadata::PageIndexPolicy::Optional);
-        metadata = ArrowReaderMetadata::load(&data, options.clone()).map_err(|e| parquet_error(path, e))?;
+        let mut reader = ParquetMetaDataReader::new_with_metadata(parquet).with_offset_index_policy(PageIndexPolicy::Optional);
+        reader.read_page_indexes(&data).map_err(|e| parquet_error(path, e))?;
+        parquet = reader.finish().map_err(|e| parquet_error(path, e))?;
     }
+    let metadata = ArrowReaderMetadata::try_new(Arc::new(parquet), ArrowReaderOptions::new()).map_err(|e| parquet_error(path, e))?;
     let metadata = match strings_as_views(metadata.schema()) {
-        Some(schema) => ArrowReaderMetadata::try_new(metadata.metadata().clone(), options.with_schema(schema))
+        Some(schema) => ArrowReaderMetadata::try_new(metadata.metadata().clone(), ArrowReaderOptions::new().with_schema(schema))
             .map_err(|e| parquet_error(path, e))?,
         None => metadata,
     };
@@ -483,7 +486,7 @@ fn checked_reader(
 }
 
 /// The byte ranges of a file's offset index (where each page is).
-fn page_index_ranges(metadata: &parquet::file::metadata::ParquetMetaData) -> Vec<(u64, u64)> {
+fn page_index_ranges(metadata: &ParquetMetaData) -> Vec<(u64, u64)> {
     let chunks = metadata.row_groups().iter().flat_map(|g| g.columns());
     chunks.filter_map(|c| Some((c.offset_index_offset()?.max(0) as u64, c.offset_index_length()?.max(0) as u64))).collect()
 }
@@ -491,7 +494,7 @@ fn page_index_ranges(metadata: &parquet::file::metadata::ParquetMetaData) -> Vec
 /// The byte ranges of every column's pages holding a row of `rows`
 /// (ascending positions in the file), with each such column chunk's
 /// dictionary page; `None` without a page index (files written before it).
-fn pages_holding(metadata: &parquet::file::metadata::ParquetMetaData, rows: &[u32]) -> Option<Vec<(u64, u64)>> {
+fn pages_holding(metadata: &ParquetMetaData, rows: &[u32]) -> Option<Vec<(u64, u64)>> {
     let offsets = metadata.offset_index()?;
     let mut ranges = Vec::new();
     let mut first_row = 0u64;
