@@ -33,10 +33,15 @@ pub fn logical_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
 }
 
 /// FoamDB's analyzer rules, run after DataFusion's (type coercion among
-/// them): SQL semantics where DataFusion's differ from PostgreSQL's
-/// (integer casts round; INTERSECT ALL and EXCEPT ALL count copies).
+/// them): outer references typed as coercion left their columns, then SQL
+/// semantics where DataFusion's differ from PostgreSQL's (integer casts
+/// round; INTERSECT ALL and EXCEPT ALL count copies).
 pub fn analyzer_rules() -> Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> {
-    vec![Arc::new(logical::pg_casts::PostgresIntegerCasts), Arc::new(logical::set_multiplicity::SetOperationMultiplicity)]
+    vec![
+        Arc::new(logical::outer_reference_types::OuterReferenceTypes),
+        Arc::new(logical::pg_casts::PostgresIntegerCasts),
+        Arc::new(logical::set_multiplicity::SetOperationMultiplicity),
+    ]
 }
 
 /// The DataFusion rule that wires dynamic filters (a join's build-side

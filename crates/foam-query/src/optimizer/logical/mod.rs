@@ -9,6 +9,7 @@ pub mod early_semi_join;
 pub mod group_key_filter;
 pub mod like;
 pub mod null_equal_joins;
+pub mod outer_reference_types;
 pub mod pg_casts;
 pub mod set_multiplicity;
 pub(crate) mod plan_shape;
