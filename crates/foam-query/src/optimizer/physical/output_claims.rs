@@ -16,6 +16,15 @@
 //!   (`EquivalenceGroup::join`), so a literal on the side the join pads with
 //!   NULL stays "constant". A sort on it is then left out, or a `SortExec`
 //!   finds its order already met and passes its input through unsorted.
+//! - A filter takes a column for constant when its input's statistics, after
+//!   the filter, hold one value for it (min = max), and DataFusion makes
+//!   that single value exact whatever the precision of the bounds it came
+//!   from. FoamDB's bounds are estimates from the partitions on the planning
+//!   node, so `a < 20` over a node whose partitions hold only `a = 6` made
+//!   `a` "constant" and `ORDER BY a` came back unsorted (fuzz seed 44055).
+//!   A filter gets the node when it claims a constant it would not claim
+//!   with its input's bounds hidden; statistics still pass through for the
+//!   planner's estimates.
 //!
 //! ```text
 //!   AggregateExec: Final                  AggregateExec: Final      (linear)
@@ -30,7 +39,9 @@
 //! rules run before DataFusion's distribution and sorting rules, so they
 //! plan with the true properties, and every operator above is rebuilt with
 //! them. An outer join gets the node only when its padded side claims a
-//! constant, so other joins keep their orderings.
+//! constant, so other joins keep their orderings. The filter rule runs
+//! again after DataFusion's rules that build filters anew (join selection,
+//! filter pushdown).
 
 use std::fmt;
 use std::sync::Arc;
@@ -43,9 +54,12 @@ use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
-use datafusion::common::JoinType;
+use datafusion::common::stats::Precision;
+use datafusion::common::{JoinType, Statistics};
 use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::joins::{HashJoinExec, NestedLoopJoinExec, SortMergeJoinExec, SymmetricHashJoinExec};
+use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
+use datafusion::physical_plan::statistics::{ChildStats, StatisticsArgs};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties};
 
 /// DataFusion's physical optimizer rules, this module's first. The outer
@@ -56,9 +70,14 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Exe
 /// BY on such a column (fuzz seed 9202 q28).
 pub fn datafusion_rules() -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
     let mut rules = PhysicalOptimizer::new().rules;
+    if let Some(at) = rules.iter().position(|rule| rule.name() == FILTER_PUSHDOWN_RULE) {
+        rules.insert(at + 1, Arc::new(FilterBoundsProperties));
+    }
     if let Some(at) = rules.iter().position(|rule| rule.name() == JOIN_SELECTION_RULE) {
+        rules.insert(at + 1, Arc::new(FilterBoundsProperties));
         rules.insert(at + 1, Arc::new(OuterJoinProperties));
     }
+    rules.insert(0, Arc::new(FilterBoundsProperties));
     rules.insert(0, Arc::new(OuterJoinProperties));
     rules.insert(0, Arc::new(GroupingSetsProperties));
     rules
@@ -66,6 +85,9 @@ pub fn datafusion_rules() -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
 
 /// The name of DataFusion's rule that picks join build sides and swaps inputs.
 const JOIN_SELECTION_RULE: &str = "join_selection";
+
+/// The name of DataFusion's rule that moves filters (before the plan is final).
+const FILTER_PUSHDOWN_RULE: &str = "FilterPushdown";
 
 /// Places `ClaimsDroppedExec` above each aggregate over grouping sets.
 #[derive(Debug)]
@@ -101,6 +123,98 @@ impl PhysicalOptimizerRule for OuterJoinProperties {
 
     fn schema_check(&self) -> bool {
         true
+    }
+}
+
+/// Places `ClaimsDroppedExec` above each filter that claims a column
+/// constant only because of its input's estimated bounds.
+#[derive(Debug)]
+pub struct FilterBoundsProperties;
+
+impl PhysicalOptimizerRule for FilterBoundsProperties {
+    fn optimize(&self, plan: Arc<dyn ExecutionPlan>, _config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
+        drop_claims(plan, constant_by_bounds)
+    }
+
+    fn name(&self) -> &str {
+        "FilterBoundsProperties"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// Whether `node` is a filter claiming a constant that the same filter
+/// over its input with min and max hidden does not claim (a filter that
+/// cannot be rebuilt so counts as one).
+fn constant_by_bounds(node: &Arc<dyn ExecutionPlan>) -> bool {
+    let Some(filter) = node.downcast_ref::<FilterExec>() else { return false };
+    let constants = filter.properties().equivalence_properties().constants();
+    if constants.is_empty() {
+        return false;
+    }
+    let hidden = Arc::new(BoundsHiddenExec { input: filter.input().clone() });
+    let Ok(unbounded) = FilterExecBuilder::from(filter).with_input(hidden).build() else { return true };
+    let honest = unbounded.properties().equivalence_properties();
+    constants.iter().any(|constant| honest.is_expr_constant(&constant.expr).is_none())
+}
+
+/// Its input with min and max taken out of its statistics: built only to
+/// ask a filter what it claims without them, never run.
+#[derive(Debug)]
+struct BoundsHiddenExec {
+    input: Arc<dyn ExecutionPlan>,
+}
+
+impl DisplayAs for BoundsHiddenExec {
+    fn fmt_as(&self, _format: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "BoundsHiddenExec")
+    }
+}
+
+impl ExecutionPlan for BoundsHiddenExec {
+    fn name(&self) -> &str {
+        "BoundsHiddenExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.input.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(self: Arc<Self>, mut children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+        if children.len() != 1 {
+            return Err(DataFusionError::Internal("BoundsHiddenExec has one input".into()));
+        }
+        Ok(Arc::new(BoundsHiddenExec { input: children.remove(0) }))
+    }
+
+    fn child_stats_requests(&self, partition: Option<usize>) -> Vec<ChildStats> {
+        vec![ChildStats::At(partition)]
+    }
+
+    fn statistics_from_inputs(&self, input_stats: &[Arc<Statistics>], _args: &StatisticsArgs) -> Result<Arc<Statistics>> {
+        let mut statistics = input_stats[0].as_ref().clone();
+        for column in &mut statistics.column_statistics {
+            column.min_value = Precision::Absent;
+            column.max_value = Precision::Absent;
+        }
+        Ok(Arc::new(statistics))
+    }
+
+    fn execute(&self, _partition: usize, _context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        Err(DataFusionError::Internal("BoundsHiddenExec is never run".into()))
     }
 }
 
@@ -253,6 +367,15 @@ impl ExecutionPlan for ClaimsDroppedExec {
             return Err(DataFusionError::Internal("ClaimsDroppedExec has one input".into()));
         }
         Ok(Arc::new(ClaimsDroppedExec::new(children.remove(0))))
+    }
+
+    fn child_stats_requests(&self, partition: Option<usize>) -> Vec<ChildStats> {
+        vec![ChildStats::At(partition)]
+    }
+
+    /// The input's: the rows are the same, only the claims are fewer.
+    fn statistics_from_inputs(&self, input_stats: &[Arc<Statistics>], _args: &StatisticsArgs) -> Result<Arc<Statistics>> {
+        Ok(input_stats[0].clone())
     }
 
     fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
