@@ -231,12 +231,27 @@ pub fn classify_datafusion_error(error: DataFusionError) -> FoamError {
         DataFusionError::SQL(..) => SqlState::SyntaxError,
         DataFusionError::NotImplemented(_) => SqlState::FeatureNotSupported,
         DataFusionError::ResourcesExhausted(_) => SqlState::OutOfMemory,
-        DataFusionError::ArrowError(..) => SqlState::InvalidTextRepresentation,
+        DataFusionError::ArrowError(arrow, _) => arrow_sqlstate(arrow),
         DataFusionError::Plan(_) | DataFusionError::SchemaError(..) => SqlState::SyntaxErrorOrAccessRuleViolation,
         _ => SqlState::InternalError,
     };
     let sqlstate = sqlstate_from_message(&message).unwrap_or(by_variant);
     FoamError::Query { message, sqlstate }
+}
+
+/// The SQLSTATE of an Arrow kernel's error: bad values are the data's
+/// fault; a kernel handed arrays it cannot take (`Invalid comparison
+/// operation: Int32 >= Int64`) is a planning bug, not bad input.
+fn arrow_sqlstate(error: &arrow::error::ArrowError) -> SqlState {
+    use arrow::error::ArrowError::*;
+    match error {
+        CastError(_) | ParseError(_) | CsvError(_) | JsonError(_) => SqlState::InvalidTextRepresentation,
+        DivideByZero => SqlState::DivisionByZero,
+        ArithmeticOverflow(_) => SqlState::NumericValueOutOfRange,
+        MemoryError(_) => SqlState::OutOfMemory,
+        NotYetImplemented(_) => SqlState::FeatureNotSupported,
+        _ => SqlState::InternalError,
+    }
 }
 
 /// The table name in DataFusion's "table 'catalog.schema.name' not found".
@@ -367,6 +382,19 @@ mod tests {
             Box::new(None),
         ));
         assert_eq!(error.sqlstate(), "42703", "{error}");
+    }
+
+    #[test]
+    fn an_arrow_kernel_error_is_bad_data_only_when_the_data_is_bad() {
+        let arrow = |e: arrow::error::ArrowError| FoamError::from(DataFusionError::ArrowError(Box::new(e), None)).sqlstate();
+        use arrow::error::ArrowError;
+        assert_eq!(arrow(ArrowError::CastError("Cannot cast string 'x' to value of Int32 type".into())), "22P02");
+        assert_eq!(arrow(ArrowError::ParseError("bad date".into())), "22P02");
+        assert_eq!(arrow(ArrowError::DivideByZero), "22012");
+        // Arrays of different types reaching a comparison: a planning bug
+        // (fuzz seed 42045), not the user's input.
+        assert_eq!(arrow(ArrowError::InvalidArgumentError("Invalid comparison operation: Int32 >= Int64".into())), "XX000");
+        assert_eq!(arrow(ArrowError::ComputeError("kernel failed".into())), "XX000");
     }
 
     #[test]
