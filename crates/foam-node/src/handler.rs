@@ -50,7 +50,8 @@ impl NodeHandler for FoamNodeHandler {
             | NodeRequest::Commit { .. }
             | NodeRequest::Abort { .. }
             | NodeRequest::KeepAlive { .. }
-            | NodeRequest::RollbackStatements { .. }) => {
+            | NodeRequest::RollbackStatements { .. }
+            | NodeRequest::CheckStagedKeys { .. }) => {
                 foam_query::write::handle_participant_request(node, request, payload).await?
             }
             NodeRequest::CommitTransaction { txn, participants } => {

@@ -68,6 +68,10 @@ pub enum NodeRequest {
     /// Discards what statements after `after` of `txn` staged (ROLLBACK TO
     /// SAVEPOINT, or a failed statement of a block); the rest stays staged.
     RollbackStatements { txn: TxnId, after: foam_storage::StatementNumber },
+    /// Checks the unique keys of the rows `txn` staged here so far against
+    /// the committed rows: a statement of a transaction block that made a
+    /// duplicate fails with 23505 when it ends, not at COMMIT.
+    CheckStagedKeys { txn: TxnId },
     /// The coordinator of `txn` (a transaction block between statements)
     /// still holds it open: its staged rows are not idle.
     KeepAlive { txn: TxnId },

@@ -797,46 +797,94 @@ impl StorageEngine {
         // Per table, only its keys' columns are compared: `columns`
         // (ascending, as a segment's projection returns them), with the keys
         // renumbered.
-        let projections: HashMap<TableId, (Vec<usize>, Vec<UniqueKey>)> = keys.iter().map(|(table, keys)| (*table, unique::projection(keys))).collect();
+        let projections: HashMap<TableId, Vec<usize>> = keys.iter().map(|(table, keys)| (*table, unique::projection(keys).0)).collect();
         let mut new_rows: HashMap<PartitionKey, Vec<RecordBatch>> = HashMap::new();
         // Rows this transaction deletes no longer hold their keys (an UPDATE
         // that keeps a row's key deletes the old row and adds the new one).
         let mut deleted: HashMap<PartitionKey, Vec<RecordBatch>> = HashMap::new();
         for (entry, rows) in entries.iter().zip(inline) {
-            let Some((columns, _)) = projections.get(&entry.table_id) else { continue };
+            let Some(columns) = projections.get(&entry.table_id) else { continue };
             let key = (entry.table_id, entry.partition);
             let target = if matches!(entry.data, EntryData::Delete { .. }) { &mut deleted } else { &mut new_rows };
             target.entry(key).or_default().extend(self.entry_rows(entry, rows.as_ref(), columns)?);
         }
-        for ((table_id, partition), mut new) in new_rows {
-            let (columns, renumbered) = &projections[&table_id];
-            // A row the transaction added and deleted again (a block that
-            // updates a row twice) holds no key; nor does a deleted committed row.
-            let mut gone = RowSet::of(deleted.get(&(table_id, partition)).map(Vec::as_slice).unwrap_or_default())?;
-            if let Some(gone) = gone.as_mut() {
-                new = new.iter().map(|batch| gone.take_from(batch).map(|(kept, _)| kept)).collect::<StorageResult<_>>()?;
-            }
-            let handle = self.partition(table_id, partition)?;
-            let key_columns: Vec<Vec<usize>> = keys[&table_id].iter().map(|k| k.columns.clone()).collect();
-            let indexed = lock(&handle).rows_with_keys(&key_columns, &new, Some(columns))?;
-            let mut present = match indexed {
-                Some(found) => found
-                    .into_iter()
-                    .map(|(_, _, batch)| batch.project(columns).map_err(|e| StorageError::internal(format!("projecting committed rows: {e}"))))
-                    .collect::<StorageResult<Vec<_>>>()?,
-                None => self.committed_rows((table_id, partition), Some(columns))?,
-            };
+        for ((table_id, partition), new) in new_rows {
+            let deleted = deleted.get(&(table_id, partition)).map(Vec::as_slice).unwrap_or_default();
+            self.check_unique_in((table_id, partition), &keys[&table_id], new, deleted, true)?;
+        }
+        Ok(())
+    }
+
+    /// Checks `new` (a transaction's rows for one partition, projected to
+    /// the columns of `keys`, as `unique::projection` orders them) against
+    /// the partition's committed rows and, with `with_prepared`, the rows of
+    /// transactions prepared here; rows in `deleted` (projected alike, the
+    /// transaction's own deletes) hold no key.
+    fn check_unique_in(&self, (table_id, partition): PartitionKey, keys: &[UniqueKey], mut new: Vec<RecordBatch>, deleted: &[RecordBatch], with_prepared: bool) -> StorageResult<()> {
+        let (columns, renumbered) = unique::projection(keys);
+        // A row the transaction added and deleted again (a block that
+        // updates a row twice) holds no key; nor does a deleted committed row.
+        let mut gone = RowSet::of(deleted)?;
+        if let Some(gone) = gone.as_mut() {
+            new = new.iter().map(|batch| gone.take_from(batch).map(|(kept, _)| kept)).collect::<StorageResult<_>>()?;
+        }
+        let handle = self.partition(table_id, partition)?;
+        let key_columns: Vec<Vec<usize>> = keys.iter().map(|k| k.columns.clone()).collect();
+        let indexed = lock(&handle).rows_with_keys(&key_columns, &new, Some(&columns))?;
+        let mut present = match indexed {
+            Some(found) => found
+                .into_iter()
+                .map(|(_, _, batch)| batch.project(&columns).map_err(|e| StorageError::internal(format!("projecting committed rows: {e}"))))
+                .collect::<StorageResult<Vec<_>>>()?,
+            None => self.committed_rows((table_id, partition), Some(&columns))?,
+        };
+        if with_prepared {
             for prepared in lock(&self.prepared).values() {
                 for (entry, rows) in entries_of(&prepared.header).iter().zip(&prepared.inline) {
                     if (entry.table_id, entry.partition) == (table_id, partition) && !matches!(entry.data, EntryData::Delete { .. }) {
-                        present.extend(self.entry_rows(entry, rows.as_ref(), columns)?);
+                        present.extend(self.entry_rows(entry, rows.as_ref(), &columns)?);
                     }
                 }
             }
-            if let Some(gone) = gone.as_mut() {
-                present = present.iter().map(|batch| gone.take_from(batch).map(|(kept, _)| kept)).collect::<StorageResult<_>>()?;
+        }
+        if let Some(gone) = gone.as_mut() {
+            present = present.iter().map(|batch| gone.take_from(batch).map(|(kept, _)| kept)).collect::<StorageResult<_>>()?;
+        }
+        unique::check(&renumbered, &new, &present)
+    }
+
+    /// Checks the unique keys of what `txn` has staged here so far (a
+    /// statement of a transaction block just ended) against the committed
+    /// rows, so a duplicate fails that statement, as in PostgreSQL, rather
+    /// than the block's COMMIT. Prepare checks again, against transactions
+    /// that committed or prepared since; a partition whose rows spilled to
+    /// files is left to it.
+    pub fn check_staged_keys(&self, txn: TxnId, unique: &dyn Fn(TableId) -> Vec<UniqueKey>) -> StorageResult<()> {
+        let Some(staging) = lock(&self.staging).get(&txn).cloned() else { return Ok(()) };
+        let mut staged = Vec::new();
+        {
+            let staging = lock(&staging);
+            for (key, partition) in &staging.partitions {
+                if partition.batches.is_empty() || !partition.files.is_empty() || partition.file.is_some() {
+                    continue;
+                }
+                let new: Vec<RecordBatch> = partition.batches.iter().map(|(_, batch)| batch.clone()).collect();
+                let deleted: Vec<RecordBatch> = partition.deletes.iter().map(|(_, batch)| batch.clone()).collect();
+                staged.push((*key, new, deleted));
             }
-            unique::check(renumbered, &new, &present)?;
+        }
+        let mut keys_of: HashMap<TableId, Vec<UniqueKey>> = HashMap::new();
+        for ((table_id, partition), new, deleted) in staged {
+            let keys = keys_of.entry(table_id).or_insert_with(|| unique(table_id));
+            if keys.is_empty() {
+                continue;
+            }
+            let (columns, _) = unique::projection(keys);
+            let project = |batches: Vec<RecordBatch>| -> StorageResult<Vec<RecordBatch>> {
+                batches.iter().map(|b| b.project(&columns).map_err(|e| StorageError::internal(format!("projecting key columns: {e}")))).collect()
+            };
+            let (new, deleted) = (project(new)?, project(deleted)?);
+            self.check_unique_in((table_id, partition), keys, new, &deleted, false)?;
         }
         Ok(())
     }

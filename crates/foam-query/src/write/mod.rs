@@ -479,6 +479,16 @@ impl TableWriter {
         };
         if let Some(open) = &self.transaction {
             open.record(self.router.table.id, &participants);
+            // A duplicate key fails the statement now, as in PostgreSQL,
+            // not the block's COMMIT (which checks again).
+            if self.router.rows() > 0 && !self.router.table.unique_key_columns().is_empty() {
+                let nodes: Vec<NodeId> = participants.iter().map(|(node, _)| *node).collect();
+                let results = on_participants(&self.node, &nodes, |_| NodeRequest::CheckStagedKeys { txn }).await;
+                if let Some(error) = results.into_iter().find_map(|(_, result)| result.err()) {
+                    open.discard_statement(&nodes).await;
+                    return Err(error);
+                }
+            }
             return Ok(self.router.rows());
         }
         if let Err(error) = commit_transaction(&self.node, txn, &participants).await {
@@ -689,6 +699,7 @@ async fn local_request(node: &Arc<NodeContext>, request: NodeRequest) -> FoamRes
             storage.rollback_statements(txn, after);
             Ok(())
         }
+        NodeRequest::CheckStagedKeys { txn } => storage.check_staged_keys(txn, &|table_id| unique_keys(&catalog.current(), table_id)),
         other => Err(StorageError::internal(format!("not a transaction request: {other:?}"))),
     })
     .await
