@@ -814,9 +814,12 @@ impl DataSink for FoamSink {
         let open = transaction::OpenTransaction::of(context.session_config());
         let mut writer = TableWriter::begin_in(self.node.clone(), self.table.clone(), open)?;
         while let Some(batch) = data.next().await {
-            let written = match batch {
+            // DataFusion 55 may plan an INSERT's SELECT with a column wider
+            // than the table's (a CASE of INT and BIGINT, typed before
+            // coercion): its values are cast as PostgreSQL's assignment does.
+            let written = match batch.map_err(FoamError::from).and_then(|batch| cast_to(&self.schema, batch)) {
                 Ok(batch) => writer.write(batch).await,
-                Err(error) => Err(FoamError::from(error)),
+                Err(error) => Err(error),
             };
             if let Err(error) = written {
                 writer.abort().await;
