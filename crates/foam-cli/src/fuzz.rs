@@ -51,6 +51,10 @@ pub struct BenchFuzzArgs {
     /// process (differences are still reduced one at a time).
     #[arg(long, default_value_t = 2)]
     lanes: usize,
+    /// Random writes (UPDATE, DELETE, INSERT, alone or in blocks) per seed
+    /// after its queries, compared with --postgres, which they need.
+    #[arg(long, default_value_t = 0)]
+    writes_per_seed: u64,
 }
 
 pub fn run(args: BenchFuzzArgs) -> Result<(), String> {
@@ -81,6 +85,8 @@ pub fn run(args: BenchFuzzArgs) -> Result<(), String> {
         // harness kills when a query overruns (`bench fuzz-reference`).
         reference_exe: Some(std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?),
         lanes: args.lanes.max(1),
+        writes_per_seed: args.writes_per_seed,
+        writes_judge: None,
     };
     println!("Fuzzing {url}: seeds {}..{}, {} queries each, {} at once", args.seed, args.seed + seeds, args.queries_per_seed, config.lanes);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
@@ -101,6 +107,13 @@ pub fn run(args: BenchFuzzArgs) -> Result<(), String> {
         report.reference_wrong.len(),
         report.failures.len()
     );
+    if args.writes_per_seed > 0 {
+        let w = &report.writes;
+        println!(
+            "{} writes: {} compared ({} with a statement failing on both), {} refused by FoamDB as unsupported, {} the judge does not take, {} timed out",
+            w.writes, w.compared, w.with_both_failed, w.refused, w.unjudged, w.timed_out
+        );
+    }
     for failure in &report.failures {
         println!("\n== seed {} query {}: {:?}\n{}\n{}", failure.seed, failure.query_index, failure.kind, failure.detail, failure.sql);
         if let Some(case) = &failure.reduced {

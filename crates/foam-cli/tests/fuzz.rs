@@ -26,6 +26,8 @@ async fn three_nodes_answer_random_queries_as_one_process_does() {
         reference_exe: Some(env!("CARGO_BIN_EXE_foam").into()),
         // Two lanes, as `foam bench fuzz` runs by default.
         lanes: 2,
+        writes_per_seed: 0,
+        writes_judge: None,
     };
     let report = foam_fuzz::run(&config, |line| eprintln!("{line}")).await.expect("fuzz run");
     let reproductions: Vec<String> = report
@@ -41,6 +43,43 @@ async fn three_nodes_answer_random_queries_as_one_process_does() {
     // be answered by both engines.
     assert_eq!(report.queries, CI_SEEDS.len() as u64 * CI_QUERIES_PER_SEED);
     assert!(report.compared * 10 >= report.queries * 7, "only {} of {} queries compared: {report:?}", report.compared, report.queries);
+}
+
+/// Seeds whose writes CI runs, and writes per seed.
+const CI_WRITE_SEEDS: &[u64] = &[11, 12, 13];
+const CI_WRITES_PER_SEED: u64 = 30;
+
+/// Random UPDATE, DELETE and INSERT statements, alone or in blocks that
+/// commit or roll back, on a 3-node cluster and on one node: the same row
+/// counts, the same failures, and the same rows left in every table
+/// (`foam bench fuzz --writes-per-seed N --postgres URL` judges them with
+/// PostgreSQL instead).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_write_as_one_node_does() {
+    let cluster = common::Cluster::start(3);
+    let judge = common::Cluster::start(1);
+    let config = foam_fuzz::FuzzConfig {
+        url: cluster.url(1),
+        seeds: CI_WRITE_SEEDS.to_vec(),
+        queries_per_seed: 0,
+        table_prefix: "fw".into(),
+        reduce: false,
+        failures_max: 3,
+        postgres: None,
+        reference_exe: Some(env!("CARGO_BIN_EXE_foam").into()),
+        lanes: 1,
+        writes_per_seed: CI_WRITES_PER_SEED,
+        writes_judge: Some(judge.url(0)),
+    };
+    let report = foam_fuzz::run(&config, |line| eprintln!("{line}")).await.expect("fuzz run");
+    let reproductions: Vec<String> =
+        report.failures.iter().filter_map(|f| f.reduced.as_ref().map(|case| foam_fuzz::case_as_slt(f, case))).collect();
+    assert!(report.failures.is_empty(), "{} difference(s):\n{}", report.failures.len(), reproductions.join("\n"));
+    let writes = &report.writes;
+    assert_eq!(writes.writes, CI_WRITE_SEEDS.len() as u64 * CI_WRITES_PER_SEED);
+    // Most writes must be compared, some of them with a failing statement.
+    assert!(writes.compared * 10 >= writes.writes * 7, "only {} of {} writes compared: {writes:?}", writes.compared, writes.writes);
+    assert!(writes.compared > writes.with_both_failed, "{writes:?}");
 }
 
 /// The reference runs in a child process (`foam bench fuzz-reference`): it

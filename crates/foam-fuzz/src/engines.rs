@@ -151,6 +151,32 @@ impl Foam {
         }
     }
 
+    /// The rows a write statement touched (one row of one cell), its error,
+    /// or a timeout; tried once, since a statement inside a transaction block
+    /// cannot be retried on its own.
+    pub async fn command(&self, sql: &str) -> Outcome {
+        if let Err(error) = self.reconnect_if_closed().await {
+            return Outcome::Error("08006".into(), error);
+        }
+        let client = self.client.read().await;
+        match tokio::time::timeout(QUERY_TIMEOUT + Duration::from_secs(5), client.simple_query(sql)).await {
+            Err(_) => Outcome::TimedOut,
+            Ok(Err(e)) => {
+                let state = e.as_db_error().map(|d| d.code().code().to_string()).unwrap_or_else(|| "08006".into());
+                if state == "57014" { Outcome::TimedOut } else { Outcome::Error(state, describe(&e)) }
+            }
+            Ok(Ok(messages)) => Outcome::Rows(
+                messages
+                    .into_iter()
+                    .filter_map(|m| match m {
+                        tokio_postgres::SimpleQueryMessage::CommandComplete(count) => Some(vec![Some(count.to_string())]),
+                        _ => None,
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
     /// Turns FoamDB's rule switches on except those in `off`.
     pub async fn set_rules_off(&self, off: &[&str]) -> Result<(), String> {
         for rule in RULE_SWITCHES {
@@ -169,7 +195,7 @@ impl Foam {
         self.load_as(tables, Table::create_reference).await
     }
 
-    async fn load_as(&self, tables: &[Table], create: impl Fn(&Table) -> String) -> Result<(), String> {
+    pub async fn load_as(&self, tables: &[Table], create: impl Fn(&Table) -> String) -> Result<(), String> {
         for table in tables {
             self.execute(&format!("DROP TABLE IF EXISTS {}", table.name)).await?;
             self.execute(&create(table)).await?;

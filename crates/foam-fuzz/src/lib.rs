@@ -16,5 +16,7 @@ pub mod query;
 pub mod reference;
 pub mod run;
 pub mod schema;
+pub mod writes;
 
 pub use run::{Failure, FuzzConfig, Kind, Report, case_as_slt, run, seeds_from};
+pub use writes::WriteTally;

@@ -22,6 +22,9 @@ use crate::choices::Choices;
 use crate::schema::{COLUMNS, Table, Ty};
 
 mod rules;
+mod writes;
+
+pub use writes::{End, Write};
 
 /// How deep subqueries and derived tables nest.
 const DEPTH_MAX: u32 = 2;
@@ -79,6 +82,12 @@ pub fn generate(choices: &mut Choices, tables: &[Table]) -> Query {
     }
     let select = g.query(DEPTH_MAX, &[], None, true);
     Query { sql: g.with_ctes(&select.sql), ordered: select.ordered, partitioned: None }
+}
+
+/// A random write on one of `tables` (see `query/writes.rs`).
+pub fn generate_write(choices: &mut Choices, tables: &[Table]) -> Write {
+    let mut g = Generator { c: choices, tables, aliases: 0, ctes: Vec::new(), tie_sensitive_window: false };
+    g.write()
 }
 
 impl Generator<'_> {

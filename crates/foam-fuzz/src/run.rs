@@ -29,6 +29,7 @@ use crate::postgres_form::postgres_form;
 use crate::reference::Reference;
 use crate::query::{self, Query};
 use crate::schema::{self, Table};
+use crate::writes::{WriteJudge, check_writes};
 
 /// Queries of one seed are numbered below this; query `i` of seed `s`
 /// draws its choices from seed `s * QUERIES_PER_SEED_MAX + i`.
@@ -64,6 +65,12 @@ pub struct FuzzConfig {
     /// of its own (a lane); differences are reduced one at a time on the
     /// first lane after the seed's queries.
     pub lanes: usize,
+    /// Random writes per seed after its queries (`writes.rs`), judged by
+    /// the PostgreSQL server, else by `writes_judge`.
+    pub writes_per_seed: u64,
+    /// A FoamDB (URL, best one node) that judges writes when there is no
+    /// PostgreSQL server.
+    pub writes_judge: Option<String>,
 }
 
 /// How two answers differ.
@@ -80,12 +87,17 @@ pub enum Kind {
     /// FoamDB's rows differ from the union of its rows under p, NOT p and
     /// p IS NULL.
     Partitioning,
+    /// A write's statements or the table it left differ from the judge's.
+    WrongWrite,
 }
 
 /// A reproduction: the tables it needs, the query, and the right answer.
 #[derive(Clone, Debug)]
 pub struct Case {
     pub tables: Vec<Table>,
+    /// Statements run before the query, and whether each succeeds (a
+    /// write's, as the judge took them).
+    pub setup: Vec<(String, bool)>,
     pub query: Query,
     /// The reference's answer and column types, when it answered.
     pub expected: Option<(Rows, Vec<DataType>)>,
@@ -125,6 +137,7 @@ pub struct Report {
     /// as FoamDB did (with `--postgres`; not counted in the one above).
     pub judged_by_postgres_alone: u64,
     pub partitioning_checks: u64,
+    pub writes: crate::writes::WriteTally,
     /// Differences where PostgreSQL answered as FoamDB did: the
     /// reference's errors (seed, query, how it differed).
     pub reference_wrong: Vec<(u64, u64, String)>,
@@ -287,6 +300,16 @@ pub async fn run(config: &FuzzConfig, mut progress: impl FnMut(&str)) -> Result<
         Some(url) => Some(Foam::connect(url).await?),
         None => None,
     };
+    let foam_judge = match (&postgres, &config.writes_judge) {
+        (None, Some(url)) if config.writes_per_seed > 0 => Some(Foam::connect(url).await?),
+        _ => None,
+    };
+    let write_judge = match (&postgres, &foam_judge) {
+        (Some(engine), _) => Some(WriteJudge { engine, create: Table::create_postgres, form: postgres_form }),
+        (None, Some(engine)) => Some(WriteJudge { engine, create: Table::create_foam, form: str::to_string }),
+        (None, None) if config.writes_per_seed > 0 => return Err("writes need a judge: a PostgreSQL server or a FoamDB to compare with".into()),
+        (None, None) => None,
+    };
     let mut report = Report::default();
     for &seed in &config.seeds {
         let (tables, off) = seed_database(seed, &config.table_prefix);
@@ -371,6 +394,11 @@ pub async fn run(config: &FuzzConfig, mut progress: impl FnMut(&str)) -> Result<
                 }
             }
             report.failures.push(failure);
+        }
+        if let Some(judge) = write_judge.as_ref().filter(|_| config.writes_per_seed > 0 && report.failures.len() < config.failures_max) {
+            let found = check_writes(foam, judge, &tables, seed, config.writes_per_seed, &mut report.writes, &mut progress).await?;
+            report.failures.extend(found.into_iter().take(config.failures_max - report.failures.len()));
+            judge.engine.drop_tables(&tables).await?;
         }
         foam.drop_tables(&tables).await?;
         report.seeds += 1;
@@ -505,7 +533,7 @@ async fn reduce(bench: &Bench<'_>, tables: &[Table], recorded: Vec<u32>, kind: &
     let used: Vec<Table> = tables.iter().filter(|t| mentions(&best, &t.name)).cloned().collect();
     // Tables the query does not read stay on FoamDB until dropped here.
     bench.foam.drop_tables(&tables.iter().filter(|t| !mentions(&best, &t.name)).cloned().collect::<Vec<_>>()).await?;
-    Ok(Case { tables: used, query: best, expected })
+    Ok(Case { tables: used, setup: Vec::new(), query: best, expected })
 }
 
 fn mentions(query: &Query, table: &str) -> bool {
@@ -560,6 +588,9 @@ pub fn case_as_slt(failure: &Failure, case: &Case) -> String {
             out.push_str(&format!("statement ok\n{insert}\n\n"));
         }
     }
+    for (sql, ok) in &case.setup {
+        out.push_str(&format!("statement {}\n{sql}\n\n", if *ok { "ok" } else { "error" }));
+    }
     let sql = &case.query.sql;
     match &case.expected {
         Some((rows, types)) => {
@@ -578,6 +609,12 @@ pub fn case_as_slt(failure: &Failure, case: &Case) -> String {
         None => out.push_str(&format!("statement error\n{sql}\n")),
     }
     out.push('\n');
+    if failure.kind == Kind::WrongWrite {
+        // A write's case keeps the seed's table names: drop them for the next.
+        for table in &case.tables {
+            out.push_str(&format!("statement ok\nDROP TABLE {}\n\n", table.name));
+        }
+    }
     out
 }
 

@@ -122,6 +122,13 @@ impl Table {
         format!("CREATE TABLE {} ({}{unique}) {layout}", self.name, self.columns_sql())
     }
 
+    /// CREATE TABLE for PostgreSQL judging writes: no layout, the same
+    /// UNIQUE key as on FoamDB.
+    pub fn create_postgres(&self) -> String {
+        let unique = if self.unique { format!(", UNIQUE ({})", self.layout.keys.join(", ")) } else { String::new() };
+        format!("CREATE TABLE {} ({}{unique})", self.name, self.columns_sql())
+    }
+
     /// CREATE TABLE for the reference (plain DataFusion, no layout).
     pub fn create_reference(&self) -> String {
         format!("CREATE TABLE {} ({})", self.name, self.columns_sql())

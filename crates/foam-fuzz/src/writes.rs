@@ -1,0 +1,196 @@
+//! Differential testing of writes: random UPDATE, DELETE and INSERT
+//! statements, alone or in blocks that commit or roll back
+//! (`query/writes.rs`), run on FoamDB and on a judge that holds the same
+//! tables with the same keys (PostgreSQL, or in CI a FoamDB of one node).
+//!
+//! ```text
+//!   (seed, i) ─▶ Write ─▶ fresh copy of its table on both engines
+//!                      ─▶ each statement on both: same row count, or both fail
+//!                      ─▶ the table's rows on both, as multisets
+//! ```
+//! A statement FoamDB refuses as unsupported (0A000) where the judge runs
+//! it ends the write uncompared, and is counted. A difference is kept as a
+//! sqllogictest case: the tables, the statements as the judge took them,
+//! and the judge's rows.
+
+use datafusion::arrow::datatypes::DataType;
+
+use crate::choices::Choices;
+use crate::compare::{Rows, difference};
+use crate::engines::{Foam, Outcome};
+use crate::query::{self, End, Query, Write};
+use crate::run::{Case, Failure, Kind};
+use crate::schema::{COLUMNS, Table};
+
+/// Write `i` of seed `s` draws its choices from seed `(s ^ WRITE_SEED_SALT) * 2^20 + i`.
+const WRITE_SEED_SALT: u64 = 0x77_7269_7465;
+/// Writes are numbered from here in failures, after any query's index.
+pub const WRITE_INDEX_BASE: u64 = crate::run::QUERIES_PER_SEED_MAX;
+
+/// The engine writes are compared with, how it creates a table, and the
+/// form of a statement it takes (PostgreSQL has no LEFT SEMI JOIN).
+pub struct WriteJudge<'a> {
+    pub engine: &'a Foam,
+    pub create: fn(&Table) -> String,
+    pub form: fn(&str) -> String,
+}
+
+/// What the writes of a run did.
+#[derive(Clone, Debug, Default)]
+pub struct WriteTally {
+    pub writes: u64,
+    /// Every statement agreed and the tables were compared.
+    pub compared: u64,
+    /// Of those, writes where a statement failed on both engines.
+    pub with_both_failed: u64,
+    /// FoamDB refused a statement as unsupported (0A000).
+    pub refused: u64,
+    /// The judge refused a statement FoamDB ran as not SQL it takes (class
+    /// 42: PostgreSQL parses `x LIKE p IN (...)` otherwise, wants GROUP BY
+    /// items it can name) or cannot run (0A000: a FULL JOIN on an OR):
+    /// uncompared.
+    pub unjudged: u64,
+    pub timed_out: u64,
+}
+
+enum Verdict {
+    Agree { failed: bool },
+    Refused,
+    Unjudged,
+    TimedOut,
+    Differ { detail: String, taken: Vec<(String, bool)>, expected: Option<Rows> },
+}
+
+/// The column types of every fuzz table, for comparing rows.
+fn column_types() -> Vec<DataType> {
+    COLUMNS
+        .iter()
+        .map(|c| match c.sql_type {
+            "INT" => DataType::Int32,
+            "BIGINT" => DataType::Int64,
+            "DOUBLE PRECISION" => DataType::Float64,
+            "BOOLEAN" => DataType::Boolean,
+            "DATE" => DataType::Date32,
+            "DECIMAL(10,2)" => DataType::Decimal128(10, 2),
+            _ => DataType::Utf8,
+        })
+        .collect()
+}
+
+/// The choices write `index` of `seed` is generated from.
+pub fn write_choices(seed: u64, index: u64) -> Choices {
+    Choices::random((seed ^ WRITE_SEED_SALT).wrapping_mul(crate::run::QUERIES_PER_SEED_MAX).wrapping_add(index))
+}
+
+/// Runs `count` writes of `seed` on `foam` and `judge`, which hold
+/// `tables`; each write starts from a fresh copy of its table. Returns the
+/// differences found.
+pub async fn check_writes(
+    foam: &Foam,
+    judge: &WriteJudge<'_>,
+    tables: &[Table],
+    seed: u64,
+    count: u64,
+    tally: &mut WriteTally,
+    mut progress: impl FnMut(&str),
+) -> Result<Vec<Failure>, String> {
+    let mut failures = Vec::new();
+    for index in 0..count {
+        let write = query::generate_write(&mut write_choices(seed, index), tables);
+        tally.writes += 1;
+        let verdict = check(foam, judge, tables, &write).await?;
+        if !matches!(verdict, Verdict::Agree { .. }) {
+            // The engines may now hold different rows: later writes read
+            // this table too, so both get the seed's rows back.
+            let table = std::slice::from_ref(&tables[write.target]);
+            foam.load(table).await?;
+            judge.engine.load_as(table, judge.create).await?;
+        }
+        match verdict {
+            Verdict::Agree { failed } => {
+                tally.compared += 1;
+                tally.with_both_failed += u64::from(failed);
+            }
+            Verdict::Refused => tally.refused += 1,
+            Verdict::Unjudged => tally.unjudged += 1,
+            Verdict::TimedOut => tally.timed_out += 1,
+            Verdict::Differ { detail, taken, expected } => {
+                let sql = write.sql().join(";\n");
+                progress(&format!("seed {seed} write {index}: WrongWrite: {detail}\n  {sql}"));
+                let table = &tables[write.target];
+                let case = Case {
+                    tables: tables.to_vec(),
+                    setup: taken,
+                    query: Query { sql: format!("SELECT * FROM {}", table.name), ordered: false, partitioned: None },
+                    expected: expected.map(|rows| (rows, column_types())),
+                };
+                failures.push(Failure {
+                    seed,
+                    query_index: WRITE_INDEX_BASE + index,
+                    kind: Kind::WrongWrite,
+                    sql,
+                    detail,
+                    reduced: Some(case),
+                    rules: Vec::new(),
+                });
+            }
+        }
+    }
+    // Every table as the seed made it, for whatever runs next.
+    foam.load(tables).await?;
+    judge.engine.load_as(tables, judge.create).await?;
+    Ok(failures)
+}
+
+async fn check(foam: &Foam, judge: &WriteJudge<'_>, tables: &[Table], write: &Write) -> Result<Verdict, String> {
+    let table = std::slice::from_ref(&tables[write.target]);
+    foam.load(table).await?;
+    judge.engine.load_as(table, judge.create).await?;
+    let mut taken = Vec::new();
+    let mut failed = false;
+    for sql in write.sql() {
+        let judged = (judge.form)(&sql);
+        let (want, got) = tokio::join!(judge.engine.command(&judged), foam.command(&sql));
+        let stop = match (&want, &got) {
+            (Outcome::TimedOut, _) | (_, Outcome::TimedOut) => Some(Verdict::TimedOut),
+            (Outcome::Rows(want), Outcome::Rows(got)) if want == got => None,
+            (Outcome::Error(..), Outcome::Error(..)) => {
+                failed = true;
+                None
+            }
+            (Outcome::Rows(_), Outcome::Error(state, _)) if state == "0A000" => Some(Verdict::Refused),
+            (Outcome::Error(state, _), Outcome::Rows(_)) if state.starts_with("42") || state == "0A000" => Some(Verdict::Unjudged),
+            _ => Some(Verdict::Differ {
+                detail: format!("{sql}: the judge {}, FoamDB {}", said(&want), said(&got)),
+                taken: taken.clone(),
+                expected: None,
+            }),
+        };
+        taken.push((sql.clone(), matches!(want, Outcome::Rows(_))));
+        if let Some(verdict) = stop {
+            if write.end != End::Autocommit {
+                let _ = tokio::join!(judge.engine.command("ROLLBACK"), foam.command("ROLLBACK"));
+            }
+            return Ok(verdict);
+        }
+    }
+    let select = format!("SELECT * FROM {}", tables[write.target].name);
+    let (want, got) = tokio::join!(judge.engine.query(&select), foam.query(&select));
+    Ok(match (want, got) {
+        (Outcome::Rows(want), Outcome::Rows(got)) => match difference(&want, &got, &column_types(), false) {
+            None => Verdict::Agree { failed },
+            Some(detail) => Verdict::Differ { detail: format!("the table after the write: {detail}"), taken, expected: Some(want) },
+        },
+        (Outcome::TimedOut, _) | (_, Outcome::TimedOut) => Verdict::TimedOut,
+        (want, got) => Verdict::Differ { detail: format!("{select}: the judge {}, FoamDB {}", said(&want), said(&got)), taken, expected: None },
+    })
+}
+
+/// An outcome in a few words.
+fn said(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Rows(rows) => format!("touched {}", rows.iter().flatten().flatten().cloned().collect::<Vec<_>>().join("+")),
+        Outcome::Error(state, message) => format!("failed ({state}: {message})"),
+        Outcome::TimedOut => "timed out".into(),
+    }
+}
