@@ -20,6 +20,8 @@ const FAST_DETECTOR: &[&str] = &["--node-dead-after-ms", "1500", "--reprotect-af
 /// SQLSTATEs a statement may fail with while a node is lost: connection to a
 /// peer failed, placement changed (retry), partition unavailable, aborted.
 const RETRIABLE: &[&str] = &["08006", "40001", "57P03", "40000"];
+/// Reads retried while a transaction its coordinator's death cut is in doubt.
+const IN_DOUBT_READ_RETRIES_MAX: u32 = 10;
 
 fn seed() -> u64 {
     let seed = std::env::var("FOAM_TEST_SEED")
@@ -654,8 +656,22 @@ async fn soak_randomized_kill_restart_rounds() {
 /// statement; every live copy the same. Only ids above zero are the
 /// writer's. Returns a summary of the run.
 async fn check_roaming_writes(client: &tokio_postgres::Client, table: &str, log: &WriteLog, batch: usize) -> String {
-    let stored: Vec<i64> = query_text(client, &format!("SELECT id FROM {table} WHERE id > 0"))
-        .await
+    // A statement whose coordinator died may still be in doubt for a few
+    // seconds; a read that waits past its limit for it answers 40001, which
+    // a client retries.
+    let sql = format!("SELECT id FROM {table} WHERE id > 0");
+    let mut rows = try_query_text(client, &sql).await;
+    for _ in 0..IN_DOUBT_READ_RETRIES_MAX {
+        match &rows {
+            Err(e) if e.as_db_error().is_some_and(|d| d.code().code() == "40001") => {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                rows = try_query_text(client, &sql).await;
+            }
+            _ => break,
+        }
+    }
+    let stored: Vec<i64> = rows
+        .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
         .into_iter()
         .map(|r| r[0].as_deref().unwrap().parse().unwrap())
         .collect();
