@@ -129,32 +129,26 @@ impl Foam {
     }
 
     async fn query_once(&self, sql: &str) -> Outcome {
-        if let Err(error) = self.reconnect_if_closed().await {
-            return Outcome::Error("08006".into(), error);
-        }
-        let client = self.client.read().await;
-        match tokio::time::timeout(QUERY_TIMEOUT + Duration::from_secs(5), client.simple_query(sql)).await {
-            Err(_) => Outcome::TimedOut,
-            Ok(Err(e)) => {
-                let state = e.as_db_error().map(|d| d.code().code().to_string()).unwrap_or_else(|| "08006".into());
-                if state == "57014" { Outcome::TimedOut } else { Outcome::Error(state, describe(&e)) }
-            }
-            Ok(Ok(messages)) => Outcome::Rows(
-                messages
-                    .into_iter()
-                    .filter_map(|m| match m {
-                        tokio_postgres::SimpleQueryMessage::Row(row) => Some((0..row.len()).map(|i| row.get(i).map(str::to_string)).collect()),
-                        _ => None,
-                    })
-                    .collect(),
-            ),
-        }
+        self.run_once(sql, |message| match message {
+            tokio_postgres::SimpleQueryMessage::Row(row) => Some((0..row.len()).map(|i| row.get(i).map(str::to_string)).collect()),
+            _ => None,
+        })
+        .await
     }
 
     /// The rows a write statement touched (one row of one cell), its error,
     /// or a timeout; tried once, since a statement inside a transaction block
     /// cannot be retried on its own.
     pub async fn command(&self, sql: &str) -> Outcome {
+        self.run_once(sql, |message| match message {
+            tokio_postgres::SimpleQueryMessage::CommandComplete(count) => Some(vec![Some(count.to_string())]),
+            _ => None,
+        })
+        .await
+    }
+
+    /// Runs `sql` once; `pick` makes a row of each message it keeps.
+    async fn run_once(&self, sql: &str, pick: fn(tokio_postgres::SimpleQueryMessage) -> Option<Vec<Option<String>>>) -> Outcome {
         if let Err(error) = self.reconnect_if_closed().await {
             return Outcome::Error("08006".into(), error);
         }
@@ -165,15 +159,7 @@ impl Foam {
                 let state = e.as_db_error().map(|d| d.code().code().to_string()).unwrap_or_else(|| "08006".into());
                 if state == "57014" { Outcome::TimedOut } else { Outcome::Error(state, describe(&e)) }
             }
-            Ok(Ok(messages)) => Outcome::Rows(
-                messages
-                    .into_iter()
-                    .filter_map(|m| match m {
-                        tokio_postgres::SimpleQueryMessage::CommandComplete(count) => Some(vec![Some(count.to_string())]),
-                        _ => None,
-                    })
-                    .collect(),
-            ),
+            Ok(Ok(messages)) => Outcome::Rows(messages.into_iter().filter_map(pick).collect()),
         }
     }
 
