@@ -26,6 +26,11 @@ pub enum StorageError {
     #[error("invalid input value: {message}")]
     InvalidValue { message: String },
 
+    /// A number outside its column's type's range (PostgreSQL's "integer
+    /// out of range").
+    #[error("value out of range: {message}")]
+    OutOfRange { message: String },
+
     /// A request names what this node does not hold, or is larger than it
     /// accepts (a segment that is not listed, a loaded segment too long).
     #[error("invalid parameter: {message}")]
@@ -84,6 +89,7 @@ impl StorageError {
             StorageError::Io { .. } => SqlState::IoError,
             StorageError::Corrupted { .. } => SqlState::DataCorrupted,
             StorageError::InvalidValue { .. } => SqlState::DataException,
+            StorageError::OutOfRange { .. } => SqlState::NumericValueOutOfRange,
             StorageError::InvalidRequest { .. } => SqlState::InvalidParameterValue,
             StorageError::TransactionEnded { .. } => SqlState::TransactionRollback,
             StorageError::LimitExceeded { .. } => SqlState::ProgramLimitExceeded,
@@ -117,6 +123,7 @@ impl From<StorageError> for FoamError {
             StorageError::TransactionEnded { message } => FoamError::TransactionAborted { message },
             StorageError::PlacementChanged { message } => FoamError::PlacementChanged { message },
             StorageError::LimitExceeded { .. }
+            | StorageError::OutOfRange { .. }
             | StorageError::ConcurrentUpdate { .. }
             | StorageError::SnapshotUnavailable { .. }
             | StorageError::UniqueViolation { .. }
@@ -140,6 +147,7 @@ mod tests {
             (StorageError::SnapshotUnavailable { message: "too old".into() }, SqlState::SerializationFailure),
             (StorageError::UniqueViolation { constraint: "t_pkey".into(), key: "(k)=(1)".into() }, SqlState::UniqueViolation),
             (StorageError::LimitExceeded { message: "too much".into() }, SqlState::ProgramLimitExceeded),
+            (StorageError::OutOfRange { message: "5000000003 as Int32".into() }, SqlState::NumericValueOutOfRange),
             (StorageError::TransactionEnded { message: "gone".into() }, SqlState::TransactionRollback),
             (StorageError::internal("bug"), SqlState::InternalError),
         ];

@@ -610,8 +610,14 @@ pub fn cast_to_schema(schema: &SchemaRef, batch: &RecordBatch) -> StorageResult<
             if column.data_type() == field.data_type() {
                 return Ok(column.clone());
             }
-            arrow::compute::cast_with_options(column, field.data_type(), &strict).map_err(|e| StorageError::InvalidValue {
-                message: format!("value for column \"{}\" does not fit its type {}: {e}", field.name(), field.data_type()),
+            arrow::compute::cast_with_options(column, field.data_type(), &strict).map_err(|e| {
+                let message = format!("value for column \"{}\" does not fit its type {}: {e}", field.name(), field.data_type());
+                // A number cast to a narrower number can only fail on its range.
+                if column.data_type().is_numeric() && field.data_type().is_numeric() {
+                    StorageError::OutOfRange { message }
+                } else {
+                    StorageError::InvalidValue { message }
+                }
             })
         })
         .collect::<StorageResult<Vec<_>>>()?;
