@@ -15,7 +15,7 @@ pub const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
 /// SQLSTATEs a cluster answers while it settles or is loaded (a node not
 /// hearing the meta leader in time, a placement change under a write):
 /// retriable by definition, so not a difference.
-const TRANSIENT_STATES: &[&str] = &["57P03", "40001"];
+pub(crate) const TRANSIENT_STATES: &[&str] = &["57P03", "40001"];
 /// Tries after a transient refusal, waiting this much longer each time.
 const TRANSIENT_RETRIES_MAX: u32 = 5;
 const TRANSIENT_RETRY_WAIT: Duration = Duration::from_millis(500);

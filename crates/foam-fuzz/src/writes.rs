@@ -17,13 +17,17 @@ use datafusion::arrow::datatypes::DataType;
 
 use crate::choices::Choices;
 use crate::compare::{Rows, difference};
-use crate::engines::{Foam, Outcome};
+use crate::engines::{Foam, Outcome, TRANSIENT_STATES};
 use crate::query::{self, End, Query, Write};
 use crate::run::{Case, Failure, Kind};
 use crate::schema::{COLUMNS, Table};
 
 /// Write `i` of seed `s` draws its choices from seed `(s ^ WRITE_SEED_SALT) * 2^20 + i`.
 const WRITE_SEED_SALT: u64 = 0x77_7269_7465;
+/// Tries of a write that FoamDB refused with a retriable SQLSTATE (a table
+/// created a moment ago still gaining its replicas fails a block's COMMIT
+/// with 40001), as a client retries it.
+const TRANSIENT_TRIES_MAX: u32 = 3;
 /// Writes are numbered from here in failures, after any query's index.
 pub const WRITE_INDEX_BASE: u64 = crate::run::QUERIES_PER_SEED_MAX;
 
@@ -50,6 +54,7 @@ pub struct WriteTally {
     /// items it can name) or cannot run (0A000: a FULL JOIN on an OR):
     /// uncompared.
     pub unjudged: u64,
+    /// Timed out, or refused with a retriable SQLSTATE on every try.
     pub timed_out: u64,
 }
 
@@ -58,6 +63,8 @@ enum Verdict {
     Refused,
     Unjudged,
     TimedOut,
+    /// FoamDB refused a statement with a retriable SQLSTATE the judge did not.
+    Transient,
     Differ { detail: String, taken: Vec<(String, bool)>, expected: Option<Rows> },
 }
 
@@ -98,7 +105,14 @@ pub async fn check_writes(
     for index in 0..count {
         let write = query::generate_write(&mut write_choices(seed, index), tables);
         tally.writes += 1;
-        let verdict = check(foam, judge, tables, &write).await?;
+        let mut verdict = check(foam, judge, tables, &write).await?;
+        for _ in 1..TRANSIENT_TRIES_MAX {
+            if !matches!(verdict, Verdict::Transient) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            verdict = check(foam, judge, tables, &write).await?;
+        }
         if !matches!(verdict, Verdict::Agree { .. }) {
             // The engines may now hold different rows: later writes read
             // this table too, so both get the seed's rows back.
@@ -113,7 +127,7 @@ pub async fn check_writes(
             }
             Verdict::Refused => tally.refused += 1,
             Verdict::Unjudged => tally.unjudged += 1,
-            Verdict::TimedOut => tally.timed_out += 1,
+            Verdict::TimedOut | Verdict::Transient => tally.timed_out += 1,
             Verdict::Differ { detail, taken, expected } => {
                 let sql = write.sql().join(";\n");
                 progress(&format!("seed {seed} write {index}: WrongWrite: {detail}\n  {sql}"));
@@ -159,6 +173,7 @@ async fn check(foam: &Foam, judge: &WriteJudge<'_>, tables: &[Table], write: &Wr
                 None
             }
             (Outcome::Rows(_), Outcome::Error(state, _)) if state == "0A000" => Some(Verdict::Refused),
+            (Outcome::Rows(_), Outcome::Error(state, _)) if TRANSIENT_STATES.contains(&state.as_str()) => Some(Verdict::Transient),
             (Outcome::Error(state, _), Outcome::Rows(_)) if state.starts_with("42") || state == "0A000" => Some(Verdict::Unjudged),
             _ => Some(Verdict::Differ {
                 detail: format!("{sql}: the judge {}, FoamDB {}", said(&want), said(&got)),
