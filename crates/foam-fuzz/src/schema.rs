@@ -123,9 +123,12 @@ impl Table {
     }
 
     /// CREATE TABLE for PostgreSQL judging writes: no layout, the same
-    /// UNIQUE key as on FoamDB.
+    /// UNIQUE key as on FoamDB, checked when the statement ends as SQL
+    /// and FoamDB check it (PostgreSQL checks a plain UNIQUE after each
+    /// row, so `SET d = d || 'x'` failed there on a key a later row frees).
     pub fn create_postgres(&self) -> String {
-        let unique = if self.unique { format!(", UNIQUE ({})", self.layout.keys.join(", ")) } else { String::new() };
+        let unique =
+            if self.unique { format!(", UNIQUE ({}) DEFERRABLE INITIALLY IMMEDIATE", self.layout.keys.join(", ")) } else { String::new() };
         format!("CREATE TABLE {} ({}{unique})", self.name, self.columns_sql())
     }
 
