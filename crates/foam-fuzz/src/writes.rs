@@ -89,9 +89,11 @@ pub fn write_choices(seed: u64, index: u64) -> Choices {
     Choices::random((seed ^ WRITE_SEED_SALT).wrapping_mul(crate::run::QUERIES_PER_SEED_MAX).wrapping_add(index))
 }
 
-/// Runs `count` writes of `seed` on `foam` and `judge`, which hold
-/// `tables`; each write starts from a fresh copy of its table. Returns the
-/// differences found.
+/// Runs `count` writes of `seed` on `foam`, which holds `tables`, and on
+/// `judge`, which gets them here in its own form. After each write its
+/// table is created anew on both, so every write (and the case saved for
+/// it) starts from the seed's rows in every table. Returns the differences
+/// found.
 pub async fn check_writes(
     foam: &Foam,
     judge: &WriteJudge<'_>,
@@ -101,24 +103,18 @@ pub async fn check_writes(
     tally: &mut WriteTally,
     mut progress: impl FnMut(&str),
 ) -> Result<Vec<Failure>, String> {
+    judge.engine.load_as(tables, judge.create).await?;
     let mut failures = Vec::new();
     for index in 0..count {
         let write = query::generate_write(&mut write_choices(seed, index), tables);
         tally.writes += 1;
-        let mut verdict = check(foam, judge, tables, &write).await?;
+        let mut verdict = check_and_restore(foam, judge, tables, &write).await?;
         for _ in 1..TRANSIENT_TRIES_MAX {
             if !matches!(verdict, Verdict::Transient) {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-            verdict = check(foam, judge, tables, &write).await?;
-        }
-        if !matches!(verdict, Verdict::Agree { .. }) {
-            // The engines may now hold different rows: later writes read
-            // this table too, so both get the seed's rows back.
-            let table = std::slice::from_ref(&tables[write.target]);
-            foam.load(table).await?;
-            judge.engine.load_as(table, judge.create).await?;
+            verdict = check_and_restore(foam, judge, tables, &write).await?;
         }
         match verdict {
             Verdict::Agree { failed } => {
@@ -150,16 +146,20 @@ pub async fn check_writes(
             }
         }
     }
-    // Every table as the seed made it, for whatever runs next.
-    foam.load(tables).await?;
-    judge.engine.load_as(tables, judge.create).await?;
     Ok(failures)
 }
 
-async fn check(foam: &Foam, judge: &WriteJudge<'_>, tables: &[Table], write: &Write) -> Result<Verdict, String> {
+/// Runs `write` on both engines, then gives its table the seed's rows again
+/// on both (the write may have changed them, alike or not).
+async fn check_and_restore(foam: &Foam, judge: &WriteJudge<'_>, tables: &[Table], write: &Write) -> Result<Verdict, String> {
+    let verdict = check(foam, judge, tables, write).await?;
     let table = std::slice::from_ref(&tables[write.target]);
     foam.load(table).await?;
     judge.engine.load_as(table, judge.create).await?;
+    Ok(verdict)
+}
+
+async fn check(foam: &Foam, judge: &WriteJudge<'_>, tables: &[Table], write: &Write) -> Result<Verdict, String> {
     let mut taken = Vec::new();
     let mut failed = false;
     for sql in write.sql() {
