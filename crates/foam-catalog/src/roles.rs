@@ -3,9 +3,8 @@
 //! password itself. Roles live in the catalog, so every node checks the same
 //! credentials and a change goes through Raft like any other command.
 //!
-//! Every role is a superuser for now: FoamDB has no privileges (GRANT) yet,
-//! so a role that could connect without being one would be a promise the
-//! node does not keep; creating one is refused with 0A000.
+//! What a role may do besides logging in is what it owns and was granted
+//! (`privileges.rs`), or everything for a superuser.
 
 use foam_common::{FoamError, FoamResult};
 use serde::{Deserialize, Serialize};

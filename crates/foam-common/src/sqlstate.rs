@@ -58,6 +58,7 @@ sqlstates! {
     ReadOnlySqlTransaction = "25006",
     NoActiveSqlTransaction = "25P01",
     InvalidSqlStatementName = "26000",
+    DependentObjectsStillExist = "2BP01",
     InvalidSavepointSpecification = "3B001",
     InFailedSqlTransaction = "25P02",
     TransactionRollback = "40000",
@@ -66,8 +67,10 @@ sqlstates! {
     InsufficientPrivilege = "42501",
     InvalidPassword = "28P01",
     InvalidCatalogName = "3D000",
+    InvalidSchemaName = "3F000",
     InvalidAuthorization = "28000",
     DuplicateObject = "42710",
+    ReservedName = "42939",
     SyntaxError = "42601",
     AmbiguousColumn = "42702",
     UndefinedColumn = "42703",
@@ -99,10 +102,11 @@ impl SqlState {
     /// Whether the statement itself is at fault, so running it again cannot
     /// help: bad data (22), a broken constraint (23), a syntax or access
     /// rule (42), a prepared statement it names that does not exist (26),
+    /// a role it drops that still owns or holds something (2B),
     /// an unsupported feature (0A), exhausted resources or limits (53, 54),
     /// or a stop its own timeout or client asked for.
     pub fn is_the_statements_fault(&self) -> bool {
-        matches!(self.class(), "22" | "23" | "26" | "42" | "0A" | "53" | "54") || *self == SqlState::QueryCanceled
+        matches!(self.class(), "22" | "23" | "26" | "2B" | "42" | "0A" | "53" | "54") || *self == SqlState::QueryCanceled
     }
 }
 
@@ -131,12 +135,12 @@ mod tests {
 
     #[test]
     fn named_and_other_codes_round_trip() {
-        for code in ["42P01", "40001", "XX000", "3F000", "P0001"] {
+        for code in ["42P01", "40001", "XX000", "3F000", "P0001", "2F000"] {
             let state = SqlState::from_code(code).unwrap();
             assert_eq!(state.code(), code);
         }
         assert_eq!(SqlState::from_code("42P01"), Some(SqlState::UndefinedTable));
-        assert!(matches!(SqlState::from_code("3F000"), Some(SqlState::Other(_))));
+        assert!(matches!(SqlState::from_code("2F000"), Some(SqlState::Other(_))));
     }
 
     #[test]

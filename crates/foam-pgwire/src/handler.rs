@@ -41,7 +41,7 @@ pub async fn serve(
     tls: Tls,
     max_connections: usize,
 ) {
-    let handler = Arc::new(FoamPgHandler { node, runtime });
+    let handler = Arc::new(FoamPgHandler { node, runtime, insecure: auth == ClientAuth::Insecure });
     let connections = Arc::new(ConnectionManager::new());
     let slots = Arc::new(tokio::sync::Semaphore::new(max_connections));
     loop {
@@ -126,6 +126,8 @@ async fn cancel_signal<C: ClientInfo>(client: &C) -> Option<futures::channel::on
 pub struct FoamPgHandler {
     node: Arc<NodeContext>,
     runtime: Arc<RuntimeEnv>,
+    /// Anyone connects as anyone (`--insecure`).
+    insecure: bool,
 }
 
 /// Rows of a `COPY ... FROM STDIN` being received, spooled to a file in
@@ -152,7 +154,7 @@ struct CopyState(Mutex<Option<PendingCopy>>);
 
 impl FoamPgHandler {
     fn session<C: ClientInfo>(&self, client: &C) -> Arc<FoamSession> {
-        session_of(client, &self.node, &self.runtime)
+        session_of(client, &self.node, &self.runtime, self.insecure)
     }
 
     /// Turns a statement's output into a pgwire response.
@@ -260,10 +262,10 @@ fn statement_panicked(payload: &(dyn std::any::Any + Send)) -> FoamError {
 
 /// The connection's session, made on its first statement, of the role the
 /// startup exchange authenticated.
-fn session_of<C: ClientInfo>(client: &C, node: &Arc<NodeContext>, runtime: &Arc<RuntimeEnv>) -> Arc<FoamSession> {
+fn session_of<C: ClientInfo>(client: &C, node: &Arc<NodeContext>, runtime: &Arc<RuntimeEnv>, insecure: bool) -> Arc<FoamSession> {
     client.session_extensions().get_or_insert_with(|| {
         let user = client.metadata().get(pgwire::api::METADATA_USER).cloned().unwrap_or_default();
-        FoamSession::new(node.clone(), runtime.clone(), &user)
+        FoamSession::new(node.clone(), runtime.clone(), &user, insecure)
     })
 }
 
@@ -279,6 +281,7 @@ pub struct FoamQueryParser {
 struct FoamPgHandlerRef {
     node: Arc<NodeContext>,
     runtime: Arc<RuntimeEnv>,
+    insecure: bool,
 }
 
 #[async_trait]
@@ -289,7 +292,7 @@ impl QueryParser for FoamQueryParser {
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
-        let session = session_of(client, &self.handler.node, &self.handler.runtime);
+        let session = session_of(client, &self.handler.node, &self.handler.runtime, self.handler.insecure);
         let prepared = session.prepare(sql).await.map_err(|e| user_error(&e))?;
         Ok(Some(FoamStatement(Arc::new(prepared))))
     }
@@ -314,7 +317,7 @@ impl ExtendedQueryHandler for FoamPgHandler {
 
     fn query_parser(&self) -> Arc<Self::QueryParser> {
         Arc::new(FoamQueryParser {
-            handler: Arc::new(FoamPgHandlerRef { node: self.node.clone(), runtime: self.runtime.clone() }),
+            handler: Arc::new(FoamPgHandlerRef { node: self.node.clone(), runtime: self.runtime.clone(), insecure: self.insecure }),
         })
     }
 

@@ -21,7 +21,7 @@ use futures::Sink;
 use pgwire::api::auth::noop::NoopStartupHandler;
 use pgwire::api::auth::sasl::SASLAuthStartupHandler;
 use pgwire::api::auth::sasl::scram::ScramAuth;
-use pgwire::api::auth::{AuthSource, DefaultServerParameterProvider, LoginInfo, Password, StartupHandler};
+use pgwire::api::auth::{AuthSource, DefaultServerParameterProvider, LoginInfo, Password, ServerParameterProvider, StartupHandler};
 use pgwire::api::{ClientInfo, ConnectionGuard, ConnectionHandle, ConnectionManager, METADATA_USER, PgWireConnectionState};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
@@ -70,7 +70,7 @@ pub(crate) struct FoamStartup {
     /// The node's `max_connections`, when this connection is past it.
     over_limit: Option<usize>,
     /// `None` with `--insecure`.
-    password: Option<SASLAuthStartupHandler<DefaultServerParameterProvider>>,
+    password: Option<SASLAuthStartupHandler<RoleParameters>>,
 }
 
 impl FoamStartup {
@@ -84,7 +84,7 @@ impl FoamStartup {
         let password = (auth == ClientAuth::Password).then(|| {
             let mut scram = ScramAuth::new(Arc::new(CatalogPasswords { node: node.clone() }));
             scram.set_iterations(SCRAM_ITERATIONS as usize);
-            SASLAuthStartupHandler::new(Arc::new(DefaultServerParameterProvider::default())).with_scram(scram)
+            SASLAuthStartupHandler::new(Arc::new(RoleParameters { node: node.clone() })).with_scram(scram)
         });
         FoamStartup { connections, tls_required_off_host, over_limit, password }
     }
@@ -151,6 +151,22 @@ impl NoopStartupHandler for AcceptAll {
     {
         register_cancel_key(client, &self.connections);
         Ok(())
+    }
+}
+
+/// The parameters a client is told after it logged in: pgwire's, with
+/// `is_superuser` saying what the role is (psql's prompt shows it).
+struct RoleParameters {
+    node: Arc<NodeContext>,
+}
+
+impl ServerParameterProvider for RoleParameters {
+    fn server_parameters<C: ClientInfo>(&self, client: &C) -> Option<std::collections::HashMap<String, String>> {
+        let mut parameters = DefaultServerParameterProvider::default().server_parameters(client)?;
+        let user = client.metadata().get(METADATA_USER);
+        let superuser = user.and_then(|user| self.node.catalog.current().roles.get(user).map(|role| role.superuser)).unwrap_or(false);
+        parameters.insert("is_superuser".into(), if superuser { "on" } else { "off" }.into());
+        Some(parameters)
     }
 }
 

@@ -222,7 +222,7 @@ pub fn create_table_command(statement: &Statement, distribution: Option<Distribu
         unique_keys.push(key);
     }
     let distribution = distribution.unwrap_or(DistributionSpec::Hash { key_columns: vec![], partitions: None, replicas: None });
-    Ok(CatalogCommand::CreateTable { name, columns, distribution, if_not_exists: create.if_not_exists, unique_keys })
+    Ok(CatalogCommand::CreateTable { name, columns, distribution, if_not_exists: create.if_not_exists, unique_keys, owner: None })
 }
 
 /// A PRIMARY KEY or UNIQUE table constraint of table `table`, named as

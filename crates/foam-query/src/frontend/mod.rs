@@ -7,6 +7,7 @@ pub mod ddl;
 pub mod explain;
 pub mod interrupt;
 pub mod modify;
+pub mod privileges;
 pub mod roles;
 pub mod select_names;
 pub mod setting_functions;

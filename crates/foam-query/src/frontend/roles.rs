@@ -3,10 +3,11 @@
 //! here, on the node the client is connected to: only the verifier reaches
 //! the catalog and its Raft log (`foam_catalog::roles`).
 //!
-//! Every role is a superuser until FoamDB has privileges, so the options
-//! that matter are `SUPERUSER`, `LOGIN` and `PASSWORD`; `CREATEDB`,
-//! `CREATEROLE`, `INHERIT`, `REPLICATION` and `BYPASSRLS` a superuser has
-//! anyway, and the rest are refused with 0A000.
+//! The options FoamDB keeps are `SUPERUSER`, `LOGIN` and `PASSWORD`; what
+//! a role other than a superuser may do is what it owns and was granted
+//! (`privileges.rs`). `CREATEDB`, `CREATEROLE`, `REPLICATION` and
+//! `BYPASSRLS` are taken for a superuser, which has them anyway, and
+//! refused with 0A000 for any other role, as are the rest.
 
 use datafusion::sql::sqlparser::ast::{AlterRoleOperation, Expr, ObjectName, ObjectType, Password, RoleOption, Statement, Value};
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
@@ -23,6 +24,12 @@ pub fn is_role_statement(words: &[&Token]) -> bool {
     words.len() >= 2
         && ["create", "alter", "drop"].iter().any(|verb| keyword_is(words[0], verb))
         && (keyword_is(words[1], "role") || keyword_is(words[1], "user"))
+}
+
+/// Whether `words` are `GRANT role TO role` or `REVOKE role FROM role`:
+/// a GRANT or REVOKE without `ON` (which sqlparser cannot read).
+pub fn is_role_membership(words: &[&Token]) -> bool {
+    !words.is_empty() && (keyword_is(words[0], "grant") || keyword_is(words[0], "revoke")) && !words.iter().any(|w| keyword_is(w, "on"))
 }
 
 /// Rewrites `CREATE|ALTER USER` to the `ROLE` form sqlparser reads as
@@ -57,30 +64,36 @@ pub fn role_command(statement: &Statement, user: bool) -> FoamResult<(CatalogCom
             if let Some((_, option)) = refused.iter().find(|(given, _)| *given) {
                 return Err(unsupported(&format!("CREATE ROLE ... {option}")));
             }
+            let superuser = create.superuser.unwrap_or(false);
+            let superuser_only = [
+                (create.create_db, "CREATEDB"),
+                (create.create_role, "CREATEROLE"),
+                (create.replication, "REPLICATION"),
+                (create.bypassrls, "BYPASSRLS"),
+            ];
+            if let Some((_, option)) = superuser_only.iter().find(|(given, _)| *given == Some(true) && !superuser) {
+                return Err(unsupported(&format!("{option} for a role that is not a superuser (GRANT CREATE ON DATABASE lets a role create tables)")));
+            }
             let password = match &create.password {
                 Some(password) => verifier(password)?,
                 None => None,
             };
-            let role = RoleDef { name: role_name(name)?, superuser: create.superuser.unwrap_or(false), login: create.login.unwrap_or(user), password };
+            let role = RoleDef { name: role_name(name)?, superuser, login: create.login.unwrap_or(user), password };
             Ok((CatalogCommand::CreateRole { role, if_not_exists: create.if_not_exists }, "CREATE ROLE"))
         }
         Statement::AlterRole { name, operation: AlterRoleOperation::WithOptions { options } } => {
-            let (mut password, mut login) = (None, None);
+            let (mut password, mut login, mut superuser) = (None, None, None);
             for option in options {
                 match option {
                     RoleOption::Password(given) => password = Some(verifier(given)?),
                     RoleOption::Login(on) => login = Some(*on),
-                    RoleOption::SuperUser(false) => return Err(unsupported("NOSUPERUSER (FoamDB has no privileges yet, so every role is a superuser)")),
-                    RoleOption::SuperUser(true)
-                    | RoleOption::CreateDB(true)
-                    | RoleOption::CreateRole(true)
-                    | RoleOption::Inherit(true)
-                    | RoleOption::Replication(true)
-                    | RoleOption::BypassRLS(true) => {}
-                    other => return Err(unsupported(&format!("ALTER ROLE ... {other}"))),
+                    RoleOption::SuperUser(on) => superuser = Some(*on),
+                    RoleOption::Inherit(true) => {}
+                    other => return Err(unsupported(&format!("ALTER ROLE ... {other} (FoamDB keeps SUPERUSER, LOGIN and PASSWORD)"))),
                 }
             }
-            Ok((CatalogCommand::AlterRole { name: ddl::normalize_ident(&name.value, name.quote_style), password, login }, "ALTER ROLE"))
+            let name = ddl::normalize_ident(&name.value, name.quote_style);
+            Ok((CatalogCommand::AlterRole { name, password, login, superuser }, "ALTER ROLE"))
         }
         Statement::AlterRole { .. } => Err(unsupported("this form of ALTER ROLE")),
         Statement::Drop { object_type: ObjectType::Role | ObjectType::User, names, if_exists, .. } => {
@@ -146,19 +159,27 @@ mod tests {
         assert!(!format!("{verifier:?}").contains("pw"));
         let Ok(CatalogCommand::CreateRole { role, if_not_exists: true }) = command("CREATE ROLE IF NOT EXISTS ops SUPERUSER") else { panic!() };
         assert!(!role.login && role.password.is_none(), "ROLE may not log in unless told");
-        let Ok(CatalogCommand::AlterRole { name, password: Some(Some(_)), login: Some(false) }) = command("ALTER USER ops WITH NOLOGIN PASSWORD 'x'") else { panic!() };
+        let Ok(CatalogCommand::AlterRole { name, password: Some(Some(_)), login: Some(false), superuser: None }) =
+            command("ALTER USER ops WITH NOLOGIN PASSWORD 'x'")
+        else {
+            panic!()
+        };
         assert_eq!(name, "ops");
         assert!(matches!(command("ALTER ROLE ops PASSWORD NULL"), Ok(CatalogCommand::AlterRole { password: Some(None), .. })));
         assert!(matches!(command("DROP USER IF EXISTS ops"), Ok(CatalogCommand::DropRole { if_exists: true, .. })));
         for refused in [
             "CREATE ROLE r SUPERUSER PASSWORD 'SCRAM-SHA-256$4096:c2FsdA==$a:b'",
             "CREATE ROLE r SUPERUSER CONNECTION LIMIT 3",
-            "ALTER ROLE r NOSUPERUSER",
+            "CREATE ROLE r CREATEROLE",
+            "ALTER ROLE r CREATEDB",
             "ALTER ROLE r RENAME TO s",
             "DROP ROLE a, b",
         ] {
             assert!(command(refused).unwrap_err().starts_with("0A000"), "{refused}");
         }
         assert!(command("CREATE ROLE r SUPERUSER PASSWORD ''").unwrap_err().starts_with("22023"));
+        let Ok(CatalogCommand::CreateRole { role, .. }) = command("CREATE ROLE app LOGIN PASSWORD 'pw'") else { panic!() };
+        assert!(!role.superuser && role.login);
+        assert!(matches!(command("ALTER ROLE app NOSUPERUSER"), Ok(CatalogCommand::AlterRole { superuser: Some(false), .. })));
     }
 }

@@ -31,6 +31,7 @@ use futures::channel::oneshot;
 use crate::context::NodeContext;
 use crate::write::copy::{CopyFormat, CopyOptions};
 use crate::frontend::ddl;
+use crate::frontend::privileges::{self, Acting, Need};
 use crate::frontend::statement::{self, FoamStatement, StatementTokens};
 use crate::frontend::interrupt::{Interrupt, STATEMENT_TIMEOUT, parse_statement_timeout, show_statement_timeout};
 use crate::frontend::transaction_block::{Admission, Block, StatementClass};
@@ -57,6 +58,8 @@ const REPEATABLE_READ: &str = "repeatable read";
 /// `ROLLBACK` (foam-pgwire), and their transaction block goes on.
 pub const ROLLBACK_TO_TAG: &str = "ROLLBACK TO";
 const TRANSACTION_ISOLATION: &str = "transaction_isolation";
+/// The setting `SET ROLE` changes, as `SHOW role` names it.
+const ROLE_SETTING: &str = "role";
 const DEFAULT_TRANSACTION_ISOLATION: &str = "default_transaction_isolation";
 
 /// What a statement gives back to the client.
@@ -93,6 +96,9 @@ pub struct PreparedStatement {
     /// The statement as the client wrote it (for messages).
     pub text: String,
     kind: Kind,
+    /// What its role must hold to run it (`privileges.rs`), checked at
+    /// every run.
+    needs: Vec<Need>,
 }
 
 #[derive(Clone)]
@@ -302,6 +308,13 @@ pub struct FoamSession {
     /// The running statement's snapshot; also in the session's config,
     /// where table scans find it.
     snapshot: Arc<ReadSnapshot>,
+    /// The role the client authenticated as.
+    session_user: String,
+    /// `SET ROLE`: the role statements run as instead, until `RESET ROLE`.
+    role: Mutex<Option<String>>,
+    /// The node lets anyone connect as anyone (`--insecure`): a name no
+    /// role has acts as a superuser.
+    insecure: bool,
 }
 
 impl crate::frontend::setting_functions::SessionSettings for FoamSession {
@@ -317,8 +330,9 @@ impl crate::frontend::setting_functions::SessionSettings for FoamSession {
 }
 
 impl FoamSession {
-    /// A session of the role `user` (authenticated already).
-    pub fn new(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>, user: &str) -> Self {
+    /// A session of the role `user`, authenticated already (or anyone's,
+    /// when the node is `insecure`).
+    pub fn new(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>, user: &str, insecure: bool) -> Self {
         let state = crate::distributed::coordinator_state_builder(node.clone(), runtime.clone())
             .with_catalog_list(crate::catalog::provider::catalog_list(node.clone(), runtime))
             .build();
@@ -346,11 +360,20 @@ impl FoamSession {
             ("client_encoding".to_string(), "UTF8".to_string()),
             ("datestyle".to_string(), "ISO, MDY".to_string()),
             (STATEMENT_TIMEOUT.to_string(), show_statement_timeout(0)),
-            // Every role is a superuser for now (frontend/roles.rs).
             (crate::frontend::setting_functions::SESSION_AUTHORIZATION.to_string(), user.to_string()),
-            ("is_superuser".to_string(), "on".to_string()),
         ]);
-        FoamSession { node, ctx, settings: Mutex::new(settings), block: Mutex::new(Block::Idle), open, read_only: Default::default(), snapshot }
+        FoamSession {
+            node,
+            ctx,
+            settings: Mutex::new(settings),
+            block: Mutex::new(Block::Idle),
+            open,
+            read_only: Default::default(),
+            snapshot,
+            session_user: user.to_string(),
+            role: Mutex::new(None),
+            insecure,
+        }
     }
 
     pub fn node(&self) -> &Arc<NodeContext> {
@@ -400,7 +423,7 @@ impl FoamSession {
     pub async fn prepare(&self, sql: &str) -> FoamResult<PreparedStatement> {
         let mut statements = statement::split(sql)?;
         let prepared = match statements.len() {
-            0 => Ok(PreparedStatement { text: String::new(), kind: Kind::Empty }),
+            0 => Ok(PreparedStatement { text: String::new(), kind: Kind::Empty, needs: Vec::new() }),
             1 => self.prepare_tokens(statements.remove(0)).await,
             _ => Err(FoamError::Syntax { message: "cannot insert multiple commands into a prepared statement".into() }),
         };
@@ -440,7 +463,7 @@ impl FoamSession {
     async fn prepare_tokens(&self, tokens: StatementTokens) -> FoamResult<PreparedStatement> {
         self.node.catalog.refresh().await?;
         let text = tokens.text.clone();
-        let prepared = |kind| Ok(PreparedStatement { text: text.clone(), kind });
+        let prepared = |kind: Kind| Ok(PreparedStatement { needs: needs_of(&kind, &[], false), text: text.clone(), kind });
         let recursion_limit = self.ctx.state().config().options().sql_parser.recursion_limit.get();
         let (mut statement, distribution) = match tokens.parse(recursion_limit)? {
             FoamStatement::Empty => return prepared(Kind::Empty),
@@ -470,6 +493,9 @@ impl FoamSession {
             *statement = query;
             options
         });
+        if let Some((command, tag)) = privileges::grant_command(&statement, &self.node.catalog.current())? {
+            return prepared(Kind::Catalog { command, tag });
+        }
         let own = matches!(
             *statement,
             Statement::CreateTable(_)
@@ -483,10 +509,12 @@ impl FoamSession {
                 | Statement::ReleaseSavepoint { .. }
                 | Statement::Explain { .. }
         ) || matches!(&*statement, Statement::Truncate(truncate) if truncate.table_names.len() > 1)
+            || is_reset_role(&statement)
             || self.is_client_setting(&statement);
         if own {
             return prepared(Kind::Own(statement, distribution));
         }
+        let reads_table = privileges::modify_reads_table(&statement);
         let modify = crate::frontend::modify::as_query(&statement, &self.node.catalog.current())?;
         if let Some((query, _)) = &modify {
             *statement = query.clone();
@@ -519,10 +547,12 @@ impl FoamSession {
             Some((_, modify)) => Some(PlanWrite::Modify(modify)),
             None => matches!(plan, LogicalPlan::Dml(_)).then_some(PlanWrite::Insert),
         };
+        let reads = privileges::read_needs(&statement, &self.node.catalog.current());
         let kind = Kind::Plan { statement, plan, write, catalog_version };
+        let needs = needs_of(&kind, &reads, reads_table);
         match copy_out {
-            Some(options) => prepared(Kind::CopyOut { query: Box::new(PreparedStatement { text: text.clone(), kind }), options }),
-            None => prepared(kind),
+            Some(options) => prepared(Kind::CopyOut { query: Box::new(PreparedStatement { text: text.clone(), kind, needs }), options }),
+            None => Ok(PreparedStatement { text, kind, needs }),
         }
     }
 
@@ -597,6 +627,10 @@ impl FoamSession {
         if let Admission::Refuse { sqlstate, message } = admission {
             self.statement_failed();
             return Err(FoamError::Query { message, sqlstate });
+        }
+        if let Err(error) = self.check_privileges(&prepared.needs) {
+            self.statement_failed();
+            return Err(error);
         }
         let open = self.open.get();
         if let Some(open) = &open {
@@ -990,6 +1024,9 @@ impl FoamSession {
         match statement {
             Statement::CreateTable(_) => {
                 let mut create = ddl::create_table_command(statement, distribution.clone())?;
+                if let CatalogCommand::CreateTable { owner, .. } = &mut create {
+                    *owner = Some(self.current_user());
+                }
                 // The default partition count depends on this node's worker threads.
                 if let CatalogCommand::CreateTable { distribution: foam_catalog::model::DistributionSpec::Hash { partitions: partitions @ None, .. }, .. } = &mut create {
                     let nodes = self.node.catalog.current().placeable_nodes().len() as u32;
@@ -1007,7 +1044,8 @@ impl FoamSession {
                 self.check_view_not_recursive(&name, &view.query)?;
                 // Plan the query now so a broken view is refused at creation.
                 self.plan(&Statement::Query(view.query.clone())).await?;
-                self.node.catalog.apply(CatalogCommand::CreateView { name, query_sql, or_replace: view.or_replace }).await?;
+                let create = CatalogCommand::CreateView { name, query_sql, or_replace: view.or_replace, owner: Some(self.current_user()) };
+                self.node.catalog.apply(create).await?;
                 command("CREATE VIEW")
             }
             Statement::Drop { object_type, names, if_exists, .. } => {
@@ -1062,6 +1100,20 @@ impl FoamSession {
                 }
                 command("SET")
             }
+            Statement::Set(Set::SetRole { context_modifier, role_name }) => {
+                if matches!(context_modifier, Some(datafusion::sql::sqlparser::ast::ContextModifier::Local)) {
+                    return Err(FoamError::FeatureNotSupported { feature: "SET LOCAL ROLE (use SET ROLE and RESET ROLE)".into() });
+                }
+                self.set_role(role_name.as_ref().map(|name| ddl::normalize_ident(&name.value, name.quote_style)))?;
+                command("SET")
+            }
+            Statement::Set(Set::SetSessionAuthorization(_)) => {
+                Err(FoamError::FeatureNotSupported { feature: "SET SESSION AUTHORIZATION (use SET ROLE)".into() })
+            }
+            Statement::Reset(_) => {
+                self.set_role(None)?;
+                command("RESET")
+            }
             Statement::Set(set) => {
                 if let Some((name, value)) = set_name_and_value(set) {
                     self.set_setting(name, value)?;
@@ -1092,6 +1144,11 @@ impl FoamSession {
             TRANSACTION_ISOLATION if self.open.get().is_some_and(|open| open.repeatable_read()) => Some(REPEATABLE_READ.to_string()),
             TRANSACTION_ISOLATION | DEFAULT_TRANSACTION_ISOLATION => Some(ISOLATION_LEVEL.to_string()),
             "transaction_read_only" => Some(if read_only { "on" } else { "off" }.to_string()),
+            ROLE_SETTING => Some(self.role.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_else(|| "none".into())),
+            "is_superuser" => {
+                let superuser = self.acting(&self.node.catalog.current()) == Acting::Superuser;
+                Some(if superuser { "on" } else { "off" }.to_string())
+            }
             _ => self.settings.lock().unwrap_or_else(|p| p.into_inner()).get(name).cloned(),
         };
         value.ok_or_else(|| FoamError::Query {
@@ -1103,6 +1160,12 @@ impl FoamSession {
     /// `SET name = value` (and `set_config`) of a setting DataFusion does not
     /// plan: FoamDB's own, checked, and the client's, kept for `SHOW`.
     fn set_setting(&self, name: String, value: String) -> FoamResult<()> {
+        if name == ROLE_SETTING {
+            return self.set_role(Some(value).filter(|v| !v.eq_ignore_ascii_case("none")));
+        }
+        if name == crate::frontend::setting_functions::SESSION_AUTHORIZATION || name == "is_superuser" {
+            return Err(FoamError::Query { message: format!("parameter \"{name}\" cannot be set (use SET ROLE)"), sqlstate: foam_common::SqlState::InsufficientPrivilege });
+        }
         if name == EXCHANGE_BATCH_ROWS {
             self.set_exchange_batch_rows(&value)?;
         } else if name == EXCHANGE_BATCH_BYTES {
@@ -1172,11 +1235,53 @@ impl FoamSession {
         state.config_mut().options_mut().set("distributed.shuffle_batch_size", &batch_rows.to_string()).map_err(FoamError::from)
     }
 
+    /// The role statements run as: `SET ROLE`'s, else the session's.
+    fn current_user(&self) -> String {
+        self.role.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_else(|| self.session_user.clone())
+    }
+
+    /// Who the session's statements run as, by `catalog`'s roles.
+    fn acting(&self, catalog: &foam_catalog::Catalog) -> Acting {
+        Acting::of(catalog, &self.current_user(), self.insecure)
+    }
+
+    /// What EXPLAIN's `statement`, planned as `plan`, needs: what running it would.
+    fn explained_needs(&self, statement: &Statement, plan: &LogicalPlan) -> Vec<Need> {
+        [privileges::read_needs(statement, &self.node.catalog.current()), privileges::write_needs(plan)].concat()
+    }
+
+    /// Refuses with 42501 what the current role may not do.
+    fn check_privileges(&self, needs: &[Need]) -> FoamResult<()> {
+        if needs.is_empty() {
+            return Ok(());
+        }
+        let catalog = self.node.catalog.current();
+        privileges::check(needs, &catalog, &self.acting(&catalog))
+    }
+
+    /// `SET ROLE name` (`None`: `RESET ROLE`, `SET ROLE NONE`). As in
+    /// PostgreSQL, a session whose own role is a superuser may take any
+    /// role, any other only its own (FoamDB has no role membership). Unlike
+    /// PostgreSQL's, the change outlives a ROLLBACK of its block.
+    fn set_role(&self, name: Option<String>) -> FoamResult<()> {
+        if let Some(name) = &name {
+            let catalog = self.node.catalog.current();
+            if !catalog.roles.contains_key(name) {
+                return Err(FoamError::Query { message: format!("role \"{name}\" does not exist"), sqlstate: foam_common::SqlState::UndefinedObject });
+            }
+            if *name != self.session_user && Acting::of(&catalog, &self.session_user, self.insecure) != Acting::Superuser {
+                return Err(FoamError::Query { message: format!("permission denied to set role \"{name}\""), sqlstate: foam_common::SqlState::InsufficientPrivilege });
+            }
+        }
+        *self.role.lock().unwrap_or_else(|p| p.into_inner()) = name;
+        Ok(())
+    }
+
     /// Refuses a view that would reach itself through the views it reads
     /// (planning it would recurse forever).
     fn check_view_not_recursive(&self, name: &str, query: &datafusion::sql::sqlparser::ast::Query) -> FoamResult<()> {
         let catalog = self.node.catalog.current();
-        let mut pending: Vec<String> = relations_of(query);
+        let mut pending: Vec<String> = privileges::relations_of(query);
         let mut seen = std::collections::BTreeSet::new();
         while let Some(relation) = pending.pop() {
             if relation == name {
@@ -1192,7 +1297,7 @@ impl FoamSession {
                 && let Ok(statements) = Parser::parse_sql(&PostgreSqlDialect {}, &view.query_sql)
             {
                 for statement in &statements {
-                    pending.extend(relations_of(statement));
+                    pending.extend(privileges::relations_of(statement));
                 }
             }
         }
@@ -1283,7 +1388,9 @@ impl FoamSession {
         self.pass_execution_options()?;
         set_collect_metrics(&self.ctx, true);
         let planned = async {
-            let frame = self.ctx.execute_logical_plan(self.plan(statement).await?).await?;
+            let plan = self.plan(statement).await?;
+            self.check_privileges(&self.explained_needs(statement, &plan))?;
+            let frame = self.ctx.execute_logical_plan(plan).await?;
             let task_ctx = frame.task_ctx();
             Ok::<_, FoamError>((task_ctx, frame.create_physical_plan().await?))
         }
@@ -1308,7 +1415,9 @@ impl FoamSession {
     /// EXPLAIN shows the distributed plan (stages, tasks, and the nodes that
     /// run them) and every exchange between nodes, named by kind.
     async fn explain(&self, statement: &Statement) -> FoamResult<StatementOutput> {
-        let frame = self.ctx.execute_logical_plan(self.plan(statement).await?).await.map_err(FoamError::from)?;
+        let plan = self.plan(statement).await?;
+        self.check_privileges(&self.explained_needs(statement, &plan))?;
+        let frame = self.ctx.execute_logical_plan(plan).await.map_err(FoamError::from)?;
         let plan = frame.create_physical_plan().await.map_err(FoamError::from)?;
         let mut text = datafusion_distributed::display_plan_ascii(plan.as_ref(), false);
         let exchanges = crate::frontend::explain::exchanges(&plan);
@@ -1325,16 +1434,34 @@ impl FoamSession {
     }
 }
 
-/// Table and view names a statement reads (last name part, as FoamDB names them).
-fn relations_of<V: datafusion::sql::sqlparser::ast::Visit>(node: &V) -> Vec<String> {
-    let mut names = Vec::new();
-    let _ = datafusion::sql::sqlparser::ast::visit_relations(node, |name| {
-        if let Ok(name) = ddl::table_name(name) {
-            names.push(name);
+/// `RESET ROLE`, which FoamDB runs (DataFusion resets its own settings).
+fn is_reset_role(statement: &Statement) -> bool {
+    use datafusion::sql::sqlparser::ast::Reset;
+    matches!(statement, Statement::Reset(reset) if matches!(&reset.reset, Reset::ConfigurationParameter(name) if name.to_string().eq_ignore_ascii_case(ROLE_SETTING)))
+}
+
+/// What running a statement of `kind` needs of its role, given what a
+/// planned statement reads; `reads_table` says whether an UPDATE or DELETE
+/// reads its table's columns.
+fn needs_of(kind: &Kind, reads: &[Need], reads_table: bool) -> Vec<Need> {
+    use foam_catalog::privileges::Privilege;
+    match kind {
+        Kind::Plan { write: Some(PlanWrite::Modify(modify)), .. } => {
+            let privilege = match modify {
+                crate::frontend::modify::Modify::Delete { .. } => Privilege::Delete,
+                crate::frontend::modify::Modify::Update { .. } => Privilege::Update,
+                crate::frontend::modify::Modify::Truncate { .. } => Privilege::Truncate,
+            };
+            privileges::modify_needs(reads.to_vec(), modify.table(), privilege, reads_table)
         }
-        std::ops::ControlFlow::<()>::Continue(())
-    });
-    names
+        Kind::Plan { plan, .. } => [reads.to_vec(), privileges::write_needs(plan)].concat(),
+        Kind::Own(statement, _) => privileges::own_needs(statement),
+        Kind::Catalog { command, .. } => privileges::command_needs(command),
+        Kind::CopyOut { query, .. } => query.needs.clone(),
+        Kind::AddKey { table, .. } => vec![Need::Owner(table.clone())],
+        Kind::Checkpoint => vec![Need::Superuser("CHECKPOINT")],
+        Kind::Maintenance { .. } | Kind::Empty => Vec::new(),
+    }
 }
 
 /// A planned statement with its `$n` parameter values filled in.

@@ -113,7 +113,10 @@ enum Call<'a> {
 }
 
 enum Keyword {
+    /// `current_user`, `current_role`, `user`: the role statements run as.
     Role,
+    /// `session_user`: the role the client connected as.
+    SessionUser,
     Database,
     Schema,
 }
@@ -144,7 +147,8 @@ fn call_of(expr: &Expr) -> Option<(String, Call<'_>)> {
 
 fn keyword(word: &str) -> Option<Keyword> {
     match word {
-        "current_user" | "session_user" | "current_role" | "user" => Some(Keyword::Role),
+        "current_user" | "current_role" | "user" => Some(Keyword::Role),
+        "session_user" => Some(Keyword::SessionUser),
         "current_catalog" => Some(Keyword::Database),
         "current_schema" => Some(Keyword::Schema),
         _ => None,
@@ -156,7 +160,12 @@ fn value_of(call: Call<'_>, settings: &dyn SessionSettings) -> FoamResult<Option
     match call {
         Call::CurrentSetting(args) => current_setting(&literal_args(args, "current_setting")?, settings),
         Call::SetConfig(args) => set_config(&literal_args(args, "set_config")?, settings),
-        Call::Keyword(Keyword::Role) => settings.get(SESSION_AUTHORIZATION).map(Some),
+        // `SET ROLE`'s role, else the session's.
+        Call::Keyword(Keyword::Role) => match settings.get("role") {
+            Ok(role) if role != "none" => Ok(Some(role)),
+            _ => settings.get(SESSION_AUTHORIZATION).map(Some),
+        },
+        Call::Keyword(Keyword::SessionUser) => settings.get(SESSION_AUTHORIZATION).map(Some),
         Call::Keyword(Keyword::Database) => Ok(Some(DATABASE_NAME.to_string())),
         Call::Keyword(Keyword::Schema) => Ok(Some(SCHEMA_NAME.to_string())),
     }

@@ -180,6 +180,9 @@ impl StatementTokens {
         if words.len() >= 2 && keyword_is(words[0], "alter") && keyword_is(words[1], "cluster") {
             return cluster_command(&words).map(FoamStatement::AlterCluster);
         }
+        if roles::is_role_membership(&words) {
+            return Err(FoamError::FeatureNotSupported { feature: "GRANT or REVOKE of role membership (grant privileges on tables instead)".into() });
+        }
         let is_role = roles::is_role_statement(&words);
         let is_copy = keyword_is(words[0], "copy");
         let mut tokens = self.tokens;
