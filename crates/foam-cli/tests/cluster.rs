@@ -1736,3 +1736,20 @@ async fn mutated_protocol_messages_never_take_the_node_down() {
     assert_eq!(scalar(&fresh, "SELECT count(*) FROM fuzzed WHERE k IN (1, 7)").await, "2");
 }
 
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discard_all_drops_the_protocols_prepared_statements() {
+    let cluster = Cluster::start(1);
+    let client = cluster.client(0).await;
+    let code = |error: tokio_postgres::Error| error.code().map(|c| c.code().to_string());
+    for reset in ["DISCARD ALL", "DEALLOCATE ALL"] {
+        let statement = client.prepare("SELECT 1::INT").await.unwrap();
+        assert_eq!(client.query_one(&statement, &[]).await.unwrap().get::<_, i32>(0), 1);
+        client.batch_execute(reset).await.unwrap();
+        // As in PostgreSQL: the statement is gone (a pooled connection's
+        // next client cannot run the last one's), the connection is not.
+        assert_eq!(client.query_one(&statement, &[]).await.err().and_then(code).as_deref(), Some("26000"), "{reset}");
+        let again = client.prepare("SELECT 2::INT").await.unwrap();
+        assert_eq!(client.query_one(&again, &[]).await.unwrap().get::<_, i32>(0), 2);
+    }
+}

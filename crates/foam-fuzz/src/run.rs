@@ -149,8 +149,8 @@ pub struct Report {
 enum Verdict {
     Agree,
     BothFailed {
-        /// FoamDB's error was an internal one (XX000).
-        internal: bool,
+        /// FoamDB's error, when it was an internal one (XX000).
+        internal: Option<String>,
     },
     TimedOut,
     /// The reference cannot run the query (see [`reference_lacks`]).
@@ -199,7 +199,9 @@ impl Bench<'_> {
             // Both failing is no difference, even when FoamDB's error is an
             // internal one: the reference, which runs no FoamDB code, has the
             // same bug (DataFusion's), and the run counts these apart.
-            (Outcome::Error(..), Outcome::Error(..)) => Verdict::BothFailed { internal: actual.is_internal_error() },
+            (Outcome::Error(..), Outcome::Error(_, message)) => {
+                Verdict::BothFailed { internal: actual.is_internal_error().then(|| message.clone()) }
+            }
             (Outcome::Rows(_), Outcome::Error(state, message)) => Verdict::Differ(Kind::FoamError(signature(state, message)), message.clone()),
             (Outcome::Error(_, message), Outcome::Rows(_)) => Verdict::Differ(Kind::ReferenceError, message.clone()),
             (Outcome::Rows(want), Outcome::Rows(got)) => match difference(want, got, &types, query.ordered) {
@@ -355,7 +357,11 @@ pub async fn run(config: &FuzzConfig, mut progress: impl FnMut(&str)) -> Result<
                 Verdict::Agree => report.compared += 1,
                 Verdict::BothFailed { internal } => {
                     report.both_failed += 1;
-                    report.both_failed_internal += u64::from(internal);
+                    if let Some(message) = internal {
+                        // Not a difference, but an error no user should see.
+                        progress(&format!("seed {seed} query {index}: both failed, FoamDB with an internal error: {message}\n  {}", query.sql));
+                        report.both_failed_internal += 1;
+                    }
                 }
                 Verdict::TimedOut => report.timed_out += 1,
                 Verdict::Unjudged => report.reference_unsupported += 1,

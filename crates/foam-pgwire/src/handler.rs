@@ -17,7 +17,7 @@ use pgwire::api::copy::CopyHandler;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{CopyResponse, FieldInfo, QueryResponse, Response, Tag};
-use pgwire::api::stmt::QueryParser;
+use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionManager, PgWireServerHandlers, Type};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
@@ -25,7 +25,7 @@ use pgwire::messages::PgWireBackendMessage;
 use pgwire::api::store::Entry;
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use pgwire::messages::data::{NoData, ParameterDescription};
-use pgwire::messages::extendedquery::{Describe, TARGET_TYPE_BYTE_STATEMENT};
+use pgwire::messages::extendedquery::{Describe, Parse, ParseComplete, TARGET_TYPE_BYTE_STATEMENT};
 use pgwire::types::format::FormatOptions;
 use tokio::net::TcpListener;
 
@@ -148,6 +148,30 @@ impl Drop for PendingCopy {
     }
 }
 
+/// The names of the protocol's prepared statements on this connection:
+/// pgwire keeps the statements where they cannot be listed, and `DISCARD
+/// ALL` and `DEALLOCATE ALL` drop every one.
+#[derive(Default)]
+struct StatementNames(Mutex<std::collections::BTreeSet<String>>);
+
+/// After `DISCARD ALL` or `DEALLOCATE ALL` (the session did its part):
+/// drops the connection's protocol statements and portals, as PostgreSQL
+/// does, so a pooled connection's next client finds none of the last one's.
+fn forget_statements<C>(client: &C, output: &StatementOutput)
+where
+    C: ClientInfo + ClientPortalStore,
+    C::PortalStore: PortalStore,
+{
+    if !matches!(output, StatementOutput::Command { tag, .. } if tag == "DISCARD ALL" || tag == "DEALLOCATE ALL") {
+        return;
+    }
+    let names = client.session_extensions().get_or_insert_with(StatementNames::default);
+    for name in std::mem::take(&mut *names.0.lock().unwrap_or_else(|p| p.into_inner())) {
+        client.portal_store().rm_statement(&name);
+    }
+    client.portal_store().clear_portals();
+}
+
 /// A connection's pending COPY, if any.
 #[derive(Default)]
 struct CopyState(Mutex<Option<PendingCopy>>);
@@ -238,7 +262,10 @@ impl SimpleQueryHandler for FoamPgHandler {
         let results = std::panic::AssertUnwindSafe(session.execute_all(query, cancel)).catch_unwind().await;
         let results = results.unwrap_or_else(|payload| vec![Err(statement_panicked(payload.as_ref()))]);
         for result in results {
-            let response = result.map_err(|e| user_error(&e)).and_then(|o| self.respond(client, o, &Format::UnifiedText));
+            let response = result.map_err(|e| user_error(&e)).and_then(|output| {
+                forget_statements(client, &output);
+                self.respond(client, output, &Format::UnifiedText)
+            });
             match response {
                 Ok(response) => responses.push(response),
                 Err(PgWireError::UserError(info)) => {
@@ -321,6 +348,24 @@ impl ExtendedQueryHandler for FoamPgHandler {
         })
     }
 
+    /// pgwire's Parse, with the statement's name kept for `DISCARD ALL`.
+    async fn on_parse<C>(&self, client: &mut C, message: Parse) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.clone().unwrap_or_else(|| pgwire::api::DEFAULT_NAME.to_owned());
+        match StoredStatement::parse(client, &message, self.query_parser()).await? {
+            Some(statement) => client.portal_store().put_statement(Arc::new(statement)),
+            None => client.portal_store().put_empty_statement(&name),
+        }
+        client.session_extensions().get_or_insert_with(StatementNames::default).0.lock().unwrap_or_else(|p| p.into_inner()).insert(name);
+        client.send(PgWireBackendMessage::ParseComplete(ParseComplete::new())).await?;
+        Ok(())
+    }
+
     /// Describe of a statement that returns no rows (INSERT, UPDATE, SET ...)
     /// answers its ParameterDescription and NoData, as PostgreSQL does.
     /// pgwire 0.41 sends NoData only when the statement also has no
@@ -375,6 +420,7 @@ impl ExtendedQueryHandler for FoamPgHandler {
             .await
             .unwrap_or_else(|payload| Err(statement_panicked(payload.as_ref())))
             .map_err(|e| user_error(&e))?;
+        forget_statements(client, &output);
         self.respond(client, output, &portal.result_column_format)
     }
 }

@@ -33,6 +33,10 @@ use foam_common::{FoamError, FoamResult, SqlState};
 use crate::frontend::ddl;
 use crate::frontend::setting_functions::{DATABASE_NAME, SCHEMA_NAME};
 
+/// System tables only a superuser reads: their digests read every row of
+/// every copy of every partition.
+const SUPERUSER_SYSTEM_TABLES: &[&str] = &["foam_partition_digests"];
+
 /// One thing a statement needs of its role.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Need {
@@ -80,12 +84,58 @@ pub fn read_needs(statement: &Statement, catalog: &Catalog) -> Vec<Need> {
         Statement::Insert(insert) => insert.source.as_ref().map(relations_of).unwrap_or_default(),
         other => relations_of(other),
     };
-    let needs: BTreeSet<Need> = relations
-        .into_iter()
-        .filter(|relation| catalog.acl(relation).is_some())
-        .map(|relation| Need::Privilege { relation, privilege: Privilege::Select })
-        .collect();
+    let mut needs = names_read(relations, catalog);
+    if calls_function(statement, crate::catalog::system_tables::ClusterStatsReset::NAME) {
+        needs.insert(Need::Superuser("reset the cluster's statistics"));
+    }
     needs.into_iter().collect()
+}
+
+/// SELECT on each of `relations` the catalog has; superuser for the
+/// system tables that read every row of every table.
+fn names_read(relations: Vec<String>, catalog: &Catalog) -> BTreeSet<Need> {
+    let mut needs = BTreeSet::new();
+    for relation in relations {
+        if SUPERUSER_SYSTEM_TABLES.contains(&relation.as_str()) && catalog.acl(&relation).is_none() {
+            needs.insert(Need::Superuser("read the digests of every partition (foam_partition_digests)"));
+        } else if catalog.acl(&relation).is_some() {
+            needs.insert(Need::Privilege { relation, privilege: Privilege::Select });
+        }
+    }
+    needs
+}
+
+/// What an UPDATE, DELETE or TRUNCATE reads, from the statement as the
+/// client wrote it: SELECT on what its WHERE clause and SET values name
+/// (subqueries included, its own table too), and SELECT on its table when
+/// it reads its columns.
+pub fn modify_read_needs(statement: &Statement, table: &str, catalog: &Catalog) -> Vec<Need> {
+    let mut relations = Vec::new();
+    match statement {
+        Statement::Update(update) => {
+            relations.extend(update.selection.as_ref().map(relations_of).unwrap_or_default());
+            for assignment in &update.assignments {
+                relations.extend(relations_of(&assignment.value));
+            }
+        }
+        Statement::Delete(delete) => relations.extend(delete.selection.as_ref().map(relations_of).unwrap_or_default()),
+        _ => {}
+    }
+    if modify_reads_table(statement) {
+        relations.push(table.to_string());
+    }
+    names_read(relations, catalog).into_iter().collect()
+}
+
+/// Whether `statement` calls the function `name` anywhere.
+fn calls_function(statement: &Statement, name: &str) -> bool {
+    visit_expressions(statement, |expr| match expr {
+        Expr::Function(function) if function.name.0.last().and_then(|p| p.as_ident()).is_some_and(|i| i.value.eq_ignore_ascii_case(name)) => {
+            ControlFlow::Break(())
+        }
+        _ => ControlFlow::Continue(()),
+    })
+    .is_break()
 }
 
 /// What the writes `plan` ends in need: the privilege of each.
@@ -112,18 +162,6 @@ pub fn write_needs(plan: &LogicalPlan) -> Vec<Need> {
         Ok(TreeNodeRecursion::Continue)
     });
     needs.into_iter().collect()
-}
-
-/// What an UPDATE, DELETE or TRUNCATE of `table` needs, given the needs of
-/// the query of the rows it changes (which reads `table`): that query's
-/// SELECT on `table` only when the statement reads `table`'s columns.
-pub fn modify_needs(query_needs: Vec<Need>, table: &str, privilege: Privilege, reads_table: bool) -> Vec<Need> {
-    let mut needs: Vec<Need> = query_needs
-        .into_iter()
-        .filter(|need| reads_table || !matches!(need, Need::Privilege { relation, privilege: Privilege::Select } if relation == table))
-        .collect();
-    needs.push(Need::Privilege { relation: table.to_string(), privilege });
-    needs
 }
 
 /// Whether an UPDATE or DELETE reads its table's columns: it has a WHERE
@@ -315,8 +353,9 @@ pub fn grant_command(statement: &Statement, catalog: &Catalog) -> FoamResult<Opt
             for schema in schemas {
                 check_schema(schema)?;
             }
+            // As in PostgreSQL, ALL TABLES takes views too.
             let names = match objects {
-                GrantObjects::AllTablesInSchema { .. } => catalog.tables.keys().cloned().collect(),
+                GrantObjects::AllTablesInSchema { .. } => catalog.tables.keys().chain(catalog.views.keys()).cloned().collect(),
                 _ => catalog.views.keys().cloned().collect(),
             };
             GrantObject::Relations { names, privileges: relation_privileges(actions)? }
@@ -527,9 +566,16 @@ mod tests {
         assert!(!modify_reads_table(&parse("DELETE FROM t")));
         assert!(modify_reads_table(&parse("UPDATE t SET a = a + 1")));
         assert!(modify_reads_table(&parse("DELETE FROM t WHERE a = 1")));
-        let update = |reads| modify_needs(vec![select("t"), select("u")], "t", Privilege::Update, reads);
-        assert_eq!(update(false), vec![select("u"), Need::Privilege { relation: "t".into(), privilege: Privilege::Update }]);
-        assert_eq!(update(true).len(), 3);
+        // What they read is found in the statement: a subquery reading the
+        // table needs SELECT on it even where no column of it is set from.
+        let reads = |sql: &str| modify_read_needs(&parse(sql), "t", &catalog);
+        assert_eq!(reads("UPDATE t SET a = 1"), vec![]);
+        assert_eq!(reads("UPDATE t SET a = (SELECT count(*) FROM t)"), vec![select("t")]);
+        assert_eq!(reads("UPDATE t SET a = (SELECT 1 FROM u LIMIT 1)"), vec![select("u")]);
+        assert_eq!(reads("DELETE FROM t WHERE a IN (SELECT a FROM u)"), vec![select("t"), select("u")]);
+        assert_eq!(reads("SELECT * FROM foam_partition_digests"), vec![]);
+        assert_eq!(needs("SELECT * FROM foam_partition_digests"), vec![Need::Superuser("read the digests of every partition (foam_partition_digests)")]);
+        assert_eq!(needs("SELECT foam_cluster_stats_reset()"), vec![Need::Superuser("reset the cluster's statistics")]);
     }
 
     #[test]
@@ -547,7 +593,7 @@ mod tests {
         else {
             panic!()
         };
-        assert_eq!((names.len(), privileges.len()), (2, 5));
+        assert_eq!((names.len(), privileges.len()), (3, 5), "tables t and u and view v");
         assert!(matches!(command("GRANT CREATE ON DATABASE foam TO bob"), Ok(Some((CatalogCommand::Grant { object: GrantObject::Create, .. }, _)))));
         assert!(matches!(
             command("GRANT USAGE ON SCHEMA public TO bob"),

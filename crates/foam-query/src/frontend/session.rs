@@ -17,7 +17,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::Statement as DataFusionStatement;
 use datafusion::sql::sqlparser::ast::{
-    CopyLegacyOption, CopyOption, CopySource, CopyTarget, Expr, ObjectType, Set, Statement, Value,
+    CopyLegacyOption, CopyOption, CopySource, CopyTarget, DiscardObject, Expr, ObjectType, Set, Statement, Value,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -244,12 +244,20 @@ fn check_exchange_compression(set: &Set) -> FoamResult<()> {
 /// (`temp_directory`).
 const NODE_SETTINGS_PREFIX: &str = "datafusion.runtime";
 
-/// Refuses a `SET` or `RESET` of a node's setting with 42501.
+/// DataFusion settings that would make a name resolve otherwise than as
+/// PostgreSQL resolves it (and otherwise than privileges are checked).
+const NAME_RESOLUTION_SETTINGS: [&str; 2] = ["datafusion.sql_parser.enable_ident_normalization", "datafusion.catalog."];
+
+/// Refuses a `SET` or `RESET` of a node's setting with 42501, and of a
+/// name-resolution setting with 0A000.
 fn check_not_node_setting(statement: &Statement) -> FoamResult<()> {
     let text = match statement {
         Statement::Set(_) | Statement::Reset(_) => statement.to_string().to_lowercase(),
         _ => return Ok(()),
     };
+    if let Some(setting) = NAME_RESOLUTION_SETTINGS.iter().find(|s| text.contains(*s)) {
+        return Err(FoamError::FeatureNotSupported { feature: format!("changing {setting}* (FoamDB resolves names as PostgreSQL does)") });
+    }
     if text.contains(NODE_SETTINGS_PREFIX) {
         return Err(FoamError::InsufficientPrivilege {
             message: format!("{NODE_SETTINGS_PREFIX}.* settings belong to the node (its memory pool and spill directory); a session may not change them"),
@@ -315,6 +323,15 @@ pub struct FoamSession {
     /// The node lets anyone connect as anyone (`--insecure`): a name no
     /// role has acts as a superuser.
     insecure: bool,
+    /// The client settings and DataFusion's options the session started
+    /// with, which `RESET ALL` and `DISCARD ALL` go back to.
+    initial_settings: BTreeMap<String, String>,
+    initial_options: datafusion::config::ConfigOptions,
+    /// SQL-level prepared statements (`PREPARE name AS ...`), which
+    /// DataFusion keeps where they cannot be listed, by normalized name: the
+    /// name as written (`DEALLOCATE ALL` deallocates each) and what an
+    /// EXECUTE of it needs of its role.
+    sql_prepared: Mutex<BTreeMap<String, (String, Vec<Need>)>>,
 }
 
 impl crate::frontend::setting_functions::SessionSettings for FoamSession {
@@ -362,9 +379,13 @@ impl FoamSession {
             (STATEMENT_TIMEOUT.to_string(), show_statement_timeout(0)),
             (crate::frontend::setting_functions::SESSION_AUTHORIZATION.to_string(), user.to_string()),
         ]);
+        let initial_options = ctx.state().config().options().as_ref().clone();
         FoamSession {
             node,
             ctx,
+            initial_settings: settings.clone(),
+            initial_options,
+            sql_prepared: Default::default(),
             settings: Mutex::new(settings),
             block: Mutex::new(Block::Idle),
             open,
@@ -463,7 +484,7 @@ impl FoamSession {
     async fn prepare_tokens(&self, tokens: StatementTokens) -> FoamResult<PreparedStatement> {
         self.node.catalog.refresh().await?;
         let text = tokens.text.clone();
-        let prepared = |kind: Kind| Ok(PreparedStatement { needs: needs_of(&kind, &[], false), text: text.clone(), kind });
+        let prepared = |kind: Kind| Ok(PreparedStatement { needs: needs_of(&kind, &[]), text: text.clone(), kind });
         let recursion_limit = self.ctx.state().config().options().sql_parser.recursion_limit.get();
         let (mut statement, distribution) = match tokens.parse(recursion_limit)? {
             FoamStatement::Empty => return prepared(Kind::Empty),
@@ -496,6 +517,12 @@ impl FoamSession {
         if let Some((command, tag)) = privileges::grant_command(&statement, &self.node.catalog.current())? {
             return prepared(Kind::Catalog { command, tag });
         }
+        // EXPLAIN runs what DataFusion plans as a statement (SET, DDL).
+        if let Statement::Explain { statement: explained, .. } = &*statement
+            && !matches!(**explained, Statement::Query(_) | Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_))
+        {
+            return Err(FoamError::FeatureNotSupported { feature: "EXPLAIN of a statement other than SELECT, INSERT, UPDATE or DELETE".into() });
+        }
         let own = matches!(
             *statement,
             Statement::CreateTable(_)
@@ -509,23 +536,18 @@ impl FoamSession {
                 | Statement::ReleaseSavepoint { .. }
                 | Statement::Explain { .. }
         ) || matches!(&*statement, Statement::Truncate(truncate) if truncate.table_names.len() > 1)
-            || is_reset_role(&statement)
+            || is_reset_of_foams(&statement)
+            || matches!(*statement, Statement::Discard { .. })
+            || is_deallocate_all(&statement)
             || self.is_client_setting(&statement);
         if own {
             return prepared(Kind::Own(statement, distribution));
         }
-        let reads_table = privileges::modify_reads_table(&statement);
-        let modify = crate::frontend::modify::as_query(&statement, &self.node.catalog.current())?;
+        let catalog = self.node.catalog.current();
+        let modify = crate::frontend::modify::as_query(&statement, &catalog)?;
+        let modify_reads = modify.as_ref().map(|(_, modify)| privileges::modify_read_needs(&statement, modify.table(), &catalog));
         if let Some((query, _)) = &modify {
             *statement = query.clone();
-        }
-        // PostgreSQL's DEALLOCATE ALL also drops the protocol's prepared
-        // statements, which pgwire keeps where FoamDB cannot list them.
-        if let Statement::Deallocate { name, .. } = &*statement
-            && name.quote_style.is_none()
-            && name.value.eq_ignore_ascii_case("all")
-        {
-            return Err(FoamError::FeatureNotSupported { feature: "DEALLOCATE ALL (deallocate each statement by name)".into() });
         }
         if let Statement::AlterTable(_) = *statement {
             let (table, if_exists, key) = crate::frontend::ddl::alter_table_key(&statement)?;
@@ -538,7 +560,17 @@ impl FoamSession {
         if let Statement::Set(set) = &*statement {
             check_exchange_compression(set)?;
         }
-        let catalog_version = self.node.catalog.current().version;
+        let catalog_version = catalog.version;
+        let reads = match (modify_reads, &*statement) {
+            (Some(reads), _) => reads,
+            (None, Statement::Prepare { statement: prepared, .. }) => privileges::read_needs(prepared, &catalog),
+            (None, statement) => privileges::read_needs(statement, &catalog),
+        };
+        // set_config takes effect as the statement is planned: a statement
+        // its role may not run must not get that far.
+        if crate::frontend::setting_functions::calls_set_config(&statement) {
+            self.check_privileges(&reads)?;
+        }
         let plan = self.plan(&statement).await?;
         if let LogicalPlan::Ddl(_) = plan {
             return Err(FoamError::FeatureNotSupported { feature: format!("\"{text}\"") });
@@ -547,9 +579,21 @@ impl FoamSession {
             Some((_, modify)) => Some(PlanWrite::Modify(modify)),
             None => matches!(plan, LogicalPlan::Dml(_)).then_some(PlanWrite::Insert),
         };
-        let reads = privileges::read_needs(&statement, &self.node.catalog.current());
+        let mut reads = reads;
+        if let Statement::Execute { name: Some(name), .. } = &*statement
+            && let Ok(name) = ddl::table_name(name)
+            && let Some((_, needs)) = self.sql_prepared.lock().unwrap_or_else(|p| p.into_inner()).get(&name)
+        {
+            reads.extend(needs.iter().cloned());
+        }
         let kind = Kind::Plan { statement, plan, write, catalog_version };
-        let needs = needs_of(&kind, &reads, reads_table);
+        let needs = needs_of(&kind, &reads);
+        if let Kind::Plan { statement, .. } = &kind
+            && let Statement::Prepare { name, .. } = &**statement
+        {
+            let entry = (name.to_string(), needs.clone());
+            self.sql_prepared.lock().unwrap_or_else(|p| p.into_inner()).insert(ddl::normalize_ident(&name.value, name.quote_style), entry);
+        }
         match copy_out {
             Some(options) => prepared(Kind::CopyOut { query: Box::new(PreparedStatement { text: text.clone(), kind, needs }), options }),
             None => Ok(PreparedStatement { text, kind, needs }),
@@ -1024,6 +1068,9 @@ impl FoamSession {
         match statement {
             Statement::CreateTable(_) => {
                 let mut create = ddl::create_table_command(statement, distribution.clone())?;
+                if let CatalogCommand::CreateTable { name, .. } = &create {
+                    check_not_system_table(name)?;
+                }
                 if let CatalogCommand::CreateTable { owner, .. } = &mut create {
                     *owner = Some(self.current_user());
                 }
@@ -1037,6 +1084,7 @@ impl FoamSession {
             }
             Statement::CreateView(view) => {
                 let name = ddl::table_name(&view.name)?;
+                check_not_system_table(&name)?;
                 if !view.columns.is_empty() {
                     return Err(FoamError::FeatureNotSupported { feature: "CREATE VIEW with a column list".into() });
                 }
@@ -1110,9 +1158,37 @@ impl FoamSession {
             Statement::Set(Set::SetSessionAuthorization(_)) => {
                 Err(FoamError::FeatureNotSupported { feature: "SET SESSION AUTHORIZATION (use SET ROLE)".into() })
             }
+            Statement::Reset(reset) if matches!(reset.reset, datafusion::sql::sqlparser::ast::Reset::ALL) => {
+                self.reset_all();
+                command("RESET")
+            }
             Statement::Reset(_) => {
                 self.set_role(None)?;
                 command("RESET")
+            }
+            Statement::Deallocate { .. } => {
+                self.deallocate_all().await;
+                command("DEALLOCATE ALL")
+            }
+            // No plan is cached between statements, and FoamDB has neither
+            // temporary tables nor sequences: those have nothing to discard.
+            Statement::Discard { object_type: DiscardObject::PLANS } => command("DISCARD PLANS"),
+            Statement::Discard { object_type: DiscardObject::TEMP } => command("DISCARD TEMP"),
+            Statement::Discard { object_type: DiscardObject::SEQUENCES } => command("DISCARD SEQUENCES"),
+            Statement::Discard { object_type: DiscardObject::ALL } => {
+                if *self.block() != Block::Idle {
+                    return Err(FoamError::Query {
+                        message: "DISCARD ALL cannot run inside a transaction block".into(),
+                        sqlstate: foam_common::SqlState::ActiveSqlTransaction,
+                    });
+                }
+                // As PostgreSQL's: SET SESSION AUTHORIZATION DEFAULT, RESET
+                // ALL, DEALLOCATE ALL (the protocol's statements go in
+                // foam-pgwire, which sees this command's tag).
+                self.set_role(None)?;
+                self.reset_all();
+                self.deallocate_all().await;
+                command("DISCARD ALL")
             }
             Statement::Set(set) => {
                 if let Some((name, value)) = set_name_and_value(set) {
@@ -1161,7 +1237,7 @@ impl FoamSession {
     /// plan: FoamDB's own, checked, and the client's, kept for `SHOW`.
     fn set_setting(&self, name: String, value: String) -> FoamResult<()> {
         if name == ROLE_SETTING {
-            return self.set_role(Some(value).filter(|v| !v.eq_ignore_ascii_case("none")));
+            return self.set_role(Some(value).filter(|v| !v.eq_ignore_ascii_case("none") && !v.eq_ignore_ascii_case("default")));
         }
         if name == crate::frontend::setting_functions::SESSION_AUTHORIZATION || name == "is_superuser" {
             return Err(FoamError::Query { message: format!("parameter \"{name}\" cannot be set (use SET ROLE)"), sqlstate: foam_common::SqlState::InsufficientPrivilege });
@@ -1233,6 +1309,23 @@ impl FoamSession {
         let state = self.ctx.state_ref();
         let mut state = state.write();
         state.config_mut().options_mut().set("distributed.shuffle_batch_size", &batch_rows.to_string()).map_err(FoamError::from)
+    }
+
+    /// `RESET ALL`: every setting back to what the session started with
+    /// (the role stays, as in PostgreSQL).
+    fn reset_all(&self) {
+        *self.settings.lock().unwrap_or_else(|p| p.into_inner()) = self.initial_settings.clone();
+        let state = self.ctx.state_ref();
+        *state.write().config_mut().options_mut() = self.initial_options.clone();
+    }
+
+    /// Deallocates every SQL-level prepared statement.
+    async fn deallocate_all(&self) {
+        let names = std::mem::take(&mut *self.sql_prepared.lock().unwrap_or_else(|p| p.into_inner()));
+        for (name, _) in names.into_values() {
+            // One already deallocated by name is gone: its error is moot.
+            let _ = self.ctx.sql(&format!("DEALLOCATE {name}")).await;
+        }
     }
 
     /// The role statements run as: `SET ROLE`'s, else the session's.
@@ -1434,16 +1527,35 @@ impl FoamSession {
     }
 }
 
-/// `RESET ROLE`, which FoamDB runs (DataFusion resets its own settings).
-fn is_reset_role(statement: &Statement) -> bool {
+/// `RESET ROLE` and `RESET ALL`, which FoamDB runs (DataFusion resets its
+/// own settings one by one).
+fn is_reset_of_foams(statement: &Statement) -> bool {
     use datafusion::sql::sqlparser::ast::Reset;
-    matches!(statement, Statement::Reset(reset) if matches!(&reset.reset, Reset::ConfigurationParameter(name) if name.to_string().eq_ignore_ascii_case(ROLE_SETTING)))
+    match statement {
+        Statement::Reset(reset) => match &reset.reset {
+            Reset::ALL => true,
+            Reset::ConfigurationParameter(name) => name.to_string().eq_ignore_ascii_case(ROLE_SETTING),
+        },
+        _ => false,
+    }
+}
+
+/// Refuses a table or view named as a system table, which it would hide.
+fn check_not_system_table(name: &str) -> FoamResult<()> {
+    if crate::catalog::system_tables::NAMES.contains(&name) {
+        return Err(FoamError::DuplicateTable { name: name.to_string() });
+    }
+    Ok(())
+}
+
+/// `DEALLOCATE [PREPARE] ALL`.
+fn is_deallocate_all(statement: &Statement) -> bool {
+    matches!(statement, Statement::Deallocate { name, .. } if name.quote_style.is_none() && name.value.eq_ignore_ascii_case("all"))
 }
 
 /// What running a statement of `kind` needs of its role, given what a
-/// planned statement reads; `reads_table` says whether an UPDATE or DELETE
-/// reads its table's columns.
-fn needs_of(kind: &Kind, reads: &[Need], reads_table: bool) -> Vec<Need> {
+/// planned statement reads.
+fn needs_of(kind: &Kind, reads: &[Need]) -> Vec<Need> {
     use foam_catalog::privileges::Privilege;
     match kind {
         Kind::Plan { write: Some(PlanWrite::Modify(modify)), .. } => {
@@ -1452,7 +1564,7 @@ fn needs_of(kind: &Kind, reads: &[Need], reads_table: bool) -> Vec<Need> {
                 crate::frontend::modify::Modify::Update { .. } => Privilege::Update,
                 crate::frontend::modify::Modify::Truncate { .. } => Privilege::Truncate,
             };
-            privileges::modify_needs(reads.to_vec(), modify.table(), privilege, reads_table)
+            [reads.to_vec(), vec![Need::Privilege { relation: modify.table().to_string(), privilege }]].concat()
         }
         Kind::Plan { plan, .. } => [reads.to_vec(), privileges::write_needs(plan)].concat(),
         Kind::Own(statement, _) => privileges::own_needs(statement),

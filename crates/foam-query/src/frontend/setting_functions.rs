@@ -42,6 +42,16 @@ pub trait SessionSettings {
     fn in_block(&self) -> bool;
 }
 
+/// Whether `statement` calls `set_config`, which changes a setting as the
+/// statement is planned.
+pub fn calls_set_config(statement: &Statement) -> bool {
+    datafusion::sql::sqlparser::ast::visit_expressions(statement, |expr| match call_of(expr) {
+        Some((_, Call::SetConfig(_))) => ControlFlow::Break(()),
+        _ => ControlFlow::Continue(()),
+    })
+    .is_break()
+}
+
 /// Replaces every `current_setting` and `set_config` call in `statement`
 /// by its result, applying `set_config`'s change on the way.
 pub fn evaluate(statement: &mut Statement, settings: &dyn SessionSettings) -> FoamResult<()> {
