@@ -19,8 +19,12 @@
 //! DataFusion's planner builds exactly that join for the set operations and
 //! nothing else, before any optimizer rule runs: a semi or anti join with
 //! NULLs equal, a key pair for each column in order and no other
-//! condition. Without `ALL` the left side is made distinct first, where one
-//! copy is all there is: such joins are left as they are.
+//! condition. Where the two sides' types differ, type coercion has cast
+//! the keys to a common type: each side's copies are numbered among the
+//! rows with equal keys as compared, casts included (a NULL on one side
+//! and a cast NULL on the other were missed, so every copy was kept).
+//! Without `ALL` the left side is made distinct first, where one copy is
+//! all there is: such joins are left as they are.
 
 use std::sync::Arc;
 
@@ -63,27 +67,35 @@ fn is_set_operation_all(join: &Join) -> bool {
         && !matches!(join.left.as_ref(), LogicalPlan::Distinct(_))
         && !columns.is_empty()
         && join.on.len() == columns.len()
-        && join.on.iter().zip(&columns).all(|((left, right), column)| {
-            matches!(left, Expr::Column(c) if c.name == column.name) && matches!(right, Expr::Column(_))
-        })
+        && join.on.iter().zip(&columns).all(|((left, _), column)| key_column(left).is_some_and(|c| c.name == column.name))
+}
+
+/// The column a join key compares, under the casts type coercion adds.
+fn key_column(key: &Expr) -> Option<&Column> {
+    match key {
+        Expr::Column(column) => Some(column),
+        Expr::Cast(cast) => key_column(&cast.expr),
+        Expr::TryCast(cast) => key_column(&cast.expr),
+        _ => None,
+    }
 }
 
 /// The join on every column and the copies' numbers, with the left side's
 /// columns only.
 fn numbered_join(join: &Join) -> Result<LogicalPlan> {
     let columns: Vec<Expr> = join.left.schema().columns().into_iter().map(Expr::Column).collect();
-    let left = numbered(&join.left, LEFT_COPY)?;
-    let right = numbered(&join.right, RIGHT_COPY)?;
+    let left = numbered(&join.left, join.on.iter().map(|(key, _)| key.clone()).collect(), LEFT_COPY)?;
+    let right = numbered(&join.right, join.on.iter().map(|(_, key)| key.clone()).collect(), RIGHT_COPY)?;
     let mut on = join.on.clone();
     on.push((Expr::Column(Column::from_name(LEFT_COPY)), Expr::Column(Column::from_name(RIGHT_COPY))));
     let joined = Join::try_new(Arc::new(left), Arc::new(right), on, None, join.join_type, JoinConstraint::On, NullEquality::NullEqualsNull, false)?;
     LogicalPlanBuilder::from(LogicalPlan::Join(joined)).project(columns)?.build()
 }
 
-/// `input` with each row's copy number among the rows equal to it.
-fn numbered(input: &Arc<LogicalPlan>, name: &str) -> Result<LogicalPlan> {
-    let columns: Vec<Expr> = input.schema().columns().into_iter().map(Expr::Column).collect();
-    let number = row_number().partition_by(columns).build()?.alias(name);
+/// `input` with each row's copy number among the rows whose `keys` (the
+/// join's, on this side) are equal to its own.
+fn numbered(input: &Arc<LogicalPlan>, keys: Vec<Expr>, name: &str) -> Result<LogicalPlan> {
+    let number = row_number().partition_by(keys).build()?.alias(name);
     LogicalPlanBuilder::from(Arc::clone(input)).window(vec![number])?.build()
 }
 
@@ -115,6 +127,11 @@ mod tests {
             ("SELECT a FROM r INTERSECT ALL SELECT a FROM l", &["1", "2", "2"]),
             ("SELECT a FROM r EXCEPT ALL SELECT a FROM l", &["2", "4"]),
             ("SELECT count(*) FROM (SELECT a FROM l INTERSECT ALL SELECT a FROM l) t", &["6"]),
+            // Sides of different types: the keys are cast (seed 53003 q55).
+            ("SELECT count(*) FROM (SELECT b FROM l INTERSECT ALL SELECT CAST(b AS DECIMAL(20,2)) FROM r) t", &["3"]),
+            ("SELECT count(*) FROM (SELECT b FROM l EXCEPT ALL SELECT CAST(b AS DECIMAL(20,2)) FROM r) t", &["3"]),
+            ("SELECT count(*) FROM (SELECT CAST(b AS DECIMAL(20,2)) FROM r INTERSECT ALL SELECT b FROM l) t", &["3"]),
+            ("SELECT count(*) FROM (SELECT b FROM l INTERSECT ALL SELECT CAST(NULL AS INT)) t", &["1"]),
         ];
         for (sql, expected) in cases {
             let got = answer(&ctx, sql).await;
