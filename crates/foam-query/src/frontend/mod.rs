@@ -5,6 +5,7 @@
 pub mod copy_statement;
 pub mod ddl;
 pub mod explain;
+pub mod grouping_sets;
 pub mod interrupt;
 pub mod modify;
 pub mod privileges;
