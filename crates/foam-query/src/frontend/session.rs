@@ -537,7 +537,7 @@ impl FoamSession {
                 | Statement::ReleaseSavepoint { .. }
                 | Statement::Explain { .. }
         ) || matches!(&*statement, Statement::Truncate(truncate) if truncate.table_names.len() > 1)
-            || is_reset_of_foams(&statement)
+            || is_reset_foamdb_runs(&statement)
             || matches!(*statement, Statement::Discard { .. })
             || is_deallocate_all(&statement)
             || self.is_client_setting(&statement);
@@ -589,12 +589,6 @@ impl FoamSession {
         }
         let kind = Kind::Plan { statement, plan, write, catalog_version };
         let needs = needs_of(&kind, &reads);
-        if let Kind::Plan { statement, .. } = &kind
-            && let Statement::Prepare { name, .. } = &**statement
-        {
-            let entry = (name.to_string(), needs.clone());
-            self.sql_prepared.lock().unwrap_or_else(|p| p.into_inner()).insert(ddl::normalize_ident(&name.value, name.quote_style), entry);
-        }
         match copy_out {
             Some(options) => prepared(Kind::CopyOut { query: Box::new(PreparedStatement { text: text.clone(), kind, needs }), options }),
             None => Ok(PreparedStatement { text, kind, needs }),
@@ -705,6 +699,15 @@ impl FoamSession {
             }
             _ => {
                 let result = self.run_admitted(prepared, params, interrupt).await;
+                // A PREPARE that ran (DataFusion refuses a name taken) is
+                // what an EXECUTE of its name runs: its needs go with it.
+                if result.is_ok()
+                    && let Kind::Plan { statement, .. } = &prepared.kind
+                    && let Statement::Prepare { name, .. } = &**statement
+                {
+                    let entry = (name.to_string(), prepared.needs.clone());
+                    self.sql_prepared.lock().unwrap_or_else(|p| p.into_inner()).insert(ddl::normalize_ident(&name.value, name.quote_style), entry);
+                }
                 // Scans took the snapshot as they were planned; a statement
                 // that takes none reads the newest rows, never an old snapshot.
                 self.snapshot.set(None);
@@ -1167,6 +1170,7 @@ impl FoamSession {
                 self.set_role(None)?;
                 command("RESET")
             }
+            // Only DEALLOCATE ALL is FoamDB's own; DataFusion deallocates by name.
             Statement::Deallocate { .. } => {
                 self.deallocate_all().await;
                 command("DEALLOCATE ALL")
@@ -1530,7 +1534,7 @@ impl FoamSession {
 
 /// `RESET ROLE` and `RESET ALL`, which FoamDB runs (DataFusion resets its
 /// own settings one by one).
-fn is_reset_of_foams(statement: &Statement) -> bool {
+fn is_reset_foamdb_runs(statement: &Statement) -> bool {
     use datafusion::sql::sqlparser::ast::Reset;
     match statement {
         Statement::Reset(reset) => match &reset.reset {
