@@ -4,7 +4,7 @@
 //! Execute, as grants may have changed since).
 //!
 //! ```text
-//!   prepared statement ─▶ needs: SELECT on every table or view its plan scans
+//!   prepared statement ─▶ needs: SELECT on every table or view it names
 //!                                 INSERT/UPDATE/DELETE/TRUNCATE on what it writes
 //!                                 ownership (DROP, ALTER, GRANT), CREATE, superuser
 //!   run ─▶ check(needs, catalog, acting role) ─▶ 42501 naming the first missing one
@@ -27,7 +27,7 @@ use datafusion::sql::sqlparser::ast::{
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use foam_catalog::privileges::{GrantObject, PUBLIC, Privilege};
-use foam_catalog::{Catalog, CatalogCommand};
+use foam_catalog::{Catalog, CatalogCommand, ViewDef};
 use foam_common::{FoamError, FoamResult, SqlState};
 
 use crate::frontend::ddl;
@@ -166,7 +166,7 @@ pub fn write_needs(plan: &LogicalPlan) -> Vec<Need> {
 
 /// Whether an UPDATE or DELETE reads its table's columns: it has a WHERE
 /// clause, or sets a column to a value that names a column.
-pub fn modify_reads_table(statement: &Statement) -> bool {
+fn modify_reads_table(statement: &Statement) -> bool {
     match statement {
         Statement::Delete(delete) => delete.selection.is_some(),
         Statement::Update(update) => {
@@ -249,6 +249,12 @@ pub fn relations_of<V: Visit>(node: &V) -> Vec<String> {
     names
 }
 
+/// The tables and views a view's stored query names.
+pub fn view_relations(view: &ViewDef) -> FoamResult<Vec<String>> {
+    let statements = Parser::parse_sql(&PostgreSqlDialect {}, &view.query_sql).map_err(|e| FoamError::Syntax { message: e.to_string() })?;
+    Ok(relations_of(&statements))
+}
+
 /// Refuses the statement with 42501 unless `acting` holds every need.
 pub fn check(needs: &[Need], catalog: &Catalog, acting: &Acting) -> FoamResult<()> {
     let mut views_checked = BTreeSet::new();
@@ -286,9 +292,8 @@ fn check_view_reads(catalog: &Catalog, view: &str, checked: &mut BTreeSet<String
         if !checked.insert(view.clone()) {
             continue;
         }
-        let statements = Parser::parse_sql(&PostgreSqlDialect {}, &def.query_sql).map_err(|e| FoamError::Syntax { message: e.to_string() })?;
         let owner = def.acl.owner.as_deref().map(|owner| Acting::of(catalog, owner, false));
-        for relation in relations_of(&statements) {
+        for relation in view_relations(def)? {
             if let Some(Acting::Role(owner)) = &owner
                 && !catalog.acl(&relation).is_none_or(|acl| acl.allows(owner, Privilege::Select))
             {

@@ -19,8 +19,6 @@ use datafusion::sql::parser::Statement as DataFusionStatement;
 use datafusion::sql::sqlparser::ast::{
     CopyLegacyOption, CopyOption, CopySource, CopyTarget, DiscardObject, Expr, ObjectType, Set, Statement, Value,
 };
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use datafusion::sql::sqlparser::parser::Parser;
 use foam_catalog::CatalogCommand;
 use foam_catalog::model::CommandOutcome;
 use foam_common::{FoamError, FoamResult};
@@ -1072,10 +1070,8 @@ impl FoamSession {
         match statement {
             Statement::CreateTable(_) => {
                 let mut create = ddl::create_table_command(statement, distribution.clone())?;
-                if let CatalogCommand::CreateTable { name, .. } = &create {
+                if let CatalogCommand::CreateTable { name, owner, .. } = &mut create {
                     check_not_system_table(name)?;
-                }
-                if let CatalogCommand::CreateTable { owner, .. } = &mut create {
                     *owner = Some(self.current_user());
                 }
                 // The default partition count depends on this node's worker threads.
@@ -1391,12 +1387,8 @@ impl FoamSession {
             if !seen.insert(relation.clone()) {
                 continue;
             }
-            if let Some(view) = catalog.views.get(&relation)
-                && let Ok(statements) = Parser::parse_sql(&PostgreSqlDialect {}, &view.query_sql)
-            {
-                for statement in &statements {
-                    pending.extend(privileges::relations_of(statement));
-                }
+            if let Some(view) = catalog.views.get(&relation) {
+                pending.extend(privileges::view_relations(view).unwrap_or_default());
             }
         }
         Ok(())
