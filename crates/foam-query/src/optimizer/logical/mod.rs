@@ -7,6 +7,7 @@ pub mod eager_count;
 pub mod early_replica_join;
 pub mod early_semi_join;
 pub mod group_key_filter;
+pub mod kept_types;
 pub mod like;
 pub mod null_equal_joins;
 pub mod outer_reference_types;

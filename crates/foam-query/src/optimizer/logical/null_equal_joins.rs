@@ -18,9 +18,18 @@
 //!    ─▶ (l IS NULL) = (r IS NULL) AND coalesce(l, z) = coalesce(r, z)     z: the type's zero
 //! ```
 //! A type without a zero value (nested types) is left as it was.
+//!
+//! Where one side cannot be NULL, DataFusion's simplifier later folds its
+//! `IS NULL` to `false`, leaving a join key `false = (r IS NULL)` with no
+//! column on one side; `EliminateCrossJoin` drops such keys when it rebuilds
+//! inner joins, and `NULL` matched the zero (seed 58090: a count of 0 joined
+//! every row whose value was NULL). So [`ConstantJoinKeys`], run before that
+//! rule, moves any key a side of which reads no column into the join's
+//! filter, where it still holds (`false = (r IS NULL)` then simplifies to
+//! `r IS NOT NULL`).
 
 use datafusion::common::tree_node::Transformed;
-use datafusion::common::{DFSchema, Result, ScalarValue};
+use datafusion::common::{DFSchema, NullEquality, Result, ScalarValue};
 use datafusion::logical_expr::utils::{conjunction, split_conjunction};
 use datafusion::logical_expr::{BinaryExpr, Expr, ExprSchemable, Join, LogicalPlan, Operator, lit};
 use datafusion::optimizer::optimizer::ApplyOrder;
@@ -28,6 +37,10 @@ use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 
 /// The name of the DataFusion rule this one runs before.
 pub const EXTRACT_EQUIJOIN_RULE: &str = "extract_equijoin_predicate";
+
+/// The name of the DataFusion rule that drops join keys without a column
+/// on a side, which [`ConstantJoinKeys`] runs before.
+pub const ELIMINATE_CROSS_JOIN_RULE: &str = "eliminate_cross_join";
 
 #[derive(Debug, Default)]
 pub struct NullEqualJoinKeys;
@@ -101,6 +114,52 @@ fn coalesce(expr: Expr, zero: ScalarValue) -> Expr {
     datafusion::functions::expr_fn::coalesce(vec![expr, lit(zero)])
 }
 
+/// Moves join keys one side of which reads no column into the join's
+/// filter (see the module documentation).
+#[derive(Debug, Default)]
+pub struct ConstantJoinKeys;
+
+impl OptimizerRule for ConstantJoinKeys {
+    fn name(&self) -> &str {
+        "foam_constant_join_keys"
+    }
+
+    fn apply_order(&self) -> Option<ApplyOrder> {
+        Some(ApplyOrder::BottomUp)
+    }
+
+    fn supports_rewrite(&self) -> bool {
+        true
+    }
+
+    fn rewrite(&self, plan: LogicalPlan, _config: &dyn OptimizerConfig) -> Result<Transformed<LogicalPlan>> {
+        let LogicalPlan::Join(join) = plan else { return Ok(Transformed::no(plan)) };
+        let constant = |(l, r): &(Expr, Expr)| l.column_refs().is_empty() || r.column_refs().is_empty();
+        // A null-aware anti join (NOT IN) needs its key where it is.
+        if join.null_aware || !join.on.iter().any(constant) {
+            return Ok(Transformed::no(LogicalPlan::Join(join)));
+        }
+        let (moved, kept): (Vec<(Expr, Expr)>, Vec<(Expr, Expr)>) = join.on.into_iter().partition(constant);
+        let operator = match join.null_equality {
+            NullEquality::NullEqualsNothing => Operator::Eq,
+            NullEquality::NullEqualsNull => Operator::IsNotDistinctFrom,
+        };
+        let conditions = moved.into_iter().map(|(l, r)| Expr::BinaryExpr(BinaryExpr::new(Box::new(l), operator, Box::new(r))));
+        let filter = conjunction(join.filter.into_iter().chain(conditions));
+        let rewritten = Join::try_new(
+            join.left,
+            join.right,
+            kept,
+            filter,
+            join.join_type,
+            join.join_constraint,
+            join.null_equality,
+            join.null_aware,
+        )?;
+        Ok(Transformed::yes(LogicalPlan::Join(rewritten)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use datafusion::prelude::SessionConfig;
@@ -130,6 +189,11 @@ mod tests {
             ("SELECT count(*) FROM l JOIN r ON l.a IS NOT DISTINCT FROM r.a WHERE l.b = r.b", &["2"]),
             ("SELECT count(*) FROM l JOIN r ON l.a IS NOT DISTINCT FROM r.a", &["6"]),
             ("SELECT count(*) FROM l JOIN r ON (l.a IS NOT DISTINCT FROM r.a) AND (l.b IS NOT DISTINCT FROM r.b)", &["4"]),
+            // A side that cannot be NULL (a count) meets only non-NULL values
+            // (seed 58090: a NULL r.b matched a count of 0).
+            ("SELECT count(*) FROM (SELECT count(*) - 4 AS z FROM l) AS c JOIN r ON c.z IS NOT DISTINCT FROM r.b", &["0"]),
+            ("SELECT count(*) FROM (SELECT count(*) - 2 AS two FROM l) AS c JOIN r ON c.two IS NOT DISTINCT FROM r.b", &["1"]),
+            ("SELECT count(*) FROM (SELECT count(*) - 4 AS z FROM l) AS c JOIN r ON r.b IS NOT DISTINCT FROM c.z", &["0"]),
         ];
         for (sql, expected) in cases {
             let got = answer(&ctx, sql).await;

@@ -120,7 +120,8 @@ impl OptimizerRule for SubqueryUnnesting {
 /// `scalar_subquery_to_join` fails outright on a correlation below a
 /// grouped subquery (`No field named g.c`), a shape the rule here unnests.
 /// Its filter pushdown is kept from moving filters an aggregate's rows
-/// depend on (`aggregate_filters.rs`).
+/// depend on (`aggregate_filters.rs`), and its distinct-aggregate rewrite
+/// from widening output types (`kept_types.rs`).
 pub fn datafusion_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
     datafusion::optimizer::Optimizer::new()
         .rules
@@ -130,8 +131,12 @@ pub fn datafusion_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
                 vec![Arc::new(LeftWhereFailing(rule))]
             } else if rule.name() == super::aggregate_filters::FILTER_PUSHDOWN_RULE {
                 vec![Arc::new(super::aggregate_filters::AggregateFilterGuard(rule))]
+            } else if super::kept_types::TYPE_CHANGING_RULES.contains(&rule.name()) {
+                vec![Arc::new(super::kept_types::TypesKept(rule))]
             } else if rule.name() == super::null_equal_joins::EXTRACT_EQUIJOIN_RULE {
                 vec![Arc::new(super::null_equal_joins::NullEqualJoinKeys), rule]
+            } else if rule.name() == super::null_equal_joins::ELIMINATE_CROSS_JOIN_RULE {
+                vec![Arc::new(super::null_equal_joins::ConstantJoinKeys), rule]
             } else {
                 vec![rule]
             }
