@@ -469,7 +469,9 @@ impl Generator<'_> {
             }
             (Ty::Float, _) => format!("({} * 2.0 + CAST({} AS DOUBLE PRECISION))", self.expr(Ty::Float, scope, next), self.expr(Ty::Int, scope, next)),
             (Ty::Decimal, _) => format!("({} + {})", self.expr(Ty::Decimal, scope, next), self.expr(Ty::Decimal, scope, next)),
-            (Ty::Bool, _) => self.predicate(scope, 0, next),
+            // Parenthesized: PostgreSQL refuses `a <> 7 = true` (its `=` does
+            // not associate), which would leave the query unjudged.
+            (Ty::Bool, _) => format!("({})", self.predicate(scope, 0, next)),
             (Ty::Date, _) => self.column(Ty::Date, scope),
         }
     }

@@ -255,7 +255,7 @@ impl LocalReference {
             .with_runtime_env(runtime)
             .with_default_features()
             .with_optimizer_rules(foam_query::optimizer::logical::unnest_subqueries::datafusion_rules())
-            .with_physical_optimizer_rules(foam_query::optimizer::physical::output_claims::datafusion_rules());
+            .with_physical_optimizer_rules(foam_query::optimizer::guarded_datafusion_rules());
         let state = foam_query::optimizer::analyzer_rules().into_iter().fold(state, |state, rule| state.with_analyzer_rule(rule)).build();
         let reference = LocalReference { ctx: SessionContext::new_with_state(state) };
         reference.load(tables).await?;
@@ -306,7 +306,15 @@ impl LocalReference {
         let ctx = self.ctx.clone();
         let sql = sql.to_string();
         let mut run = tokio::spawn(async move {
-            let frame = ctx.sql(&sql).await?;
+            // Grouping sets deduplicated as FoamDB's frontend does (plain
+            // DataFusion refuses `ROLLUP (x, x)`, which SQL allows).
+            let state = ctx.state();
+            let dialect = state.config().options().sql_parser.dialect;
+            let mut statement = state.sql_to_statement(&sql, &dialect)?;
+            if let datafusion::sql::parser::Statement::Statement(inner) = &mut statement {
+                foam_query::frontend::grouping_sets::deduplicate(inner);
+            }
+            let frame = ctx.execute_logical_plan(state.statement_to_plan(statement).await?).await?;
             let schema: Vec<DataType> = frame.schema().fields().iter().map(|f| f.data_type().clone()).collect();
             let mut stream = frame.execute_stream().await?;
             let (mut batches, mut rows): (Vec<datafusion::arrow::record_batch::RecordBatch>, usize) = (Vec::new(), 0);

@@ -170,9 +170,6 @@ fn reference_lacks(message: &str) -> bool {
     message.contains("Physical plan does not support logical expression")
         || message.contains("Optimizer rule 'scalar_subquery_to_join' failed")
         || message.contains("Optimizer rule 'decorrelate_predicate_subquery' failed")
-        // Grouping sets that repeat a column, which FoamDB rewrites before
-        // planning (`frontend/grouping_sets.rs`) and plain DataFusion refuses.
-        || message.contains("Schema contains duplicate qualified field name")
 }
 
 /// What a query's check needs: both engines and the tables they hold.

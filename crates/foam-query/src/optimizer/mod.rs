@@ -70,6 +70,16 @@ pub fn physical_rules(node: &Arc<NodeContext>) -> Vec<Arc<dyn PhysicalOptimizerR
     };
     let foam: Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> =
         vec![Arc::new(locality), Arc::new(physical::join_yield::JoinYielding), Arc::new(physical::explicit_sorts::ExplicitSorts)];
+    let mut rules = guarded_datafusion_rules();
+    let at = rules.iter().position(|rule| rule.name() == DYNAMIC_FILTER_RULE).unwrap_or(rules.len());
+    rules.splice(at..at, foam);
+    rules
+}
+
+/// DataFusion's physical rules as FoamDB runs them without its own: true
+/// output properties first (`output_claims.rs`), both filter pushdowns
+/// guarded (`filter_pushdown.rs`). What a single process answers with.
+pub fn guarded_datafusion_rules() -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
     let mut rules = physical::output_claims::datafusion_rules();
     for rule in rules.iter_mut() {
         let phase = match rule.name() {
@@ -79,8 +89,6 @@ pub fn physical_rules(node: &Arc<NodeContext>) -> Vec<Arc<dyn PhysicalOptimizerR
         };
         *rule = Arc::new(physical::filter_pushdown::GuardedFilterPushdown { inner: rule.clone(), phase });
     }
-    let at = rules.iter().position(|rule| rule.name() == DYNAMIC_FILTER_RULE).unwrap_or(rules.len());
-    rules.splice(at..at, foam);
     rules
 }
 
