@@ -8,6 +8,7 @@ pub mod explain;
 pub mod grouping_sets;
 pub mod interrupt;
 pub mod modify;
+pub mod pg_access;
 pub mod privileges;
 pub mod roles;
 pub mod select_names;

@@ -35,7 +35,7 @@ use crate::frontend::setting_functions::{DATABASE_NAME, SCHEMA_NAME};
 
 /// System tables only a superuser reads: their digests read every row of
 /// every copy of every partition.
-const SUPERUSER_SYSTEM_TABLES: &[&str] = &["foam_partition_digests"];
+pub(crate) const SUPERUSER_SYSTEM_TABLES: &[&str] = &["foam_partition_digests"];
 
 /// One thing a statement needs of its role.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -230,7 +230,7 @@ pub fn command_needs(command: &CatalogCommand) -> Vec<Need> {
 
 /// The table or view of the cluster's one schema that `reference` names
 /// (`None` for the catalog tables of `pg_catalog` and `information_schema`).
-fn relation_name(reference: &TableReference) -> Option<String> {
+pub(crate) fn relation_name(reference: &TableReference) -> Option<String> {
     let schema_ok = reference.schema().is_none_or(|s| s == SCHEMA_NAME);
     let catalog_ok = reference.catalog().is_none_or(|c| c == DATABASE_NAME);
     (schema_ok && catalog_ok).then(|| reference.table().to_string())

@@ -365,9 +365,12 @@ impl FoamSession {
         if let Err(error) = datafusion_pg_catalog::setup_pg_catalog(
             &ctx,
             crate::catalog::provider::CATALOG_NAME,
-            datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider,
+            crate::frontend::pg_access::CatalogRoles(node.clone()),
         ) {
             tracing::warn!(%error, "pg_catalog emulation unavailable");
+        }
+        for udf in crate::frontend::pg_access::udfs(&node, user, insecure) {
+            ctx.register_udf(udf);
         }
         ctx.register_udf(crate::catalog::functions::version_udf());
         let settings = BTreeMap::from([
@@ -1356,7 +1359,8 @@ impl FoamSession {
     /// `SET ROLE name` (`None`: `RESET ROLE`, `SET ROLE NONE`). As in
     /// PostgreSQL, a session whose own role is a superuser may take any
     /// role, any other only its own (FoamDB has no role membership). Unlike
-    /// PostgreSQL's, the change outlives a ROLLBACK of its block.
+    /// PostgreSQL's, the change outlives a ROLLBACK of its block. The
+    /// privilege inquiry functions then ask about the new role.
     fn set_role(&self, name: Option<String>) -> FoamResult<()> {
         if let Some(name) = &name {
             let catalog = self.node.catalog.current();
@@ -1368,6 +1372,9 @@ impl FoamSession {
             }
         }
         *self.role.lock().unwrap_or_else(|p| p.into_inner()) = name;
+        for udf in crate::frontend::pg_access::udfs(&self.node, &self.current_user(), self.insecure) {
+            self.ctx.register_udf(udf);
+        }
         Ok(())
     }
 
