@@ -9,5 +9,6 @@ pub mod explicit_sorts;
 pub mod filter_pushdown;
 pub mod join_yield;
 pub mod output_claims;
+pub mod projection_pushdown;
 pub mod regroup;
 pub mod requirements;
