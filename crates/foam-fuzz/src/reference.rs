@@ -254,9 +254,12 @@ impl LocalReference {
             .with_config(config)
             .with_runtime_env(runtime)
             .with_default_features()
+            .with_analyzer_rules(foam_query::optimizer::datafusion_analyzer_rules())
             .with_optimizer_rules(foam_query::optimizer::logical::unnest_subqueries::datafusion_rules())
             .with_physical_optimizer_rules(foam_query::optimizer::guarded_datafusion_rules());
-        let state = foam_query::optimizer::analyzer_rules().into_iter().fold(state, |state, rule| state.with_analyzer_rule(rule)).build();
+        let mut state = foam_query::optimizer::analyzer_rules().into_iter().fold(state, |state, rule| state.with_analyzer_rule(rule));
+        foam_query::optimizer::logical::boolean_literals::add_planner(&mut state);
+        let state = state.build();
         let reference = LocalReference { ctx: SessionContext::new_with_state(state) };
         reference.load(tables).await?;
         Ok(reference)

@@ -356,6 +356,7 @@ pub fn coordinator_state_builder(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv
         .with_config(config)
         .with_default_features()
         .with_runtime_env(runtime)
+        .with_analyzer_rules(crate::optimizer::datafusion_analyzer_rules())
         .with_optimizer_rules(crate::optimizer::logical_rules())
         .with_physical_optimizer_rules(crate::optimizer::physical_rules(&node))
         .with_distributed_planner()
@@ -368,6 +369,7 @@ pub fn coordinator_state_builder(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv
     for rule in crate::optimizer::analyzer_rules() {
         builder = builder.with_analyzer_rule(rule);
     }
+    crate::optimizer::logical::boolean_literals::add_planner(&mut builder);
     // The distributed planner has put its options in the config by now.
     if let Some(Err(error)) = builder.config().as_mut().map(|config| config.set_distributed_compression(EXCHANGE_COMPRESSION)) {
         tracing::warn!("exchange compression left at datafusion-distributed's default: {error}");

@@ -32,6 +32,16 @@ pub fn logical_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
     rules
 }
 
+/// DataFusion's analyzer rules, with quoted literals compared with booleans
+/// read as booleans before its type coercion (`boolean_literals.rs`). A
+/// session's analyzer is these, then [`analyzer_rules`].
+pub fn datafusion_analyzer_rules() -> Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> {
+    let mut rules = datafusion::optimizer::Analyzer::new().rules;
+    let at = rules.iter().position(|rule| rule.name() == logical::boolean_literals::TYPE_COERCION_RULE).unwrap_or(0);
+    rules.insert(at, Arc::new(logical::boolean_literals::BooleanLiterals));
+    rules
+}
+
 /// FoamDB's analyzer rules, run after DataFusion's (type coercion among
 /// them): outer references typed as coercion left their columns, then SQL
 /// semantics where DataFusion's differ from PostgreSQL's (integer casts

@@ -2,6 +2,7 @@
 //! DataFusion's (order: `optimizer/mod.rs`).
 
 pub mod aggregate_filters;
+pub mod boolean_literals;
 pub mod eager_aggregate;
 pub mod eager_count;
 pub mod early_replica_join;

@@ -1,0 +1,164 @@
+//! Quoted literals compared with booleans read as booleans, as PostgreSQL
+//! reads them. A quoted literal in PostgreSQL has no type until its context
+//! gives one, so `WHERE active = 't'`, `flag IN ('yes', 'no')` and
+//! `f > 'y'` compare booleans; clients and ORMs write booleans that way.
+//! DataFusion types every quoted literal as text and refuses the comparison
+//! ("Cannot infer common argument type for comparison operation Boolean =
+//! Utf8"; fuzz seed 56038 w2).
+//!
+//! Where the SQL planner types a comparison (a select list's), the
+//! [`BooleanLiteralPlanner`] it consults reads the literal; elsewhere (a
+//! filter's, `IS DISTINCT FROM`, `IN` lists) an analyzer rule run just
+//! before DataFusion's type coercion does. Either way a quoted literal on
+//! one side of a comparison (or in an `IN` list) whose other side is a
+//! boolean becomes the boolean PostgreSQL reads it as (`t`,
+//! `true`, `y`, `yes`, `on`, `1` and the other prefixes PostgreSQL takes,
+//! in any case, blanks around ignored); any other text is 22P02 "invalid
+//! input syntax for type boolean", as there. A literal cast to text
+//! (`'t'::text`) is typed and left alone, and PostgreSQL refuses it too.
+
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{DFSchema, Result, ScalarValue};
+use datafusion::logical_expr::expr::InList;
+use datafusion::logical_expr::utils::merge_schema;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawBinaryExpr};
+use datafusion::logical_expr::{BinaryExpr, Expr, ExprSchemable, LogicalPlan, Operator};
+use datafusion::sql::sqlparser::ast::BinaryOperator;
+use datafusion::arrow::datatypes::DataType;
+use datafusion::optimizer::AnalyzerRule;
+use foam_common::{FoamError, SqlState};
+
+/// The name of DataFusion's rule this one runs before.
+pub const TYPE_COERCION_RULE: &str = "type_coercion";
+
+/// The analyzer rule (see the module documentation).
+#[derive(Debug, Default)]
+pub struct BooleanLiterals;
+
+impl AnalyzerRule for BooleanLiterals {
+    fn name(&self) -> &str {
+        "foam_boolean_literals"
+    }
+
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        plan.transform_up_with_subqueries(|node| {
+            let schema = merge_schema(&node.inputs());
+            node.map_expressions(|expr| expr.transform_up(|expr| read_as_boolean(expr, &schema)))
+        })
+        .map(|t| t.data)
+    }
+}
+
+/// Reads quoted literals compared with booleans as the SQL planner types
+/// the comparison (see the module documentation).
+#[derive(Debug, Default)]
+pub struct BooleanLiteralPlanner;
+
+impl ExprPlanner for BooleanLiteralPlanner {
+    fn plan_binary_op(&self, expr: RawBinaryExpr, schema: &DFSchema) -> Result<PlannerResult<RawBinaryExpr>> {
+        let comparison = matches!(
+            expr.op,
+            BinaryOperator::Eq | BinaryOperator::NotEq | BinaryOperator::Lt | BinaryOperator::LtEq | BinaryOperator::Gt | BinaryOperator::GtEq
+        );
+        let is_boolean = |e: &Expr| e.get_type(schema).is_ok_and(|t| t == DataType::Boolean);
+        let RawBinaryExpr { op, mut left, mut right } = expr;
+        if comparison {
+            if let Some(text) = quoted(&left).filter(|_| is_boolean(&right)) {
+                left = boolean_literal(text)?;
+            } else if let Some(text) = quoted(&right).filter(|_| is_boolean(&left)) {
+                right = boolean_literal(text)?;
+            }
+        }
+        Ok(PlannerResult::Original(RawBinaryExpr { op, left, right }))
+    }
+}
+
+/// Adds the [`BooleanLiteralPlanner`] after the SQL planner's others.
+pub fn add_planner(builder: &mut SessionStateBuilder) {
+    builder.expr_planners().get_or_insert_with(Vec::new).push(std::sync::Arc::new(BooleanLiteralPlanner));
+}
+
+/// `expr` with the quoted literals it compares with a boolean of `schema`
+/// made booleans.
+fn read_as_boolean(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    let is_boolean = |e: &Expr| e.get_type(schema).is_ok_and(|t| t == DataType::Boolean);
+    match expr {
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) if is_comparison(op) => {
+            if quoted(&left).is_some() && is_boolean(&right) {
+                let left = boolean_literal(quoted(&left).expect("checked"))?;
+                Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr::new(Box::new(left), op, right))))
+            } else if quoted(&right).is_some() && is_boolean(&left) {
+                let right = boolean_literal(quoted(&right).expect("checked"))?;
+                Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr::new(left, op, Box::new(right)))))
+            } else {
+                Ok(Transformed::no(Expr::BinaryExpr(BinaryExpr::new(left, op, right))))
+            }
+        }
+        Expr::InList(InList { expr, list, negated }) if is_boolean(&expr) && list.iter().any(|e| quoted(e).is_some()) => {
+            let list = list.into_iter().map(|e| match quoted(&e) {
+                Some(text) => boolean_literal(text),
+                None => Ok(e),
+            });
+            Ok(Transformed::yes(Expr::InList(InList { expr, list: list.collect::<Result<_>>()?, negated })))
+        }
+        other => Ok(Transformed::no(other)),
+    }
+}
+
+fn is_comparison(op: Operator) -> bool {
+    matches!(
+        op,
+        Operator::Eq | Operator::NotEq | Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq | Operator::IsDistinctFrom | Operator::IsNotDistinctFrom
+    )
+}
+
+/// The text of a quoted literal (not NULL).
+fn quoted(expr: &Expr) -> Option<&str> {
+    match expr {
+        Expr::Literal(ScalarValue::Utf8(Some(text)) | ScalarValue::Utf8View(Some(text)) | ScalarValue::LargeUtf8(Some(text)), _) => Some(text),
+        _ => None,
+    }
+}
+
+/// The boolean PostgreSQL reads `text` as (its `parse_bool`).
+fn boolean_literal(text: &str) -> Result<Expr> {
+    let word = text.trim().to_ascii_lowercase();
+    let prefix_of = |full: &str, shortest: usize| word.len() >= shortest && full.starts_with(word.as_str());
+    let value = if prefix_of("true", 1) || prefix_of("yes", 1) || prefix_of("on", 2) || word == "1" {
+        true
+    } else if prefix_of("false", 1) || prefix_of("no", 1) || prefix_of("off", 2) || word == "0" {
+        false
+    } else {
+        return Err(FoamError::Query {
+            message: format!("invalid input syntax for type boolean: \"{text}\""),
+            sqlstate: SqlState::InvalidTextRepresentation,
+        }
+        .into());
+    };
+    Ok(Expr::Literal(ScalarValue::Boolean(Some(value)), None))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literals_read_as_postgresql_reads_booleans() {
+        let read = |text: &str| match boolean_literal(text) {
+            Ok(Expr::Literal(ScalarValue::Boolean(Some(value)), _)) => Some(value),
+            _ => None,
+        };
+        for text in ["t", "TRUE", "tru", " yes ", "y", "on", "1"] {
+            assert_eq!(read(text), Some(true), "{text}");
+        }
+        for text in ["f", "False", "n", "NO", "off", "of", "0"] {
+            assert_eq!(read(text), Some(false), "{text}");
+        }
+        // "o" could be on or off; PostgreSQL refuses it, and the rest.
+        for text in ["o", "", "truex", "2", "yess", "nope"] {
+            assert_eq!(read(text), None, "{text}");
+        }
+    }
+}
