@@ -330,6 +330,21 @@ pub struct FoamSession {
     /// name as written (`DEALLOCATE ALL` deallocates each) and what an
     /// EXECUTE of it needs of its role.
     sql_prepared: Mutex<BTreeMap<String, (String, Vec<Need>)>>,
+    /// What the open block's end puts back (`SET` inside a block).
+    block_settings: Mutex<BlockSettings>,
+}
+
+/// The settings a `BEGIN ... COMMIT` block may have to put back, as in
+/// PostgreSQL: a ROLLBACK (or the end of a failed block) undoes the block's
+/// `SET`s, `SET ROLE`s and `RESET`s; `SET LOCAL` lasts until the block
+/// ends either way. Savepoints do not put settings back.
+#[derive(Default)]
+struct BlockSettings {
+    /// The client settings, DataFusion options and role BEGIN found.
+    at_begin: Option<(BTreeMap<String, String>, datafusion::config::ConfigOptions, Option<String>)>,
+    /// Each setting `SET LOCAL` changed, with its value before (the first
+    /// time only).
+    local: Vec<(String, String)>,
 }
 
 impl crate::frontend::setting_functions::SessionSettings for FoamSession {
@@ -387,6 +402,7 @@ impl FoamSession {
             initial_settings: settings.clone(),
             initial_options,
             sql_prepared: Default::default(),
+            block_settings: Default::default(),
             settings: Mutex::new(settings),
             block: Mutex::new(Block::Idle),
             open,
@@ -696,6 +712,7 @@ impl FoamSession {
                 let result = self.end_transaction(class == StatementClass::Commit).await;
                 // The block ends however the end went.
                 let tag = self.block().after(class, result.is_ok());
+                self.end_block_settings(class == StatementClass::Commit && result.is_ok() && tag != Some("ROLLBACK"));
                 return result.map(|_| StatementOutput::Command { tag: tag.unwrap_or("ROLLBACK").into(), rows: None });
             }
             _ => {
@@ -734,6 +751,10 @@ impl FoamSession {
         };
         let modes = crate::frontend::transaction_block::modes(modes)?;
         if *self.block() == Block::Idle {
+            let settings = self.settings.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let options = self.ctx.state().config().options().as_ref().clone();
+            let role = self.role.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            *self.block_settings.lock().unwrap_or_else(|p| p.into_inner()) = BlockSettings { at_begin: Some((settings, options, role)), local: Vec::new() };
             self.read_only.store(modes.read_only.unwrap_or(false), std::sync::atomic::Ordering::Relaxed);
             let transaction = Transaction::begin(self.node.clone());
             transaction.set_repeatable_read(modes.repeatable_read.unwrap_or(false))?;
@@ -1196,7 +1217,10 @@ impl FoamSession {
             }
             Statement::Set(set) => {
                 if let Some((name, value)) = set_name_and_value(set) {
-                    self.set_setting(name, value)?;
+                    let local = matches!(set, Set::SingleAssignment { scope: Some(datafusion::sql::sqlparser::ast::ContextModifier::Local), .. });
+                    if self.note_block_setting(&name, local) {
+                        self.set_setting(name, value)?;
+                    }
                 }
                 command("SET")
             }
@@ -1315,6 +1339,46 @@ impl FoamSession {
         state.config_mut().options_mut().set("distributed.shuffle_batch_size", &batch_rows.to_string()).map_err(FoamError::from)
     }
 
+    /// Notes a `SET name` about to run, and whether it is to run: `SET
+    /// LOCAL` inside a block is put back when the block ends (outside one
+    /// it does nothing, as in PostgreSQL, which warns); a plain `SET` makes
+    /// the name the block's to keep at COMMIT.
+    fn note_block_setting(&self, name: &str, local: bool) -> bool {
+        let mut block_settings = self.block_settings.lock().unwrap_or_else(|p| p.into_inner());
+        if *self.block() == Block::Idle {
+            return !local;
+        }
+        if !local {
+            block_settings.local.retain(|(n, _)| n != name);
+        } else if !block_settings.local.iter().any(|(n, _)| n == name) {
+            // A custom name not set before comes back empty, as in PostgreSQL.
+            let before = self.setting(name).unwrap_or_default();
+            block_settings.local.push((name.to_string(), before));
+        }
+        true
+    }
+
+    /// The block ended: `committed`, its `SET LOCAL`s are put back; rolled
+    /// back (or failed), every setting and the role are as BEGIN found them.
+    fn end_block_settings(&self, committed: bool) {
+        let BlockSettings { at_begin, local } = std::mem::take(&mut *self.block_settings.lock().unwrap_or_else(|p| p.into_inner()));
+        if committed {
+            for (name, before) in local {
+                if let Err(error) = self.set_setting(name.clone(), before) {
+                    tracing::warn!(%error, setting = name, "SET LOCAL not put back");
+                }
+            }
+            return;
+        }
+        let Some((settings, options, role)) = at_begin else { return };
+        *self.settings.lock().unwrap_or_else(|p| p.into_inner()) = settings;
+        *self.ctx.state_ref().write().config_mut().options_mut() = options;
+        *self.role.lock().unwrap_or_else(|p| p.into_inner()) = role;
+        for udf in crate::frontend::pg_access::udfs(&self.node, &self.current_user(), self.insecure) {
+            self.ctx.register_udf(udf);
+        }
+    }
+
     /// `RESET ALL`: every setting back to what the session started with
     /// (the role stays, as in PostgreSQL).
     fn reset_all(&self) {
@@ -1358,8 +1422,8 @@ impl FoamSession {
 
     /// `SET ROLE name` (`None`: `RESET ROLE`, `SET ROLE NONE`). As in
     /// PostgreSQL, a session whose own role is a superuser may take any
-    /// role, any other only its own (FoamDB has no role membership). Unlike
-    /// PostgreSQL's, the change outlives a ROLLBACK of its block. The
+    /// role, any other only its own (FoamDB has no role membership). A
+    /// ROLLBACK of its block undoes it (`end_block_settings`). The
     /// privilege inquiry functions then ask about the new role.
     fn set_role(&self, name: Option<String>) -> FoamResult<()> {
         if let Some(name) = &name {
