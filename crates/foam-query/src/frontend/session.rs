@@ -351,11 +351,8 @@ impl crate::frontend::setting_functions::SessionSettings for FoamSession {
     fn get(&self, name: &str) -> FoamResult<String> {
         self.setting(name)
     }
-    fn set(&self, name: String, value: String) -> FoamResult<()> {
-        self.set_setting(name, value)
-    }
-    fn in_block(&self) -> bool {
-        *self.block() != Block::Idle
+    fn set(&self, name: String, value: String, local: bool) -> FoamResult<()> {
+        if self.note_block_setting(&name, local) { self.set_setting(name, value) } else { Ok(()) }
     }
 }
 

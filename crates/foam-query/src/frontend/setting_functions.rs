@@ -36,10 +36,9 @@ pub const SCHEMA_NAME: &str = "public";
 pub trait SessionSettings {
     /// The value `SHOW name` gives; 42704 for an unknown setting.
     fn get(&self, name: &str) -> FoamResult<String>;
-    /// `SET name = value`.
-    fn set(&self, name: String, value: String) -> FoamResult<()>;
-    /// The session is inside a transaction block.
-    fn in_block(&self) -> bool;
+    /// `SET name = value`, or with `local` `SET LOCAL` (until the block
+    /// ends; nothing outside a block).
+    fn set(&self, name: String, value: String, local: bool) -> FoamResult<()>;
 }
 
 /// Whether `statement` calls `set_config`, which changes a setting as the
@@ -243,21 +242,14 @@ fn current_setting(args: &[Arg], settings: &dyn SessionSettings) -> FoamResult<O
     }
 }
 
-/// `set_config(name, value, is_local)`: the value set. A local change
-/// outside a block lasts for no statement (PostgreSQL warns and does
-/// nothing); inside a block it would have to end with the block, which
-/// FoamDB does not track, so it is refused.
+/// `set_config(name, value, is_local)`: the value set, as `SET` or (with
+/// `is_local`) `SET LOCAL` would set it.
 fn set_config(args: &[Arg], settings: &dyn SessionSettings) -> FoamResult<Option<String>> {
     if args.len() != 3 {
         return Err(wrong_arguments("set_config"));
     }
     let (name, value, local) = (text(args, 0, "set_config")?.to_lowercase(), text(args, 1, "set_config")?, flag(args, 2, "set_config")?);
-    if local && settings.in_block() {
-        return Err(FoamError::FeatureNotSupported { feature: "set_config(..., true) inside a transaction block (SET LOCAL)".into() });
-    }
-    if !local {
-        settings.set(name, value.clone())?;
-    }
+    settings.set(name, value.clone(), local)?;
     Ok(Some(value))
 }
 
@@ -276,12 +268,12 @@ mod tests {
                 sqlstate: foam_common::SqlState::UndefinedObject,
             })
         }
-        fn set(&self, name: String, value: String) -> FoamResult<()> {
-            self.0.borrow_mut().insert(name, value);
+        fn set(&self, name: String, value: String, local: bool) -> FoamResult<()> {
+            // As the session: a local change outside a block changes nothing.
+            if !local || self.1 {
+                self.0.borrow_mut().insert(name, value);
+            }
             Ok(())
-        }
-        fn in_block(&self) -> bool {
-            self.1
         }
     }
 
@@ -300,11 +292,9 @@ mod tests {
         assert_eq!(rewrite("SELECT current_setting('nope')", &settings).unwrap_err().sqlstate(), "42704");
         assert_eq!(rewrite("SELECT pg_catalog.set_config('search_path', '', false)", &settings).unwrap(), "SELECT '' AS set_config");
         assert_eq!(settings.get("search_path").unwrap(), "");
-        // A local change outside a block changes nothing; inside one it is refused.
+        // A local change outside a block changes nothing.
         assert_eq!(rewrite("SELECT set_config('application_name', 'x', true) = 'x'", &settings).unwrap(), "SELECT 'x' = 'x'");
         assert!(settings.get("application_name").is_err());
-        let in_block = Fake(RefCell::default(), true);
-        assert_eq!(rewrite("SELECT set_config('a', 'x', true)", &in_block).unwrap_err().sqlstate(), "0A000");
         // Arguments must be literals, and as many as the function takes.
         assert_eq!(rewrite("SELECT current_setting(t.name) FROM t", &settings).unwrap_err().sqlstate(), "0A000");
         assert_eq!(rewrite("SELECT set_config('a', 'b')", &settings).unwrap_err().sqlstate(), "42883");
