@@ -75,17 +75,9 @@ impl OptimizerRule for NullEqualJoinKeys {
         if !changed {
             return Ok(Transformed::no(LogicalPlan::Join(join)));
         }
-        let rewritten = Join::try_new(
-            join.left,
-            join.right,
-            join.on,
-            conjunction(conjuncts),
-            join.join_type,
-            join.join_constraint,
-            join.null_equality,
-            join.null_aware,
-        )?;
-        Ok(Transformed::yes(LogicalPlan::Join(rewritten)))
+        let mut join = join;
+        let on = std::mem::take(&mut join.on);
+        rebuilt(join, on, conjunction(conjuncts))
     }
 }
 
@@ -139,25 +131,23 @@ impl OptimizerRule for ConstantJoinKeys {
         if join.null_aware || !join.on.iter().any(constant) {
             return Ok(Transformed::no(LogicalPlan::Join(join)));
         }
-        let (moved, kept): (Vec<(Expr, Expr)>, Vec<(Expr, Expr)>) = join.on.into_iter().partition(constant);
+        let mut join = join;
+        let (moved, kept): (Vec<(Expr, Expr)>, Vec<(Expr, Expr)>) = std::mem::take(&mut join.on).into_iter().partition(constant);
         let operator = match join.null_equality {
             NullEquality::NullEqualsNothing => Operator::Eq,
             NullEquality::NullEqualsNull => Operator::IsNotDistinctFrom,
         };
         let conditions = moved.into_iter().map(|(l, r)| Expr::BinaryExpr(BinaryExpr::new(Box::new(l), operator, Box::new(r))));
-        let filter = conjunction(join.filter.into_iter().chain(conditions));
-        let rewritten = Join::try_new(
-            join.left,
-            join.right,
-            kept,
-            filter,
-            join.join_type,
-            join.join_constraint,
-            join.null_equality,
-            join.null_aware,
-        )?;
-        Ok(Transformed::yes(LogicalPlan::Join(rewritten)))
+        let filter = conjunction(join.filter.take().into_iter().chain(conditions));
+        rebuilt(join, kept, filter)
     }
+}
+
+/// `join` with the keys `on` and the filter `filter`, its schema recomputed.
+fn rebuilt(join: Join, on: Vec<(Expr, Expr)>, filter: Option<Expr>) -> Result<Transformed<LogicalPlan>> {
+    let rewritten =
+        Join::try_new(join.left, join.right, on, filter, join.join_type, join.join_constraint, join.null_equality, join.null_aware)?;
+    Ok(Transformed::yes(LogicalPlan::Join(rewritten)))
 }
 
 #[cfg(test)]
