@@ -5,9 +5,9 @@
 //! `has_database_privilege`, answered from the catalog's owners and grants
 //! (`privileges.rs` decides what statements need by the same rules).
 //! datafusion-pg-catalog lists no roles and registers functions that answer
-//! true for anything; these replace them in every session, and again
-//! whenever the session's role changes (the two-argument forms ask about
-//! the current role).
+//! true for anything; these replace them in every session. The
+//! two-argument forms ask about the current role, which they read from the
+//! session's own `SET ROLE` state as they run.
 //!
 //! As in PostgreSQL: a superuser holds everything; a list of privileges
 //! (`'SELECT, INSERT'`) asks whether any is held; `WITH GRANT OPTION` holds
@@ -19,7 +19,7 @@
 //! accepted.
 
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::array::{Array, AsArray, BooleanBuilder};
 use datafusion::arrow::datatypes::DataType;
@@ -113,15 +113,18 @@ enum Who {
     Public,
 }
 
-/// The four functions, asking about `current` when no role is given.
-pub fn udfs(node: &Arc<NodeContext>, current: &str, insecure: bool) -> Vec<ScalarUDF> {
+/// The four functions of a session that connected as `session_user` and
+/// whose `SET ROLE` is `role`, asking about the role it acts as when no
+/// role is given.
+pub fn udfs(node: &Arc<NodeContext>, session_user: &str, role: &Arc<Mutex<Option<String>>>, insecure: bool) -> Vec<ScalarUDF> {
     Object::ALL
         .into_iter()
         .map(|object| {
             ScalarUDF::new_from_impl(HasPrivilege {
                 object,
                 node: node.clone(),
-                current: current.to_string(),
+                session_user: session_user.to_string(),
+                role: role.clone(),
                 insecure,
                 signature: Signature::one_of(
                     vec![TypeSignature::Exact(vec![DataType::Utf8; 3]), TypeSignature::Exact(vec![DataType::Utf8; 2])],
@@ -135,21 +138,31 @@ pub fn udfs(node: &Arc<NodeContext>, current: &str, insecure: bool) -> Vec<Scala
 struct HasPrivilege {
     object: Object,
     node: Arc<NodeContext>,
-    /// The session's current role.
-    current: String,
+    /// The role the session connected as, and its `SET ROLE` (shared with
+    /// the session).
+    session_user: String,
+    role: Arc<Mutex<Option<String>>>,
     insecure: bool,
     signature: Signature,
 }
 
-impl std::fmt::Debug for HasPrivilege {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HasPrivilege").field("object", &self.object).field("current", &self.current).finish()
+impl HasPrivilege {
+    /// The role the session acts as now.
+    fn current(&self) -> String {
+        self.role.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_else(|| self.session_user.clone())
     }
 }
 
+impl std::fmt::Debug for HasPrivilege {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HasPrivilege").field("object", &self.object).field("session_user", &self.session_user).finish()
+    }
+}
+
+/// One session's functions are equal: they share its role.
 impl PartialEq for HasPrivilege {
     fn eq(&self, other: &Self) -> bool {
-        (self.object, &self.current, self.insecure) == (other.object, &other.current, other.insecure)
+        self.object == other.object && Arc::ptr_eq(&self.role, &other.role) && self.insecure == other.insecure
     }
 }
 
@@ -157,7 +170,7 @@ impl Eq for HasPrivilege {}
 
 impl Hash for HasPrivilege {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        (self.object, &self.current, self.insecure).hash(state);
+        (self.object, Arc::as_ptr(&self.role) as usize, self.insecure).hash(state);
     }
 }
 
@@ -198,7 +211,7 @@ impl ScalarUDFImpl for HasPrivilege {
 impl HasPrivilege {
     fn answer(&self, catalog: &Catalog, role: Option<&str>, object: &str, privileges: &str) -> FoamResult<bool> {
         let who = match role {
-            None => Who::Acting(Acting::of(catalog, &self.current, self.insecure)),
+            None => Who::Acting(Acting::of(catalog, &self.current(), self.insecure)),
             Some(name) if name.eq_ignore_ascii_case(PUBLIC) => Who::Public,
             Some(name) if !catalog.roles.contains_key(name) && !self.insecure => {
                 return Err(FoamError::Query { message: format!("role \"{name}\" does not exist"), sqlstate: SqlState::UndefinedObject });

@@ -317,7 +317,7 @@ pub struct FoamSession {
     /// The role the client authenticated as.
     session_user: String,
     /// `SET ROLE`: the role statements run as instead, until `RESET ROLE`.
-    role: Mutex<Option<String>>,
+    role: Arc<Mutex<Option<String>>>,
     /// The node lets anyone connect as anyone (`--insecure`): a name no
     /// role has acts as a superuser.
     insecure: bool,
@@ -381,7 +381,8 @@ impl FoamSession {
         ) {
             tracing::warn!(%error, "pg_catalog emulation unavailable");
         }
-        for udf in crate::frontend::pg_access::udfs(&node, user, insecure) {
+        let role = Arc::new(Mutex::new(None));
+        for udf in crate::frontend::pg_access::udfs(&node, user, &role, insecure) {
             ctx.register_udf(udf);
         }
         ctx.register_udf(crate::catalog::functions::version_udf());
@@ -406,7 +407,7 @@ impl FoamSession {
             read_only: Default::default(),
             snapshot,
             session_user: user.to_string(),
-            role: Mutex::new(None),
+            role,
             insecure,
         }
     }
@@ -1368,20 +1369,21 @@ impl FoamSession {
             return;
         }
         let Some((settings, options, role)) = at_begin else { return };
-        *self.settings.lock().unwrap_or_else(|p| p.into_inner()) = settings;
-        *self.ctx.state_ref().write().config_mut().options_mut() = options;
+        self.restore_settings(settings, options);
         *self.role.lock().unwrap_or_else(|p| p.into_inner()) = role;
-        for udf in crate::frontend::pg_access::udfs(&self.node, &self.current_user(), self.insecure) {
-            self.ctx.register_udf(udf);
-        }
     }
 
     /// `RESET ALL`: every setting back to what the session started with
     /// (the role stays, as in PostgreSQL).
     fn reset_all(&self) {
-        *self.settings.lock().unwrap_or_else(|p| p.into_inner()) = self.initial_settings.clone();
-        let state = self.ctx.state_ref();
-        *state.write().config_mut().options_mut() = self.initial_options.clone();
+        self.restore_settings(self.initial_settings.clone(), self.initial_options.clone());
+    }
+
+    /// Puts the client settings and DataFusion's options back to `settings`
+    /// and `options`.
+    fn restore_settings(&self, settings: BTreeMap<String, String>, options: datafusion::config::ConfigOptions) {
+        *self.settings.lock().unwrap_or_else(|p| p.into_inner()) = settings;
+        *self.ctx.state_ref().write().config_mut().options_mut() = options;
     }
 
     /// Deallocates every SQL-level prepared statement.
@@ -1421,7 +1423,7 @@ impl FoamSession {
     /// PostgreSQL, a session whose own role is a superuser may take any
     /// role, any other only its own (FoamDB has no role membership). A
     /// ROLLBACK of its block undoes it (`end_block_settings`). The
-    /// privilege inquiry functions then ask about the new role.
+    /// privilege inquiry functions read the role from here.
     fn set_role(&self, name: Option<String>) -> FoamResult<()> {
         if let Some(name) = &name {
             let catalog = self.node.catalog.current();
@@ -1433,9 +1435,6 @@ impl FoamSession {
             }
         }
         *self.role.lock().unwrap_or_else(|p| p.into_inner()) = name;
-        for udf in crate::frontend::pg_access::udfs(&self.node, &self.current_user(), self.insecure) {
-            self.ctx.register_udf(udf);
-        }
         Ok(())
     }
 

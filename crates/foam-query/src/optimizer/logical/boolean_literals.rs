@@ -62,15 +62,11 @@ impl ExprPlanner for BooleanLiteralPlanner {
             expr.op,
             BinaryOperator::Eq | BinaryOperator::NotEq | BinaryOperator::Lt | BinaryOperator::LtEq | BinaryOperator::Gt | BinaryOperator::GtEq
         );
-        let is_boolean = |e: &Expr| e.get_type(schema).is_ok_and(|t| t == DataType::Boolean);
-        let RawBinaryExpr { op, mut left, mut right } = expr;
-        if comparison {
-            if let Some(text) = quoted(&left).filter(|_| is_boolean(&right)) {
-                left = boolean_literal(text)?;
-            } else if let Some(text) = quoted(&right).filter(|_| is_boolean(&left)) {
-                right = boolean_literal(text)?;
-            }
+        if !comparison {
+            return Ok(PlannerResult::Original(expr));
         }
+        let RawBinaryExpr { op, left, right } = expr;
+        let (left, right) = compared_sides(left, right, schema)?.data;
         Ok(PlannerResult::Original(RawBinaryExpr { op, left, right }))
     }
 }
@@ -85,17 +81,8 @@ pub fn add_planner(builder: &mut SessionStateBuilder) {
 fn read_as_boolean(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     let is_boolean = |e: &Expr| e.get_type(schema).is_ok_and(|t| t == DataType::Boolean);
     match expr {
-        Expr::BinaryExpr(BinaryExpr { left, op, right }) if is_comparison(op) => {
-            if quoted(&left).is_some() && is_boolean(&right) {
-                let left = boolean_literal(quoted(&left).expect("checked"))?;
-                Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr::new(Box::new(left), op, right))))
-            } else if quoted(&right).is_some() && is_boolean(&left) {
-                let right = boolean_literal(quoted(&right).expect("checked"))?;
-                Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr::new(left, op, Box::new(right)))))
-            } else {
-                Ok(Transformed::no(Expr::BinaryExpr(BinaryExpr::new(left, op, right))))
-            }
-        }
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) if is_comparison(op) => Ok(compared_sides(*left, *right, schema)?
+            .update_data(|(left, right)| Expr::BinaryExpr(BinaryExpr::new(Box::new(left), op, Box::new(right))))),
         Expr::InList(InList { expr, list, negated }) if is_boolean(&expr) && list.iter().any(|e| quoted(e).is_some()) => {
             let list = list.into_iter().map(|e| match quoted(&e) {
                 Some(text) => boolean_literal(text),
@@ -105,6 +92,20 @@ fn read_as_boolean(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
         }
         other => Ok(Transformed::no(other)),
     }
+}
+
+/// The two sides of a comparison, a quoted literal on one made the boolean
+/// it reads as where the other is a boolean of `schema`.
+fn compared_sides(left: Expr, right: Expr, schema: &DFSchema) -> Result<Transformed<(Expr, Expr)>> {
+    let is_boolean = |e: &Expr| e.get_type(schema).is_ok_and(|t| t == DataType::Boolean);
+    if let Some(text) = quoted(&left).filter(|_| is_boolean(&right)) {
+        return Ok(Transformed::yes((boolean_literal(text)?, right)));
+    }
+    if let Some(text) = quoted(&right).filter(|_| is_boolean(&left)) {
+        let right = boolean_literal(text)?;
+        return Ok(Transformed::yes((left, right)));
+    }
+    Ok(Transformed::no((left, right)))
 }
 
 fn is_comparison(op: Operator) -> bool {
