@@ -44,12 +44,12 @@ pub fn datafusion_analyzer_rules() -> Vec<Arc<dyn datafusion::optimizer::Analyze
 
 /// FoamDB's analyzer rules, run after DataFusion's (type coercion among
 /// them): outer references typed as coercion left their columns, then SQL
-/// semantics where DataFusion's differ from PostgreSQL's (integer casts
-/// round; INTERSECT ALL and EXCEPT ALL count copies).
+/// semantics where DataFusion's differ from PostgreSQL's (casts to integers
+/// and numerics round as PostgreSQL's; INTERSECT ALL and EXCEPT ALL count copies).
 pub fn analyzer_rules() -> Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> {
     vec![
         Arc::new(logical::outer_reference_types::OuterReferenceTypes),
-        Arc::new(logical::pg_casts::PostgresIntegerCasts),
+        Arc::new(logical::pg_casts::PostgresCasts),
         Arc::new(logical::set_multiplicity::SetOperationMultiplicity),
     ]
 }
@@ -115,6 +115,7 @@ pub fn worker_udfs() -> Vec<ScalarUDF> {
         crate::exec::route::FoamRoute::udf(),
         logical::like::FoamLike::udf(),
         logical::pg_casts::RoundForInt::udf(),
+        logical::pg_casts::NumericOfFloat::udf(),
         physical::count_ones::FoamOnes::udf(),
         crate::catalog::functions::version_udf(),
     ]

@@ -1,22 +1,34 @@
-//! PostgreSQL's rounding for casts to integer types. PostgreSQL rounds:
+//! PostgreSQL's rounding for casts to integer and numeric types.
+//!
+//! To an integer type PostgreSQL rounds:
 //! a numeric half away from zero (`CAST(2.5 AS INT)` is 3, `-2.5` gives -3),
 //! a float half to even, as C's `rint` (`CAST(2.5::float8 AS INT)` is 2,
 //! `3.5` gives 4). DataFusion truncates both (2 and 2), so every such cast,
 //! and every comparison or join on one, answered differently from
 //! PostgreSQL.
 //!
-//! An analyzer rule, after DataFusion's type coercion, puts
-//! `foam_round_for_int(x)` under each cast of a decimal or floating point
-//! value to an integer type; the cast then only converts an integral value.
-//! Column names are kept, so the rewrite is invisible but for the answer.
+//! To a numeric (DECIMAL) type PostgreSQL converts a float through its
+//! decimal digits, 15 significant ones for a `double precision` and 6 for a
+//! `real`, and rounds those half away from zero. Arrow multiplies the binary
+//! value and rounds that, so `CAST(1.005 AS NUMERIC(12,2))` (a float
+//! literal in DataFusion), and `INSERT` of 1.005 into a NUMERIC(12,2)
+//! column, gave 1.00 where PostgreSQL gives 1.01.
+//!
+//! An analyzer rule, after DataFusion's type coercion (which adds the casts
+//! of an `INSERT`), puts `foam_round_for_int(x)` under each cast of a
+//! decimal or floating point value to an integer type, so that the cast only
+//! converts an integral value, and replaces each cast of a float to a
+//! decimal by `foam_numeric_of_float`. Column names are kept, so the rewrite
+//! is invisible but for the answer.
 //!
 //! ```text
-//!   CAST(x AS INT)  ─▶  CAST(foam_round_for_int(x) AS INT)     x: DECIMAL(p,s), s > 0, or FLOAT
+//!   CAST(x AS INT)            ─▶  CAST(foam_round_for_int(x) AS INT)      x: DECIMAL(p,s), s > 0, or FLOAT
+//!   CAST(x AS DECIMAL(p,s))   ─▶  foam_numeric_of_float(x, NULL::DECIMAL(p,s))   x: FLOAT
 //! ```
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray};
+use arrow::array::{Array, ArrayRef, AsArray, Decimal128Array};
 use arrow::compute::kernels::arity::{try_unary, unary};
 use arrow::datatypes::{DataType, Decimal128Type, Float32Type, Float64Type};
 use datafusion::common::config::ConfigOptions;
@@ -27,17 +39,24 @@ use datafusion::logical_expr::expr::GroupingSet;
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{ColumnarValue, Expr, ExprSchemable, LogicalPlan, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
 use datafusion::optimizer::AnalyzerRule;
+use foam_common::{FoamError, SqlState};
 
-/// The function the rewrite calls; workers register it (`worker_udfs`).
+/// The functions the rewrite calls; workers register them (`worker_udfs`).
 pub const ROUND_FOR_INT: &str = "foam_round_for_int";
+pub const NUMERIC_OF_FLOAT: &str = "foam_numeric_of_float";
+
+/// The significant digits PostgreSQL keeps of a `double precision` (C's
+/// `DBL_DIG`) and of a `real` (`FLT_DIG`) when it makes a numeric of one.
+const DOUBLE_DIGITS: usize = 15;
+const REAL_DIGITS: usize = 6;
 
 /// The analyzer rule (see the module documentation).
 #[derive(Debug, Default)]
-pub struct PostgresIntegerCasts;
+pub struct PostgresCasts;
 
-impl AnalyzerRule for PostgresIntegerCasts {
+impl AnalyzerRule for PostgresCasts {
     fn name(&self) -> &str {
-        "foam_postgres_integer_casts"
+        "foam_postgres_casts"
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
@@ -49,7 +68,7 @@ impl AnalyzerRule for PostgresIntegerCasts {
             let names = NamePreserver::new(&plan);
             let rewrite = |expr: Expr| -> Result<Transformed<Expr>> {
                 let name = names.save(&expr);
-                let rewritten = expr.transform_up(|e| round_before_integer_cast(e, &schema))?;
+                let rewritten = expr.transform_up(|e| postgres_cast(e, &schema))?;
                 Ok(if rewritten.transformed { rewritten.update_data(|e| name.restore(e)) } else { rewritten })
             };
             let rewritten = plan.map_expressions(|expr| match expr {
@@ -87,8 +106,13 @@ fn grouping_set_members(set: GroupingSet, rewrite: &dyn Fn(Expr) -> Result<Trans
     Ok(Transformed::new_transformed(set, changed))
 }
 
-fn round_before_integer_cast(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+fn postgres_cast(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     let Expr::Cast(Cast { expr: inner, field }) = expr else { return Ok(Transformed::no(expr)) };
+    if let (DataType::Decimal128(precision, scale), Ok(DataType::Float32 | DataType::Float64)) = (field.data_type(), inner.get_type(schema)) {
+        // The target type rides on a typed NULL: the function's result type.
+        let target = Expr::Literal(ScalarValue::Decimal128(None, *precision, *scale), None);
+        return Ok(Transformed::yes(Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(NumericOfFloat::udf()), vec![*inner, target]))));
+    }
     let rounds = field.data_type().is_integer()
         && match inner.get_type(schema) {
             Ok(DataType::Float32 | DataType::Float64) => true,
@@ -156,6 +180,99 @@ fn round_array(values: &ArrayRef) -> Result<ArrayRef> {
     })
 }
 
+/// `foam_numeric_of_float(x, NULL::DECIMAL(p,s))`: the float `x` as a
+/// DECIMAL(p,s), made as PostgreSQL makes it (see the module documentation).
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct NumericOfFloat {
+    signature: Signature,
+}
+
+impl NumericOfFloat {
+    pub fn udf() -> ScalarUDF {
+        ScalarUDF::new_from_impl(NumericOfFloat { signature: Signature::any(2, Volatility::Immutable) })
+    }
+}
+
+impl ScalarUDFImpl for NumericOfFloat {
+    fn name(&self) -> &str {
+        NUMERIC_OF_FLOAT
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        match arg_types {
+            [DataType::Float32 | DataType::Float64, target @ DataType::Decimal128(..)] => Ok(target.clone()),
+            _ => Err(DataFusionError::Internal(format!("{NUMERIC_OF_FLOAT} takes a float and a typed NULL DECIMAL, not {arg_types:?}"))),
+        }
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let [value, target] = args.args.as_slice() else {
+            return Err(DataFusionError::Internal(format!("{NUMERIC_OF_FLOAT} takes two arguments")));
+        };
+        let DataType::Decimal128(precision, scale) = target.data_type() else {
+            return Err(DataFusionError::Internal(format!("{NUMERIC_OF_FLOAT} makes a DECIMAL, not {}", target.data_type())));
+        };
+        let scalar = matches!(value, ColumnarValue::Scalar(_));
+        let values = value.to_array(if scalar { 1 } else { args.number_rows })?;
+        let numerics = numeric_of_float(&values, precision, scale)?;
+        Ok(if scalar { ColumnarValue::Scalar(ScalarValue::try_from_array(&numerics, 0)?) } else { ColumnarValue::Array(numerics) })
+    }
+}
+
+fn numeric_of_float(values: &ArrayRef, precision: u8, scale: i8) -> Result<ArrayRef> {
+    let convert = |value: f64, digits: usize| {
+        scaled_digits(value, digits, precision, scale).map_err(|message| DataFusionError::from(FoamError::Query { message, sqlstate: SqlState::NumericValueOutOfRange }))
+    };
+    let numerics: Decimal128Array = match values.data_type() {
+        DataType::Float64 => values.as_primitive::<Float64Type>().iter().map(|v| v.map(|v| convert(v, DOUBLE_DIGITS)).transpose()).collect::<Result<_>>()?,
+        DataType::Float32 => values.as_primitive::<Float32Type>().iter().map(|v| v.map(|v| convert(f64::from(v), REAL_DIGITS)).transpose()).collect::<Result<_>>()?,
+        other => return Err(DataFusionError::Internal(format!("{NUMERIC_OF_FLOAT} of {other}"))),
+    };
+    Ok(Arc::new(numerics.with_precision_and_scale(precision, scale)?))
+}
+
+/// `value` in units of 10^-`scale`: its first `digits` significant decimal
+/// digits, rounded half away from zero to `scale` places, as PostgreSQL
+/// makes a NUMERIC(`precision`, `scale`) of a float; PostgreSQL's message
+/// when it does not fit.
+fn scaled_digits(value: f64, digits: usize, precision: u8, scale: i8) -> std::result::Result<i128, String> {
+    let overflow = || {
+        format!(
+            "numeric field overflow: a field with precision {precision}, scale {scale} must round to an absolute value less than 10^{}",
+            i32::from(precision) - i32::from(scale)
+        )
+    };
+    if value.is_nan() {
+        return Err(format!("cannot convert NaN to numeric({precision},{scale})"));
+    }
+    if value.is_infinite() {
+        return Err(format!("numeric field overflow: a field with precision {precision}, scale {scale} cannot hold an infinite value"));
+    }
+    // "d.ddd…e±x": `digits` significant digits, exact decimal rounding.
+    let text = format!("{:.*e}", digits - 1, value.abs());
+    let (mantissa, exponent) = text.split_once('e').ok_or_else(overflow)?;
+    let mantissa: i128 = mantissa.replace('.', "").parse().map_err(|_| overflow())?;
+    let exponent: i32 = exponent.parse().map_err(|_| overflow())?;
+    // value = mantissa * 10^shift, in units of 10^-scale.
+    let shift = exponent - (digits as i32 - 1) + i32::from(scale);
+    let scaled = if shift >= 0 {
+        10i128.checked_pow(shift as u32).and_then(|unit| mantissa.checked_mul(unit)).ok_or_else(overflow)?
+    } else if -shift > 38 {
+        0
+    } else {
+        let unit = 10i128.pow((-shift) as u32);
+        mantissa / unit + i128::from(mantissa % unit * 2 >= unit)
+    };
+    if scaled >= 10i128.pow(u32::from(precision)) {
+        return Err(overflow());
+    }
+    Ok(if value < 0.0 { -scaled } else { scaled })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,5 +290,38 @@ mod tests {
         let rounded = round_array(&floats).unwrap();
         let rounded: Vec<f64> = rounded.as_primitive::<Float64Type>().values().to_vec();
         assert_eq!(rounded, vec![2.0, 4.0, -2.0, 0.0, 1e300]);
+    }
+
+    #[test]
+    fn floats_become_numerics_through_their_decimal_digits_as_in_postgresql() {
+        // Answers of PostgreSQL 15 for `CAST(v::float8 AS NUMERIC(p,s))`.
+        let cases: &[(f64, u8, i8, i128)] = &[
+            (1.005, 12, 2, 101),
+            (-1.005, 12, 2, -101),
+            (2.675, 12, 2, 268),
+            (0.125, 6, 2, 13),
+            (123456789.123456789, 20, 9, 123456789_123457000),
+            (0.1, 30, 20, 10_000_000_000_000_000_000),
+            (1e20, 30, 2, 100_000_000_000_000_000_000_00),
+            (0.0, 5, 2, 0),
+            (-0.004, 5, 2, 0),
+            (1e-30, 10, 2, 0),
+            (99.995, 4, 2, 0),
+        ];
+        for &(value, precision, scale, expected) in cases {
+            let got = scaled_digits(value, DOUBLE_DIGITS, precision, scale);
+            if (value, precision) == (99.995, 4) {
+                // 100.00 does not fit NUMERIC(4,2).
+                assert!(got.unwrap_err().contains("less than 10^2"));
+            } else {
+                assert_eq!(got, Ok(expected), "{value} as numeric({precision},{scale})");
+            }
+        }
+        // A real keeps 6 digits: `0.1::real::numeric(10,9)` is 0.100000000,
+        // `1234567.891::real::numeric(12,3)` is 1234570.000.
+        assert_eq!(scaled_digits(f64::from(0.1f32), REAL_DIGITS, 10, 9), Ok(100_000_000));
+        assert_eq!(scaled_digits(f64::from(1234567.891f32), REAL_DIGITS, 12, 3), Ok(1_234_570_000));
+        assert!(scaled_digits(f64::NAN, DOUBLE_DIGITS, 10, 2).is_err());
+        assert!(scaled_digits(f64::INFINITY, DOUBLE_DIGITS, 10, 2).unwrap_err().contains("infinite"));
     }
 }
