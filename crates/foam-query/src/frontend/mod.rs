@@ -2,6 +2,7 @@
 //! plan or a FoamDB command, with the settings, EXPLAIN and interruption
 //! around them.
 
+pub mod array_subquery;
 pub mod copy_statement;
 pub mod ddl;
 pub mod explain;

@@ -525,6 +525,7 @@ impl FoamSession {
             crate::frontend::select_names::name_select_items(&mut statement);
         }
         crate::frontend::grouping_sets::deduplicate(&mut statement);
+        crate::frontend::array_subquery::rewrite(&mut statement)?;
         check_not_node_setting(&statement)?;
         let copy_out = crate::frontend::copy_statement::copy_out_query(&statement)?.map(|(query, options)| {
             *statement = query;
