@@ -89,13 +89,19 @@ pub fn physical_rules(node: &Arc<NodeContext>) -> Vec<Arc<dyn PhysicalOptimizerR
 /// DataFusion's physical rules as FoamDB runs them without its own: true
 /// output properties first (`output_claims.rs`), both filter pushdowns
 /// and the projection pushdown guarded (`filter_pushdown.rs`,
-/// `projection_pushdown.rs`). What a single process answers with.
+/// `projection_pushdown.rs`), aggregates from statistics only where they
+/// are the aggregate's (`aggregate_statistics.rs`). What a single process
+/// answers with.
 pub fn guarded_datafusion_rules() -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
     let mut rules = physical::output_claims::datafusion_rules();
     for rule in rules.iter_mut() {
         let phase = match rule.name() {
             FILTER_RULE => FilterPushdownPhase::Pre,
             DYNAMIC_FILTER_RULE => FilterPushdownPhase::Post,
+            physical::aggregate_statistics::AGGREGATE_STATISTICS_RULE => {
+                *rule = Arc::new(physical::aggregate_statistics::AggregatesFromStatistics);
+                continue;
+            }
             physical::projection_pushdown::PROJECTION_PUSHDOWN_RULE => {
                 *rule = Arc::new(physical::projection_pushdown::GuardedProjectionPushdown(rule.clone()));
                 continue;

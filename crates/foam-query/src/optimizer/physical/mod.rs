@@ -2,6 +2,7 @@
 //! the plan is cut into stages (order: `optimizer/mod.rs`), and the checks
 //! that keep their plans valid.
 
+pub mod aggregate_statistics;
 pub mod checked_rules;
 pub mod copartition;
 pub mod count_ones;
