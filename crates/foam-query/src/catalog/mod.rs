@@ -3,6 +3,7 @@
 //! client what it talks to.
 
 pub mod functions;
+pub mod pg_columns;
 pub mod provider;
 pub mod statistics;
 pub mod system_tables;

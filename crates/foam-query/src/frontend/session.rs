@@ -380,6 +380,8 @@ impl FoamSession {
             crate::frontend::pg_access::CatalogRoles(node.clone()),
         ) {
             tracing::warn!(%error, "pg_catalog emulation unavailable");
+        } else if let Err(error) = crate::catalog::pg_columns::declare_types(&ctx, node.clone()) {
+            tracing::warn!(%error, "pg_attribute without declared types");
         }
         let role = Arc::new(Mutex::new(None));
         for udf in crate::frontend::pg_access::udfs(&node, user, &role, insecure) {

@@ -1,0 +1,213 @@
+//! The declared types of FoamDB's columns in `pg_catalog.pg_attribute`.
+//!
+//! datafusion-pg-catalog derives each column's type from its Arrow type, so
+//! a `VARCHAR(20)`, a `CHAR(3)` and a `TEXT` column all read as `text`, and
+//! a `NUMERIC(12,2)` as `numeric` without its precision: psql's `\d t`
+//! showed `text` and `numeric`, and tools that read `format_type(atttypid,
+//! atttypmod)` (SQLAlchemy's reflection, pgjdbc's column sizes) saw other
+//! types than the table was created with.
+//!
+//! [`DeclaredTypes`] stands in for the `pg_catalog` schema and answers
+//! `pg_attribute` with the type id and type modifier PostgreSQL keeps for
+//! each declared type, taken from the catalog's column definitions; every
+//! other table is datafusion-pg-catalog's. Rows are matched to FoamDB's
+//! tables through `pg_class` and `pg_namespace`, whose OIDs
+//! datafusion-pg-catalog keeps consistent with `attrelid`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, Int16Array, Int32Array, RecordBatch};
+use arrow::datatypes::{Int16Type, Int32Type, SchemaRef, UInt32Type};
+use async_trait::async_trait;
+use datafusion::catalog::{MemTable, SchemaProvider, Session, TableProvider};
+use datafusion::datasource::TableType;
+use datafusion::logical_expr::Expr;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::collect;
+use foam_catalog::types::SqlType;
+
+use crate::catalog::provider::{CATALOG_NAME, SCHEMA_NAME};
+use crate::context::NodeContext;
+
+/// The schema this stands in for, and the table it answers.
+pub const PG_CATALOG: &str = "pg_catalog";
+const PG_ATTRIBUTE: &str = "pg_attribute";
+
+/// PostgreSQL's type OIDs for the declared types Arrow does not tell apart.
+const BPCHAR_OID: i32 = 1042;
+const VARCHAR_OID: i32 = 1043;
+const NUMERIC_OID: i32 = 1700;
+/// PostgreSQL stores a type modifier with this added (`VARHDRSZ`).
+const TYPMOD_HEADER: i32 = 4;
+
+/// Replaces the session's `pg_catalog` schema (datafusion-pg-catalog's) by
+/// one whose `pg_attribute` has the declared types.
+pub fn declare_types(ctx: &datafusion::prelude::SessionContext, node: Arc<NodeContext>) -> Result<()> {
+    let catalog = ctx.catalog(CATALOG_NAME).ok_or_else(|| DataFusionError::Internal(format!("no catalog {CATALOG_NAME}")))?;
+    let Some(inner) = catalog.schema(PG_CATALOG) else { return Ok(()) };
+    catalog.register_schema(PG_CATALOG, Arc::new(DeclaredTypes { inner, node }))?;
+    Ok(())
+}
+
+/// `pg_catalog` with declared column types (see the module documentation).
+#[derive(Debug)]
+pub struct DeclaredTypes {
+    inner: Arc<dyn SchemaProvider>,
+    node: Arc<NodeContext>,
+}
+
+#[async_trait]
+impl SchemaProvider for DeclaredTypes {
+    fn table_names(&self) -> Vec<String> {
+        self.inner.table_names()
+    }
+
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        let table = self.inner.table(name).await?;
+        if !name.eq_ignore_ascii_case(PG_ATTRIBUTE) {
+            return Ok(table);
+        }
+        // Its rows are made when it is scanned: making pg_attribute's rows
+        // asks every schema for its tables' types, this one too.
+        Ok(table.map(|attributes| Arc::new(Attributes { attributes, pg_catalog: self.inner.clone(), node: self.node.clone() }) as Arc<dyn TableProvider>))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.inner.table_exist(name)
+    }
+}
+
+/// `pg_attribute` with declared types.
+#[derive(Debug)]
+struct Attributes {
+    attributes: Arc<dyn TableProvider>,
+    pg_catalog: Arc<dyn SchemaProvider>,
+    node: Arc<NodeContext>,
+}
+
+#[async_trait]
+impl TableProvider for Attributes {
+    fn schema(&self) -> SchemaRef {
+        self.attributes.schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        self.attributes.table_type()
+    }
+
+    async fn scan(&self, state: &dyn Session, projection: Option<&Vec<usize>>, filters: &[Expr], limit: Option<usize>) -> Result<Arc<dyn ExecutionPlan>> {
+        let mut batches = rows(&self.attributes).await?;
+        let relations = self.foam_relations().await?;
+        for batch in &mut batches {
+            *batch = with_declared_types(batch, &relations, &self.node)?;
+        }
+        MemTable::try_new(self.schema(), vec![batches])?.scan(state, projection, filters, limit).await
+    }
+}
+
+impl Attributes {
+    /// The OIDs of relations in FoamDB's schema, with their names.
+    async fn foam_relations(&self) -> Result<HashMap<i64, String>> {
+        let mut schema_oids = Vec::new();
+        if let Some(namespaces) = self.pg_catalog.table("pg_namespace").await? {
+            for batch in rows(&namespaces).await? {
+                let (oids, names) = (oid_column(&batch, "oid")?, batch.column_by_name("nspname").map(|c| c.as_string::<i32>().clone()));
+                let Some(names) = names else { continue };
+                schema_oids.extend((0..batch.num_rows()).filter(|&i| names.value(i) == SCHEMA_NAME).filter_map(|i| oids[i]));
+            }
+        }
+        let mut relations = HashMap::new();
+        if let Some(classes) = self.pg_catalog.table("pg_class").await? {
+            for batch in rows(&classes).await? {
+                let (oids, namespaces) = (oid_column(&batch, "oid")?, oid_column(&batch, "relnamespace")?);
+                let Some(names) = batch.column_by_name("relname").map(|c| c.as_string::<i32>().clone()) else { continue };
+                for i in 0..batch.num_rows() {
+                    if let (Some(oid), Some(namespace)) = (oids[i], namespaces[i])
+                        && schema_oids.contains(&namespace)
+                    {
+                        relations.insert(oid, names.value(i).to_string());
+                    }
+                }
+            }
+        }
+        Ok(relations)
+    }
+}
+
+/// Every row of one of datafusion-pg-catalog's tables.
+async fn rows(table: &Arc<dyn TableProvider>) -> Result<Vec<RecordBatch>> {
+    let state = datafusion::execution::session_state::SessionStateBuilder::new().build();
+    let plan = table.scan(&state, None, &[], None).await?;
+    collect(plan, Arc::new(TaskContext::from(&state))).await
+}
+
+/// An OID column (Int32 or UInt32 in datafusion-pg-catalog's tables) as
+/// i64s.
+fn oid_column(batch: &RecordBatch, name: &str) -> Result<Vec<Option<i64>>> {
+    let column = batch.column_by_name(name).ok_or_else(|| DataFusionError::Internal(format!("pg_catalog table without {name}")))?;
+    Ok(match column.data_type() {
+        arrow::datatypes::DataType::Int32 => column.as_primitive::<Int32Type>().iter().map(|v| v.map(i64::from)).collect(),
+        arrow::datatypes::DataType::UInt32 => column.as_primitive::<UInt32Type>().iter().map(|v| v.map(i64::from)).collect(),
+        arrow::datatypes::DataType::Int64 => column.as_primitive::<arrow::datatypes::Int64Type>().iter().collect(),
+        other => return Err(DataFusionError::Internal(format!("{name} is {other}"))),
+    })
+}
+
+/// The type OID and modifier PostgreSQL records for `sql_type`, where they
+/// differ from those of its Arrow type.
+fn declared(sql_type: &SqlType) -> Option<(i32, i32)> {
+    Some(match *sql_type {
+        SqlType::Varchar { length_max } => (VARCHAR_OID, length_max.map_or(-1, |n| n as i32 + TYPMOD_HEADER)),
+        SqlType::Char { length } => (BPCHAR_OID, length as i32 + TYPMOD_HEADER),
+        SqlType::Decimal { precision, scale } => (NUMERIC_OID, ((i32::from(precision) << 16) | i32::from(scale as u8)) + TYPMOD_HEADER),
+        _ => return None,
+    })
+}
+
+/// `batch` of `pg_attribute` with the declared types of FoamDB's columns.
+fn with_declared_types(batch: &RecordBatch, relations: &HashMap<i64, String>, node: &NodeContext) -> Result<RecordBatch> {
+    let catalog = node.catalog.current();
+    let relation_oids = oid_column(batch, "attrelid")?;
+    let column = |name: &str| batch.column_by_name(name).ok_or_else(|| DataFusionError::Internal(format!("pg_attribute without {name}")));
+    let numbers = column("attnum")?.as_primitive::<Int16Type>().clone();
+    let mut type_oids: Vec<Option<i32>> = column("atttypid")?.as_primitive::<Int32Type>().iter().collect();
+    let mut modifiers: Vec<Option<i32>> = column("atttypmod")?.as_primitive::<Int32Type>().iter().collect();
+    let mut lengths: Vec<Option<i16>> = column("attlen")?.as_primitive::<Int16Type>().iter().collect();
+    for row in 0..batch.num_rows() {
+        let Some(table) = relation_oids[row].and_then(|oid| relations.get(&oid)).and_then(|name| catalog.tables.get(name)) else { continue };
+        let Some(def) = usize::try_from(numbers.value(row)).ok().and_then(|n| n.checked_sub(1)).and_then(|at| table.columns.get(at)) else { continue };
+        if let Some((type_oid, modifier)) = declared(&def.sql_type) {
+            (type_oids[row], modifiers[row], lengths[row]) = (Some(type_oid), Some(modifier), Some(-1));
+        }
+    }
+    let replaced: [(&str, ArrayRef); 3] = [
+        ("atttypid", Arc::new(Int32Array::from(type_oids))),
+        ("atttypmod", Arc::new(Int32Array::from(modifiers))),
+        ("attlen", Arc::new(Int16Array::from(lengths))),
+    ];
+    let schema = batch.schema();
+    let mut columns = batch.columns().to_vec();
+    for (name, array) in replaced {
+        let at = schema.index_of(name)?;
+        columns[at] = array;
+    }
+    Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn type_modifiers_are_postgresqls() {
+        // PostgreSQL 15: varchar(20) 24, char(3) 7, numeric(12,2) 786438.
+        assert_eq!(declared(&SqlType::Varchar { length_max: Some(20) }), Some((VARCHAR_OID, 24)));
+        assert_eq!(declared(&SqlType::Varchar { length_max: None }), Some((VARCHAR_OID, -1)));
+        assert_eq!(declared(&SqlType::Char { length: 3 }), Some((BPCHAR_OID, 7)));
+        assert_eq!(declared(&SqlType::Decimal { precision: 12, scale: 2 }), Some((NUMERIC_OID, 786438)));
+        assert_eq!(declared(&SqlType::Int), None);
+    }
+}
