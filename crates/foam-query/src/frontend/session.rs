@@ -337,15 +337,22 @@ pub struct FoamSession {
 /// The settings a `BEGIN ... COMMIT` block may have to put back, as in
 /// PostgreSQL: a ROLLBACK (or the end of a failed block) undoes the block's
 /// `SET`s, `SET ROLE`s and `RESET`s; `SET LOCAL` lasts until the block
-/// ends either way. Savepoints do not put settings back.
+/// ends either way; `ROLLBACK TO SAVEPOINT` undoes those made since the
+/// savepoint.
 #[derive(Default)]
 struct BlockSettings {
-    /// The client settings, DataFusion options and role BEGIN found.
-    at_begin: Option<(BTreeMap<String, String>, datafusion::config::ConfigOptions, Option<String>)>,
+    /// What BEGIN found.
+    at_begin: Option<SettingsAt>,
     /// Each setting `SET LOCAL` changed, with its value before (the first
     /// time only).
     local: Vec<(String, String)>,
+    /// Each open savepoint, oldest first: its name, what it found and the
+    /// `SET LOCAL`s made before it.
+    savepoints: Vec<(String, SettingsAt, Vec<(String, String)>)>,
 }
+
+/// The client settings, DataFusion options and role at one point.
+type SettingsAt = (BTreeMap<String, String>, datafusion::config::ConfigOptions, Option<String>);
 
 impl crate::frontend::setting_functions::SessionSettings for FoamSession {
     fn get(&self, name: &str) -> FoamResult<String> {
@@ -752,10 +759,7 @@ impl FoamSession {
         };
         let modes = crate::frontend::transaction_block::modes(modes)?;
         if *self.block() == Block::Idle {
-            let settings = self.settings.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            let options = self.ctx.state().config().options().as_ref().clone();
-            let role = self.role.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            *self.block_settings.lock().unwrap_or_else(|p| p.into_inner()) = BlockSettings { at_begin: Some((settings, options, role)), local: Vec::new() };
+            *self.block_settings.lock().unwrap_or_else(|p| p.into_inner()) = BlockSettings { at_begin: Some(self.settings_now()), ..BlockSettings::default() };
             self.read_only.store(modes.read_only.unwrap_or(false), std::sync::atomic::Ordering::Relaxed);
             let transaction = Transaction::begin(self.node.clone());
             transaction.set_repeatable_read(modes.repeatable_read.unwrap_or(false))?;
@@ -778,14 +782,38 @@ impl FoamSession {
         match statement.as_ref() {
             Statement::Savepoint { name: ident } => {
                 open.savepoint(&name(ident));
+                let now = self.settings_now();
+                let mut block_settings = self.block_settings.lock().unwrap_or_else(|p| p.into_inner());
+                let local = block_settings.local.clone();
+                block_settings.savepoints.push((name(ident), now, local));
                 command("SAVEPOINT")
             }
             Statement::ReleaseSavepoint { name: ident } => {
                 open.release(&name(ident))?;
+                // It and every savepoint after it are gone; settings stay.
+                let mut block_settings = self.block_settings.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(at) = block_settings.savepoints.iter().rposition(|(n, ..)| *n == name(ident)) {
+                    block_settings.savepoints.truncate(at);
+                }
                 command("RELEASE")
             }
             Statement::Rollback { savepoint: Some(ident), .. } => {
                 open.rollback_to(&name(ident)).await?;
+                // The savepoint stays; those after it are gone, and so are
+                // the settings made since it.
+                let back = {
+                    let mut block_settings = self.block_settings.lock().unwrap_or_else(|p| p.into_inner());
+                    let at = block_settings.savepoints.iter().rposition(|(n, ..)| *n == name(ident));
+                    at.map(|at| {
+                        block_settings.savepoints.truncate(at + 1);
+                        let (_, found, local) = block_settings.savepoints[at].clone();
+                        block_settings.local = local;
+                        found
+                    })
+                };
+                if let Some(found) = back {
+                    self.put_back(found);
+                }
                 // Tagged ROLLBACK as PostgreSQL does; named apart so the
                 // protocol layer does not report the block as ended.
                 command(ROLLBACK_TO_TAG)
@@ -1362,7 +1390,7 @@ impl FoamSession {
     /// The block ended: `committed`, its `SET LOCAL`s are put back; rolled
     /// back (or failed), every setting and the role are as BEGIN found them.
     fn end_block_settings(&self, committed: bool) {
-        let BlockSettings { at_begin, local } = std::mem::take(&mut *self.block_settings.lock().unwrap_or_else(|p| p.into_inner()));
+        let BlockSettings { at_begin, local, .. } = std::mem::take(&mut *self.block_settings.lock().unwrap_or_else(|p| p.into_inner()));
         if committed {
             for (name, before) in local {
                 if let Err(error) = self.set_setting(name.clone(), before) {
@@ -1371,7 +1399,21 @@ impl FoamSession {
             }
             return;
         }
-        let Some((settings, options, role)) = at_begin else { return };
+        if let Some(found) = at_begin {
+            self.put_back(found);
+        }
+    }
+
+    /// The client settings, DataFusion options and role now.
+    fn settings_now(&self) -> SettingsAt {
+        let settings = self.settings.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let options = self.ctx.state().config().options().as_ref().clone();
+        let role = self.role.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        (settings, options, role)
+    }
+
+    /// Puts the settings, options and role `found` back.
+    fn put_back(&self, (settings, options, role): SettingsAt) {
         self.restore_settings(settings, options);
         *self.role.lock().unwrap_or_else(|p| p.into_inner()) = role;
     }
