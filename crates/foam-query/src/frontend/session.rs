@@ -535,6 +535,7 @@ impl FoamSession {
         }
         crate::frontend::grouping_sets::deduplicate(&mut statement);
         crate::frontend::array_subquery::rewrite(&mut statement)?;
+        crate::optimizer::logical::boolean_literals::distinct_from_as_equality(&mut statement);
         check_not_node_setting(&statement)?;
         let copy_out = crate::frontend::copy_statement::copy_out_query(&statement)?.map(|(query, options)| {
             *statement = query;

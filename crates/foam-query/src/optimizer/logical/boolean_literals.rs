@@ -9,7 +9,11 @@
 //! Where the SQL planner types a comparison (a select list's), the
 //! [`BooleanLiteralPlanner`] it consults reads the literal; elsewhere (a
 //! filter's, `IS DISTINCT FROM`, `IN` lists) an analyzer rule run just
-//! before DataFusion's type coercion does. Either way a quoted literal on
+//! before DataFusion's type coercion does. The SQL planner types `x IS
+//! [NOT] DISTINCT FROM 'lit'` in a select list without asking a planner,
+//! so the front end first writes it as `(x = 'lit') IS [NOT] TRUE`
+//! ([`distinct_from_as_equality`]), the same for a literal that is never
+//! NULL, whatever the type of `x`. Either way a quoted literal on
 //! one side of a comparison (or in an `IN` list) whose other side is a
 //! boolean becomes the boolean PostgreSQL reads it as (`t`,
 //! `true`, `y`, `yes`, `on`, `1` and the other prefixes PostgreSQL takes,
@@ -25,7 +29,7 @@ use datafusion::logical_expr::utils::merge_schema;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawBinaryExpr};
 use datafusion::logical_expr::{BinaryExpr, Expr, ExprSchemable, LogicalPlan, Operator};
-use datafusion::sql::sqlparser::ast::BinaryOperator;
+use datafusion::sql::sqlparser::ast::{self as sql, BinaryOperator, VisitMut, VisitorMut};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::optimizer::AnalyzerRule;
 use foam_common::{FoamError, SqlState};
@@ -74,6 +78,28 @@ impl ExprPlanner for BooleanLiteralPlanner {
 /// Adds the [`BooleanLiteralPlanner`] after the SQL planner's others.
 pub fn add_planner(builder: &mut SessionStateBuilder) {
     builder.expr_planners().get_or_insert_with(Vec::new).push(std::sync::Arc::new(BooleanLiteralPlanner));
+}
+
+/// Writes each `x IS [NOT] DISTINCT FROM 'lit'` (or `'lit' IS ...`) in
+/// `statement` as `(x = 'lit') IS [NOT] TRUE`, which the SQL planner types
+/// through [`BooleanLiteralPlanner`] (see the module documentation).
+pub fn distinct_from_as_equality(statement: &mut sql::Statement) {
+    struct Rewriter;
+    impl VisitorMut for Rewriter {
+        type Break = ();
+        fn post_visit_expr(&mut self, expr: &mut sql::Expr) -> std::ops::ControlFlow<()> {
+            let is_quoted = |e: &sql::Expr| matches!(e, sql::Expr::Value(v) if matches!(v.value, sql::Value::SingleQuotedString(_)));
+            let (sides, distinct) = match expr {
+                sql::Expr::IsDistinctFrom(left, right) if is_quoted(left) || is_quoted(right) => ((left.clone(), right.clone()), true),
+                sql::Expr::IsNotDistinctFrom(left, right) if is_quoted(left) || is_quoted(right) => ((left.clone(), right.clone()), false),
+                _ => return std::ops::ControlFlow::Continue(()),
+            };
+            let equal = Box::new(sql::Expr::Nested(Box::new(sql::Expr::BinaryOp { left: sides.0, op: BinaryOperator::Eq, right: sides.1 })));
+            *expr = if distinct { sql::Expr::IsNotTrue(equal) } else { sql::Expr::IsTrue(equal) };
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+    let _ = statement.visit(&mut Rewriter);
 }
 
 /// `expr` with the quoted literals it compares with a boolean of `schema`
@@ -161,5 +187,18 @@ mod tests {
         for text in ["o", "", "truex", "2", "yess", "nope"] {
             assert_eq!(read(text), None, "{text}");
         }
+    }
+
+    #[test]
+    fn distinct_from_a_quoted_literal_is_an_equality_tested_for_truth() {
+        let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
+        let mut statement = datafusion::sql::sqlparser::parser::Parser::parse_sql(
+            &dialect,
+            "SELECT f IS DISTINCT FROM 'y', 'n' IS NOT DISTINCT FROM f, f IS DISTINCT FROM g FROM t",
+        )
+        .unwrap()
+        .remove(0);
+        distinct_from_as_equality(&mut statement);
+        assert_eq!(statement.to_string(), "SELECT (f = 'y') IS NOT TRUE, ('n' = f) IS TRUE, f IS DISTINCT FROM g FROM t");
     }
 }
