@@ -12,17 +12,20 @@
 //! each declared type, taken from the catalog's column definitions; every
 //! other table is datafusion-pg-catalog's. Rows are matched to FoamDB's
 //! tables through `pg_class` and `pg_namespace`, whose OIDs
-//! datafusion-pg-catalog keeps consistent with `attrelid`.
+//! datafusion-pg-catalog keeps consistent with `attrelid`. Its
+//! `format_type` prints a NUMERIC of scale 0 as `numeric(5)`, where
+//! PostgreSQL prints `numeric(5,0)`; [`FormatType`] fixes that.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, Int16Array, Int32Array, RecordBatch};
-use arrow::datatypes::{Int16Type, Int32Type, SchemaRef, UInt32Type};
+use arrow::array::{Array, ArrayRef, AsArray, Int16Array, Int32Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Int16Type, Int32Type, SchemaRef, UInt32Type};
 use async_trait::async_trait;
 use datafusion::catalog::{MemTable, SchemaProvider, Session, TableProvider};
 use datafusion::datasource::TableType;
-use datafusion::logical_expr::Expr;
+use datafusion::common::ScalarValue;
+use datafusion::logical_expr::{ColumnarValue, Expr, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
@@ -44,12 +47,55 @@ const NUMERIC_OID: i32 = 1700;
 const TYPMOD_HEADER: i32 = 4;
 
 /// Replaces the session's `pg_catalog` schema (datafusion-pg-catalog's) by
-/// one whose `pg_attribute` has the declared types.
+/// one whose `pg_attribute` has the declared types, and its `format_type`.
 pub fn declare_types(ctx: &datafusion::prelude::SessionContext, node: Arc<NodeContext>) -> Result<()> {
     let catalog = ctx.catalog(CATALOG_NAME).ok_or_else(|| DataFusionError::Internal(format!("no catalog {CATALOG_NAME}")))?;
     let Some(inner) = catalog.schema(PG_CATALOG) else { return Ok(()) };
     catalog.register_schema(PG_CATALOG, Arc::new(DeclaredTypes { inner, node }))?;
+    if let Ok(inner) = datafusion::execution::FunctionRegistry::udf(ctx, FORMAT_TYPE) {
+        ctx.register_udf(ScalarUDF::new_from_impl(FormatType { inner: inner.as_ref().clone() }));
+    }
     Ok(())
+}
+
+const FORMAT_TYPE: &str = "format_type";
+
+/// datafusion-pg-catalog's `format_type`, with PostgreSQL's `numeric(p,0)`
+/// for a NUMERIC of scale 0 (it prints `numeric(p)`).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct FormatType {
+    inner: ScalarUDF,
+}
+
+impl ScalarUDFImpl for FormatType {
+    fn name(&self) -> &str {
+        FORMAT_TYPE
+    }
+
+    fn signature(&self) -> &Signature {
+        self.inner.signature()
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        self.inner.return_type(arg_types)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let names = self.inner.invoke_with_args(args)?;
+        let scalar = matches!(names, ColumnarValue::Scalar(_));
+        let names = names.to_array(1)?;
+        let Some(strings) = names.as_string_opt::<i32>() else { return Ok(ColumnarValue::Array(names)) };
+        let fixed: StringArray = strings.iter().map(|name| name.map(with_numeric_scale)).collect();
+        Ok(if scalar { ColumnarValue::Scalar(ScalarValue::try_from_array(&fixed, 0)?) } else { ColumnarValue::Array(Arc::new(fixed)) })
+    }
+}
+
+/// `numeric(p)` as `numeric(p,0)`; any other name as it is.
+fn with_numeric_scale(name: &str) -> String {
+    match name.strip_prefix("numeric(").and_then(|rest| rest.strip_suffix(')')) {
+        Some(precision) if precision.bytes().all(|b| b.is_ascii_digit()) => format!("numeric({precision},0)"),
+        _ => name.to_string(),
+    }
 }
 
 /// `pg_catalog` with declared column types (see the module documentation).
@@ -209,5 +255,8 @@ mod tests {
         assert_eq!(declared(&SqlType::Char { length: 3 }), Some((BPCHAR_OID, 7)));
         assert_eq!(declared(&SqlType::Decimal { precision: 12, scale: 2 }), Some((NUMERIC_OID, 786438)));
         assert_eq!(declared(&SqlType::Int), None);
+        assert_eq!(with_numeric_scale("numeric(5)"), "numeric(5,0)");
+        assert_eq!(with_numeric_scale("numeric(12,2)"), "numeric(12,2)");
+        assert_eq!(with_numeric_scale("numeric"), "numeric");
     }
 }
