@@ -395,6 +395,9 @@ impl FoamSession {
             ctx.register_udf(udf);
         }
         ctx.register_udf(crate::catalog::functions::version_udf());
+        for udf in crate::catalog::functions::catalog_inquiry_udfs() {
+            ctx.register_udf(udf);
+        }
         let settings = BTreeMap::from([
             ("server_version".to_string(), format!("{} (FoamDB)", crate::catalog::functions::POSTGRES_VERSION)),
             ("client_encoding".to_string(), "UTF8".to_string()),
