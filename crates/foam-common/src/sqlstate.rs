@@ -45,6 +45,8 @@ sqlstates! {
     ConnectionFailure = "08006",
     TransactionResolutionUnknown = "08007",
     FeatureNotSupported = "0A000",
+    /// A scalar subquery gave more than one row.
+    CardinalityViolation = "21000",
     DataException = "22000",
     StringDataRightTruncation = "22001",
     NumericValueOutOfRange = "22003",

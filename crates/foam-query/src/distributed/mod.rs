@@ -446,6 +446,7 @@ fn worker_template(runtime: Arc<RuntimeEnv>) -> Result<datafusion::execution::Se
     for udf in crate::optimizer::worker_udfs() {
         datafusion::execution::FunctionRegistry::register_udf(&mut state, Arc::new(udf))?;
     }
+    datafusion::execution::FunctionRegistry::register_udaf(&mut state, Arc::new(crate::frontend::scalar_subquery::SingleValue::udaf()))?;
     Ok(state)
 }
 

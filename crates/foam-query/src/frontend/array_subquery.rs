@@ -137,7 +137,7 @@ fn aggregated(query: &Query) -> FoamResult<Expr> {
 }
 
 /// The call `name(args clauses)`.
-fn call(name: &str, args: Vec<Expr>, clauses: Vec<FunctionArgumentClause>) -> Expr {
+pub(crate) fn call(name: &str, args: Vec<Expr>, clauses: Vec<FunctionArgumentClause>) -> Expr {
     Expr::Function(Function {
         name: ObjectName::from(vec![Ident::new(name)]),
         uses_odbc_syntax: false,
@@ -186,7 +186,8 @@ fn column(name: &str) -> Expr {
     Expr::CompoundIdentifier(vec![Ident::new(ROWS), Ident::new(name)])
 }
 
-fn empty_query() -> Query {
+/// `SELECT 1`, a query to fill in.
+pub(crate) fn empty_query() -> Query {
     match datafusion::sql::sqlparser::parser::Parser::parse_sql(&datafusion::sql::sqlparser::dialect::PostgreSqlDialect {}, "SELECT 1") {
         Ok(mut statements) => match statements.pop() {
             Some(Statement::Query(query)) => *query,

@@ -12,6 +12,7 @@ pub mod modify;
 pub mod pg_access;
 pub mod privileges;
 pub mod roles;
+pub mod scalar_subquery;
 pub mod select_names;
 pub mod setting_functions;
 pub mod statement;

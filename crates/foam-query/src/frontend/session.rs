@@ -395,6 +395,7 @@ impl FoamSession {
             ctx.register_udf(udf);
         }
         ctx.register_udf(crate::catalog::functions::version_udf());
+        ctx.register_udaf(crate::frontend::scalar_subquery::SingleValue::udaf());
         for udf in crate::catalog::functions::catalog_inquiry_udfs() {
             ctx.register_udf(udf);
         }
@@ -539,6 +540,11 @@ impl FoamSession {
         crate::frontend::grouping_sets::deduplicate(&mut statement);
         crate::frontend::array_subquery::rewrite(&mut statement)?;
         crate::optimizer::logical::boolean_literals::distinct_from_as_equality(&mut statement);
+        {
+            let state = self.ctx.state();
+            let aggregates = state.aggregate_functions();
+            crate::frontend::scalar_subquery::rewrite(&mut statement, &|name| aggregates.contains_key(name));
+        }
         check_not_node_setting(&statement)?;
         let copy_out = crate::frontend::copy_statement::copy_out_query(&statement)?.map(|(query, options)| {
             *statement = query;
