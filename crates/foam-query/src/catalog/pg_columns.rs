@@ -24,7 +24,6 @@ use arrow::datatypes::{DataType, Int16Type, Int32Type, SchemaRef, UInt32Type};
 use async_trait::async_trait;
 use datafusion::catalog::{MemTable, SchemaProvider, Session, TableProvider};
 use datafusion::datasource::TableType;
-use datafusion::common::ScalarValue;
 use datafusion::logical_expr::{ColumnarValue, Expr, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::error::{DataFusionError, Result};
@@ -81,12 +80,12 @@ impl ScalarUDFImpl for FormatType {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let rows = args.number_rows;
         let names = self.inner.invoke_with_args(args)?;
-        let scalar = matches!(names, ColumnarValue::Scalar(_));
-        let names = names.to_array(1)?;
-        let Some(strings) = names.as_string_opt::<i32>() else { return Ok(ColumnarValue::Array(names)) };
-        let fixed: StringArray = strings.iter().map(|name| name.map(with_numeric_scale)).collect();
-        Ok(if scalar { ColumnarValue::Scalar(ScalarValue::try_from_array(&fixed, 0)?) } else { ColumnarValue::Array(Arc::new(fixed)) })
+        crate::exec::function_values::per_value(&names, rows, |names| {
+            let Some(strings) = names.as_string_opt::<i32>() else { return Ok(names.clone()) };
+            Ok(Arc::new(strings.iter().map(|name| name.map(with_numeric_scale)).collect::<StringArray>()) as ArrayRef)
+        })
     }
 }
 

@@ -1,7 +1,9 @@
 //! FoamDB's own execution plan nodes: the partition scan, the routed
 //! shuffle and the join against each node's replica, and the adapter that
-//! turns an operator's panic into the statement's error.
+//! turns an operator's panic into the statement's error; and how FoamDB's
+//! scalar functions take their arguments (`function_values.rs`).
 
+pub mod function_values;
 pub mod panic_safe;
 pub mod replica_join;
 pub mod route;

@@ -33,8 +33,8 @@ use datafusion::common::{Result, ScalarValue};
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::{Accumulator, AggregateUDF, AggregateUDFImpl, Signature, Volatility};
 use datafusion::sql::sqlparser::ast::{
-    Expr, GroupByExpr, Ident, Query, SelectItem, SetExpr, Statement, TableAlias, TableAliasColumnDef, TableFactor, TableWithJoins, Value, VisitMut,
-    VisitorMut,
+    Expr, Function, GroupByExpr, Ident, Query, SelectItem, SetExpr, Statement, TableAlias, TableAliasColumnDef, TableFactor, TableWithJoins, Value,
+    Visit, VisitMut, Visitor, VisitorMut,
 };
 use foam_common::{FoamError, SqlState};
 
@@ -163,30 +163,40 @@ fn gives_one_row(query: &Query, is_aggregate: &dyn Fn(&str) -> bool) -> bool {
 /// Whether `expr` calls an aggregate (not as a window function) outside a
 /// subquery of its own.
 fn calls_aggregate(expr: &Expr, is_aggregate: &dyn Fn(&str) -> bool) -> bool {
-    let mut found = false;
-    let _ = datafusion::sql::sqlparser::ast::visit_expressions(expr, |e: &Expr| {
-        if let Expr::Function(f) = e
-            && f.over.is_none()
-            && f.name.0.last().and_then(|p| p.as_ident()).is_some_and(|name| is_aggregate(&name.value.to_lowercase()))
-        {
-            found = true;
-            return ControlFlow::Break(());
-        }
-        ControlFlow::<()>::Continue(())
-    });
-    found
+    calls(expr, &|f| f.over.is_none() && f.name.0.last().and_then(|p| p.as_ident()).is_some_and(|name| is_aggregate(&name.value.to_lowercase())))
 }
 
+/// Whether `expr` calls a window function outside a subquery of its own.
 fn has_window(expr: &Expr) -> bool {
-    let mut found = false;
-    let _ = datafusion::sql::sqlparser::ast::visit_expressions(expr, |e: &Expr| {
-        if matches!(e, Expr::Function(f) if f.over.is_some()) {
-            found = true;
-            return ControlFlow::Break(());
+    calls(expr, &|f| f.over.is_some())
+}
+
+/// Whether `expr`, not counting its subqueries, calls a function `wanted`
+/// takes.
+fn calls(expr: &Expr, wanted: &dyn Fn(&Function) -> bool) -> bool {
+    struct Finder<'a> {
+        wanted: &'a dyn Fn(&Function) -> bool,
+        /// How deep in subqueries of `expr` the visit is.
+        depth: usize,
+    }
+    impl Visitor for Finder<'_> {
+        type Break = ();
+        fn pre_visit_query(&mut self, _query: &Query) -> ControlFlow<()> {
+            self.depth += 1;
+            ControlFlow::Continue(())
         }
-        ControlFlow::<()>::Continue(())
-    });
-    found
+        fn post_visit_query(&mut self, _query: &Query) -> ControlFlow<()> {
+            self.depth -= 1;
+            ControlFlow::Continue(())
+        }
+        fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
+            match expr {
+                Expr::Function(f) if self.depth == 0 && (self.wanted)(f) => ControlFlow::Break(()),
+                _ => ControlFlow::Continue(()),
+            }
+        }
+    }
+    expr.visit(&mut Finder { wanted, depth: 0 }).is_break()
 }
 
 fn single_value(arg: Expr) -> Expr {
@@ -309,6 +319,11 @@ mod tests {
         ] {
             assert_eq!(rewritten(same), same);
         }
+        // An aggregate inside a subquery of the item does not make it one row.
+        assert_eq!(
+            rewritten("SELECT (SELECT (SELECT max(v.c) FROM v) + u.b FROM u)"),
+            "SELECT (SELECT foam_single_value((SELECT max(v.c) FROM v) + u.b) FROM u)"
+        );
     }
 
     #[test]

@@ -541,9 +541,10 @@ impl FoamSession {
         crate::frontend::array_subquery::rewrite(&mut statement)?;
         crate::optimizer::logical::boolean_literals::distinct_from_as_equality(&mut statement);
         {
-            let state = self.ctx.state();
-            let aggregates = state.aggregate_functions();
-            crate::frontend::scalar_subquery::rewrite(&mut statement, &|name| aggregates.contains_key(name));
+            // Read in place: `state()` would copy the whole session state.
+            let state = self.ctx.state_ref();
+            let state = state.read();
+            crate::frontend::scalar_subquery::rewrite(&mut statement, &|name| state.aggregate_functions().contains_key(name));
         }
         check_not_node_setting(&statement)?;
         let copy_out = crate::frontend::copy_statement::copy_out_query(&statement)?.map(|(query, options)| {

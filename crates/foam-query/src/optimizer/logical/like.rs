@@ -135,15 +135,14 @@ impl ScalarUDFImpl for FoamLike {
             _ => None,
         }
         .ok_or_else(|| DataFusionError::Internal(format!("{LIKE_FUNCTION}: the pattern must be a literal of text and %, got {pattern:?}")))?;
-        let scalar = matches!(texts, ColumnarValue::Scalar(_));
-        let texts = texts.to_array(if scalar { 1 } else { args.number_rows })?;
-        let matched: ArrayRef = Arc::new(match texts.data_type() {
-            DataType::Utf8 => matches_all(texts.as_string::<i32>(), &pieces),
-            DataType::LargeUtf8 => matches_all(texts.as_string::<i64>(), &pieces),
-            DataType::Utf8View => matches_all(texts.as_string_view(), &pieces),
-            other => return Err(DataFusionError::Internal(format!("{LIKE_FUNCTION}: cannot match {other}"))),
-        });
-        Ok(if scalar { ColumnarValue::Scalar(ScalarValue::try_from_array(&matched, 0)?) } else { ColumnarValue::Array(matched) })
+        crate::exec::function_values::per_value(texts, args.number_rows, |texts| {
+            Ok(Arc::new(match texts.data_type() {
+                DataType::Utf8 => matches_all(texts.as_string::<i32>(), &pieces),
+                DataType::LargeUtf8 => matches_all(texts.as_string::<i64>(), &pieces),
+                DataType::Utf8View => matches_all(texts.as_string_view(), &pieces),
+                other => return Err(DataFusionError::Internal(format!("{LIKE_FUNCTION}: cannot match {other}"))),
+            }) as ArrayRef)
+        })
     }
 }
 

@@ -41,6 +41,8 @@ use datafusion::logical_expr::{ColumnarValue, Expr, ExprSchemable, LogicalPlan, 
 use datafusion::optimizer::AnalyzerRule;
 use foam_common::{FoamError, SqlState};
 
+use crate::exec::function_values::per_value;
+
 /// The functions the rewrite calls; workers register them (`worker_udfs`).
 pub const ROUND_FOR_INT: &str = "foam_round_for_int";
 pub const NUMERIC_OF_FLOAT: &str = "foam_numeric_of_float";
@@ -108,13 +110,14 @@ fn grouping_set_members(set: GroupingSet, rewrite: &dyn Fn(Expr) -> Result<Trans
 
 fn postgres_cast(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     let Expr::Cast(Cast { expr: inner, field }) = expr else { return Ok(Transformed::no(expr)) };
-    if let (DataType::Decimal128(precision, scale), Ok(DataType::Float32 | DataType::Float64)) = (field.data_type(), inner.get_type(schema)) {
+    let inner_type = inner.get_type(schema);
+    if let (DataType::Decimal128(precision, scale), Ok(DataType::Float32 | DataType::Float64)) = (field.data_type(), &inner_type) {
         // The target type rides on a typed NULL: the function's result type.
         let target = Expr::Literal(ScalarValue::Decimal128(None, *precision, *scale), None);
         return Ok(Transformed::yes(Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(NumericOfFloat::udf()), vec![*inner, target]))));
     }
     let rounds = field.data_type().is_integer()
-        && match inner.get_type(schema) {
+        && match inner_type {
             Ok(DataType::Float32 | DataType::Float64) => true,
             Ok(DataType::Decimal128(_, scale)) => scale > 0,
             _ => false,
@@ -156,10 +159,7 @@ impl ScalarUDFImpl for RoundForInt {
         let [value] = args.args.as_slice() else {
             return Err(DataFusionError::Internal(format!("{ROUND_FOR_INT} takes one argument")));
         };
-        let scalar = matches!(value, ColumnarValue::Scalar(_));
-        let values = value.to_array(if scalar { 1 } else { args.number_rows })?;
-        let rounded = round_array(&values)?;
-        Ok(if scalar { ColumnarValue::Scalar(ScalarValue::try_from_array(&rounded, 0)?) } else { ColumnarValue::Array(rounded) })
+        per_value(value, args.number_rows, round_array)
     }
 }
 
@@ -216,10 +216,7 @@ impl ScalarUDFImpl for NumericOfFloat {
         let DataType::Decimal128(precision, scale) = target.data_type() else {
             return Err(DataFusionError::Internal(format!("{NUMERIC_OF_FLOAT} makes a DECIMAL, not {}", target.data_type())));
         };
-        let scalar = matches!(value, ColumnarValue::Scalar(_));
-        let values = value.to_array(if scalar { 1 } else { args.number_rows })?;
-        let numerics = numeric_of_float(&values, precision, scale)?;
-        Ok(if scalar { ColumnarValue::Scalar(ScalarValue::try_from_array(&numerics, 0)?) } else { ColumnarValue::Array(numerics) })
+        per_value(value, args.number_rows, |values| numeric_of_float(values, precision, scale))
     }
 }
 
