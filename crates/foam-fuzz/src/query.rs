@@ -59,6 +59,10 @@ pub struct Query {
     /// For ternary logic partitioning: the same rows as `sql`, as the
     /// UNION ALL of its rows where a predicate is true, false and NULL.
     pub partitioned: Option<String>,
+    /// Holds a scalar subquery that may give several rows, which fails the
+    /// query in PostgreSQL (21000); the reference may not fail (DataFusion
+    /// joins such a subquery), so PostgreSQL is asked even when it agrees.
+    pub cardinality: bool,
 }
 
 struct Generator<'a> {
@@ -69,11 +73,13 @@ struct Generator<'a> {
     /// The SELECT being written already has a window function whose value
     /// depends on the order of ties.
     tie_sensitive_window: bool,
+    /// A scalar subquery that may give several rows was written.
+    cardinality: bool,
 }
 
 /// A random query over `tables`.
 pub fn generate(choices: &mut Choices, tables: &[Table]) -> Query {
-    let mut g = Generator { c: choices, tables, aliases: 0, ctes: Vec::new(), tie_sensitive_window: false };
+    let mut g = Generator { c: choices, tables, aliases: 0, ctes: Vec::new(), tie_sensitive_window: false, cardinality: false };
     if g.c.chance(15) {
         return g.partitioning_case();
     }
@@ -81,12 +87,12 @@ pub fn generate(choices: &mut Choices, tables: &[Table]) -> Query {
         return g.rule_case();
     }
     let select = g.query(DEPTH_MAX, &[], None, true);
-    Query { sql: g.with_ctes(&select.sql), ordered: select.ordered, partitioned: None }
+    Query { sql: g.with_ctes(&select.sql), ordered: select.ordered, partitioned: None, cardinality: g.cardinality }
 }
 
 /// A random write on one of `tables` (see `query/writes.rs`).
 pub fn generate_write(choices: &mut Choices, tables: &[Table]) -> Write {
-    let mut g = Generator { c: choices, tables, aliases: 0, ctes: Vec::new(), tie_sensitive_window: false };
+    let mut g = Generator { c: choices, tables, aliases: 0, ctes: Vec::new(), tie_sensitive_window: false, cardinality: false };
     g.write()
 }
 
@@ -142,7 +148,7 @@ impl Generator<'_> {
         });
         let grouped = self.c.chance(40);
         let outer_window = std::mem::replace(&mut self.tie_sensitive_window, false);
-        let (items, tail) = if grouped { self.grouped_items(&scope, &widths) } else { self.plain_items(&scope, &widths) };
+        let (items, tail) = if grouped { self.grouped_items(&scope, &widths) } else { self.plain_items(&visible, &scope, &widths, depth) };
         self.tie_sensitive_window = outer_window;
         let distinct = if !grouped && self.c.chance(10) { "DISTINCT " } else { "" };
         let list: Vec<String> = items.iter().enumerate().map(|(i, e)| format!("{e} AS c{i}")).collect();
@@ -154,11 +160,20 @@ impl Generator<'_> {
     }
 
     /// Output expressions of a SELECT without GROUP BY: expressions over the
-    /// scope, some of them window functions.
-    fn plain_items(&mut self, scope: &[Col], widths: &[Ty]) -> (Vec<String>, String) {
+    /// scope, some of them window functions or (with `depth` left) scalar
+    /// subqueries correlated with what is `visible`.
+    fn plain_items(&mut self, visible: &[Col], scope: &[Col], widths: &[Ty], depth: u32) -> (Vec<String>, String) {
         let items = widths
             .iter()
-            .map(|ty| if self.c.chance(15) { self.window(scope, *ty) } else { self.expr(*ty, scope, 0) })
+            .map(|ty| {
+                if self.c.chance(15) {
+                    self.window(scope, *ty)
+                } else if depth > 0 && self.c.chance(8) {
+                    self.scalar_subquery(visible, *ty)
+                } else {
+                    self.expr(*ty, scope, 0)
+                }
+            })
             .collect();
         (items, String::new())
     }
@@ -543,10 +558,71 @@ impl Generator<'_> {
                 if kind == 1 {
                     format!("{}EXISTS (SELECT 1 FROM {table} AS {alias} WHERE {filter})", if self.c.chance(40) { "NOT " } else { "" })
                 } else {
-                    let aggregate = self.aggregate(Ty::Int, &inner);
                     let left = self.expr(Ty::Int, outer, 1);
-                    format!("{left} {} (SELECT {aggregate} FROM {table} AS {alias} WHERE {filter})", self.c.pick(&["=", "<", ">="]))
+                    let op = *self.c.pick(&["=", "<", ">="]);
+                    if self.c.chance(50) {
+                        let aggregate = self.aggregate(Ty::Int, &inner);
+                        format!("{left} {op} (SELECT {aggregate} FROM {table} AS {alias} WHERE {filter})")
+                    } else {
+                        format!("{left} {op} {}", self.scalar_subquery(outer, Ty::Int))
+                    }
                 }
+            }
+        }
+    }
+
+    /// A scalar subquery of family `ty` that does not aggregate to one row,
+    /// mostly correlated with `outer` so that it gives at most one: a
+    /// lookup by a UNIQUE key, a group of the correlated column, DISTINCT
+    /// values of it. Some may give several rows, which fails the query with
+    /// 21000 (as PostgreSQL does; the reference answers or refuses).
+    fn scalar_subquery(&mut self, outer: &[Col], ty: Ty) -> String {
+        self.cardinality = true;
+        let keyed: Vec<&Table> = self.tables.iter().filter(|t| t.unique).collect();
+        let kind = self.c.below(6);
+        let table = if kind == 0 && !keyed.is_empty() { keyed[self.c.below(keyed.len() as u32) as usize] } else { self.c.pick(self.tables) };
+        let (name, keys) = (table.name.clone(), table.layout.keys.clone());
+        let alias = self.alias();
+        let inner: Vec<Col> = COLUMNS.iter().map(|c| Col { sql: format!("{alias}.{}", c.name), ty: c.ty }).collect();
+        let extra = |g: &mut Self| if g.c.chance(30) { format!(" AND {}", g.predicate(&inner, 0, 1)) } else { String::new() };
+        match kind {
+            // A lookup by the table's key (UNIQUE when a table has one).
+            0 | 1 if !keys.is_empty() => {
+                let filter: Vec<String> = keys
+                    .iter()
+                    .map(|k| {
+                        let key_ty = COLUMNS.iter().find(|c| c.name == *k).expect("a key is a column").ty;
+                        format!("{alias}.{k} = {}", self.column(key_ty, outer))
+                    })
+                    .collect();
+                let value = self.expr(ty, &inner, 1);
+                format!("(SELECT {value} FROM {name} AS {alias} WHERE {}{})", filter.join(" AND "), extra(self))
+            }
+            // One group: the correlated column's.
+            2 => {
+                let correlation_ty = *self.c.pick(&[Ty::Int, Ty::Text, Ty::Date]);
+                let (inner_column, outer_column) = (self.column(correlation_ty, &inner), self.column(correlation_ty, outer));
+                let aggregate = self.aggregate(ty, &inner);
+                format!("(SELECT {aggregate} FROM {name} AS {alias} WHERE {inner_column} = {outer_column}{} GROUP BY {inner_column})", extra(self))
+            }
+            // The distinct values of the correlated column: one at most.
+            3 => {
+                let inner_column = self.column(ty, &inner);
+                let outer_column = self.column(ty, outer);
+                format!("(SELECT DISTINCT {inner_column} FROM {name} AS {alias} WHERE {inner_column} = {outer_column}{})", extra(self))
+            }
+            // Uncorrelated: one row, none, or 21000.
+            4 => {
+                let value = self.expr(ty, &inner, 1);
+                let filter = self.predicate(&inner, 0, 1);
+                format!("(SELECT {value} FROM {name} AS {alias} WHERE {filter})")
+            }
+            // Correlated on any column: often several rows.
+            _ => {
+                let correlation_ty = *self.c.pick(&[Ty::Int, Ty::Text, Ty::Date, Ty::Bool]);
+                let (inner_column, outer_column) = (self.column(correlation_ty, &inner), self.column(correlation_ty, outer));
+                let value = self.expr(ty, &inner, 1);
+                format!("(SELECT {value} FROM {name} AS {alias} WHERE {inner_column} = {outer_column}{})", extra(self))
             }
         }
     }
@@ -567,7 +643,7 @@ impl Generator<'_> {
         let head = format!("SELECT {} FROM {from}", items.join(", "));
         let partitioned =
             format!("{head} WHERE {predicate} UNION ALL {head} WHERE NOT ({predicate}) UNION ALL {head} WHERE ({predicate}) IS NULL");
-        Query { sql: self.with_ctes(&head), ordered: false, partitioned: Some(self.with_ctes(&partitioned)) }
+        Query { sql: self.with_ctes(&head), ordered: false, partitioned: Some(self.with_ctes(&partitioned)), cardinality: self.cardinality }
     }
 }
 
@@ -589,7 +665,7 @@ mod tests {
         }
         for shape in ["FULL JOIN", "LEFT SEMI JOIN", "GROUP BY ROLLUP", "GROUPING SETS", "OVER (", "EXISTS", "UNION", "LIMIT", "WITH w0"]
             .into_iter()
-            .chain(["NOT IN (SELECT", "AS n FROM", "avg(", "NOT LIKE '%", "IS NOT DISTINCT FROM", "OR (r"])
+            .chain(["NOT IN (SELECT", "AS n FROM", "avg(", "NOT LIKE '%", "IS NOT DISTINCT FROM", "OR (r", "(SELECT DISTINCT", ") AS c0"])
         {
             assert!(text.contains(shape), "400 queries never used {shape}");
         }

@@ -165,12 +165,21 @@ enum Verdict {
 /// Whether the reference's error says it lacks a feature FoamDB adds to
 /// DataFusion, rather than that the query is wrong: stock DataFusion
 /// leaves some correlated subqueries as expressions no operator runs, or
-/// fails decorrelating them (FoamDB unnests those, `unnest_subqueries.rs`).
+/// fails decorrelating them (FoamDB unnests those, `unnest_subqueries.rs`),
+/// or fails one that does not aggregate.
 fn reference_lacks(message: &str) -> bool {
     message.contains("Physical plan does not support logical expression")
         || message.contains("Optimizer rule 'scalar_subquery_to_join' failed")
         || message.contains("Optimizer rule 'decorrelate_predicate_subquery' failed")
+        || message.contains("Correlated scalar subquery must be aggregated")
+        // Stock DataFusion's own handling of scalar subqueries that do not
+        // aggregate, which FoamDB replaces (`scalar_subquery.rs`).
+        || message.contains("Scalar subquery returned more than one row")
+        || message.contains("is declared as non-nullable but contains null values")
 }
+
+/// PostgreSQL's SQLSTATE for a scalar subquery that gave several rows.
+const CARDINALITY_VIOLATION: &str = "21000";
 
 /// What a query's check needs: both engines and the tables they hold.
 struct Bench<'a> {
@@ -216,6 +225,10 @@ impl Bench<'_> {
             (Verdict::Differ(kind @ (Kind::WrongAnswer | Kind::ReferenceError), detail), Outcome::Rows(got)) => {
                 self.judge(query, got, &types, kind, detail).await
             }
+            (Verdict::Differ(Kind::FoamError(signature), detail), Outcome::Error(state, _)) => {
+                self.judge_error(query, state, Kind::FoamError(signature), detail).await
+            }
+            (Verdict::Agree, Outcome::Rows(_)) if query.cardinality => self.judge_cardinality(query).await,
             (verdict, _) => verdict,
         };
         (verdict, expected_rows)
@@ -226,7 +239,15 @@ impl Bench<'_> {
     /// are then the expected ones (as text: no types are known).
     async fn judge_alone(&self, query: &Query, got: &Rows) -> (Verdict, Option<(Rows, Vec<DataType>)>) {
         let Some(postgres) = self.postgres else { return (Verdict::Unjudged, None) };
-        let Outcome::Rows(judged) = postgres.query(&postgres_form(&query.sql)).await else { return (Verdict::Unjudged, None) };
+        let judged = match postgres.query(&postgres_form(&query.sql)).await {
+            Outcome::Rows(judged) => judged,
+            // PostgreSQL found a scalar subquery of several rows where FoamDB
+            // answered; other errors of PostgreSQL's may be of its dialect.
+            Outcome::Error(state, message) if state == CARDINALITY_VIOLATION => {
+                return (Verdict::Differ(Kind::WrongAnswer, format!("PostgreSQL fails with {state} ({message}) where FoamDB answers")), None);
+            }
+            _ => return (Verdict::Unjudged, None),
+        };
         let types = vec![DataType::Utf8; judged.first().or(got.first()).map_or(0, |row| row.len())];
         let verdict = match difference(&judged, got, &[], query.ordered) {
             None => Verdict::JudgedAlone,
@@ -241,6 +262,30 @@ impl Bench<'_> {
         let Some(postgres) = self.postgres else { return Verdict::Differ(kind, detail) };
         match postgres.query(&postgres_form(&query.sql)).await {
             Outcome::Rows(judged) if difference(&judged, got, types, query.ordered).is_none() => Verdict::ReferenceWrong(detail),
+            _ => Verdict::Differ(kind, detail),
+        }
+    }
+
+    /// An answer both engines gave to a query with a scalar subquery that
+    /// may give several rows: a wrong answer if PostgreSQL fails with 21000.
+    async fn judge_cardinality(&self, query: &Query) -> Verdict {
+        let Some(postgres) = self.postgres else { return Verdict::Agree };
+        match postgres.query(&postgres_form(&query.sql)).await {
+            Outcome::Error(state, message) if state == CARDINALITY_VIOLATION => {
+                Verdict::Differ(Kind::WrongAnswer, format!("PostgreSQL fails with {state} ({message}) where both engines answer"))
+            }
+            _ => Verdict::Agree,
+        }
+    }
+
+    /// An error of FoamDB's where the reference answered, put to
+    /// PostgreSQL: the reference's error if PostgreSQL fails with the same
+    /// SQLSTATE (stock DataFusion answers where PostgreSQL gives 21000 for
+    /// a scalar subquery of several rows, and FoamDB fails as PostgreSQL).
+    async fn judge_error(&self, query: &Query, state: &str, kind: Kind, detail: String) -> Verdict {
+        let Some(postgres) = self.postgres else { return Verdict::Differ(kind, detail) };
+        match postgres.query(&postgres_form(&query.sql)).await {
+            Outcome::Error(judged, _) if judged == *state && !state.starts_with("XX") => Verdict::ReferenceWrong(detail),
             _ => Verdict::Differ(kind, detail),
         }
     }

@@ -131,7 +131,7 @@ pub async fn check_writes(
                 let case = Case {
                     tables: tables.to_vec(),
                     setup: taken,
-                    query: Query { sql: format!("SELECT * FROM {}", table.name), ordered: false, partitioned: None },
+                    query: Query { sql: format!("SELECT * FROM {}", table.name), ordered: false, partitioned: None, cardinality: false },
                     expected: expected.map(|rows| (rows, column_types())),
                 };
                 failures.push(Failure {

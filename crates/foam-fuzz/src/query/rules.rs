@@ -29,7 +29,7 @@ impl Generator<'_> {
             4 => self.eager_aggregate_case(),
             _ => self.like_case(),
         };
-        Query { sql, ordered: false, partitioned: None }
+        Query { sql, ordered: false, partitioned: None, cardinality: false }
     }
 
     /// A table name and a fresh alias for it.
@@ -268,7 +268,7 @@ mod tests {
                 let mut recorded = vec![family];
                 recorded.extend_from_slice(random.recorded());
                 let mut choices = Choices::replay(recorded);
-                let mut g = Generator { c: &mut choices, tables: &tables, aliases: 0, ctes: Vec::new(), tie_sensitive_window: false };
+                let mut g = Generator { c: &mut choices, tables: &tables, aliases: 0, ctes: Vec::new(), tie_sensitive_window: false, cardinality: false };
                 let query = g.rule_case();
                 match reference.query(&query.sql).await.0 {
                     Outcome::Rows(_) => answered[family as usize] += 1,

@@ -447,6 +447,7 @@ fn worker_template(runtime: Arc<RuntimeEnv>) -> Result<datafusion::execution::Se
         datafusion::execution::FunctionRegistry::register_udf(&mut state, Arc::new(udf))?;
     }
     datafusion::execution::FunctionRegistry::register_udaf(&mut state, Arc::new(crate::frontend::scalar_subquery::SingleValue::udaf()))?;
+    datafusion::execution::FunctionRegistry::register_udf(&mut state, Arc::new(crate::frontend::scalar_subquery::OneValue::udf()))?;
     Ok(state)
 }
 
