@@ -362,6 +362,36 @@ async fn extended_protocol_binds_parameters() {
     assert_eq!(total, 13);
     let error = client.query("SELECT * FROM nowhere WHERE k = $1", &[&1i32]).await.unwrap_err();
     assert_eq!(error.as_db_error().unwrap().code().code(), "42P01");
+    // A parameter typed only by its cast takes the cast's type, as the
+    // error for an untyped one advises.
+    let cast = client.prepare("SELECT $1::int + 1, CAST($2 AS DATE)").await.expect("prepare casts");
+    assert_eq!(cast.params(), &[tokio_postgres::types::Type::INT4, tokio_postgres::types::Type::DATE]);
+    let row = client.query_one(&cast, &[&41i32, &leap_day()]).await.expect("casts");
+    assert_eq!(row.get::<_, i64>(0), 42);
+    // An upsert with parameters: the VALUES take the columns' types.
+    client.batch_execute("CREATE TABLE pu (k INT PRIMARY KEY, hits BIGINT)").await.unwrap();
+    let upsert = client.prepare("INSERT INTO pu VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET hits = pu.hits + EXCLUDED.hits").await.expect("prepare upsert");
+    for k in [1i32, 2, 1, 1] {
+        assert_eq!(client.execute(&upsert, &[&k, &10i64]).await.expect("upsert"), 1);
+    }
+    assert_eq!(scalar(&client, "SELECT string_agg(k || '=' || hits, ',' ORDER BY k) FROM pu").await, "1=30,2=10");
+}
+
+/// 2024-02-29 as PostgreSQL's binary DATE (days since 2000-01-01).
+fn leap_day() -> PgDate {
+    PgDate(8825)
+}
+
+#[derive(Debug)]
+struct PgDate(i32);
+
+impl tokio_postgres::types::ToSql for PgDate {
+    fn to_sql(&self, _: &tokio_postgres::types::Type, out: &mut bytes::BytesMut) -> Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        out.extend_from_slice(&self.0.to_be_bytes());
+        Ok(tokio_postgres::types::IsNull::No)
+    }
+    tokio_postgres::types::accepts!(DATE);
+    tokio_postgres::types::to_sql_checked!();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -81,6 +81,7 @@ sqlstates! {
     UndefinedTable = "42P01",
     DuplicateTable = "42P07",
     DuplicateColumn = "42701",
+    InvalidColumnReference = "42P10",
     InvalidTableDefinition = "42P16",
     InvalidObjectDefinition = "42P17",
     OutOfMemory = "53200",

@@ -18,3 +18,4 @@ pub mod setting_functions;
 pub mod statement;
 pub mod session;
 pub mod transaction_block;
+pub mod upsert;

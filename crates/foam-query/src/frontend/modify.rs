@@ -11,6 +11,8 @@
 //! row hashes to its own partition, so an UPDATE of the distribution key moves
 //! the row. Forms whose rows could repeat a target row (`UPDATE ... FROM`,
 //! `DELETE ... USING`) or that return rows (`RETURNING`) are refused with 0A000.
+//! `INSERT ... ON CONFLICT` is a query of the proposed rows beside the
+//! rows they conflict with (`upsert.rs`).
 //! `TRUNCATE t` is `DELETE FROM t`: transactional, at a DELETE's cost;
 //! `TRUNCATE t, u` is one such deletion per table, in one transaction.
 
@@ -28,12 +30,15 @@ pub enum Modify {
     Delete { table: String },
     Update { table: String },
     Truncate { table: String },
+    /// INSERT ... ON CONFLICT (`upsert.rs`).
+    Upsert(crate::frontend::upsert::Upsert),
 }
 
 impl Modify {
     pub fn table(&self) -> &str {
         match self {
             Modify::Delete { table } | Modify::Update { table } | Modify::Truncate { table } => table,
+            Modify::Upsert(upsert) => &upsert.table,
         }
     }
 
@@ -42,6 +47,7 @@ impl Modify {
             Modify::Delete { .. } => "DELETE",
             Modify::Update { .. } => "UPDATE",
             Modify::Truncate { .. } => "TRUNCATE TABLE",
+            Modify::Upsert(_) => "INSERT",
         }
     }
 }
@@ -126,6 +132,10 @@ pub fn as_query(statement: &Statement, catalog: &Catalog) -> FoamResult<Option<(
             let query = format!("SELECT * FROM {}", quoted(&table));
             Ok(Some((parse_query(&query)?, Modify::Truncate { table })))
         }
+        Statement::Insert(_) => match crate::frontend::upsert::as_query(statement, catalog)? {
+            Some((query, upsert)) => Ok(Some((parse_query(&query)?, Modify::Upsert(upsert)))),
+            None => Ok(None),
+        },
         _ => Ok(None),
     }
 }
@@ -158,7 +168,7 @@ fn parse_query(sql: &str) -> FoamResult<Statement> {
     let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| FoamError::Syntax { message: e.to_string() })?;
     match statements.pop() {
         Some(statement) if statements.is_empty() => Ok(statement),
-        _ => Err(FoamError::internal(format!("the query of an UPDATE or DELETE is not one statement: {sql}"))),
+        _ => Err(FoamError::internal(format!("the query of a write is not one statement: {sql}"))),
     }
 }
 

@@ -119,6 +119,15 @@ pub fn modify_read_needs(statement: &Statement, table: &str, catalog: &Catalog) 
             }
         }
         Statement::Delete(delete) => relations.extend(delete.selection.as_ref().map(relations_of).unwrap_or_default()),
+        Statement::Insert(insert) => {
+            relations.extend(insert.source.as_ref().map(relations_of).unwrap_or_default());
+            if let Some(update) = do_update(insert) {
+                relations.extend(update.selection.as_ref().map(relations_of).unwrap_or_default());
+                for assignment in &update.assignments {
+                    relations.extend(relations_of(&assignment.value));
+                }
+            }
+        }
         _ => {}
     }
     if modify_reads_table(statement) {
@@ -179,7 +188,29 @@ fn modify_reads_table(statement: &Statement) -> bool {
                     .is_break()
                 })
         }
+        // An upsert's DO UPDATE reads the existing row where it names one
+        // of its columns (`EXCLUDED.c` is the proposed row's).
+        Statement::Insert(insert) => do_update(insert).is_some_and(|update| {
+            let reads_existing = |expr: &Expr| {
+                visit_expressions(expr, |expr| match expr {
+                    Expr::Identifier(_) => ControlFlow::Break(()),
+                    Expr::CompoundIdentifier(parts) if !parts[0].value.eq_ignore_ascii_case("excluded") => ControlFlow::Break(()),
+                    _ => ControlFlow::Continue(()),
+                })
+                .is_break()
+            };
+            update.selection.as_ref().is_some_and(reads_existing) || update.assignments.iter().any(|assignment| reads_existing(&assignment.value))
+        }),
         _ => false,
+    }
+}
+
+/// An INSERT's `ON CONFLICT ... DO UPDATE`, if it has one.
+fn do_update(insert: &datafusion::sql::sqlparser::ast::Insert) -> Option<&datafusion::sql::sqlparser::ast::DoUpdate> {
+    use datafusion::sql::sqlparser::ast::{OnConflict, OnConflictAction, OnInsert};
+    match &insert.on {
+        Some(OnInsert::OnConflict(OnConflict { action: OnConflictAction::DoUpdate(update), .. })) => Some(update),
+        _ => None,
     }
 }
 

@@ -164,8 +164,13 @@ impl PreparedStatement {
     pub fn parameter_types(&self) -> FoamResult<Vec<Option<DataType>>> {
         let Kind::Plan { plan, .. } = &self.kind else { return Ok(Vec::new()) };
         let types = plan.get_parameter_types().map_err(FoamError::from)?;
+        let cast = cast_parameter_types(plan);
         let mut ordered: Vec<(usize, Option<DataType>)> = types
             .into_iter()
+            .map(|(name, t)| {
+                let t = t.or_else(|| cast.get(&name).cloned());
+                (name, t)
+            })
             .filter_map(|(name, t)| name.trim_start_matches('$').parse::<usize>().ok().map(|i| (i, t)))
             .collect();
         ordered.sort_by_key(|(i, _)| *i);
@@ -185,6 +190,28 @@ impl PreparedStatement {
             _ => None,
         }
     }
+}
+
+/// The types of the parameters `plan` casts as they stand (`$1::int`,
+/// `CAST($1 AS DATE)`), which DataFusion leaves untyped: PostgreSQL types
+/// a parameter so cast as the cast's type.
+fn cast_parameter_types(plan: &LogicalPlan) -> std::collections::HashMap<String, DataType> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::logical_expr::{Cast, Expr, TryCast, expr::Placeholder};
+    let mut types = std::collections::HashMap::new();
+    let _ = plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|expr| {
+            expr.apply(|expr| {
+                if let Expr::Cast(Cast { expr: inner, field }) | Expr::TryCast(TryCast { expr: inner, field }) = expr
+                    && let Expr::Placeholder(Placeholder { id, field: None }) = inner.as_ref()
+                {
+                    types.entry(id.clone()).or_insert_with(|| field.data_type().clone());
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })
+    });
+    types
 }
 
 /// The setting's name (lowercase) and value (a string literal's text) of
@@ -996,6 +1023,34 @@ impl FoamSession {
         let frame = self.ctx.execute_logical_plan(plan).await.map_err(FoamError::from)?;
         let mut rows = crate::exec::panic_safe::panic_safe(frame.execute_stream().await.map_err(FoamError::from)?);
         let mut writer = TableWriter::begin_in(self.node.clone(), table, transaction)?;
+        if let crate::frontend::modify::Modify::Upsert(upsert) = modify {
+            // Proposed rows are decided in order: all of them first.
+            let written = async {
+                let mut batches = Vec::new();
+                while let Some(batch) = rows.next().await {
+                    batches.push(batch.map_err(FoamError::from)?);
+                }
+                let changes = crate::frontend::upsert::changes(upsert, &schema, &batches)?;
+                if let Some(deletes) = changes.deletes {
+                    writer.write_deletes(deletes).await?;
+                }
+                for inserts in changes.inserts {
+                    writer.write(crate::write::cast_to(&schema, inserts)?).await?;
+                }
+                Ok::<_, FoamError>(changes.count)
+            }
+            .await;
+            return match written {
+                Ok(count) => {
+                    writer.commit().await?;
+                    Ok(StatementOutput::Command { tag: modify.tag().into(), rows: Some(count) })
+                }
+                Err(error) => {
+                    writer.abort().await;
+                    Err(error)
+                }
+            };
+        }
         while let Some(batch) = rows.next().await {
             let written = async {
                 let batch = batch.map_err(FoamError::from)?;
@@ -1684,6 +1739,13 @@ fn needs_of(kind: &Kind, reads: &[Need]) -> Vec<Need> {
                 crate::frontend::modify::Modify::Delete { .. } => Privilege::Delete,
                 crate::frontend::modify::Modify::Update { .. } => Privilege::Update,
                 crate::frontend::modify::Modify::Truncate { .. } => Privilege::Truncate,
+                crate::frontend::modify::Modify::Upsert(upsert) => {
+                    let mut needs = [reads.to_vec(), vec![Need::Privilege { relation: upsert.table.clone(), privilege: Privilege::Insert }]].concat();
+                    if upsert.update {
+                        needs.push(Need::Privilege { relation: upsert.table.clone(), privilege: Privilege::Update });
+                    }
+                    return needs;
+                }
             };
             [reads.to_vec(), vec![Need::Privilege { relation: modify.table().to_string(), privilege }]].concat()
         }
