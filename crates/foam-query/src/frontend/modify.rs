@@ -16,11 +16,11 @@
 //! `TRUNCATE t` is `DELETE FROM t`: transactional, at a DELETE's cost;
 //! `TRUNCATE t, u` is one such deletion per table, in one transaction.
 
-use datafusion::sql::sqlparser::ast::{AssignmentTarget, FromTable, Statement, TableFactor, TableWithJoins};
+use datafusion::sql::sqlparser::ast::{Assignment, AssignmentTarget, Expr, FromTable, Statement, TableFactor, TableWithJoins};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use foam_catalog::{Catalog, TableDef};
-use foam_common::{FoamError, FoamResult};
+use foam_common::{FoamError, FoamResult, SqlState};
 
 use crate::frontend::ddl;
 
@@ -86,36 +86,8 @@ pub fn as_query(statement: &Statement, catalog: &Catalog) -> FoamResult<Option<(
                 return unsupported("this form of UPDATE");
             }
             let (table, qualifier) = target_table(&update.table, catalog)?;
-            let (table, columns) = (table.name.clone(), &table.columns);
-            let mut values: Vec<Option<String>> = vec![None; columns.len()];
-            for assignment in &update.assignments {
-                let AssignmentTarget::ColumnName(name) = &assignment.target else {
-                    return unsupported("UPDATE ... SET (a, b) = ...");
-                };
-                let column = name.0.last().and_then(|part| part.as_ident()).map(|i| ddl::normalize_ident(&i.value, i.quote_style)).unwrap_or_default();
-                let index = columns.iter().position(|c| c.name == column).ok_or_else(|| FoamError::Query {
-                    message: format!("column \"{column}\" of relation \"{table}\" does not exist"),
-                    sqlstate: foam_common::SqlState::UndefinedColumn,
-                })?;
-                // Cast as an INSERT's values are, so bad values fail alike.
-                let value = format!("CAST(({}) AS {})", assignment.value, columns[index].sql_type.sql_name());
-                if values[index].replace(value).is_some() {
-                    return Err(FoamError::Query {
-                        message: format!("multiple assignments to same column \"{column}\""),
-                        sqlstate: foam_common::SqlState::SyntaxError,
-                    });
-                }
-            }
-            // Named apart from the old row's columns, which keep the table's names.
-            let new_row: Vec<String> = columns
-                .iter()
-                .zip(values)
-                .enumerate()
-                .map(|(i, (column, value))| {
-                    let value = value.unwrap_or_else(|| format!("{qualifier}.{}", quoted(&column.name)));
-                    format!("{value} AS foam_new_{i}")
-                })
-                .collect();
+            let new_row = new_row(&update.assignments, table, &qualifier, |value| Ok(value.to_string()))?;
+            let table = table.name.clone();
             let filter = update.selection.as_ref().map(|p| format!(" WHERE {p}")).unwrap_or_default();
             let query = format!("SELECT {qualifier}.*, {} FROM {}{filter}", new_row.join(", "), update.table.relation);
             Ok(Some((parse_query(&query)?, Modify::Update { table })))
@@ -160,7 +132,49 @@ fn target_table<'a>(target: &TableWithJoins, catalog: &'a Catalog) -> FoamResult
     Ok((table, qualifier))
 }
 
-fn quoted(name: &str) -> String {
+/// The items of the row that replaces `qualifier`'s row of `table` under
+/// `assignments` (an UPDATE's SET, or ON CONFLICT DO UPDATE's): each
+/// column's assigned value as `value` writes it, cast as an INSERT's values
+/// are so bad values fail alike, or the old value; named `foam_new_i`,
+/// apart from the old row's columns, which keep the table's names.
+pub(crate) fn new_row(
+    assignments: &[Assignment],
+    table: &TableDef,
+    qualifier: &str,
+    value: impl Fn(&Expr) -> FoamResult<String>,
+) -> FoamResult<Vec<String>> {
+    let mut values: Vec<Option<String>> = vec![None; table.columns.len()];
+    for assignment in assignments {
+        let AssignmentTarget::ColumnName(name) = &assignment.target else {
+            return Err(FoamError::FeatureNotSupported { feature: "SET (a, b) = ... (assign each column)".into() });
+        };
+        let column = name.0.last().and_then(|part| part.as_ident()).map(|i| ddl::normalize_ident(&i.value, i.quote_style)).unwrap_or_default();
+        let index = column_index(table, &column)?;
+        let cast = format!("CAST(({}) AS {})", value(&assignment.value)?, table.columns[index].sql_type.sql_name());
+        if values[index].replace(cast).is_some() {
+            return Err(FoamError::Query { message: format!("multiple assignments to same column \"{column}\""), sqlstate: SqlState::SyntaxError });
+        }
+    }
+    Ok(values
+        .into_iter()
+        .enumerate()
+        .map(|(i, value)| {
+            let value = value.unwrap_or_else(|| format!("{qualifier}.{}", quoted(&table.columns[i].name)));
+            format!("{value} AS foam_new_{i}")
+        })
+        .collect())
+}
+
+/// Where `column` is in `table`; 42703 when it is not there.
+pub(crate) fn column_index(table: &TableDef, column: &str) -> FoamResult<usize> {
+    table.columns.iter().position(|c| c.name == column).ok_or_else(|| FoamError::Query {
+        message: format!("column \"{column}\" of relation \"{}\" does not exist", table.name),
+        sqlstate: SqlState::UndefinedColumn,
+    })
+}
+
+/// `name` as a quoted SQL identifier.
+pub(crate) fn quoted(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 

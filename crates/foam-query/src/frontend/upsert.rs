@@ -42,6 +42,7 @@ use foam_catalog::{Catalog, TableDef};
 use foam_common::{FoamError, FoamResult, SqlState};
 
 use crate::frontend::ddl;
+use crate::frontend::modify::{column_index, new_row, quoted};
 
 /// The name EXCLUDED's columns are read under in the query.
 const EXCLUDED: &str = "foam_excluded";
@@ -151,27 +152,7 @@ pub fn as_query(statement: &Statement, catalog: &Catalog) -> FoamResult<Option<(
         OnConflictAction::DoUpdate(update) => {
             let key = &arbiters[0];
             let hit = format!("{qualifier}.{} IS NOT NULL", quoted(&table.columns[key[0]].name));
-            let mut values: Vec<Option<String>> = vec![None; table.columns.len()];
-            for assignment in &update.assignments {
-                let datafusion::sql::sqlparser::ast::AssignmentTarget::ColumnName(name) = &assignment.target else {
-                    return Err(FoamError::FeatureNotSupported { feature: "ON CONFLICT DO UPDATE SET (a, b) = ...".into() });
-                };
-                let column = name.0.last().and_then(|part| part.as_ident()).map(|i| ddl::normalize_ident(&i.value, i.quote_style)).unwrap_or_default();
-                let index = column_index(table, &column)?;
-                let value = excluded_read(assignment.value.clone(), table)?;
-                let value = format!("CAST(({value}) AS {})", table.columns[index].sql_type.sql_name());
-                if values[index].replace(value).is_some() {
-                    return Err(FoamError::Query { message: format!("multiple assignments to same column \"{column}\""), sqlstate: SqlState::SyntaxError });
-                }
-            }
-            let new_row: Vec<String> = values
-                .into_iter()
-                .enumerate()
-                .map(|(i, value)| {
-                    let value = value.unwrap_or_else(|| format!("{qualifier}.{}", quoted(&table.columns[i].name)));
-                    format!("{value} AS foam_new_{i}")
-                })
-                .collect();
+            let new_row = new_row(&update.assignments, table, &qualifier, |value| Ok(excluded_read(value.clone(), table)?.to_string()))?;
             let condition = match &update.selection {
                 Some(selection) => format!("coalesce(({}), false)", excluded_read(selection.clone(), table)?),
                 None => "true".into(),
@@ -198,13 +179,6 @@ fn target_columns(insert: &Insert, table: &TableDef) -> FoamResult<Vec<usize>> {
         targets.push(index);
     }
     Ok(targets)
-}
-
-fn column_index(table: &TableDef, column: &str) -> FoamResult<usize> {
-    table.columns.iter().position(|c| c.name == column).ok_or_else(|| FoamError::Query {
-        message: format!("column \"{column}\" of relation \"{}\" does not exist", table.name),
-        sqlstate: SqlState::UndefinedColumn,
-    })
 }
 
 /// The unique keys whose conflicts the statement handles: the one its
@@ -388,8 +362,4 @@ fn parse_type(sql: &str) -> FoamResult<datafusion::sql::sqlparser::ast::DataType
         .try_with_sql(sql)
         .and_then(|mut parser| parser.parse_data_type())
         .map_err(|e| FoamError::internal(format!("the type {sql}: {e}")))
-}
-
-fn quoted(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }
