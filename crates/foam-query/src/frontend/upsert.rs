@@ -279,6 +279,16 @@ pub fn changes(upsert: &Upsert, table: &SchemaRef, batches: &[RecordBatch]) -> F
     let proposed_at = 1 + hits;
     let project = |from: usize| all.project(&(from..from + width).collect::<Vec<_>>()).map_err(internal);
     let proposed = project(proposed_at)?;
+    // Every proposed row must be one the table could hold, conflicting or
+    // not, as PostgreSQL checks a row's constraints before its arbiters.
+    for (field, column) in table.fields().iter().zip(proposed.columns()) {
+        if !field.is_nullable() && column.null_count() > 0 {
+            return Err(FoamError::Query {
+                message: format!("null value in column \"{}\" of relation \"{}\" violates not-null constraint", field.name(), upsert.table),
+                sqlstate: SqlState::NotNullViolation,
+            });
+        }
+    }
     let order = all.column(0).as_primitive::<UInt64Type>();
     let mut rows: Vec<usize> = (0..all.num_rows()).collect();
     rows.sort_by_key(|&row| order.value(row));
