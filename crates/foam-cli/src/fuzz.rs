@@ -93,7 +93,7 @@ pub fn run(args: BenchFuzzArgs) -> Result<(), String> {
     let report = runtime.block_on(foam_fuzz::run(&config, |line| println!("{line}")))?;
     println!();
     println!(
-        "{} queries over {} databases in {:.0} s: {} compared, {} failed on both engines ({} of them with FoamDB's internal error), {} timed out, {} the reference cannot run ({} more PostgreSQL alone agreed with), {} ternary-logic checks, {} where PostgreSQL sides with FoamDB, {} differences",
+        "{} queries over {} databases in {:.0} s: {} compared, {} failed on both engines ({} of them with FoamDB's internal error), {} timed out, {} the reference cannot run ({} more PostgreSQL alone agreed with), {} where PostgreSQL read a subquery of several rows the answer does not, {} ternary-logic checks, {} where PostgreSQL sides with FoamDB, {} differences",
         report.queries,
         report.seeds,
         report.elapsed.as_secs_f64(),
@@ -103,6 +103,7 @@ pub fn run(args: BenchFuzzArgs) -> Result<(), String> {
         report.timed_out,
         report.reference_unsupported,
         report.judged_by_postgres_alone,
+        report.unread_subqueries,
         report.partitioning_checks,
         report.reference_wrong.len(),
         report.failures.len()

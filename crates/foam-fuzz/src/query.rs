@@ -65,6 +65,23 @@ pub struct Query {
     pub cardinality: bool,
 }
 
+/// Ends each scalar subquery of a query that may give several rows: a
+/// comment, so the query is the same to every engine.
+pub const MANY_ROWS_MARK: &str = " /* rows: any */)";
+
+impl Query {
+    /// The query with each scalar subquery that may give several rows
+    /// limited to one. Where an engine answers the query without failing
+    /// (21000), no row it keeps read such a subquery's value, so its answer
+    /// must be this query's, whichever row each subquery gives: that checks
+    /// an answer PostgreSQL gives 21000 for by evaluating a subquery the
+    /// answer never reads (on rows an empty join drops, or in a column no
+    /// one selects), which the SQL standard leaves to the implementation.
+    pub fn limited(&self) -> Option<String> {
+        self.sql.contains(MANY_ROWS_MARK).then(|| self.sql.replace(MANY_ROWS_MARK, " LIMIT 1)"))
+    }
+}
+
 struct Generator<'a> {
     c: &'a mut Choices,
     tables: &'a [Table],
@@ -581,7 +598,7 @@ impl Generator<'_> {
         let keyed: Vec<&Table> = self.tables.iter().filter(|t| t.unique).collect();
         let kind = self.c.below(6);
         let table = if kind == 0 && !keyed.is_empty() { keyed[self.c.below(keyed.len() as u32) as usize] } else { self.c.pick(self.tables) };
-        let (name, keys) = (table.name.clone(), table.layout.keys.clone());
+        let (name, keys, unique) = (table.name.clone(), table.layout.keys.clone(), table.unique);
         let alias = self.alias();
         let inner: Vec<Col> = COLUMNS.iter().map(|c| Col { sql: format!("{alias}.{}", c.name), ty: c.ty }).collect();
         let extra = |g: &mut Self| if g.c.chance(30) { format!(" AND {}", g.predicate(&inner, 0, 1)) } else { String::new() };
@@ -596,7 +613,8 @@ impl Generator<'_> {
                     })
                     .collect();
                 let value = self.expr(ty, &inner, 1);
-                format!("(SELECT {value} FROM {name} AS {alias} WHERE {}{})", filter.join(" AND "), extra(self))
+                let end = if unique { ")" } else { MANY_ROWS_MARK };
+                format!("(SELECT {value} FROM {name} AS {alias} WHERE {}{}{end}", filter.join(" AND "), extra(self))
             }
             // One group: the correlated column's.
             2 => {
@@ -615,14 +633,14 @@ impl Generator<'_> {
             4 => {
                 let value = self.expr(ty, &inner, 1);
                 let filter = self.predicate(&inner, 0, 1);
-                format!("(SELECT {value} FROM {name} AS {alias} WHERE {filter})")
+                format!("(SELECT {value} FROM {name} AS {alias} WHERE {filter}{MANY_ROWS_MARK}")
             }
             // Correlated on any column: often several rows.
             _ => {
                 let correlation_ty = *self.c.pick(&[Ty::Int, Ty::Text, Ty::Date, Ty::Bool]);
                 let (inner_column, outer_column) = (self.column(correlation_ty, &inner), self.column(correlation_ty, outer));
                 let value = self.expr(ty, &inner, 1);
-                format!("(SELECT {value} FROM {name} AS {alias} WHERE {inner_column} = {outer_column}{})", extra(self))
+                format!("(SELECT {value} FROM {name} AS {alias} WHERE {inner_column} = {outer_column}{}{MANY_ROWS_MARK}", extra(self))
             }
         }
     }
@@ -665,10 +683,42 @@ mod tests {
         }
         for shape in ["FULL JOIN", "LEFT SEMI JOIN", "GROUP BY ROLLUP", "GROUPING SETS", "OVER (", "EXISTS", "UNION", "LIMIT", "WITH w0"]
             .into_iter()
-            .chain(["NOT IN (SELECT", "AS n FROM", "avg(", "NOT LIKE '%", "IS NOT DISTINCT FROM", "OR (r", "(SELECT DISTINCT", ") AS c0"])
+            .chain(["NOT IN (SELECT", "AS n FROM", "avg(", "NOT LIKE '%", "IS NOT DISTINCT FROM", "OR (r", "(SELECT DISTINCT", ") AS c0", MANY_ROWS_MARK])
         {
             assert!(text.contains(shape), "400 queries never used {shape}");
         }
+    }
+
+    #[test]
+    fn writes_are_reproducible_and_cover_the_statements() {
+        let tables = schema::generate(&mut Choices::random(1), "t");
+        let mut text = String::new();
+        for seed in 0..400 {
+            let mut choices = Choices::random(seed);
+            let write = generate_write(&mut choices, &tables);
+            let again = generate_write(&mut Choices::replay(choices.recorded().to_vec()), &tables);
+            assert_eq!(write.sql(), again.sql(), "seed {seed} replays differently");
+            let sql = write.sql().join(";\n");
+            let upserts = sql.contains("ON CONFLICT");
+            assert_eq!(write.upsert, upserts, "seed {seed}: {sql}");
+            assert!(!(upserts && sql.contains("UPDATE t")), "seed {seed}: an upsert write holds an UPDATE: {sql}");
+            text.push_str(&sql);
+        }
+        for shape in ["UPDATE t", "DELETE FROM", "INSERT INTO t", "VALUES (", "ROLLBACK", "COMMIT", "ON CONFLICT DO NOTHING", ") DO NOTHING", "DO UPDATE SET", "= excluded."] {
+            assert!(text.contains(shape), "400 writes never used {shape}");
+        }
+    }
+
+    #[test]
+    fn limiting_ends_each_subquery_that_may_give_rows_with_limit_one() {
+        let query = Query {
+            sql: format!("SELECT (SELECT a FROM t{MANY_ROWS_MARK} AS c0, (SELECT b FROM u WHERE u.k = t.k{MANY_ROWS_MARK} FROM t"),
+            ordered: false,
+            partitioned: None,
+            cardinality: true,
+        };
+        assert_eq!(query.limited().unwrap(), "SELECT (SELECT a FROM t LIMIT 1) AS c0, (SELECT b FROM u WHERE u.k = t.k LIMIT 1) FROM t");
+        assert_eq!(Query { sql: "SELECT 1".into(), ..query }.limited(), None);
     }
 
     #[test]

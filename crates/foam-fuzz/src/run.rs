@@ -136,6 +136,11 @@ pub struct Report {
     /// Of the queries the reference cannot run, those PostgreSQL answered
     /// as FoamDB did (with `--postgres`; not counted in the one above).
     pub judged_by_postgres_alone: u64,
+    /// FoamDB answered where PostgreSQL failed with 21000 on a scalar
+    /// subquery of several rows no row of the answer reads: PostgreSQL
+    /// answered as FoamDB did with each such subquery limited to one row
+    /// (see [`Query::limited`]).
+    pub unread_subqueries: u64,
     pub partitioning_checks: u64,
     pub writes: crate::writes::WriteTally,
     /// Differences where PostgreSQL answered as FoamDB did: the
@@ -159,6 +164,9 @@ enum Verdict {
     JudgedAlone,
     /// PostgreSQL answered as FoamDB did where the reference differed.
     ReferenceWrong(String),
+    /// PostgreSQL failed with 21000 on a subquery FoamDB's answer does not
+    /// read (counted in `unread_subqueries`).
+    Unread,
     Differ(Kind, String),
 }
 
@@ -228,7 +236,7 @@ impl Bench<'_> {
             (Verdict::Differ(Kind::FoamError(signature), detail), Outcome::Error(state, _)) => {
                 self.judge_error(query, state, Kind::FoamError(signature), detail).await
             }
-            (Verdict::Agree, Outcome::Rows(_)) if query.cardinality => self.judge_cardinality(query).await,
+            (Verdict::Agree, Outcome::Rows(got)) if query.cardinality => self.judge_cardinality(query, got, &types).await,
             (verdict, _) => verdict,
         };
         (verdict, expected_rows)
@@ -244,7 +252,8 @@ impl Bench<'_> {
             // PostgreSQL found a scalar subquery of several rows where FoamDB
             // answered; other errors of PostgreSQL's may be of its dialect.
             Outcome::Error(state, message) if state == CARDINALITY_VIOLATION => {
-                return (Verdict::Differ(Kind::WrongAnswer, format!("PostgreSQL fails with {state} ({message}) where FoamDB answers")), None);
+                let detail = format!("PostgreSQL fails with {state} ({message}) where FoamDB answers");
+                return (self.judge_unread(query, got, &[], detail).await, None);
             }
             _ => return (Verdict::Unjudged, None),
         };
@@ -267,14 +276,26 @@ impl Bench<'_> {
     }
 
     /// An answer both engines gave to a query with a scalar subquery that
-    /// may give several rows: a wrong answer if PostgreSQL fails with 21000.
-    async fn judge_cardinality(&self, query: &Query) -> Verdict {
+    /// may give several rows: a wrong answer if PostgreSQL fails with 21000
+    /// on a subquery the answer reads.
+    async fn judge_cardinality(&self, query: &Query, got: &Rows, types: &[DataType]) -> Verdict {
         let Some(postgres) = self.postgres else { return Verdict::Agree };
         match postgres.query(&postgres_form(&query.sql)).await {
             Outcome::Error(state, message) if state == CARDINALITY_VIOLATION => {
-                Verdict::Differ(Kind::WrongAnswer, format!("PostgreSQL fails with {state} ({message}) where both engines answer"))
+                self.judge_unread(query, got, types, format!("PostgreSQL fails with {state} ({message}) where both engines answer")).await
             }
             _ => Verdict::Agree,
+        }
+    }
+
+    /// FoamDB's answer `got` where PostgreSQL failed with 21000: unread
+    /// subqueries if PostgreSQL answers the same with each subquery that
+    /// may give several rows limited to one, else a wrong answer (`detail`).
+    async fn judge_unread(&self, query: &Query, got: &Rows, types: &[DataType], detail: String) -> Verdict {
+        let (Some(postgres), Some(limited)) = (self.postgres, query.limited()) else { return Verdict::Differ(Kind::WrongAnswer, detail) };
+        match postgres.query(&postgres_form(&limited)).await {
+            Outcome::Rows(judged) if difference(&judged, got, types, query.ordered).is_none() => Verdict::Unread,
+            _ => Verdict::Differ(Kind::WrongAnswer, detail),
         }
     }
 
@@ -352,8 +373,13 @@ pub async fn run(config: &FuzzConfig, mut progress: impl FnMut(&str)) -> Result<
         _ => None,
     };
     let write_judge = match (&postgres, &foam_judge) {
-        (Some(engine), _) => Some(WriteJudge { engine, create: Table::create_postgres, form: postgres_form }),
-        (None, Some(engine)) => Some(WriteJudge { engine, create: Table::create_foam, form: str::to_string }),
+        (Some(engine), _) => Some(WriteJudge {
+            engine,
+            create: Table::create_postgres,
+            create_upsert: Table::create_postgres_arbiter,
+            form: postgres_form,
+        }),
+        (None, Some(engine)) => Some(WriteJudge { engine, create: Table::create_foam, create_upsert: Table::create_foam, form: str::to_string }),
         (None, None) if config.writes_per_seed > 0 => return Err("writes need a judge: a PostgreSQL server or a FoamDB to compare with".into()),
         (None, None) => None,
     };
@@ -411,6 +437,7 @@ pub async fn run(config: &FuzzConfig, mut progress: impl FnMut(&str)) -> Result<
                 Verdict::TimedOut => report.timed_out += 1,
                 Verdict::Unjudged => report.reference_unsupported += 1,
                 Verdict::JudgedAlone => report.judged_by_postgres_alone += 1,
+                Verdict::Unread => report.unread_subqueries += 1,
                 Verdict::ReferenceWrong(detail) => {
                     progress(&format!("seed {seed} query {index}: the reference is wrong (PostgreSQL answers as FoamDB): {detail}\n  {}", query.sql));
                     report.reference_wrong.push((seed, index, detail));

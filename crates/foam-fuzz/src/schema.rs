@@ -127,8 +127,17 @@ impl Table {
     /// and FoamDB check it (PostgreSQL checks a plain UNIQUE after each
     /// row, so `SET d = d || 'x'` failed there on a key a later row frees).
     pub fn create_postgres(&self) -> String {
-        let unique =
-            if self.unique { format!(", UNIQUE ({}) DEFERRABLE INITIALLY IMMEDIATE", self.layout.keys.join(", ")) } else { String::new() };
+        self.create_postgres_checked(" DEFERRABLE INITIALLY IMMEDIATE")
+    }
+
+    /// CREATE TABLE for PostgreSQL judging an upsert write: the UNIQUE key
+    /// checked row by row, as ON CONFLICT wants its arbiter.
+    pub fn create_postgres_arbiter(&self) -> String {
+        self.create_postgres_checked("")
+    }
+
+    fn create_postgres_checked(&self, checked: &str) -> String {
+        let unique = if self.unique { format!(", UNIQUE ({}){checked}", self.layout.keys.join(", ")) } else { String::new() };
         format!("CREATE TABLE {} ({}{unique})", self.name, self.columns_sql())
     }
 

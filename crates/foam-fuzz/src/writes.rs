@@ -1,5 +1,5 @@
-//! Differential testing of writes: random UPDATE, DELETE and INSERT
-//! statements, alone or in blocks that commit or roll back
+//! Differential testing of writes: random UPDATE, DELETE, INSERT and
+//! INSERT ... ON CONFLICT statements, alone or in blocks that commit or roll back
 //! (`query/writes.rs`), run on FoamDB and on a judge that holds the same
 //! tables with the same keys (PostgreSQL, or in CI a FoamDB of one node).
 //!
@@ -31,11 +31,13 @@ const TRANSIENT_TRIES_MAX: u32 = 3;
 /// Writes are numbered from here in failures, after any query's index.
 pub const WRITE_INDEX_BASE: u64 = crate::run::QUERIES_PER_SEED_MAX;
 
-/// The engine writes are compared with, how it creates a table, and the
-/// form of a statement it takes (PostgreSQL has no LEFT SEMI JOIN).
+/// The engine writes are compared with, how it creates a table (for an
+/// upsert write too), and the form of a statement it takes (PostgreSQL has
+/// no LEFT SEMI JOIN).
 pub struct WriteJudge<'a> {
     pub engine: &'a Foam,
     pub create: fn(&Table) -> String,
+    pub create_upsert: fn(&Table) -> String,
     pub form: fn(&str) -> String,
 }
 
@@ -152,8 +154,11 @@ pub async fn check_writes(
 /// Runs `write` on both engines, then gives its table the seed's rows again
 /// on both (the write may have changed them, alike or not).
 async fn check_and_restore(foam: &Foam, judge: &WriteJudge<'_>, tables: &[Table], write: &Write) -> Result<Verdict, String> {
-    let verdict = check(foam, judge, tables, write).await?;
     let table = std::slice::from_ref(&tables[write.target]);
+    if write.upsert {
+        judge.engine.load_as(table, judge.create_upsert).await?;
+    }
+    let verdict = check(foam, judge, tables, write).await?;
     foam.load(table).await?;
     judge.engine.load_as(table, judge.create).await?;
     Ok(verdict)

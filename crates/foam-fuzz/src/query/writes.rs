@@ -1,10 +1,16 @@
-//! Random writes: UPDATE, DELETE and INSERT statements on one table of the
-//! fuzz database, alone or in a transaction block that commits or rolls
-//! back. Predicates and expressions come from the query generator, so they
-//! hold subqueries (correlated or not) over every table, and assignments
-//! may move a row to another partition (a new distribution key), collide
-//! on a unique key, or put NULL in a NOT NULL column: what must then fail
-//! is compared too.
+//! Random writes: UPDATE, DELETE, INSERT and INSERT ... ON CONFLICT
+//! statements on one table of the fuzz database, alone or in a transaction
+//! block that commits or rolls back. Predicates and expressions come from
+//! the query generator, so they hold subqueries (correlated or not) over
+//! every table, and assignments may move a row to another partition (a new
+//! distribution key), collide on a unique key, or put NULL in a NOT NULL
+//! column: what must then fail is compared too.
+//!
+//! A write holding ON CONFLICT is an upsert write: PostgreSQL takes only a
+//! key checked row by row as its arbiter, so its judge holds the table with
+//! such a key for that write, and the write has no UPDATE (which a key
+//! checked row by row fails where the end of the statement would not), nor
+//! does DO UPDATE assign the key.
 
 use super::{Col, Generator};
 use crate::schema::{COLUMNS, Ty};
@@ -13,6 +19,8 @@ use crate::schema::{COLUMNS, Ty};
 const BLOCK_STATEMENTS_MAX: u32 = 3;
 /// Rows of one INSERT ... VALUES, at most.
 const VALUES_ROWS_MAX: u32 = 3;
+/// Percent of writes that are upsert writes.
+const UPSERT_PERCENT: u32 = 20;
 
 /// How a write ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,6 +38,8 @@ pub struct Write {
     pub target: usize,
     pub statements: Vec<String>,
     pub end: End,
+    /// Holds INSERT ... ON CONFLICT (and no UPDATE).
+    pub upsert: bool,
 }
 
 impl Write {
@@ -55,15 +65,20 @@ impl Generator<'_> {
             _ => End::Rollback,
         };
         let count = if end == End::Autocommit { 1 } else { self.c.between(1, BLOCK_STATEMENTS_MAX) };
-        let statements = (0..count).map(|_| self.write_statement(target)).collect();
-        Write { target, statements, end }
+        let upsert = self.c.chance(UPSERT_PERCENT);
+        let statements = (0..count)
+            .map(|i| if upsert && (i == 0 || self.c.chance(50)) { self.upsert_statement(target) } else { self.write_statement(target, upsert) })
+            .collect();
+        Write { target, statements, end, upsert }
     }
 
-    fn write_statement(&mut self, target: usize) -> String {
+    /// An UPDATE, DELETE or INSERT; no UPDATE in an upsert write.
+    fn write_statement(&mut self, target: usize, upsert: bool) -> String {
         self.ctes.clear();
         let table = self.tables[target].name.clone();
         let scope: Vec<Col> = COLUMNS.iter().map(|c| Col { sql: format!("{table}.{}", c.name), ty: c.ty }).collect();
-        let body = match self.c.below(10) {
+        let kind = if upsert { self.c.between(4, 9) } else { self.c.below(10) };
+        let body = match kind {
             0..=3 => {
                 let count = self.c.between(1, 2);
                 let mut columns: Vec<usize> = (0..count).map(|_| self.c.below(COLUMNS.len() as u32) as usize).collect();
@@ -73,21 +88,91 @@ impl Generator<'_> {
                 format!("UPDATE {table} SET {}{}", assignments.join(", "), self.write_filter(&scope))
             }
             4..=6 => format!("DELETE FROM {table}{}", self.write_filter(&scope)),
-            7 | 8 => {
-                let source = self.c.pick(self.tables).name.clone();
-                let alias = self.alias();
-                let from: Vec<Col> = COLUMNS.iter().map(|c| Col { sql: format!("{alias}.{}", c.name), ty: c.ty }).collect();
-                let items: Vec<String> = COLUMNS.iter().map(|c| self.assigned(c.ty, &from)).collect();
-                format!("INSERT INTO {table} SELECT {} FROM {source} AS {alias}{}", items.join(", "), self.write_filter(&from))
-            }
-            _ => {
-                let rows: Vec<String> = (0..self.c.between(1, VALUES_ROWS_MAX))
-                    .map(|_| format!("({})", COLUMNS.iter().map(|c| self.value(c.ty)).collect::<Vec<_>>().join(", ")))
-                    .collect();
-                format!("INSERT INTO {table} VALUES {}", rows.join(", "))
-            }
+            _ => self.insert(&table, kind <= 8),
         };
         self.with_ctes(&body)
+    }
+
+    /// `INSERT INTO table` with rows of a SELECT over any table (`select`)
+    /// or of VALUES.
+    fn insert(&mut self, table: &str, select: bool) -> String {
+        if select {
+            let source = self.c.pick(self.tables).name.clone();
+            let alias = self.alias();
+            let from: Vec<Col> = COLUMNS.iter().map(|c| Col { sql: format!("{alias}.{}", c.name), ty: c.ty }).collect();
+            let items: Vec<String> = COLUMNS.iter().map(|c| self.assigned(c.ty, &from)).collect();
+            format!("INSERT INTO {table} SELECT {} FROM {source} AS {alias}{}", items.join(", "), self.write_filter(&from))
+        } else {
+            let rows: Vec<String> = (0..self.c.between(1, VALUES_ROWS_MAX))
+                .map(|_| format!("({})", COLUMNS.iter().map(|c| self.value(c.ty)).collect::<Vec<_>>().join(", ")))
+                .collect();
+            format!("INSERT INTO {table} VALUES {}", rows.join(", "))
+        }
+    }
+
+    /// `INSERT INTO table SELECT ...` grouped by the key columns, so no
+    /// two rows have the same key.
+    fn insert_grouped(&mut self, table: &str, keys: &[&str]) -> String {
+        let source = self.c.pick(self.tables).name.clone();
+        let alias = self.alias();
+        let from: Vec<Col> = COLUMNS.iter().map(|c| Col { sql: format!("{alias}.{}", c.name), ty: c.ty }).collect();
+        let mut group = Vec::new();
+        let items: Vec<String> = COLUMNS
+            .iter()
+            .map(|c| {
+                if keys.contains(&c.name) {
+                    let key = self.column(c.ty, &from);
+                    group.push(key.clone());
+                    key
+                } else {
+                    let value = self.column(c.ty, &from);
+                    if c.ty == Ty::Bool { format!("bool_and({value})") } else { format!("min({value})") }
+                }
+            })
+            .collect();
+        let filter = self.write_filter(&from);
+        format!("INSERT INTO {table} SELECT {} FROM {source} AS {alias}{filter} GROUP BY {}", items.join(", "), group.join(", "))
+    }
+
+    /// INSERT ... ON CONFLICT: DO NOTHING, with the table's key as target
+    /// or none, or DO UPDATE of columns other than the key from the row
+    /// and `excluded`, perhaps under a WHERE. Now and then the target is
+    /// the key of a table that has no UNIQUE one (42P10 on both).
+    fn upsert_statement(&mut self, target: usize) -> String {
+        self.ctes.clear();
+        let table = &self.tables[target];
+        let (name, mut keys, unique) = (table.name.clone(), table.layout.keys.clone(), table.unique);
+        let select = self.c.chance(50);
+        let arbiter = !keys.is_empty() && (unique || self.c.chance(10)) && !self.c.chance(15);
+        let update = arbiter && !self.c.chance(30);
+        // Which of several proposed rows of one key DO NOTHING keeps follows
+        // the order of the SELECT's rows, which SQL leaves undefined: its
+        // rows get distinct keys. (DO UPDATE fails on them, 21000.)
+        let insert = match (select, update) {
+            (true, false) if unique => self.insert_grouped(&name, &keys),
+            _ => self.insert(&name, select),
+        };
+        if !arbiter {
+            return self.with_ctes(&format!("{insert} ON CONFLICT DO NOTHING"));
+        }
+        if keys.len() > 1 && self.c.chance(50) {
+            keys.reverse();
+        }
+        let arbiter = format!("ON CONFLICT ({})", keys.join(", "));
+        if !update {
+            return self.with_ctes(&format!("{insert} {arbiter} DO NOTHING"));
+        }
+        let scope: Vec<Col> = ["excluded", name.as_str()]
+            .iter()
+            .flat_map(|q| COLUMNS.iter().map(move |c| Col { sql: format!("{q}.{}", c.name), ty: c.ty }))
+            .collect();
+        let free: Vec<usize> = (0..COLUMNS.len()).filter(|i| !keys.contains(&COLUMNS[*i].name)).collect();
+        let mut columns: Vec<usize> = (0..self.c.between(1, 2)).map(|_| *self.c.pick(&free)).collect();
+        columns.dedup();
+        let assignments: Vec<String> =
+            columns.iter().map(|i| format!("{} = {}", COLUMNS[*i].name, self.assigned(COLUMNS[*i].ty, &scope))).collect();
+        let filter = if self.c.chance(30) { format!(" WHERE {}", self.predicate(&scope, 1, 0)) } else { String::new() };
+        self.with_ctes(&format!("{insert} {arbiter} DO UPDATE SET {}{filter}", assignments.join(", ")))
     }
 
     /// A WHERE clause (most often) over `scope`, possibly with subqueries.
