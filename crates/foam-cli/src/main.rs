@@ -111,6 +111,11 @@ struct StartArgs {
     /// Client connections served at once; past it a client gets 53300.
     #[arg(long, default_value_t = foam_common::limits::MAX_CONNECTIONS_DEFAULT as u32, value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: u32,
+    /// HOST:PORT of the operators' HTTP endpoint: Prometheus `/metrics`,
+    /// `/healthz` and a read-only console at `/`. It has no login and
+    /// shows no rows or statement text; bind it where operators reach it.
+    #[arg(long)]
+    http_addr: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -216,6 +221,7 @@ fn main() {
                 tls_key: args.tls_key,
                 require_tls: args.require_tls,
                 max_connections: args.max_connections as usize,
+                http_addr: args.http_addr,
             };
             start(config, args.worker_threads)
         }

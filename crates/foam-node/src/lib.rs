@@ -14,6 +14,7 @@
 mod catalog;
 mod consensus;
 mod handler;
+mod http;
 mod identity;
 mod membership;
 mod replicas;

@@ -63,6 +63,8 @@ pub struct NodeConfig {
     pub require_tls: bool,
     /// Client connections served at once.
     pub max_connections: usize,
+    /// The operators' HTTP port (`http.rs`): `/metrics` and the console.
+    pub http_addr: Option<String>,
 }
 
 /// The cluster secret this node sends and asks for (`foam_rpc::auth`):
@@ -104,6 +106,11 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
     // Bind both ports first: a port in use is the most common start-up error.
     let sql_listener = bind(&config.sql_addr, "sql-addr").await?;
     let node_listener = bind(&config.node_addr, "node-addr").await?;
+    let http_listener = match &config.http_addr {
+        Some(addr) => Some(bind(addr, "http-addr").await?),
+        None => None,
+    };
+    let started = std::time::SystemTime::now();
 
     let storage_dir = config.data_dir.clone();
     let storage = tokio::task::spawn_blocking(move || StorageEngine::open(&storage_dir))
@@ -231,7 +238,22 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
     };
     let (cert, key) = crate::tls::node_certificate(&config.data_dir, &config.sql_addr, given)?;
     let tls = foam_pgwire::Tls { acceptor: crate::tls::acceptor(&cert, &key)?, required_off_host: config.require_tls };
-    let sql = tokio::spawn(foam_pgwire::serve(sql_listener, node.clone(), runtime, auth, tls, config.max_connections));
+    let activity = foam_pgwire::SqlActivity::new(config.max_connections);
+    let sql = tokio::spawn(foam_pgwire::serve(sql_listener, node.clone(), runtime, auth, tls, activity.clone()));
+    let http = http_listener.map(|listener| {
+        let operators = crate::http::Operators {
+            node: node.clone(),
+            activity,
+            sql_addr: config.sql_addr.clone(),
+            started,
+            started_at: Instant::now(),
+        };
+        tokio::spawn(async move {
+            if let Err(error) = crate::http::serve(listener, Arc::new(operators)).await {
+                tracing::warn!(%error, "the HTTP endpoint stopped");
+            }
+        })
+    });
     // Only the node that started the cluster makes its superuser: nodes
     // joining at the same moment might otherwise race it with passwords of
     // their own.
@@ -253,7 +275,8 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
     catalog.heard_from_leader();
     let insecure = if config.insecure { " (INSECURE: no passwords; anyone may connect as anyone)" } else { "" };
     tracing::info!(node_id, sql_addr = %config.sql_addr, node_addr = %config.node_addr, insecure = config.insecure, "node ready");
-    println!("FoamDB node {node_id} ready: SQL on {}, cluster traffic on {}{insecure}", config.sql_addr, config.node_addr);
+    let http_note = config.http_addr.as_ref().map(|addr| format!(", metrics and console on http://{addr}/")).unwrap_or_default();
+    println!("FoamDB node {node_id} ready: SQL on {}, cluster traffic on {}{http_note}{insecure}", config.sql_addr, config.node_addr);
 
     let outcome = tokio::select! {
         _ = shutdown => Ok(()),
@@ -265,6 +288,9 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
         result = sql => Err(FoamError::internal(format!("SQL endpoint stopped: {result:?}"))),
     };
     resolver.abort();
+    if let Some(http) = http {
+        http.abort();
+    }
     settled.abort();
     collector.abort();
     sampler.abort();

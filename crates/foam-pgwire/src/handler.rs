@@ -29,19 +29,15 @@ use pgwire::messages::extendedquery::{Describe, Parse, ParseComplete, TARGET_TYP
 use pgwire::types::format::FormatOptions;
 use tokio::net::TcpListener;
 
+use crate::activity::{Running, SqlActivity};
 use crate::startup::{CancelKey, ClientAuth, FoamStartup, Tls};
 
 /// Accepts PostgreSQL connections on `listener` until the process ends,
-/// authenticating clients as `auth` says, at most `max_connections` at once.
-pub async fn serve(
-    listener: TcpListener,
-    node: Arc<NodeContext>,
-    runtime: Arc<RuntimeEnv>,
-    auth: ClientAuth,
-    tls: Tls,
-    max_connections: usize,
-) {
-    let handler = Arc::new(FoamPgHandler { node, runtime, insecure: auth == ClientAuth::Insecure });
+/// authenticating clients as `auth` says, at most `max_connections` at once
+/// (the `max_connections` of `activity`, which records what they do).
+pub async fn serve(listener: TcpListener, node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>, auth: ClientAuth, tls: Tls, activity: Arc<SqlActivity>) {
+    let max_connections = activity.max_connections();
+    let handler = Arc::new(FoamPgHandler { node, runtime, insecure: auth == ClientAuth::Insecure, activity });
     let connections = Arc::new(ConnectionManager::new());
     let slots = Arc::new(tokio::sync::Semaphore::new(max_connections));
     loop {
@@ -128,6 +124,7 @@ pub struct FoamPgHandler {
     runtime: Arc<RuntimeEnv>,
     /// Anyone connects as anyone (`--insecure`).
     insecure: bool,
+    activity: Arc<SqlActivity>,
 }
 
 /// Rows of a `COPY ... FROM STDIN` being received, spooled to a file in
@@ -181,8 +178,29 @@ impl FoamPgHandler {
         session_of(client, &self.node, &self.runtime, self.insecure)
     }
 
-    /// Turns a statement's output into a pgwire response.
-    fn respond<C: ClientInfo>(&self, client: &C, output: StatementOutput, format: &Format) -> PgWireResult<Response> {
+    /// Marks the connection running `sql` (see [`SqlActivity::start`]).
+    fn start<C: ClientInfo>(&self, client: &C, sql: &str) -> Arc<Running> {
+        let registration = client.session_extensions().get_or_insert_with(|| {
+            let user = client.metadata().get(pgwire::api::METADATA_USER).cloned().unwrap_or_default();
+            self.activity.connect(&user, client.socket_addr().to_string())
+        });
+        self.activity.start(registration.id, sql)
+    }
+
+    /// Counts a statement's outcome.
+    fn record(&self, result: &Result<StatementOutput, FoamError>, sql: &str) {
+        match result {
+            Ok(StatementOutput::Command { tag, .. }) if tag.is_empty() => {}
+            Ok(StatementOutput::Command { tag, .. }) => self.activity.succeeded(Some(tag), sql),
+            Ok(StatementOutput::Rows { .. }) => self.activity.succeeded(None, sql),
+            Ok(StatementOutput::CopyIn(_) | StatementOutput::CopyOut { .. }) => self.activity.succeeded(Some("COPY"), sql),
+            Err(error) => self.activity.failed(error.sqlstate().code()),
+        }
+    }
+
+    /// Turns a statement's output into a pgwire response; rows keep
+    /// `running` until the last is sent.
+    fn respond<C: ClientInfo>(&self, client: &C, output: StatementOutput, format: &Format, running: &Arc<Running>) -> PgWireResult<Response> {
         match output {
             StatementOutput::Command { tag, rows } => {
                 Ok(match (tag.as_str(), rows) {
@@ -203,8 +221,10 @@ impl FoamPgHandler {
                 let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
                 let fields = Arc::new(arrow_schema_to_pg_fields(&client_schema(&schema), format, Some(options))?);
                 let row_fields = fields.clone();
+                let running = running.clone();
                 let rows = stream
                     .map(move |batch| {
+                        let _ = &running;
                         let rows: Box<dyn Iterator<Item = PgWireResult<pgwire::messages::data::DataRow>> + Send + Sync> = match batch {
                             Ok(batch) => encode_recordbatch(row_fields.clone(), crate::text_values::postgres_text(batch, &row_fields)),
                             Err(error) => Box::new(std::iter::once(Err(user_error(&FoamError::from(error))))),
@@ -257,14 +277,16 @@ impl SimpleQueryHandler for FoamPgHandler {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let session = self.session(client);
+        let running = self.start(client, query);
         let cancel = cancel_signal(client).await;
         let mut responses = Vec::new();
         let results = std::panic::AssertUnwindSafe(session.execute_all(query, cancel)).catch_unwind().await;
         let results = results.unwrap_or_else(|payload| vec![Err(statement_panicked(payload.as_ref()))]);
         for result in results {
+            self.record(&result, query);
             let response = result.map_err(|e| user_error(&e)).and_then(|output| {
                 forget_statements(client, &output);
-                self.respond(client, output, &Format::UnifiedText)
+                self.respond(client, output, &Format::UnifiedText, &running)
             });
             match response {
                 Ok(response) => responses.push(response),
@@ -309,6 +331,7 @@ struct FoamPgHandlerRef {
     node: Arc<NodeContext>,
     runtime: Arc<RuntimeEnv>,
     insecure: bool,
+    activity: Arc<SqlActivity>,
 }
 
 #[async_trait]
@@ -320,7 +343,10 @@ impl QueryParser for FoamQueryParser {
         C: ClientInfo + Unpin + Send + Sync,
     {
         let session = session_of(client, &self.handler.node, &self.handler.runtime, self.handler.insecure);
-        let prepared = session.prepare(sql).await.map_err(|e| user_error(&e))?;
+        let prepared = session.prepare(sql).await.map_err(|e| {
+            self.handler.activity.failed(e.sqlstate().code());
+            user_error(&e)
+        })?;
         Ok(Some(FoamStatement(Arc::new(prepared))))
     }
 
@@ -344,7 +370,12 @@ impl ExtendedQueryHandler for FoamPgHandler {
 
     fn query_parser(&self) -> Arc<Self::QueryParser> {
         Arc::new(FoamQueryParser {
-            handler: Arc::new(FoamPgHandlerRef { node: self.node.clone(), runtime: self.runtime.clone(), insecure: self.insecure }),
+            handler: Arc::new(FoamPgHandlerRef {
+                node: self.node.clone(),
+                runtime: self.runtime.clone(),
+                insecure: self.insecure,
+                activity: self.activity.clone(),
+            }),
         })
     }
 
@@ -402,6 +433,7 @@ impl ExtendedQueryHandler for FoamPgHandler {
     {
         let session = self.session(client);
         let prepared = portal.statement.statement.0.clone();
+        let running = self.start(client, &prepared.text);
         let types = prepared.parameter_types().map_err(|e| user_error(&e))?;
         let params = if types.is_empty() && portal.parameter_len() == 0 {
             None
@@ -418,10 +450,11 @@ impl ExtendedQueryHandler for FoamPgHandler {
         let output = std::panic::AssertUnwindSafe(session.execute(&prepared, params, cancel))
             .catch_unwind()
             .await
-            .unwrap_or_else(|payload| Err(statement_panicked(payload.as_ref())))
-            .map_err(|e| user_error(&e))?;
+            .unwrap_or_else(|payload| Err(statement_panicked(payload.as_ref())));
+        self.record(&output, &prepared.text);
+        let output = output.map_err(|e| user_error(&e))?;
         forget_statements(client, &output);
-        self.respond(client, output, &portal.result_column_format)
+        self.respond(client, output, &portal.result_column_format, &running)
     }
 }
 

@@ -9,11 +9,15 @@
 //!                                   rows ◀─ arrow-pg encoding ◀─ text_values.rs ◀─ Arrow batches
 //!                             COPY TO STDOUT ◀─ copy_out.rs ◀─ Arrow batches
 //! ```
+//! What the connections do is counted and listed in `activity.rs`, for the
+//! node's `/metrics` and console.
 
+mod activity;
 mod copy_out;
 mod handler;
 mod startup;
 mod text_values;
 
+pub use activity::{Connection, SqlActivity};
 pub use handler::serve;
 pub use startup::{ClientAuth, DATABASE, Tls};

@@ -209,7 +209,7 @@ where
 }
 
 /// User plus system CPU time of this process, from /proc (Linux).
-fn process_cpu_nanos() -> Option<u64> {
+pub fn process_cpu_nanos() -> Option<u64> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
     // Fields after the command name, which is in parentheses and may hold spaces.
     let rest = &stat[stat.rfind(')')? + 2..];

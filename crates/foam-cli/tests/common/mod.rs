@@ -29,6 +29,8 @@ pub struct Node {
     pub sql_port: u16,
     pub node_host: String,
     pub node_port: u16,
+    /// The operators' HTTP port (`--http-addr`), on `sql_host`.
+    pub http_port: u16,
     /// The network namespace the node runs in, if any.
     netns: Option<String>,
     pub data_dir: PathBuf,
@@ -59,7 +61,7 @@ pub struct Cluster {
 /// test binary, so tests starting clusters at the same time cannot collide.
 const TEST_PORTS: std::ops::Range<u16> = 20_000..30_000;
 /// `foam local` tests need blocks of ports at a fixed offset; they come from
-/// this separate range (and its +1000 twin), disjoint from `TEST_PORTS`.
+/// this separate range (and its +1000 and +2000 twins), disjoint from `TEST_PORTS`.
 pub const LOCAL_CLUSTER_PORTS: std::ops::Range<u16> = 10_000..10_900;
 
 static NEXT_PORT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -75,6 +77,20 @@ pub fn free_port() -> u16 {
             return port;
         }
     }
+}
+
+/// The body of a chunked HTTP/1.1 answer.
+fn unchunk(mut rest: &str) -> String {
+    let mut body = String::new();
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let Ok(size) = usize::from_str_radix(size.trim(), 16) else { break };
+        if size == 0 {
+            break;
+        }
+        body.push_str(&after[..size]);
+        rest = &after[size + 2..];
+    }
+    body
 }
 
 pub fn foam_binary() -> &'static str {
@@ -172,6 +188,7 @@ impl Cluster {
             sql_port: free_port(),
             node_host,
             node_port: free_port(),
+            http_port: free_port(),
             netns,
             data_dir: self.dir.path().join(format!("node-{index}")),
             join: self.nodes.first().map(|first| first.node_addr()),
@@ -210,6 +227,7 @@ impl Cluster {
             .arg(&node.data_dir)
             .args(["--sql-addr", &format!("{}:{}", node.sql_host, node.sql_port)])
             .args(["--node-addr", &node.node_addr()])
+            .args(["--http-addr", &format!("{}:{}", node.sql_host, node.http_port)])
             .args(["--memory-limit-mb", TEST_NODE_MEMORY_MB])
             .args(&self.args)
             .stdin(Stdio::null())
@@ -313,6 +331,23 @@ impl Cluster {
             std::thread::sleep(Duration::from_millis(20));
         }
         None
+    }
+
+    /// Node `index`'s answer to `GET path` on its HTTP port: the status
+    /// code and the body.
+    pub fn http_get(&self, index: usize, path: &str) -> (u16, String) {
+        use std::io::{Read, Write};
+        let node = &self.nodes[index];
+        let mut stream = TcpStream::connect((node.sql_host.as_str(), node.http_port)).expect("connect to the HTTP port");
+        stream.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: {}:{}\r\nConnection: close\r\n\r\n", node.sql_host, node.http_port).expect("send");
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).expect("read the HTTP answer");
+        let response = String::from_utf8_lossy(&response).to_string();
+        let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP head");
+        let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).expect("a status code");
+        let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { unchunk(body) } else { body.to_string() };
+        (status, body)
     }
 
     /// Node `index`'s connection string, as the superuser the cluster's

@@ -27,15 +27,21 @@ use crate::context::NodeContext;
 pub const NAMES: &[&str] = &["foam_nodes", "foam_partitions", "foam_partition_digests", "foam_cluster_stats"];
 
 pub async fn build(name: &str, node: &Arc<NodeContext>) -> FoamResult<Option<Arc<dyn TableProvider>>> {
-    let batch = match name {
+    let Some(batch) = batch(name, node).await? else { return Ok(None) };
+    let table = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
+    Ok(Some(Arc::new(table)))
+}
+
+/// The rows of system table `name` as of now (the node's console shows
+/// them too); `None` if there is no such table.
+pub async fn batch(name: &str, node: &Arc<NodeContext>) -> FoamResult<Option<RecordBatch>> {
+    Ok(Some(match name {
         "foam_nodes" => nodes(node).await?,
         "foam_partitions" => partitions(node, CopyFacts::Stats).await?,
         "foam_partition_digests" => partitions(node, CopyFacts::Digests).await?,
         "foam_cluster_stats" => cluster_stats(node).await?,
         _ => return Ok(None),
-    };
-    let table = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
-    Ok(Some(Arc::new(table)))
+    }))
 }
 
 /// What a node says of itself in `foam_nodes`.
