@@ -1,7 +1,8 @@
 //! The operators' HTTP endpoints of real node processes: every node's
 //! Prometheus `/metrics` counts what its clients ran and agrees with the
 //! system tables, and the console shows a live 3-node cluster when loaded
-//! in headless Chromium (Debian's `chromium` package; `.ci/run` installs it).
+//! in headless Chromium (Debian's `chromium` package; `.ci/run` installs it);
+//! `pg_stat_activity` lists the same connections to SQL clients.
 
 mod common;
 
@@ -167,4 +168,47 @@ async fn the_console_shows_a_live_cluster_in_a_browser() {
     token.cancel_query(tokio_postgres::NoTls).await.expect("cancel");
     let (code, _) = tokio::time::timeout(Duration::from_secs(20), running).await.expect("canceled").unwrap();
     assert_eq!(code, "57014");
+}
+
+/// `(pid, usename, state, query)` of every row of `pg_stat_activity`.
+async fn activity(client: &tokio_postgres::Client, relation: &str) -> Vec<(i32, String, String, String)> {
+    let rows = client.query(&format!("SELECT pid, usename, state, query FROM {relation} ORDER BY pid"), &[]).await.expect("pg_stat_activity");
+    rows.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_stat_activity_lists_a_nodes_connections_and_hides_other_roles_statements() {
+    let cluster = Cluster::start(2);
+    let admin = cluster.client(0).await;
+    admin.batch_execute("CREATE ROLE watcher LOGIN PASSWORD 'w-pw'").await.unwrap();
+    let node = |i: usize| format!("host=127.0.0.1 port={} dbname=foam user=watcher password=w-pw", cluster.nodes[i].sql_port);
+    let watcher = common::connect(&node(0)).await;
+    watcher.batch_execute("SELECT 42").await.unwrap();
+    let elsewhere = common::connect(&node(1)).await;
+    elsewhere.batch_execute("SELECT 43").await.unwrap();
+
+    // The superuser reads every statement of node 0's connections; its
+    // own is the one running.
+    let query = "SELECT pid, usename, state, query FROM pg_stat_activity ORDER BY pid";
+    let seen = activity(&admin, "pg_stat_activity").await;
+    assert!(seen.iter().any(|(_, user, state, text)| user == "foam" && state == "active" && text == query), "{seen:?}");
+    assert!(seen.iter().any(|(_, user, state, text)| user == "watcher" && state == "idle" && text == "SELECT 42"), "{seen:?}");
+    assert!(!seen.iter().any(|(_, _, _, text)| text == "SELECT 43"), "node 1's connection is node 1's: {seen:?}");
+    assert_eq!(activity(&admin, "pg_catalog.pg_stat_activity").await.len(), seen.len());
+
+    // Another role sees the superuser's connection but not its statement.
+    let theirs = activity(&watcher, "pg_stat_activity").await;
+    assert!(theirs.iter().any(|(_, user, _, text)| user == "foam" && text == "<insufficient privilege>"), "{theirs:?}");
+    assert!(theirs.iter().any(|(_, user, state, text)| user == "watcher" && state == "active" && text.contains("pg_stat_activity")), "{theirs:?}");
+    let pids: std::collections::BTreeSet<i32> = theirs.iter().map(|row| row.0).collect();
+    assert_eq!(pids.len(), theirs.len(), "pids are unique: {theirs:?}");
+
+    // A closed connection leaves the list.
+    drop(watcher);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while activity(&admin, "pg_stat_activity").await.iter().any(|(_, user, _, _)| user == "watcher") {
+        assert!(Instant::now() < deadline, "the closed connection is still listed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(scalar(&admin, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND client_addr = '127.0.0.1'").await, "1");
 }

@@ -217,18 +217,18 @@ async fn console(State(operators): State<Arc<Operators>>) -> Html<String> {
     }
     let _ = write!(page, "<h2>Client connections to this node</h2><table id=\"connections\"><tr><th>connection</th><th>user</th><th>client</th><th>connected (s)</th><th>running</th><th>for (s)</th></tr>");
     let now = SystemTime::now();
-    for c in operators.activity.connections() {
+    for c in node.connections.list() {
         let connected = now.duration_since(c.connected).map(|d| d.as_secs()).unwrap_or_default();
-        let (running, since) = match c.running {
-            Some((command, at)) => (command, format!("{:.1}", at.elapsed().as_secs_f64())),
+        let (running, since) = match c.running_since {
+            Some(at) => (c.command, format!("{:.1}", at.elapsed().as_secs_f64())),
             None => ("idle", String::new()),
         };
         let _ = write!(
             page,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{connected}</td><td>{running}</td><td>{since}</td></tr>",
-            c.id,
+            c.pid,
             escape(&c.user),
-            escape(&c.client)
+            escape(&c.client.to_string())
         );
     }
     page.push_str("</table></body></html>");

@@ -199,6 +199,7 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
         segment_statistics: Default::default(),
         rows_sent_to_peers: Default::default(),
         copy_dir,
+        connections: Default::default(),
     });
     let runtime = query_runtime(&config)?;
     let replication = Replication::new(node.clone());
@@ -238,7 +239,7 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
     };
     let (cert, key) = crate::tls::node_certificate(&config.data_dir, &config.sql_addr, given)?;
     let tls = foam_pgwire::Tls { acceptor: crate::tls::acceptor(&cert, &key)?, required_off_host: config.require_tls };
-    let activity = foam_pgwire::SqlActivity::new(config.max_connections);
+    let activity = foam_pgwire::SqlActivity::new(node.connections.clone(), config.max_connections);
     let sql = tokio::spawn(foam_pgwire::serve(sql_listener, node.clone(), runtime, auth, tls, activity.clone()));
     let http = http_listener.map(|listener| {
         let operators = crate::http::Operators {

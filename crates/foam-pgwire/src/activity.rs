@@ -1,13 +1,13 @@
 //! What the node's SQL connections do, for the operators' endpoints
 //! (foam-node `http.rs`): statements counted by command, errors by
-//! SQLSTATE class, every statement timed until its last row is sent, and
-//! each connection with the command it is running. A statement's text is
-//! not kept: it may hold data (literals), and the endpoints have no login.
+//! SQLSTATE class, every statement timed until its last row is sent; and
+//! each connection listed with what it runs in the node's
+//! [`Connections`] (`pg_stat_activity`, the console).
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime};
+use std::sync::Arc;
+use std::time::Instant;
+
+use foam_query::connections::Connections;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -38,36 +38,25 @@ struct ErrorLabel {
     sqlstate_class: String,
 }
 
-/// One open connection, as the console lists it.
-#[derive(Clone, Debug)]
-pub struct Connection {
-    pub id: u64,
-    pub user: String,
-    pub client: String,
-    pub connected: SystemTime,
-    /// The command it runs and since when; `None` while idle.
-    pub running: Option<(&'static str, Instant)>,
-}
-
 /// The node's SQL activity.
 #[derive(Debug)]
 pub struct SqlActivity {
     statements: Family<CommandLabel, Counter>,
     errors: Family<ErrorLabel, Counter>,
     durations: Histogram,
-    connections: Mutex<BTreeMap<u64, Connection>>,
-    next_connection: AtomicU64,
+    connections: Arc<Connections>,
     max_connections: usize,
 }
 
 impl SqlActivity {
-    pub fn new(max_connections: usize) -> Arc<Self> {
+    /// The activity of connections listed in `connections`, at most
+    /// `max_connections` at once.
+    pub fn new(connections: Arc<Connections>, max_connections: usize) -> Arc<Self> {
         Arc::new(SqlActivity {
             statements: Family::default(),
             errors: Family::default(),
             durations: Histogram::new(exponential_buckets(DURATION_BUCKET_FIRST_S, DURATION_BUCKET_FACTOR, DURATION_BUCKETS)),
-            connections: Mutex::new(BTreeMap::new()),
-            next_connection: AtomicU64::new(1),
+            connections,
             max_connections,
         })
     }
@@ -81,7 +70,7 @@ impl SqlActivity {
             "Time from a statement's arrival until its last row was sent (or its error)",
             self.durations.clone(),
         );
-        let open = self.connections.lock().unwrap_or_else(|p| p.into_inner()).len() as i64;
+        let open = self.connections.list().len() as i64;
         let gauge = prometheus_client::metrics::gauge::ConstGauge::new(open);
         registry.register("foam_sql_connections", "Client connections that have sent a statement and are open", gauge);
         let limit = prometheus_client::metrics::gauge::ConstGauge::new(self.max_connections as i64);
@@ -93,29 +82,19 @@ impl SqlActivity {
         self.max_connections
     }
 
-    /// Every open connection, by id.
-    pub fn connections(&self) -> Vec<Connection> {
-        self.connections.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
-    }
-
     /// Lists a connection until the returned registration is dropped (with
     /// the connection's session).
-    pub(crate) fn connect(self: &Arc<Self>, user: &str, client: String) -> Registration {
-        let id = self.next_connection.fetch_add(1, Ordering::Relaxed);
-        let connection = Connection { id, user: user.to_string(), client, connected: SystemTime::now(), running: None };
-        self.connections.lock().unwrap_or_else(|p| p.into_inner()).insert(id, connection);
-        Registration { activity: self.clone(), id }
+    pub(crate) fn connect(self: &Arc<Self>, user: &str, database: &str, application_name: &str, client: std::net::SocketAddr) -> Registration {
+        let pid = self.connections.open(user, database, application_name, client);
+        Registration { activity: self.clone(), pid }
     }
 
-    /// Marks `connection` running `sql` until the returned guard (and every
-    /// clone of it a row stream holds) is dropped.
-    pub(crate) fn start(self: &Arc<Self>, connection: u64, sql: &str) -> Arc<Running> {
-        let command = command_of(sql);
+    /// Marks connection `pid` running `sql` until the returned guard (and
+    /// every clone of it a row stream holds) is dropped.
+    pub(crate) fn start(self: &Arc<Self>, pid: u32, sql: &str) -> Arc<Running> {
         let started = Instant::now();
-        if let Some(c) = self.connections.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&connection) {
-            c.running = Some((command, started));
-        }
-        Arc::new(Running { activity: self.clone(), connection, started })
+        self.connections.started(pid, sql, command_of(sql), started);
+        Arc::new(Running { activity: self.clone(), pid, started })
     }
 
     /// Counts a statement that succeeded with `tag` (its command tag, or
@@ -141,30 +120,26 @@ impl SqlActivity {
 /// A listed connection; unlisted when dropped.
 pub(crate) struct Registration {
     activity: Arc<SqlActivity>,
-    pub(crate) id: u64,
+    pub(crate) pid: u32,
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.activity.connections.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.id);
+        self.activity.connections.close(self.pid);
     }
 }
 
 /// A statement running; timed and marked done when dropped.
 pub(crate) struct Running {
     activity: Arc<SqlActivity>,
-    connection: u64,
+    pid: u32,
     started: Instant,
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
         self.activity.durations.observe(self.started.elapsed().as_secs_f64());
-        if let Some(c) = self.activity.connections.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&self.connection)
-            && c.running.is_some_and(|(_, at)| at == self.started)
-        {
-            c.running = None;
-        }
+        self.activity.connections.finished(self.pid, self.started);
     }
 }
 
@@ -207,15 +182,17 @@ mod tests {
 
     #[test]
     fn statements_are_counted_timed_and_shown_while_running() {
-        let activity = SqlActivity::new(10);
-        let registration = activity.connect("alice", "127.0.0.1:5000".into());
-        let running = activity.start(registration.id, "SELECT * FROM t");
-        assert_eq!(activity.connections()[0].running.map(|(c, _)| c), Some("SELECT"));
+        let connections = Arc::new(Connections::default());
+        let activity = SqlActivity::new(connections.clone(), 10);
+        let registration = activity.connect("alice", "foam", "psql", "127.0.0.1:5000".parse().unwrap());
+        let running = activity.start(registration.pid, "SELECT * FROM t");
+        let listed = connections.list();
+        assert_eq!((listed[0].command, listed[0].query.as_str(), listed[0].running_since.is_some()), ("SELECT", "SELECT * FROM t", true));
         activity.succeeded(None, "SELECT * FROM t");
         activity.succeeded(Some("CREATE TABLE"), "create table t (a int)");
         activity.failed("42P01");
         drop(running);
-        assert_eq!(activity.connections()[0].running, None);
+        assert_eq!(connections.list()[0].running_since, None, "idle after its statement");
         let mut registry = Registry::default();
         activity.register(&mut registry);
         let mut text = String::new();
@@ -231,6 +208,6 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "{line} missing from:\n{text}");
         }
         drop(registration);
-        assert!(activity.connections().is_empty());
+        assert!(connections.list().is_empty());
     }
 }

@@ -181,10 +181,11 @@ impl FoamPgHandler {
     /// Marks the connection running `sql` (see [`SqlActivity::start`]).
     fn start<C: ClientInfo>(&self, client: &C, sql: &str) -> Arc<Running> {
         let registration = client.session_extensions().get_or_insert_with(|| {
-            let user = client.metadata().get(pgwire::api::METADATA_USER).cloned().unwrap_or_default();
-            self.activity.connect(&user, client.socket_addr().to_string())
+            let metadata = client.metadata();
+            let value = |key: &str| metadata.get(key).map(String::as_str).unwrap_or_default();
+            self.activity.connect(value(pgwire::api::METADATA_USER), value(pgwire::api::METADATA_DATABASE), value("application_name"), client.socket_addr())
         });
-        self.activity.start(registration.id, sql)
+        self.activity.start(registration.pid, sql)
     }
 
     /// Counts a statement's outcome.

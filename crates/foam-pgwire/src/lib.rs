@@ -18,6 +18,6 @@ mod handler;
 mod startup;
 mod text_values;
 
-pub use activity::{Connection, SqlActivity};
+pub use activity::SqlActivity;
 pub use handler::serve;
 pub use startup::{ClientAuth, DATABASE, Tls};

@@ -124,6 +124,8 @@ pub struct NodeContext {
     pub segment_statistics: crate::catalog::statistics::SegmentStatistics,
     /// Where clients' `COPY ... FROM 'file'` may read (`write/copy.rs`).
     pub copy_dir: Option<std::path::PathBuf>,
+    /// Its open client connections (`pg_stat_activity`).
+    pub connections: Arc<crate::connections::Connections>,
 }
 
 impl std::fmt::Debug for NodeContext {

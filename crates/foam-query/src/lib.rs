@@ -14,6 +14,7 @@
 //! ```
 
 pub mod catalog;
+pub mod connections;
 pub mod context;
 pub mod distributed;
 pub mod exec;

@@ -4,6 +4,7 @@
 
 pub mod functions;
 pub mod pg_columns;
+pub mod pg_stat_activity;
 pub mod provider;
 pub mod statistics;
 pub mod system_tables;

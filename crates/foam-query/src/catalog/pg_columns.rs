@@ -14,7 +14,9 @@
 //! tables through `pg_class` and `pg_namespace`, whose OIDs
 //! datafusion-pg-catalog keeps consistent with `attrelid`. Its
 //! `format_type` prints a NUMERIC of scale 0 as `numeric(5)`, where
-//! PostgreSQL prints `numeric(5,0)`; [`FormatType`] fixes that.
+//! PostgreSQL prints `numeric(5,0)`; [`FormatType`] fixes that. The same
+//! stand-in adds `pg_stat_activity` (`pg_stat_activity.rs`), which
+//! datafusion-pg-catalog lacks.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,6 +33,7 @@ use datafusion::execution::TaskContext;
 use datafusion::physical_plan::collect;
 use foam_catalog::types::SqlType;
 
+use crate::catalog::pg_stat_activity::{self, Viewer};
 use crate::catalog::provider::{CATALOG_NAME, SCHEMA_NAME};
 use crate::context::NodeContext;
 
@@ -46,11 +49,12 @@ const NUMERIC_OID: i32 = 1700;
 const TYPMOD_HEADER: i32 = 4;
 
 /// Replaces the session's `pg_catalog` schema (datafusion-pg-catalog's) by
-/// one whose `pg_attribute` has the declared types, and its `format_type`.
-pub fn declare_types(ctx: &datafusion::prelude::SessionContext, node: Arc<NodeContext>) -> Result<()> {
+/// one whose `pg_attribute` has the declared types, and its `format_type`;
+/// `viewer` is the session, as `pg_stat_activity` shows it statements.
+pub fn declare_types(ctx: &datafusion::prelude::SessionContext, node: Arc<NodeContext>, viewer: Viewer) -> Result<()> {
     let catalog = ctx.catalog(CATALOG_NAME).ok_or_else(|| DataFusionError::Internal(format!("no catalog {CATALOG_NAME}")))?;
     let Some(inner) = catalog.schema(PG_CATALOG) else { return Ok(()) };
-    catalog.register_schema(PG_CATALOG, Arc::new(DeclaredTypes { inner, node }))?;
+    catalog.register_schema(PG_CATALOG, Arc::new(DeclaredTypes { inner, node, viewer }))?;
     if let Ok(inner) = datafusion::execution::FunctionRegistry::udf(ctx, FORMAT_TYPE) {
         ctx.register_udf(ScalarUDF::new_from_impl(FormatType { inner: inner.as_ref().clone() }));
     }
@@ -102,15 +106,21 @@ fn with_numeric_scale(name: &str) -> String {
 pub struct DeclaredTypes {
     inner: Arc<dyn SchemaProvider>,
     node: Arc<NodeContext>,
+    viewer: Viewer,
 }
 
 #[async_trait]
 impl SchemaProvider for DeclaredTypes {
     fn table_names(&self) -> Vec<String> {
-        self.inner.table_names()
+        let mut names = self.inner.table_names();
+        names.push(pg_stat_activity::NAME.to_string());
+        names
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        if name.eq_ignore_ascii_case(pg_stat_activity::NAME) {
+            return Ok(Some(pg_stat_activity::table(self.node.clone(), self.viewer.clone())));
+        }
         let table = self.inner.table(name).await?;
         if !name.eq_ignore_ascii_case(PG_ATTRIBUTE) {
             return Ok(table);
@@ -121,7 +131,7 @@ impl SchemaProvider for DeclaredTypes {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.inner.table_exist(name)
+        name.eq_ignore_ascii_case(pg_stat_activity::NAME) || self.inner.table_exist(name)
     }
 }
 

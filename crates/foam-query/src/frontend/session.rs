@@ -406,18 +406,19 @@ impl FoamSession {
         // Per-task metrics travel back only for EXPLAIN ANALYZE: collecting
         // them for every query cost 5-10% of small distributed queries.
         set_collect_metrics(&ctx, false);
+        let role = Arc::new(Mutex::new(None));
         // psql's backslash commands query pg_catalog; datafusion-pg-catalog
         // emulates it over our catalog.
+        let viewer = crate::catalog::pg_stat_activity::Viewer { session_user: user.to_string(), role: role.clone(), insecure };
         if let Err(error) = datafusion_pg_catalog::setup_pg_catalog(
             &ctx,
             crate::catalog::provider::CATALOG_NAME,
             crate::frontend::pg_access::CatalogRoles(node.clone()),
         ) {
             tracing::warn!(%error, "pg_catalog emulation unavailable");
-        } else if let Err(error) = crate::catalog::pg_columns::declare_types(&ctx, node.clone()) {
+        } else if let Err(error) = crate::catalog::pg_columns::declare_types(&ctx, node.clone(), viewer) {
             tracing::warn!(%error, "pg_attribute without declared types");
         }
-        let role = Arc::new(Mutex::new(None));
         for udf in crate::frontend::pg_access::udfs(&node, user, &role, insecure) {
             ctx.register_udf(udf);
         }
@@ -561,6 +562,8 @@ impl FoamSession {
             {
                 *statement = rewritten;
             }
+            let catalog = self.node.catalog.current();
+            crate::catalog::pg_stat_activity::qualify(&mut statement, |name| catalog.tables.contains_key(name) || catalog.views.contains_key(name));
         } else {
             // Select items named as PostgreSQL names them, repeats allowed.
             crate::frontend::select_names::name_select_items(&mut statement);
