@@ -355,6 +355,10 @@ pub enum CatalogCommand {
         owner: Option<String>,
     },
     DropView { name: String, if_exists: bool },
+    /// Table or view `from` is named `to` from now on (its id, data, owner
+    /// and grants stay): how a transaction block sets aside what it drops
+    /// until COMMIT, and puts it back on ROLLBACK (`frontend/block_ddl.rs`).
+    RenameRelation { from: String, to: String },
     /// A node joins (no `id`) or comes back after a restart (its `id`), possibly
     /// at new addresses.
     RegisterNode { id: Option<NodeId>, node_addr: String, sql_addr: String },
@@ -531,6 +535,22 @@ impl Catalog {
                 None if *if_exists => Ok(CommandOutcome::Skipped),
                 None => Err(FoamError::UndefinedTable { name: name.clone() }),
             },
+            CatalogCommand::RenameRelation { from, to } => {
+                check_identifier(to)?;
+                if self.tables.contains_key(to) || self.views.contains_key(to) {
+                    return Err(FoamError::DuplicateTable { name: to.clone() });
+                }
+                if let Some(mut table) = self.tables.remove(from) {
+                    table.name = to.clone();
+                    self.tables.insert(to.clone(), table);
+                } else if let Some(mut view) = self.views.remove(from) {
+                    view.name = to.clone();
+                    self.views.insert(to.clone(), view);
+                } else {
+                    return Err(FoamError::UndefinedTable { name: from.clone() });
+                }
+                Ok(CommandOutcome::Applied)
+            }
             CatalogCommand::RegisterNode { id, node_addr, sql_addr } => {
                 let id = match id {
                     Some(id) => *id,
@@ -1038,6 +1058,22 @@ mod tests {
         let mut old = serde_json::to_value(&catalog).unwrap();
         old["tables"]["t"].as_object_mut().unwrap().remove("acl");
         assert_eq!(serde_json::from_value::<Catalog>(old).unwrap().tables["t"].acl, crate::privileges::Acl::default());
+    }
+
+    #[test]
+    fn a_renamed_relation_keeps_its_id_and_refuses_taken_names() {
+        let catalog = cluster(2);
+        let spec = || DistributionSpec::Hash { key_columns: vec!["a".into()], partitions: Some(2), replicas: None };
+        let create = |name: &str| create(name, spec());
+        let (catalog, _) = catalog.apply(&create("t")).unwrap();
+        let (catalog, _) = catalog.apply(&create("u")).unwrap();
+        let id = catalog.tables["t"].id;
+        let rename = |from: &str, to: &str| CatalogCommand::RenameRelation { from: from.into(), to: to.into() };
+        assert_eq!(catalog.apply(&rename("t", "u")).unwrap_err().sqlstate(), "42P07");
+        assert_eq!(catalog.apply(&rename("nope", "v")).unwrap_err().sqlstate(), "42P01");
+        let (catalog, _) = catalog.apply(&rename("t", "hidden")).unwrap();
+        assert!(!catalog.tables.contains_key("t"));
+        assert_eq!((catalog.tables["hidden"].id, catalog.tables["hidden"].name.as_str()), (id, "hidden"));
     }
 
     #[test]

@@ -57,4 +57,15 @@ impl SqlType {
             SqlType::Timestamp => "timestamp without time zone".into(),
         }
     }
+
+    /// The type a value is cast to before it is stored in a column of this
+    /// type, as DataFusion names it: a string type without its length (the
+    /// write path checks lengths with PostgreSQL's message; DataFusion
+    /// refuses `CHARACTER VARYING(n)` as a cast target).
+    pub fn cast_name(&self) -> String {
+        match self {
+            SqlType::Varchar { .. } | SqlType::Char { .. } => "text".into(),
+            other => other.sql_name(),
+        }
+    }
 }

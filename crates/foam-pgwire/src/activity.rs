@@ -70,7 +70,7 @@ impl SqlActivity {
             "Time from a statement's arrival until its last row was sent (or its error)",
             self.durations.clone(),
         );
-        let open = self.connections.list().len() as i64;
+        let open = self.connections.len() as i64;
         let gauge = prometheus_client::metrics::gauge::ConstGauge::new(open);
         registry.register("foam_sql_connections", "Client connections that have sent a statement and are open", gauge);
         let limit = prometheus_client::metrics::gauge::ConstGauge::new(self.max_connections as i64);

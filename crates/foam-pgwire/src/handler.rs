@@ -16,7 +16,7 @@ use pgwire::api::cancel::{CancelHandler, DefaultCancelHandler};
 use pgwire::api::copy::CopyHandler;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
-use pgwire::api::results::{CopyResponse, FieldInfo, QueryResponse, Response, Tag};
+use pgwire::api::results::{CopyResponse, DescribePortalResponse, FieldInfo, QueryResponse, Response, Tag};
 use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionManager, PgWireServerHandlers, Type};
@@ -25,7 +25,7 @@ use pgwire::messages::PgWireBackendMessage;
 use pgwire::api::store::Entry;
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use pgwire::messages::data::{NoData, ParameterDescription};
-use pgwire::messages::extendedquery::{Describe, Parse, ParseComplete, TARGET_TYPE_BYTE_STATEMENT};
+use pgwire::messages::extendedquery::{Describe, Parse, ParseComplete, TARGET_TYPE_BYTE_PORTAL, TARGET_TYPE_BYTE_STATEMENT};
 use pgwire::types::format::FormatOptions;
 use tokio::net::TcpListener;
 
@@ -220,7 +220,7 @@ impl FoamPgHandler {
             }
             StatementOutput::Rows { schema, stream } => {
                 let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
-                let fields = Arc::new(arrow_schema_to_pg_fields(&client_schema(&schema), format, Some(options))?);
+                let fields = Arc::new(pg_fields(&schema, format, Some(options))?);
                 let row_fields = fields.clone();
                 let running = running.clone();
                 let rows = stream
@@ -236,17 +236,38 @@ impl FoamPgHandler {
                 Ok(Response::Query(QueryResponse::new(fields, rows)))
             }
             StatementOutput::CopyIn(target) => {
-                let columns = target.table.columns.len();
+                let columns = target.options.columns.as_ref().map_or(target.table.columns.len(), Vec::len);
+                let format = if target.options.format == foam_query::write::copy::CopyFormat::Binary { 1 } else { 0 };
                 let path = self.node.storage.incoming_dir().join(format!("copy-spool-{}.data", uuid::Uuid::new_v4().simple()));
                 let file = std::fs::File::create(&path).map_err(|e| user_error(&FoamError::io(&path, e)))?;
                 let state = client.session_extensions().get_or_insert_with(CopyState::default);
                 *state.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(PendingCopy { target, path, file: Some(file), error: None });
-                Ok(Response::CopyIn(CopyResponse::new(0, columns, futures::stream::empty())))
+                Ok(Response::CopyIn(CopyResponse::new(format, columns, futures::stream::empty())))
             }
             StatementOutput::CopyOut { schema, stream, options } => crate::copy_out::copy_out_response(schema, stream, options),
         }
     }
 }
+
+/// The fields a result's RowDescription gives: arrow-pg's for the Arrow
+/// types, with CHAR(n) columns (`char_columns.rs`) as `bpchar` of their
+/// length, as PostgreSQL describes them.
+fn pg_fields(schema: &datafusion::arrow::datatypes::Schema, format: &Format, options: Option<Arc<FormatOptions>>) -> PgWireResult<Vec<FieldInfo>> {
+    use foam_query::frontend::char_columns::marked_width;
+    let mut fields = arrow_schema_to_pg_fields(&client_schema(schema), format, options)?;
+    for (info, field) in fields.iter_mut().zip(schema.fields()) {
+        if let Some(n) = marked_width(field) {
+            *info = FieldInfo::new(info.name().to_string(), info.table_id(), info.column_id(), Type::BPCHAR, info.format())
+                .with_format_options(info.format_options().clone())
+                .with_type_size(-1)
+                .with_type_modifier(n as i32 + BPCHAR_TYPMOD_HEADER);
+        }
+    }
+    Ok(fields)
+}
+
+/// PostgreSQL adds this to a CHAR(n)'s length in its type modifier.
+const BPCHAR_TYPMOD_HEADER: i32 = 4;
 
 /// A result's columns as the client is told of them: a name repeated in a
 /// select list was made unique for DataFusion, and is shown repeated again.
@@ -358,7 +379,7 @@ impl QueryParser for FoamQueryParser {
 
     fn get_result_schema(&self, statement: &Self::Statement, column_format: Option<&Format>) -> PgWireResult<Vec<FieldInfo>> {
         match statement.0.result_schema() {
-            Some(schema) => arrow_schema_to_pg_fields(&client_schema(&schema), column_format.unwrap_or(&Format::UnifiedText), None),
+            Some(schema) => pg_fields(&schema, column_format.unwrap_or(&Format::UnifiedText), None),
             None => Ok(Vec::new()),
         }
     }
@@ -421,6 +442,15 @@ impl ExtendedQueryHandler for FoamPgHandler {
                 client.send(PgWireBackendMessage::NoData(NoData::new())).await?;
                 return Ok(());
             }
+        }
+        // A cursor DECLARE opened is a portal to PostgreSQL's clients:
+        // psycopg 3 describes its server-side cursor's portal by name.
+        if message.target_type == TARGET_TYPE_BYTE_PORTAL
+            && client.portal_store().get_portal(name).is_none()
+            && let Some(schema) = self.session(client).cursor_schema(name).await
+        {
+            let fields = pg_fields(&schema, &Format::UnifiedText, None)?;
+            return pgwire::api::query::send_describe_response(client, &DescribePortalResponse::new(fields)).await;
         }
         self._on_describe(client, message).await
     }

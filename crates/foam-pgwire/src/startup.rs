@@ -166,6 +166,10 @@ impl ServerParameterProvider for RoleParameters {
         let user = client.metadata().get(METADATA_USER);
         let superuser = user.and_then(|user| self.node.catalog.current().roles.get(user).map(|role| role.superuser)).unwrap_or(false);
         parameters.insert("is_superuser".into(), if superuser { "on" } else { "off" }.into());
+        // What SHOW server_version says (pgwire's own is "16.6-pgwire-..."),
+        // which clients compare with their own version: pg_dump refuses a
+        // server newer than itself.
+        parameters.insert("server_version".into(), format!("{} (FoamDB)", foam_query::catalog::functions::POSTGRES_VERSION));
         Some(parameters)
     }
 }

@@ -90,6 +90,11 @@ impl Connections {
         }
     }
 
+    /// How many connections are open.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
     /// Every open connection, by pid.
     pub fn list(&self) -> Vec<Connection> {
         self.lock().values().cloned().collect()

@@ -7,7 +7,10 @@
 //! functions and types, so every one that exists is visible; NULL for a
 //! NULL OID, as in PostgreSQL; they do not look the OID up, so an OID of
 //! no object reads as visible too, where PostgreSQL answers NULL); `obj_description` and `col_description`,
-//! NULL for every object, as FoamDB refuses `COMMENT ON` (0A000).
+//! NULL for every object, as FoamDB refuses `COMMENT ON` (0A000);
+//! `pg_get_serial_sequence`, NULL for every column, as FoamDB has no
+//! sequences (SERIAL and IDENTITY are refused);
+//! `to_regtype`, the OID of a built-in type by any of its names.
 
 use std::sync::Arc;
 
@@ -17,7 +20,9 @@ use datafusion::common::{Result, ScalarValue};
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature, Volatility, create_udf};
 
 /// The PostgreSQL version FoamDB speaks for, as `SHOW server_version` gives it.
-pub const POSTGRES_VERSION: &str = "16.0";
+pub const POSTGRES_VERSION: &str = "15.0";
+/// The same as `server_version_num` gives it (major * 10000 + minor).
+pub const POSTGRES_VERSION_NUM: &str = "150000";
 
 /// What `version()` answers.
 pub fn version_text() -> String {
@@ -41,18 +46,82 @@ pub fn catalog_inquiry_udfs() -> Vec<ScalarUDF> {
         ScalarUDF::new_from_impl(CatalogInquiry {
             name: "obj_description",
             signature: Signature::one_of(vec![TypeSignature::Any(1), TypeSignature::Any(2)], Volatility::Stable),
-            answer: Answer::NoComment,
+            answer: Answer::Null,
         }),
-        udf("col_description", 2, Answer::NoComment),
+        udf("col_description", 2, Answer::Null),
+        udf("pg_get_serial_sequence", 2, Answer::Null),
+        ScalarUDF::new_from_impl(ToRegtype { signature: Signature::exact(vec![DataType::Utf8], Volatility::Stable) }),
     ]
+}
+
+/// PostgreSQL's OIDs of the built-in types `to_regtype` resolves, by
+/// `pg_type.typname` (an array type is `_` and its element's name).
+const TYPE_OIDS: [(&str, i32); 34] = [
+    ("bool", 16), ("bytea", 17), ("char", 18), ("name", 19), ("int8", 20), ("int2", 21), ("int4", 23), ("regproc", 24),
+    ("text", 25), ("oid", 26), ("json", 114), ("xml", 142), ("float4", 700), ("float8", 701), ("unknown", 705),
+    ("bpchar", 1042), ("varchar", 1043), ("date", 1082), ("time", 1083), ("timestamp", 1114), ("timestamptz", 1184),
+    ("interval", 1186), ("numeric", 1700), ("uuid", 2950), ("jsonb", 3802), ("regclass", 2205), ("regtype", 2206),
+    ("_bool", 1000), ("_int2", 1005), ("_int4", 1007), ("_text", 1009), ("_varchar", 1015), ("_int8", 1016), ("_float8", 1022),
+];
+
+/// SQL's names for types whose `typname` differs.
+const TYPE_ALIASES: [(&str, &str); 14] = [
+    ("boolean", "bool"), ("smallint", "int2"), ("integer", "int4"), ("int", "int4"), ("bigint", "int8"), ("real", "float4"),
+    ("double precision", "float8"), ("character varying", "varchar"), ("character", "bpchar"), ("decimal", "numeric"),
+    ("timestamp without time zone", "timestamp"), ("timestamp with time zone", "timestamptz"), ("time without time zone", "time"),
+    ("\"char\"", "char"),
+];
+
+/// The OID of the type `name` names (`integer`, `pg_catalog.int4`,
+/// `character varying(20)`, `text[]`), or `None` for no such type.
+pub fn type_oid(name: &str) -> Option<i32> {
+    let name = name.trim().to_lowercase();
+    let name = name.strip_prefix("pg_catalog.").unwrap_or(&name);
+    let (name, array) = match name.strip_suffix("[]") {
+        Some(element) => (element.trim(), true),
+        None => (name, false),
+    };
+    // A type modifier names the same type: numeric(12,2), varchar(20).
+    let name = name.split('(').next().unwrap_or(name).trim();
+    let name = TYPE_ALIASES.iter().find(|(alias, _)| *alias == name).map_or(name, |(_, typname)| typname);
+    let name = if array { format!("_{name}") } else { name.to_string() };
+    TYPE_OIDS.iter().find(|(typname, _)| *typname == name).map(|(_, oid)| *oid)
+}
+
+/// `to_regtype(name)`: the type's OID, NULL when there is none (psycopg 3
+/// looks types up with it as it connects).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct ToRegtype {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for ToRegtype {
+    fn name(&self) -> &str {
+        "to_regtype"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Int32)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let names = datafusion::common::cast::as_string_array(&arrays[0])?;
+        let oids: datafusion::arrow::array::Int32Array = names.iter().map(|name| name.and_then(type_oid)).collect();
+        Ok(ColumnarValue::Array(Arc::new(oids)))
+    }
 }
 
 #[derive(Debug, PartialEq, Eq, Hash)]
 enum Answer {
     /// True for an object's OID (NULL for NULL).
     Visible,
-    /// NULL: no object has a comment.
-    NoComment,
+    /// NULL: no object has a comment, no column owns a sequence.
+    Null,
 }
 
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -74,12 +143,12 @@ impl ScalarUDFImpl for CatalogInquiry {
     fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
         Ok(match self.answer {
             Answer::Visible => DataType::Boolean,
-            Answer::NoComment => DataType::Utf8,
+            Answer::Null => DataType::Utf8,
         })
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        if self.answer == Answer::NoComment {
+        if self.answer == Answer::Null {
             return Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)));
         }
         Ok(match &args.args[0] {
@@ -92,6 +161,15 @@ impl ScalarUDFImpl for CatalogInquiry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn type_names_resolve_to_postgres_oids() {
+        assert_eq!(type_oid("integer"), Some(23));
+        assert_eq!(type_oid("pg_catalog.INT4"), Some(23));
+        assert_eq!(type_oid("character varying(20)"), Some(1043));
+        assert_eq!(type_oid("text[]"), Some(1009));
+        assert_eq!(type_oid("hstore"), None);
+    }
 
     #[tokio::test]
     async fn version_names_postgresql_first_as_drivers_parse_it() {

@@ -3,7 +3,10 @@
 //! around them.
 
 pub mod array_subquery;
+pub mod block_ddl;
+pub mod char_columns;
 pub mod copy_statement;
+pub mod cursors;
 pub mod ddl;
 pub mod explain;
 pub mod grouping_sets;

@@ -150,7 +150,7 @@ pub(crate) fn new_row(
         };
         let column = name.0.last().and_then(|part| part.as_ident()).map(|i| ddl::normalize_ident(&i.value, i.quote_style)).unwrap_or_default();
         let index = column_index(table, &column)?;
-        let cast = format!("CAST(({}) AS {})", value(&assignment.value)?, table.columns[index].sql_type.sql_name());
+        let cast = format!("CAST(({}) AS {})", value(&assignment.value)?, table.columns[index].sql_type.cast_name());
         if values[index].replace(cast).is_some() {
             return Err(FoamError::Query { message: format!("multiple assignments to same column \"{column}\""), sqlstate: SqlState::SyntaxError });
         }

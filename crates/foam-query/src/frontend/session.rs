@@ -27,7 +27,7 @@ use futures::StreamExt;
 use futures::channel::oneshot;
 
 use crate::context::NodeContext;
-use crate::write::copy::{CopyFormat, CopyOptions};
+use crate::write::copy::CopyOptions;
 use crate::frontend::ddl;
 use crate::frontend::privileges::{self, Acting, Need};
 use crate::frontend::statement::{self, FoamStatement, StatementTokens};
@@ -105,7 +105,9 @@ enum Kind {
     /// `catalog_version` (a newer catalog may place partitions elsewhere:
     /// the plan is then made again from `statement`); may have `$n`
     /// parameters.
-    Plan { statement: Box<Statement>, plan: LogicalPlan, write: Option<PlanWrite>, catalog_version: u64 },
+    /// `chars` is each result column's CHAR width, for its description
+    /// (`char_columns.rs`).
+    Plan { statement: Box<Statement>, plan: LogicalPlan, write: Option<PlanWrite>, catalog_version: u64, chars: Vec<Option<u32>> },
     /// FoamDB's own statement, run by this module, with a CREATE TABLE's
     /// `DISTRIBUTED ...` clause.
     Own(Box<Statement>, Option<foam_catalog::model::DistributionSpec>),
@@ -148,10 +150,10 @@ impl PreparedStatement {
                 Statement::Rollback { savepoint: Some(_), .. } => StatementClass::RollbackTo,
                 Statement::Rollback { .. } => StatementClass::Rollback,
                 Statement::Savepoint { .. } | Statement::ReleaseSavepoint { .. } => StatementClass::Savepoint,
-                Statement::CreateTable(_) => StatementClass::NotTransactional("CREATE TABLE"),
-                Statement::CreateView(_) => StatementClass::NotTransactional("CREATE VIEW"),
-                Statement::Drop { .. } => StatementClass::NotTransactional("DROP"),
+                // A block undoes them on ROLLBACK (block_ddl.rs).
+                Statement::CreateTable(_) | Statement::CreateView(_) | Statement::Drop { .. } => StatementClass::Write,
                 Statement::Copy { to: false, .. } | Statement::Truncate(_) => StatementClass::Write,
+                Statement::Declare { .. } | Statement::Fetch { .. } | Statement::Close { .. } => StatementClass::Read,
                 Statement::Explain { analyze: true, statement, .. } if !matches!(statement.as_ref(), Statement::Query(_)) => {
                     StatementClass::NotTransactional("EXPLAIN ANALYZE of a write")
                 }
@@ -185,7 +187,10 @@ impl PreparedStatement {
     /// Schema of the rows the statement returns, if it returns rows.
     pub fn result_schema(&self) -> Option<SchemaRef> {
         match &self.kind {
-            Kind::Plan { plan, write: None, .. } if returns_rows(plan) => Some(Arc::new(plan.schema().as_arrow().clone())),
+            Kind::Plan { plan, write: None, chars, .. } if returns_rows(plan) => {
+                let schema = Arc::new(plan.schema().as_arrow().clone());
+                Some(crate::frontend::char_columns::mark(&schema, chars).unwrap_or(schema))
+            }
             Kind::Own(statement, _) if matches!(**statement, Statement::Explain { .. }) => Some(explain_schema()),
             _ => None,
         }
@@ -193,11 +198,12 @@ impl PreparedStatement {
 }
 
 /// The types of the parameters `plan` casts as they stand (`$1::int`,
-/// `CAST($1 AS DATE)`), which DataFusion leaves untyped: PostgreSQL types
-/// a parameter so cast as the cast's type.
+/// `CAST($1 AS DATE)`) or passes to a function of one signature, which
+/// DataFusion leaves untyped: PostgreSQL types a parameter so used as the
+/// cast's type or the function's argument type.
 fn cast_parameter_types(plan: &LogicalPlan) -> std::collections::HashMap<String, DataType> {
     use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-    use datafusion::logical_expr::{Cast, Expr, TryCast, expr::Placeholder};
+    use datafusion::logical_expr::{Cast, Expr, TryCast, TypeSignature, expr::Placeholder};
     let mut types = std::collections::HashMap::new();
     let _ = plan.apply_with_subqueries(|node| {
         node.apply_expressions(|expr| {
@@ -206,6 +212,17 @@ fn cast_parameter_types(plan: &LogicalPlan) -> std::collections::HashMap<String,
                     && let Expr::Placeholder(Placeholder { id, field: None }) = inner.as_ref()
                 {
                     types.entry(id.clone()).or_insert_with(|| field.data_type().clone());
+                }
+                // An argument of a function of one signature takes its type
+                // (`to_regtype($1)`), as PostgreSQL types it.
+                if let Expr::ScalarFunction(call) = expr
+                    && let TypeSignature::Exact(argument_types) = &call.func.signature().type_signature
+                {
+                    for (argument, data_type) in call.args.iter().zip(argument_types) {
+                        if let Expr::Placeholder(Placeholder { id, field: None }) = argument {
+                            types.entry(id.clone()).or_insert_with(|| data_type.clone());
+                        }
+                    }
                 }
                 Ok(TreeNodeRecursion::Continue)
             })
@@ -359,6 +376,24 @@ pub struct FoamSession {
     sql_prepared: Mutex<BTreeMap<String, (String, Vec<Need>)>>,
     /// What the open block's end puts back (`SET` inside a block).
     block_settings: Mutex<BlockSettings>,
+    /// What the open block's end undoes or finishes of its DDL.
+    block_ddl: Mutex<crate::frontend::block_ddl::BlockDdl>,
+    /// Open SQL cursors (`DECLARE`), by name.
+    cursors: crate::frontend::cursors::Cursors,
+}
+
+impl Drop for FoamSession {
+    /// A block its connection left open undoes its DDL (its rows go with
+    /// its transaction: see `Transaction`'s `Drop`).
+    fn drop(&mut self) {
+        let ddl = std::mem::take(&mut *self.block_ddl());
+        if !ddl.is_empty()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let node = self.node.clone();
+            runtime.spawn(async move { ddl.undo(&node).await });
+        }
+    }
 }
 
 /// The settings a `BEGIN ... COMMIT` block may have to put back, as in
@@ -389,6 +424,10 @@ impl crate::frontend::setting_functions::SessionSettings for FoamSession {
         if self.note_block_setting(&name, local) { self.set_setting(name, value) } else { Ok(()) }
     }
 }
+
+/// Settings FoamDB has one value of: SET to another is refused (0A000),
+/// not taken and ignored.
+const FIXED_SETTINGS: [(&str, &str); 3] = [("standard_conforming_strings", "on"), ("integer_datetimes", "on"), ("server_encoding", "UTF8")];
 
 impl FoamSession {
     /// A session of the role `user`, authenticated already (or anyone's,
@@ -430,11 +469,15 @@ impl FoamSession {
         }
         let settings = BTreeMap::from([
             ("server_version".to_string(), format!("{} (FoamDB)", crate::catalog::functions::POSTGRES_VERSION)),
+            ("server_version_num".to_string(), crate::catalog::functions::POSTGRES_VERSION_NUM.to_string()),
             ("client_encoding".to_string(), "UTF8".to_string()),
             ("datestyle".to_string(), "ISO, MDY".to_string()),
             (STATEMENT_TIMEOUT.to_string(), show_statement_timeout(0)),
             (crate::frontend::setting_functions::SESSION_AUTHORIZATION.to_string(), user.to_string()),
-        ]);
+        ])
+        .into_iter()
+        .chain(FIXED_SETTINGS.iter().map(|(name, value)| (name.to_string(), value.to_string())))
+        .collect::<BTreeMap<_, _>>();
         let initial_options = ctx.state().config().options().as_ref().clone();
         FoamSession {
             node,
@@ -443,6 +486,8 @@ impl FoamSession {
             initial_options,
             sql_prepared: Default::default(),
             block_settings: Default::default(),
+            block_ddl: Default::default(),
+            cursors: Default::default(),
             settings: Mutex::new(settings),
             block: Mutex::new(Block::Idle),
             open,
@@ -603,6 +648,9 @@ impl FoamSession {
                 | Statement::Savepoint { .. }
                 | Statement::ReleaseSavepoint { .. }
                 | Statement::Explain { .. }
+                | Statement::Declare { .. }
+                | Statement::Fetch { .. }
+                | Statement::Close { .. }
         ) || matches!(&*statement, Statement::Truncate(truncate) if truncate.table_names.len() > 1)
             || is_reset_foamdb_runs(&statement)
             || matches!(*statement, Statement::Discard { .. })
@@ -654,7 +702,8 @@ impl FoamSession {
         {
             reads.extend(needs.iter().cloned());
         }
-        let kind = Kind::Plan { statement, plan, write, catalog_version };
+        let chars = crate::frontend::char_columns::widths(&plan, &catalog);
+        let kind = Kind::Plan { statement, plan, write, catalog_version, chars };
         let needs = needs_of(&kind, &reads);
         match copy_out {
             Some(options) => prepared(Kind::CopyOut { query: Box::new(PreparedStatement { text: text.clone(), kind, needs }), options }),
@@ -824,6 +873,7 @@ impl FoamSession {
         match statement.as_ref() {
             Statement::Savepoint { name: ident } => {
                 open.savepoint(&name(ident));
+                self.block_ddl().savepoint(&name(ident));
                 let now = self.settings_now();
                 let mut block_settings = self.block_settings.lock().unwrap_or_else(|p| p.into_inner());
                 let local = block_settings.local.clone();
@@ -832,6 +882,7 @@ impl FoamSession {
             }
             Statement::ReleaseSavepoint { name: ident } => {
                 open.release(&name(ident))?;
+                self.block_ddl().release(&name(ident));
                 // It and every savepoint after it are gone; settings stay.
                 let mut block_settings = self.block_settings.lock().unwrap_or_else(|p| p.into_inner());
                 if let Some(at) = block_settings.savepoints.iter().rposition(|(n, ..)| *n == name(ident)) {
@@ -841,6 +892,8 @@ impl FoamSession {
             }
             Statement::Rollback { savepoint: Some(ident), .. } => {
                 open.rollback_to(&name(ident)).await?;
+                let undone = self.block_ddl().rollback_to(&name(ident));
+                undone.undo(&self.node).await;
                 // The savepoint stays; those after it are gone, and so are
                 // the settings made since it.
                 let back = {
@@ -868,20 +921,35 @@ impl FoamSession {
     /// transaction was aborted when it failed. Outside a block, nothing to
     /// do (PostgreSQL warns).
     async fn end_transaction(&self, commit: bool) -> FoamResult<()> {
-        let Some(open) = self.open.set(None) else { return Ok(()) };
-        if commit && *self.block() == Block::InBlock {
-            open.commit().await
+        let committing = commit && *self.block() == Block::InBlock;
+        let ddl = std::mem::take(&mut *self.block_ddl());
+        let result = match self.open.set(None) {
+            None => Ok(()),
+            Some(open) if committing => open.commit().await,
+            Some(open) => {
+                open.abort().await;
+                Ok(())
+            }
+        };
+        self.cursors.end_block().await;
+        // The block's DDL goes as its rows went.
+        if committing && result.is_ok() {
+            ddl.commit(&self.node).await;
         } else {
-            open.abort().await;
-            Ok(())
+            ddl.undo(&self.node).await;
         }
+        result
+    }
+
+    fn block_ddl(&self) -> std::sync::MutexGuard<'_, crate::frontend::block_ddl::BlockDdl> {
+        self.block_ddl.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Executes a statement against the catalog this node has.
     async fn run_admitted(&self, prepared: &PreparedStatement, params: Option<ParamValues>, interrupt: &Interrupt) -> FoamResult<StatementOutput> {
         match &prepared.kind {
             Kind::Empty => Ok(StatementOutput::Command { tag: String::new(), rows: None }),
-            Kind::Plan { statement, plan, write, catalog_version } => {
+            Kind::Plan { statement, plan, write, catalog_version, .. } => {
                 let is_write = write.is_some();
                 let mut retries = 0;
                 loop {
@@ -925,6 +993,9 @@ impl FoamSession {
                     tokio::time::sleep(std::time::Duration::from_millis(backoff)).await;
                     retries += 1;
                 }
+            }
+            Kind::Own(statement, _) if matches!(**statement, Statement::Declare { .. } | Statement::Fetch { .. } | Statement::Close { .. }) => {
+                interrupt.guard(Box::pin(self.cursor_statement(statement))).await
             }
             Kind::Own(statement, distribution) => {
                 // Those that read rows; SET and SHOW must not need the clock.
@@ -1025,7 +1096,7 @@ impl FoamSession {
         let width = table.columns.len();
         let frame = self.ctx.execute_logical_plan(plan).await.map_err(FoamError::from)?;
         let mut rows = crate::exec::panic_safe::panic_safe(frame.execute_stream().await.map_err(FoamError::from)?);
-        let mut writer = TableWriter::begin_in(self.node.clone(), table, transaction)?;
+        let mut writer = TableWriter::begin_in(self.node.clone(), table.clone(), transaction)?;
         if let crate::frontend::modify::Modify::Upsert(upsert) = modify {
             // Proposed rows are decided in order: all of them first.
             let written = async {
@@ -1033,7 +1104,7 @@ impl FoamSession {
                 while let Some(batch) = rows.next().await {
                     batches.push(batch.map_err(FoamError::from)?);
                 }
-                let changes = crate::frontend::upsert::changes(upsert, &schema, &batches)?;
+                let changes = crate::frontend::upsert::changes(upsert, &table, &batches)?;
                 if let Some(deletes) = changes.deletes {
                     writer.write_deletes(deletes).await?;
                 }
@@ -1132,6 +1203,7 @@ impl FoamSession {
     async fn run_query(&self, plan: LogicalPlan, planned_with: &foam_catalog::Catalog) -> FoamResult<StatementOutput> {
         let running = self.node.traffic.query_started();
         self.pass_execution_options()?;
+        let char_widths = crate::frontend::char_columns::widths(&plan, planned_with);
         let frame = self.ctx.execute_logical_plan(plan).await.map_err(FoamError::from)?;
         let physical = frame.clone().create_physical_plan().await.map_err(FoamError::from)?;
         // The rows' own types: the logical plan's schema is the one before
@@ -1161,10 +1233,16 @@ impl FoamSession {
             Some(Err(error)) => return Err(FoamError::from(error)),
             None => None,
         };
+        // CHAR(n) columns leave padded, described as such.
+        let chars = crate::frontend::char_columns::mark(&schema, &char_widths);
+        let schema = chars.clone().unwrap_or(schema);
         // The query counts as active until its rows are consumed or dropped.
         let stream = futures::stream::iter(first).chain(stream).map(move |batch| {
             let _ = &running;
-            batch
+            match &chars {
+                Some(marked) => batch.and_then(|batch| crate::frontend::char_columns::pad(marked, batch).map_err(Into::into)),
+                None => batch,
+            }
         });
         let stream = Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema.clone(), stream));
         Ok(StatementOutput::Rows { schema, stream })
@@ -1188,6 +1266,61 @@ impl FoamSession {
         Some(FoamError::NodeUnavailable { node_id: down.id, addr: down.node_addr.clone(), message: "marked down while the query ran".into() })
     }
 
+    /// DECLARE, FETCH and CLOSE of a cursor (`cursors.rs`).
+    async fn cursor_statement(&self, statement: &Statement) -> FoamResult<StatementOutput> {
+        use datafusion::sql::sqlparser::ast::{CloseCursor, DeclareType};
+        let command = |tag: &str| Ok(StatementOutput::Command { tag: tag.into(), rows: None });
+        let name = |ident: &datafusion::sql::sqlparser::ast::Ident| ddl::normalize_ident(&ident.value, ident.quote_style);
+        match statement {
+            Statement::Declare { stmts } => {
+                let [declare] = stmts.as_slice() else { return Err(FoamError::FeatureNotSupported { feature: "DECLARE of several cursors".into() }) };
+                let (Some(query), Some(DeclareType::Cursor), [ident]) = (&declare.for_query, &declare.declare_type, declare.names.as_slice()) else {
+                    return Err(FoamError::FeatureNotSupported { feature: format!("{statement}") });
+                };
+                if declare.scroll == Some(true) {
+                    return Err(FoamError::FeatureNotSupported { feature: "SCROLL cursors (FoamDB cursors move forward only)".into() });
+                }
+                let hold = declare.hold == Some(true);
+                if !hold && self.open.get().is_none() {
+                    return Err(FoamError::Query {
+                        message: "DECLARE CURSOR can only be used in transaction blocks".into(),
+                        sqlstate: foam_common::SqlState::NoActiveSqlTransaction,
+                    });
+                }
+                let prepared = self.prepare(&query.to_string()).await?;
+                self.check_privileges(&prepared.needs)?;
+                // FETCH guards its own reading; the query outlives DECLARE.
+                let unguarded = Interrupt::new(None, None);
+                match Box::pin(self.run_admitted(&prepared, None, &unguarded)).await? {
+                    StatementOutput::Rows { schema, stream } => self.cursors.declare(name(ident), schema, stream, hold).await?,
+                    _ => {
+                        return Err(FoamError::Query { message: "cursor query must be a SELECT".into(), sqlstate: foam_common::SqlState::SyntaxError });
+                    }
+                }
+                command("DECLARE CURSOR")
+            }
+            Statement::Fetch { name: ident, direction, into: None, .. } => {
+                let count = crate::frontend::cursors::fetch_count(direction)?;
+                let (schema, stream) = self.cursors.fetch(&name(ident), count).await?;
+                Ok(StatementOutput::Rows { schema, stream })
+            }
+            Statement::Close { cursor: CloseCursor::All } => {
+                self.cursors.close(None).await?;
+                command("CLOSE CURSOR ALL")
+            }
+            Statement::Close { cursor: CloseCursor::Specific { name: ident } } => {
+                self.cursors.close(Some(&name(ident))).await?;
+                command("CLOSE CURSOR")
+            }
+            other => Err(FoamError::FeatureNotSupported { feature: format!("{other}") }),
+        }
+    }
+
+    /// The columns of open cursor `name`, for a Describe of its portal.
+    pub async fn cursor_schema(&self, name: &str) -> Option<SchemaRef> {
+        self.cursors.schema(name).await
+    }
+
     async fn execute_own(&self, statement: &Statement, distribution: &Option<foam_catalog::model::DistributionSpec>) -> FoamResult<StatementOutput> {
         let command = |tag: &str| Ok(StatementOutput::Command { tag: tag.into(), rows: None });
         match statement {
@@ -1202,7 +1335,14 @@ impl FoamSession {
                     let nodes = self.node.catalog.current().placeable_nodes().len() as u32;
                     *partitions = Some(foam_common::limits::default_partition_count(nodes, crate::distributed::worker_threads()));
                 }
-                self.node.catalog.apply(create).await?;
+                let name = match &create {
+                    CatalogCommand::CreateTable { name, .. } => name.clone(),
+                    _ => String::new(),
+                };
+                let (_, outcome) = self.node.catalog.apply(create).await?;
+                if self.open.get().is_some() && !matches!(outcome, CommandOutcome::Skipped) {
+                    self.block_ddl().created(name);
+                }
                 command("CREATE TABLE")
             }
             Statement::CreateView(view) => {
@@ -1215,8 +1355,15 @@ impl FoamSession {
                 self.check_view_not_recursive(&name, &view.query)?;
                 // Plan the query now so a broken view is refused at creation.
                 self.plan(&Statement::Query(view.query.clone())).await?;
-                let create = CatalogCommand::CreateView { name, query_sql, or_replace: view.or_replace, owner: Some(self.current_user()) };
+                let replaced = self.node.catalog.current().views.get(&name).map(|old| old.query_sql.clone());
+                let create = CatalogCommand::CreateView { name: name.clone(), query_sql, or_replace: view.or_replace, owner: Some(self.current_user()) };
                 self.node.catalog.apply(create).await?;
+                if self.open.get().is_some() {
+                    match replaced {
+                        Some(old) => self.block_ddl().replaced(name, old),
+                        None => self.block_ddl().created(name),
+                    }
+                }
                 command("CREATE VIEW")
             }
             Statement::Drop { object_type, names, if_exists, .. } => {
@@ -1225,12 +1372,26 @@ impl FoamSession {
                     ObjectType::View => ("DROP VIEW", false),
                     other => return Err(FoamError::FeatureNotSupported { feature: format!("DROP {other}") }),
                 };
-                for name in names {
-                    let name = ddl::table_name(name)?;
-                    if is_table {
+                let names = names.iter().map(ddl::table_name).collect::<FoamResult<Vec<_>>>()?;
+                // Every name is checked before any is dropped.
+                let catalog = self.node.catalog.current();
+                let exists = |name: &String| if is_table { catalog.tables.contains_key(name) } else { catalog.views.contains_key(name) };
+                if let Some(missing) = names.iter().find(|n| !exists(n)).filter(|_| !*if_exists) {
+                    let kind = if is_table { "table" } else { "view" };
+                    return Err(FoamError::Query { message: format!("{kind} \"{missing}\" does not exist"), sqlstate: foam_common::SqlState::UndefinedTable });
+                }
+                for name in names.into_iter().filter(exists) {
+                    // In a block, what it did not create is set aside until it ends.
+                    if let Some(open) = self.open.get()
+                        && !self.block_ddl().forget_created(&name)
+                    {
+                        let aside = crate::frontend::block_ddl::aside_name(&name, open.id());
+                        self.node.catalog.apply(CatalogCommand::RenameRelation { from: name.clone(), to: aside.clone() }).await?;
+                        self.block_ddl().set_aside(name, aside);
+                    } else if is_table {
                         let (_, outcome) = self.node.catalog.apply(CatalogCommand::DropTable { name, if_exists: *if_exists }).await?;
                         if let CommandOutcome::TableDropped { table } = outcome {
-                            self.drop_table_data(table.id).await;
+                            crate::frontend::block_ddl::drop_table_data(&self.node, table.id).await;
                         }
                     } else {
                         self.node.catalog.apply(CatalogCommand::DropView { name, if_exists: *if_exists }).await?;
@@ -1365,6 +1526,11 @@ impl FoamSession {
     fn set_setting(&self, name: String, value: String) -> FoamResult<()> {
         if name == ROLE_SETTING {
             return self.set_role(Some(value).filter(|v| !v.eq_ignore_ascii_case("none") && !v.eq_ignore_ascii_case("default")));
+        }
+        if let Some((_, fixed)) = FIXED_SETTINGS.iter().find(|(fixed, _)| *fixed == name)
+            && !value.eq_ignore_ascii_case(fixed)
+        {
+            return Err(FoamError::FeatureNotSupported { feature: format!("\"{name}\" other than \"{fixed}\"") });
         }
         if name == crate::frontend::setting_functions::SESSION_AUTHORIZATION || name == "is_superuser" {
             return Err(FoamError::Query { message: format!("parameter \"{name}\" cannot be set (use SET ROLE)"), sqlstate: foam_common::SqlState::InsufficientPrivilege });
@@ -1591,25 +1757,6 @@ impl FoamSession {
         Ok(())
     }
 
-    /// Deletes a dropped table's data on every node; a node that is down
-    /// deletes it when it next starts (tables missing from the catalog).
-    async fn drop_table_data(&self, table_id: foam_common::TableId) {
-        let catalog = self.node.catalog.current();
-        for node_id in catalog.nodes.keys() {
-            let result = if *node_id == self.node.node_id {
-                self.node.storage.drop_table(table_id).map_err(FoamError::from)
-            } else {
-                match self.node.client_for(*node_id) {
-                    Ok(client) => client.call(&NodeRequest::DropTableData { table_id }, &[]).await.map(|_| ()),
-                    Err(error) => Err(error),
-                }
-            };
-            if let Err(error) = result {
-                tracing::warn!(node_id, table_id, %error, "dropped table's data stays until the node restarts");
-            }
-        }
-    }
-
     async fn copy(
         &self,
         source: &CopySource,
@@ -1638,9 +1785,6 @@ impl FoamSession {
                 positions.push(position);
             }
             options.columns = Some(positions);
-        }
-        if options.format == CopyFormat::Binary {
-            return Err(FoamError::FeatureNotSupported { feature: "COPY ... FROM in binary format".into() });
         }
         let path = match target {
             CopyTarget::File { filename } => crate::write::copy::server_file(self.node.copy_dir.as_deref(), filename)?.display().to_string(),

@@ -5,13 +5,15 @@
 //! all at once, or ROLLBACK, an error or the connection closing discards them.
 //! Its reads see what is committed when each starts (READ COMMITTED, without a
 //! snapshot shared by the cluster: see docs/ARCHITECTURE.md) plus the block's
-//! own writes. Statements that change the catalog or a node rather than rows
-//! are not transactional, so a block refuses them:
+//! own writes. CREATE and DROP of tables and views run in a block and are
+//! undone by its ROLLBACK (`block_ddl.rs`); other statements that change the
+//! catalog or a node rather than rows are not transactional, so a block
+//! refuses them:
 //!
 //! ```text
 //!   Idle ──BEGIN──▶ InBlock ──COMMIT──▶ Idle (the rows are committed)
 //!                    │  reads, INSERT, COPY FROM, SET, SHOW: run
-//!                    │  DDL, CHECKPOINT, or any error
+//!                    │  ALTER TABLE, CHECKPOINT, or any error
 //!                    ▼
 //!                  Failed ──COMMIT/ROLLBACK──▶ Idle (COMMIT answers ROLLBACK)
 //!                    │ the failed statement's rows are discarded at once,

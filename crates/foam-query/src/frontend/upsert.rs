@@ -33,7 +33,7 @@ use std::ops::ControlFlow;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array};
 use datafusion::arrow::compute::{concat_batches, take_record_batch};
-use datafusion::arrow::datatypes::{SchemaRef, UInt64Type};
+use datafusion::arrow::datatypes::UInt64Type;
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
 use datafusion::sql::sqlparser::ast::{
     ConflictTarget, Expr, Ident, Insert, OnConflictAction, OnInsert, SelectItem, SetExpr, Statement, TableObject, VisitMut, VisitorMut,
@@ -109,7 +109,7 @@ pub fn as_query(statement: &Statement, catalog: &Catalog) -> FoamResult<Option<(
         // Typed where they are written, so `$n` parameters take the types.
         for row in &mut values.rows {
             for (value, column) in row.iter_mut().zip(&targets) {
-                let ty = table.columns[*column].sql_type.sql_name();
+                let ty = table.columns[*column].sql_type.cast_name();
                 *value = Expr::Cast { kind: datafusion::sql::sqlparser::ast::CastKind::Cast, expr: Box::new(value.clone()), data_type: parse_type(&ty)?, array: false, format: None };
             }
         }
@@ -120,7 +120,7 @@ pub fn as_query(statement: &Statement, catalog: &Catalog) -> FoamResult<Option<(
         .iter()
         .enumerate()
         .map(|(i, column)| {
-            let ty = column.sql_type.sql_name();
+            let ty = column.sql_type.cast_name();
             match targets.iter().position(|t| *t == i) {
                 Some(at) => format!("CAST(s.c{at} AS {ty}) AS foam_x_{i}"),
                 None => format!("CAST(NULL AS {ty}) AS foam_x_{i}"),
@@ -268,9 +268,10 @@ pub struct Changes {
 }
 
 /// Walks the proposed rows in order and decides each one's fate.
-pub fn changes(upsert: &Upsert, table: &SchemaRef, batches: &[RecordBatch]) -> FoamResult<Changes> {
+pub fn changes(upsert: &Upsert, table: &TableDef, batches: &[RecordBatch]) -> FoamResult<Changes> {
+    let schema = table.arrow_schema();
     let internal = |e: datafusion::arrow::error::ArrowError| FoamError::internal(format!("rows of an INSERT ... ON CONFLICT: {e}"));
-    let width = table.fields().len();
+    let width = schema.fields().len();
     let Some(first) = batches.first() else {
         return Ok(Changes { deletes: None, inserts: Vec::new(), count: 0 });
     };
@@ -281,14 +282,7 @@ pub fn changes(upsert: &Upsert, table: &SchemaRef, batches: &[RecordBatch]) -> F
     let proposed = project(proposed_at)?;
     // Every proposed row must be one the table could hold, conflicting or
     // not, as PostgreSQL checks a row's constraints before its arbiters.
-    for (field, column) in table.fields().iter().zip(proposed.columns()) {
-        if !field.is_nullable() && column.null_count() > 0 {
-            return Err(FoamError::Query {
-                message: format!("null value in column \"{}\" of relation \"{}\" violates not-null constraint", field.name(), upsert.table),
-                sqlstate: SqlState::NotNullViolation,
-            });
-        }
-    }
+    crate::write::check_rows(table, &crate::write::store_strings(table, crate::write::cast_to(&schema, proposed.clone())?))?;
     let order = all.column(0).as_primitive::<UInt64Type>();
     let mut rows: Vec<usize> = (0..all.num_rows()).collect();
     rows.sort_by_key(|&row| order.value(row));
@@ -300,7 +294,7 @@ pub fn changes(upsert: &Upsert, table: &SchemaRef, batches: &[RecordBatch]) -> F
         .arbiters
         .iter()
         .map(|key| {
-            let fields = key.iter().map(|i| SortField::new(table.field(*i).data_type().clone())).collect();
+            let fields = key.iter().map(|i| SortField::new(schema.field(*i).data_type().clone())).collect();
             RowConverter::new(fields).map(|converter| (converter, key)).map_err(internal)
         })
         .collect::<FoamResult<_>>()?;

@@ -29,7 +29,7 @@ use foam_common::{FoamError, FoamResult};
 
 use crate::context::NodeContext;
 use crate::write::TableWriter;
-use crate::write::copy_format::{Records, typed_batch};
+use crate::write::copy_format::{Record, Records, typed_batch};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum CopyFormat {
@@ -37,7 +37,7 @@ pub enum CopyFormat {
     /// PostgreSQL's default text format: tab-delimited, `\N` for NULL, no header.
     Text,
     Parquet,
-    /// PostgreSQL's binary COPY format; written by COPY ... TO STDOUT only.
+    /// PostgreSQL's binary COPY format (`copy_binary.rs` reads it).
     Binary,
 }
 
@@ -125,7 +125,7 @@ pub async fn copy_from_file(
             }
             CopyFormat::Parquet => read_parquet(file, &schema, &reader_table, &reader_path, &sender),
             CopyFormat::Csv | CopyFormat::Text => read_csv(file, &schema, &reader_table, &options, &sender),
-            CopyFormat::Binary => Err(FoamError::FeatureNotSupported { feature: "COPY ... FROM in binary format".into() }),
+            CopyFormat::Binary => read_binary(file, &schema, &reader_table, &options, &sender),
         };
         if let Err(error) = result {
             let _ = sender.blocking_send(Err(error));
@@ -161,9 +161,36 @@ fn read_csv(
     if options.header {
         records.next_record()?;
     }
+    send_typed(|| records.next_record(), schema, table, options, sender)
+}
+
+/// Reads a binary COPY stream (`copy_binary.rs`) in batches of the
+/// table's types; the first bad row stops the load, named with its number.
+fn read_binary(
+    file: File,
+    schema: &SchemaRef,
+    table: &TableDef,
+    options: &CopyOptions,
+    sender: &tokio::sync::mpsc::Sender<FoamResult<RecordBatch>>,
+) -> FoamResult<()> {
+    let all: Vec<usize> = (0..schema.fields().len()).collect();
+    let filled = options.columns.as_deref().unwrap_or(&all);
+    let mut records = crate::write::copy_binary::BinaryRecords::new(BufReader::new(file), schema, table, filled);
+    send_typed(|| records.next_record(), schema, table, options, sender)
+}
+
+/// Types the records `next` reads, `BATCH_ROWS` at a time, and sends each
+/// batch to the writer; the first bad record stops the load.
+fn send_typed(
+    mut next: impl FnMut() -> FoamResult<Option<Record>>,
+    schema: &SchemaRef,
+    table: &TableDef,
+    options: &CopyOptions,
+    sender: &tokio::sync::mpsc::Sender<FoamResult<RecordBatch>>,
+) -> FoamResult<()> {
     let mut batch = Vec::with_capacity(BATCH_ROWS);
     loop {
-        let record = records.next_record()?;
+        let record = next()?;
         let ended = record.is_none();
         batch.extend(record);
         if batch.len() == BATCH_ROWS || (ended && !batch.is_empty()) {

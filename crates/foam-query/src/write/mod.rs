@@ -18,6 +18,7 @@
 //! COMMIT runs the protocol once for all of them (`transaction.rs`).
 
 pub mod copy;
+pub mod copy_binary;
 pub mod copy_format;
 pub mod keys;
 pub mod transaction;
@@ -315,8 +316,51 @@ pub async fn join_next(in_flight: &mut JoinSet<FoamResult<()>>) -> FoamResult<()
 }
 
 /// Checks rows written to `table` (whose Arrow schema is `schema`): column
-/// count, NOT NULL, string lengths; returns them with the table's schema.
+/// count, NOT NULL, string lengths; returns them with the table's schema,
+/// their strings as stored ([`store_strings`]).
 pub fn conform_rows(table: &TableDef, schema: &SchemaRef, batch: RecordBatch) -> FoamResult<RecordBatch> {
+    let batch = store_strings(table, batch);
+    check_rows(table, &batch)?;
+    RecordBatch::try_new(schema.clone(), batch.columns().to_vec()).map_err(|e| FoamError::DataException { message: e.to_string() })
+}
+
+/// `batch`'s strings as `table` stores them, as PostgreSQL's assignment to
+/// a column does: a CHAR(n) value without trailing blanks (they are
+/// insignificant, and padding is added when one is read:
+/// `frontend::char_columns`), a VARCHAR(n) value longer than n cut to n
+/// characters where the rest is all blanks. A column with neither is kept.
+pub fn store_strings(table: &TableDef, batch: RecordBatch) -> RecordBatch {
+    let mut columns = batch.columns().to_vec();
+    let mut changed = false;
+    for (column, array) in table.columns.iter().zip(columns.iter_mut()) {
+        let Some(strings) = array.as_string_view_opt() else { continue };
+        let stored: Option<Vec<Option<String>>> = match column.sql_type {
+            SqlType::Char { .. } if strings.iter().flatten().any(|s| s.ends_with(' ')) => {
+                Some(strings.iter().map(|s| s.map(|s| s.trim_end_matches(' ').to_string())).collect())
+            }
+            SqlType::Varchar { length_max: Some(n) } if strings.lengths().any(|bytes| bytes as usize > n as usize) => {
+                let cut = |s: &str| match s.char_indices().nth(n as usize) {
+                    Some((at, _)) if s[at..].bytes().all(|b| b == b' ') => s[..at].to_string(),
+                    _ => s.to_string(),
+                };
+                Some(strings.iter().map(|s| s.map(cut)).collect())
+            }
+            _ => None,
+        };
+        if let Some(stored) = stored {
+            *array = Arc::new(arrow::array::StringViewArray::from_iter(stored));
+            changed = true;
+        }
+    }
+    if !changed {
+        return batch;
+    }
+    RecordBatch::try_new(batch.schema(), columns).unwrap_or(batch)
+}
+
+/// Fails unless `table` could hold every row of `batch` (in the table's
+/// column types): column count, NOT NULL, string lengths.
+pub fn check_rows(table: &TableDef, batch: &RecordBatch) -> FoamResult<()> {
     if batch.num_columns() != table.columns.len() {
         return Err(FoamError::internal(format!("{} columns written to \"{}\", which has {}", batch.num_columns(), table.name, table.columns.len())));
     }
@@ -352,7 +396,7 @@ pub fn conform_rows(table: &TableDef, schema: &SchemaRef, batch: RecordBatch) ->
             });
         }
     }
-    RecordBatch::try_new(schema.clone(), batch.columns().to_vec()).map_err(|e| FoamError::DataException { message: e.to_string() })
+    Ok(())
 }
 
 /// `batch`'s columns cast to `schema`'s types where they differ (a scan's

@@ -1,0 +1,184 @@
+//! CREATE and DROP of tables and views inside a transaction block.
+//!
+//! FoamDB's catalog changes through Raft, outside any transaction, so a
+//! block cannot hide its DDL from other sessions until COMMIT as
+//! PostgreSQL does. What it can do is make ROLLBACK mean what it says:
+//!
+//! ```text
+//!   in a block:  CREATE TABLE/VIEW t ─▶ created at once   undo: drop t
+//!                CREATE OR REPLACE VIEW v ─▶ replaced     undo: v's old query back
+//!                DROP TABLE/VIEW t ─▶ renamed aside        undo: named t again
+//!                   (t created in this block: dropped at once, its undo gone)
+//!   COMMIT (its rows committed) ─▶ what was set aside is dropped
+//!   ROLLBACK, a failed COMMIT, the connection closing ─▶ undo, newest first
+//!   ROLLBACK TO SAVEPOINT ─▶ undo what came after the savepoint
+//! ```
+//!
+//! Other sessions see a created table (empty, its rows are the block's
+//! until COMMIT) and miss a dropped one before the block ends; a node that
+//! crashes with the block open leaves its DDL done. docs/ARCHITECTURE.md
+//! says so.
+
+use std::sync::Arc;
+
+use foam_catalog::CatalogCommand;
+use foam_catalog::model::CommandOutcome;
+
+use crate::context::NodeContext;
+
+/// The prefix of the name a table or view dropped inside a block has until
+/// the block ends.
+pub const SET_ASIDE_PREFIX: &str = "foam_dropped_";
+
+/// How to take back one DDL statement of the open block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Undo {
+    /// It created this table or view.
+    Created { name: String },
+    /// It replaced the query of this view.
+    Replaced { name: String, query_sql: String },
+    /// It set this table or view aside under `aside`.
+    SetAside { name: String, aside: String },
+}
+
+/// The open block's DDL: what ROLLBACK undoes and what COMMIT finishes.
+#[derive(Debug, Default)]
+pub struct BlockDdl {
+    undo: Vec<Undo>,
+    /// Each open savepoint's name and how much undo came before it.
+    savepoints: Vec<(String, usize)>,
+}
+
+impl BlockDdl {
+    pub fn is_empty(&self) -> bool {
+        self.undo.is_empty()
+    }
+
+    pub fn created(&mut self, name: String) {
+        self.undo.push(Undo::Created { name });
+    }
+
+    pub fn replaced(&mut self, name: String, query_sql: String) {
+        self.undo.push(Undo::Replaced { name, query_sql });
+    }
+
+    /// Whether `name` was created in this block (and is still there): a
+    /// DROP of it then drops it at once, and forgets its undo (and that of
+    /// replacing it since).
+    pub fn forget_created(&mut self, name: &str) -> bool {
+        let Some(at) = self.undo.iter().rposition(|u| matches!(u, Undo::Created { name: n } if n == name)) else { return false };
+        let later = self.undo.split_off(at + 1);
+        self.undo.pop();
+        self.undo.extend(later.into_iter().filter(|u| !matches!(u, Undo::Replaced { name: n, .. } if n == name)));
+        true
+    }
+
+    pub fn set_aside(&mut self, name: String, aside: String) {
+        self.undo.push(Undo::SetAside { name, aside });
+    }
+
+    pub fn savepoint(&mut self, name: &str) {
+        self.savepoints.push((name.to_string(), self.undo.len()));
+    }
+
+    pub fn release(&mut self, name: &str) {
+        if let Some(at) = self.savepoints.iter().rposition(|(n, _)| n == name) {
+            self.savepoints.truncate(at);
+        }
+    }
+
+    /// The undo of what came after savepoint `name`, which stays.
+    pub fn rollback_to(&mut self, name: &str) -> BlockDdl {
+        let Some(at) = self.savepoints.iter().rposition(|(n, _)| n == name) else { return BlockDdl::default() };
+        self.savepoints.truncate(at + 1);
+        let mark = self.savepoints[at].1.min(self.undo.len());
+        BlockDdl { undo: self.undo.split_off(mark), savepoints: Vec::new() }
+    }
+
+    /// The block committed: drops what it set aside.
+    pub async fn commit(self, node: &Arc<NodeContext>) {
+        for undo in self.undo {
+            if let Undo::SetAside { aside, .. } = undo {
+                drop_relation(node, &aside).await;
+            }
+        }
+    }
+
+    /// The block rolled back: undoes its DDL, newest first.
+    pub async fn undo(self, node: &Arc<NodeContext>) {
+        for undo in self.undo.into_iter().rev() {
+            let command = match &undo {
+                Undo::Created { name } => {
+                    drop_relation(node, name).await;
+                    continue;
+                }
+                Undo::Replaced { name, query_sql } => {
+                    CatalogCommand::CreateView { name: name.clone(), query_sql: query_sql.clone(), or_replace: true, owner: None }
+                }
+                Undo::SetAside { name, aside } => CatalogCommand::RenameRelation { from: aside.clone(), to: name.clone() },
+            };
+            if let Err(error) = node.catalog.apply(command).await {
+                tracing::warn!(?undo, %error, "a rolled-back block's DDL was not undone");
+            }
+        }
+    }
+}
+
+/// A name for table or view `name` set aside by transaction `txn` (its
+/// low 64 bits: only one open block can hold a name at a time).
+pub fn aside_name(name: &str, txn: foam_common::TxnId) -> String {
+    let name: String = name.chars().take(30).collect();
+    format!("{SET_ASIDE_PREFIX}{:x}_{name}", txn as u64)
+}
+
+/// Drops table or view `name` and, for a table, its data on every node.
+pub async fn drop_relation(node: &Arc<NodeContext>, name: &str) {
+    let catalog = node.catalog.current();
+    let command = if catalog.views.contains_key(name) {
+        CatalogCommand::DropView { name: name.to_string(), if_exists: true }
+    } else {
+        CatalogCommand::DropTable { name: name.to_string(), if_exists: true }
+    };
+    match node.catalog.apply(command).await {
+        Ok((_, CommandOutcome::TableDropped { table })) => drop_table_data(node, table.id).await,
+        Ok(_) => {}
+        Err(error) => tracing::warn!(name, %error, "a table or view a block dropped or created stays"),
+    }
+}
+
+/// Deletes a dropped table's partitions on every node (a node that misses
+/// it deletes them when it restarts).
+pub async fn drop_table_data(node: &Arc<NodeContext>, table_id: foam_common::TableId) {
+    let catalog = node.catalog.current();
+    for node_id in catalog.nodes.keys() {
+        let result = if *node_id == node.node_id {
+            node.storage.drop_table(table_id).map_err(foam_common::FoamError::from)
+        } else {
+            match node.client_for(*node_id) {
+                Ok(client) => client.call(&foam_rpc::NodeRequest::DropTableData { table_id }, &[]).await.map(|_| ()),
+                Err(error) => Err(error),
+            }
+        };
+        if let Err(error) = result {
+            tracing::warn!(node_id, table_id, %error, "dropped table's data stays until the node restarts");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn savepoints_split_the_undo() {
+        let mut ddl = BlockDdl::default();
+        ddl.created("a".into());
+        ddl.savepoint("s");
+        ddl.created("b".into());
+        ddl.set_aside("c".into(), aside_name("c", 7));
+        let after = ddl.rollback_to("s");
+        assert_eq!(after.undo, vec![Undo::Created { name: "b".into() }, Undo::SetAside { name: "c".into(), aside: "foam_dropped_7_c".into() }]);
+        assert_eq!(ddl.undo, vec![Undo::Created { name: "a".into() }]);
+        assert!(ddl.forget_created("a") && !ddl.forget_created("a") && ddl.is_empty());
+    }
+}

@@ -1,0 +1,172 @@
+//! `CHAR(n)` results as PostgreSQL returns them: blank-padded to n
+//! characters and described as `bpchar`.
+//!
+//! ```text
+//!   plan ─▶ widths: each output column that is a CHAR(n) column read as it is ─▶ schema marked
+//!   rows ─▶ pad: those columns' values to n characters ─▶ client (bpchar, typmod n + 4)
+//! ```
+//!
+//! FoamDB keeps a CHAR(n) value without trailing blanks (the write path
+//! trims them: PostgreSQL ignores them in comparisons and drops them when
+//! a CHAR(n) becomes text, so every expression over the column sees what
+//! PostgreSQL's does). PostgreSQL prints the value padded when the result
+//! column is of type `bpchar`: a table's column read as it is, through
+//! projections, filters, joins, GROUP BY keys, `min`/`max`, sorting and set
+//! operations of CHAR columns of one length. [`widths`] follows an output
+//! column down the plan to such a column; anything computed (`c || ''`,
+//! `upper(c)`, a CASE) is text there and here, and is not padded.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, LargeStringArray, RecordBatch, StringArray, StringViewArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::logical_expr::{Distinct, Expr, JoinType, LogicalPlan};
+use foam_catalog::Catalog;
+use foam_catalog::types::SqlType;
+
+/// The field metadata key that marks a result column as `CHAR(n)`, with
+/// `n` as its value (read by the PostgreSQL protocol layer).
+pub const BPCHAR_METADATA: &str = "foam.bpchar";
+
+/// For each output column of `plan`, the length of the CHAR column it is.
+pub fn widths(plan: &LogicalPlan, catalog: &Catalog) -> Vec<Option<u32>> {
+    (0..plan.schema().fields().len()).map(|i| width(plan, i, catalog)).collect()
+}
+
+fn width(plan: &LogicalPlan, index: usize, catalog: &Catalog) -> Option<u32> {
+    match plan {
+        LogicalPlan::Projection(projection) => expr_width(projection.expr.get(index)?, &projection.input, catalog),
+        LogicalPlan::Filter(f) => width(&f.input, index, catalog),
+        LogicalPlan::Sort(s) => width(&s.input, index, catalog),
+        LogicalPlan::Limit(l) => width(&l.input, index, catalog),
+        LogicalPlan::SubqueryAlias(s) => width(&s.input, index, catalog),
+        LogicalPlan::Repartition(r) => width(&r.input, index, catalog),
+        LogicalPlan::Distinct(Distinct::All(input)) => width(input, index, catalog),
+        LogicalPlan::Window(w) if index < w.input.schema().fields().len() => width(&w.input, index, catalog),
+        LogicalPlan::TableScan(scan) => {
+            if !matches!(scan.table_name.schema(), None | Some("public")) {
+                return None;
+            }
+            let column = match &scan.projection {
+                Some(projection) => *projection.get(index)?,
+                None => index,
+            };
+            match catalog.tables.get(scan.table_name.table())?.columns.get(column)?.sql_type {
+                SqlType::Char { length } => Some(length),
+                _ => None,
+            }
+        }
+        LogicalPlan::Join(join) => {
+            let left = join.left.schema().fields().len();
+            match join.join_type {
+                JoinType::LeftSemi | JoinType::LeftAnti => width(&join.left, index, catalog),
+                JoinType::RightSemi | JoinType::RightAnti => width(&join.right, index, catalog),
+                _ if index < left => width(&join.left, index, catalog),
+                JoinType::LeftMark | JoinType::RightMark => None,
+                _ => width(&join.right, index - left, catalog),
+            }
+        }
+        LogicalPlan::Aggregate(aggregate) => {
+            let groups = aggregate.group_expr.len();
+            if index < groups {
+                return expr_width(&aggregate.group_expr[index], &aggregate.input, catalog);
+            }
+            match aggregate.aggr_expr.get(index - groups)? {
+                Expr::AggregateFunction(f) if matches!(f.func.name(), "min" | "max") && f.params.args.len() == 1 => {
+                    expr_width(&f.params.args[0], &aggregate.input, catalog)
+                }
+                Expr::Alias(alias) => match alias.expr.as_ref() {
+                    Expr::AggregateFunction(f) if matches!(f.func.name(), "min" | "max") && f.params.args.len() == 1 => {
+                        expr_width(&f.params.args[0], &aggregate.input, catalog)
+                    }
+                    _ => None,
+                },
+                _ => None,
+            }
+        }
+        LogicalPlan::Union(union) => {
+            let mut inputs = union.inputs.iter().map(|input| width(input, index, catalog));
+            let first = inputs.next()??;
+            inputs.all(|w| w == Some(first)).then_some(first)
+        }
+        _ => None,
+    }
+}
+
+fn expr_width(expr: &Expr, input: &LogicalPlan, catalog: &Catalog) -> Option<u32> {
+    match expr {
+        Expr::Column(column) => width(input, input.schema().index_of_column(column).ok()?, catalog),
+        Expr::Alias(alias) => expr_width(&alias.expr, input, catalog),
+        _ => None,
+    }
+}
+
+/// `schema` with each column of a known CHAR width marked; `None` when
+/// no column is one.
+pub fn mark(schema: &SchemaRef, widths: &[Option<u32>]) -> Option<SchemaRef> {
+    if widths.iter().all(Option::is_none) || widths.len() != schema.fields().len() {
+        return None;
+    }
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .zip(widths)
+        .map(|(field, width)| match (width, field.data_type()) {
+            (Some(n), DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8) => {
+                let mut metadata = field.metadata().clone();
+                metadata.insert(BPCHAR_METADATA.to_string(), n.to_string());
+                field.as_ref().clone().with_metadata(metadata)
+            }
+            _ => field.as_ref().clone(),
+        })
+        .collect();
+    Some(Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone())))
+}
+
+/// The CHAR width a result field is marked with.
+pub fn marked_width(field: &Field) -> Option<u32> {
+    field.metadata().get(BPCHAR_METADATA)?.parse().ok()
+}
+
+/// `batch` in `schema` (from [`mark`]), its CHAR columns padded with blanks.
+pub fn pad(schema: &SchemaRef, batch: RecordBatch) -> datafusion::arrow::error::Result<RecordBatch> {
+    let columns: Vec<ArrayRef> = batch
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .map(|(column, field)| match marked_width(field) {
+            Some(n) => pad_column(column, n as usize),
+            None => column.clone(),
+        })
+        .collect();
+    RecordBatch::try_new(schema.clone(), columns)
+}
+
+fn pad_column(column: &ArrayRef, n: usize) -> ArrayRef {
+    let padded = |value: &str| -> String {
+        let length = value.chars().count();
+        let mut out = String::with_capacity(value.len() + n.saturating_sub(length));
+        out.push_str(value);
+        out.extend(std::iter::repeat_n(' ', n.saturating_sub(length)));
+        out
+    };
+    match column.data_type() {
+        DataType::Utf8 => Arc::new(column.as_string::<i32>().iter().map(|v| v.map(padded)).collect::<StringArray>()),
+        DataType::LargeUtf8 => Arc::new(column.as_string::<i64>().iter().map(|v| v.map(padded)).collect::<LargeStringArray>()),
+        DataType::Utf8View => Arc::new(column.as_string_view().iter().map(|v| v.map(padded)).collect::<StringViewArray>()),
+        _ => column.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pads_to_characters() {
+        let column: ArrayRef = Arc::new(StringViewArray::from(vec![Some("ab"), None, Some("é"), Some("abc")]));
+        let padded = pad_column(&column, 3);
+        let values: Vec<Option<&str>> = padded.as_string_view().iter().collect();
+        assert_eq!(values, vec![Some("ab "), None, Some("é  "), Some("abc")]);
+    }
+}
