@@ -1,0 +1,182 @@
+//! The client compatibility suite: the drivers and tools people point at a
+//! PostgreSQL database, each run against a real 3-node cluster over TLS
+//! (`sslmode=verify-full` with the node's CA) with the superuser's
+//! password. Each driver's own test lives in `tests/clients/<language>/`
+//! and does its ordinary work: connect, create, insert with parameters,
+//! read every type back exactly, transactions, bulk load, stream a large
+//! result, read errors' SQLSTATEs. `tests/clients/setup.sh` installs the
+//! drivers where missing (PyPI, npm, the Go proxy, Maven Central); psql
+//! and pgbench are PostgreSQL 15's. docs/clients.md is the table
+//! these tests keep true.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Once;
+
+use common::Cluster;
+
+/// Nodes in each test's cluster: enough that rows cross the network.
+const NODES: usize = 3;
+
+fn clients_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients")
+}
+
+/// Installs the drivers once per test binary.
+fn setup() {
+    static SETUP: Once = Once::new();
+    SETUP.call_once(|| {
+        let output = Command::new(clients_dir().join("setup.sh")).output().expect("run tests/clients/setup.sh");
+        assert!(output.status.success(), "tests/clients/setup.sh failed:\n{}", text(&output));
+    });
+}
+
+fn text(output: &Output) -> String {
+    format!("--- stdout ---\n{}\n--- stderr ---\n{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+}
+
+/// A command run against node 0 of `cluster`, told where and how to
+/// connect through `FOAM_*` (and libpq's `PG*`) variables.
+fn client_command(cluster: &Cluster, program: &str, dir: &Path) -> Command {
+    let node = &cluster.nodes[0];
+    let password = cluster.password().expect("a cluster with passwords");
+    let ca = node.data_dir.join("tls").join("ca.crt");
+    let mut command = Command::new(program);
+    command
+        .current_dir(dir)
+        .env("FOAM_HOST", &node.sql_host)
+        .env("FOAM_PORT", node.sql_port.to_string())
+        .env("FOAM_USER", "foam")
+        .env("FOAM_PASSWORD", &password)
+        .env("FOAM_DB", "foam")
+        .env("FOAM_SSLROOTCERT", &ca)
+        .env("PGHOST", &node.sql_host)
+        .env("PGPORT", node.sql_port.to_string())
+        .env("PGUSER", "foam")
+        .env("PGPASSWORD", &password)
+        .env("PGDATABASE", "foam")
+        .env("PGSSLMODE", "verify-full")
+        .env("PGSSLROOTCERT", &ca)
+        .env("PGCONNECT_TIMEOUT", "10");
+    command
+}
+
+/// Runs `program args` in `tests/clients/<dir>` and fails the test with its
+/// output unless it succeeds.
+fn run(cluster: &Cluster, dir: &str, program: &str, args: &[&str]) -> String {
+    let output = client_command(cluster, program, &clients_dir().join(dir)).args(args).output().unwrap_or_else(|e| panic!("run {program}: {e}"));
+    assert!(output.status.success(), "{program} {} failed:\n{}", args.join(" "), text(&output));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// psql with `sql` on its standard input, stopping at the first error.
+fn psql(cluster: &Cluster, args: &[&str], sql: &str) -> Output {
+    use std::io::Write;
+    let mut child = client_command(cluster, "psql", &clients_dir())
+        .args(["-X", "-v", "ON_ERROR_STOP=1"])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run psql");
+    child.stdin.take().expect("psql's stdin").write_all(sql.as_bytes()).expect("write to psql");
+    child.wait_with_output().expect("psql")
+}
+
+fn psql_ok(cluster: &Cluster, args: &[&str], sql: &str) -> String {
+    let output = psql(cluster, args, sql);
+    assert!(output.status.success(), "psql failed on:\n{sql}\n{}", text(&output));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn python_drivers_psycopg2_psycopg3_asyncpg_sqlalchemy_pandas() {
+    setup();
+    let cluster = Cluster::start(NODES);
+    let out = run(&cluster, "python", "python3", &["-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=short"]);
+    assert!(out.contains(" passed"), "{out}");
+}
+
+#[test]
+fn node_postgres() {
+    setup();
+    let cluster = Cluster::start(NODES);
+    let out = run(&cluster, "node", "node", &["--test", "pg.test.js"]);
+    assert!(out.contains("# fail 0"), "{out}");
+}
+
+#[test]
+fn go_pgx() {
+    setup();
+    let cluster = Cluster::start(NODES);
+    let out = run(&cluster, "go", "go", &["test", "-count=1", "-v", "./..."]);
+    assert!(out.contains("--- PASS: TestTypesRoundTrip") && !out.contains("--- FAIL"), "{out}");
+}
+
+#[test]
+fn java_pgjdbc() {
+    setup();
+    let cluster = Cluster::start(NODES);
+    let version = std::fs::read_to_string(clients_dir().join("java/PGJDBC_VERSION")).expect("java/PGJDBC_VERSION");
+    let jar = format!("lib/postgresql-{}.jar", version.trim());
+    let out = run(&cluster, "java", "java", &["-cp", &jar, "PgJdbcTest.java"]);
+    assert!(out.contains("pgjdbc: all checks passed"), "{out}");
+}
+
+#[test]
+fn psql_describes_tables_views_roles_and_schemas() {
+    let cluster = Cluster::start(NODES);
+    psql_ok(
+        &cluster,
+        &[],
+        "CREATE TABLE described (id INT PRIMARY KEY, name VARCHAR(20) NOT NULL, price NUMERIC(12,2), code CHAR(3), added DATE);\n\
+         CREATE VIEW described_view AS SELECT id, name FROM described;\n\
+         INSERT INTO described VALUES (1, 'one', 1.50, 'ab', '2024-02-29');\n",
+    );
+    let d = psql_ok(&cluster, &[], "\\d described\n");
+    for line in ["character varying(20)", "numeric(12,2)", "character(3)", "not null"] {
+        assert!(d.contains(line), "\\d described lacks {line:?}:\n{d}");
+    }
+    let dt = psql_ok(&cluster, &[], "\\dt\n\\dv\n");
+    assert!(dt.contains("described ") && dt.contains("described_view"), "{dt}");
+    let du = psql_ok(&cluster, &[], "\\du\n");
+    assert!(du.contains("foam") && du.contains("Superuser"), "{du}");
+    let l = psql_ok(&cluster, &[], "\\l\n\\dn\n");
+    assert!(l.contains(" foam ") && l.contains(" public "), "{l}");
+    // char(3) comes back padded, in the aligned format and in CSV.
+    let csv = psql_ok(&cluster, &["--csv"], "SELECT code, code || '|' AS joined FROM described;\n");
+    assert_eq!(csv, "code,joined\nab ,ab|\n");
+    // \copy sends a local file through COPY FROM STDIN.
+    let file = cluster.dir.path().join("rows.csv");
+    std::fs::write(&file, "2,two,2.25,xyz,2024-03-01\n3,three,,,\n").unwrap();
+    psql_ok(&cluster, &[], &format!("\\copy described FROM '{}' WITH (FORMAT csv)\n", file.display()));
+    let counted = psql_ok(&cluster, &["-At"], "SELECT count(*), sum(price) FROM described;\n");
+    assert_eq!(counted, "3|3.75\n");
+}
+
+#[test]
+fn pgbench_initializes_and_runs_tpcb() {
+    let cluster = Cluster::start(NODES);
+    let init = client_command(&cluster, "pgbench", &clients_dir()).args(["-i", "-s", "1", "-q"]).output().expect("pgbench -i");
+    assert!(init.status.success(), "pgbench -i failed:\n{}", text(&init));
+    // Without row locks, FoamDB fails a conflicting update with 40001 where
+    // PostgreSQL waits (every transaction updates the one branch at scale
+    // 1): pgbench runs such a transaction again, as its --max-tries allows.
+    let bench = client_command(&cluster, "pgbench", &clients_dir()).args(["-c", "2", "-t", "25", "-n", "--max-tries=200"]).output().expect("pgbench");
+    assert!(bench.status.success(), "pgbench failed:\n{}", text(&bench));
+    let report = String::from_utf8_lossy(&bench.stdout);
+    assert!(report.contains("number of transactions actually processed: 50/50"), "{report}");
+    // Every TPC-B transaction adds its delta to one account, teller and
+    // branch and logs it once: the sums agree.
+    let sums = psql_ok(
+        &cluster,
+        &["-At"],
+        "SELECT (SELECT sum(abalance) FROM pgbench_accounts) = (SELECT sum(delta) FROM pgbench_history), \
+         (SELECT sum(bbalance) FROM pgbench_branches) = (SELECT sum(delta) FROM pgbench_history), \
+         (SELECT count(*) FROM pgbench_history);\n",
+    );
+    assert_eq!(sums, "t|t|50\n");
+}

@@ -1,0 +1,73 @@
+"""psycopg 3: text and binary results, prepared statements, COPY with
+write_row, a server-side cursor, transactions as context managers."""
+
+import psycopg
+import pytest
+
+from values import COLUMNS, NULL_ROW, ROW, ROW_READ
+
+
+def test_types_round_trip_text_and_binary(conninfo, table):
+    with psycopg.connect(conninfo) as conn:
+        conn.execute(f"CREATE TABLE {table} ({COLUMNS})")
+        placeholders = ", ".join(["%s"] * len(ROW))
+        with conn.cursor() as cur:
+            cur.executemany(f"INSERT INTO {table} VALUES ({placeholders})", [ROW, NULL_ROW])
+        conn.commit()
+        for binary in (False, True):
+            with conn.cursor(binary=binary) as cur:
+                cur.execute(f"SELECT * FROM {table} ORDER BY id")
+                assert cur.fetchall() == [ROW_READ, NULL_ROW], f"binary={binary}"
+        # prepare=True: a named prepared statement, executed again.
+        for _ in range(3):
+            got = conn.execute(f"SELECT v FROM {table} WHERE id = %s", (1,), prepare=True).fetchall()
+            assert got == [("varchar",)]
+        assert conn.execute("SELECT %s::int + 1", (41,)).fetchone() == (42,)
+
+
+def test_copy_write_row_and_read(conninfo, table):
+    with psycopg.connect(conninfo) as conn:
+        conn.execute(f"CREATE TABLE {table} ({COLUMNS})")
+        conn.commit()
+        with conn.cursor() as cur:
+            with cur.copy(f"COPY {table} FROM STDIN") as copy:
+                copy.write_row(ROW)
+                copy.write_row(NULL_ROW)
+            conn.commit()
+            assert cur.execute(f"SELECT * FROM {table} ORDER BY id").fetchall() == [ROW_READ, NULL_ROW]
+            with cur.copy(f"COPY (SELECT id, f, t FROM {table} ORDER BY id) TO STDOUT") as copy:
+                rows = list(copy.rows())
+            assert rows == [("1", "t", ROW[8]), ("2", None, None)]
+
+
+def test_server_cursor_streams(conninfo, table):
+    with psycopg.connect(conninfo) as conn:
+        conn.execute(f"CREATE TABLE {table} (k BIGINT PRIMARY KEY, v TEXT)")
+        conn.execute(f"INSERT INTO {table} SELECT value, 'v' || value FROM generate_series(1, 50000)")
+        conn.commit()
+        with conn.cursor(name="stream") as cur:
+            cur.itersize = 2000
+            cur.execute(f"SELECT k, v FROM {table} ORDER BY k")
+            total = 0
+            for k, v in cur:
+                total += 1
+                assert v == f"v{k}" and k == total
+            assert total == 50000
+
+
+def test_transaction_blocks(conninfo, table):
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (k INT PRIMARY KEY, v INT)")
+        with conn.transaction():
+            conn.execute(f"INSERT INTO {table} VALUES (1, 1)")
+        with pytest.raises(RuntimeError):
+            with conn.transaction():
+                conn.execute(f"INSERT INTO {table} VALUES (2, 2)")
+                raise RuntimeError("abandon")
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            with conn.transaction():
+                conn.execute(f"INSERT INTO {table} VALUES (3, 3)")
+                conn.execute(f"INSERT INTO {table} VALUES (1, 9)")
+        assert conn.execute(f"SELECT k, v FROM {table}").fetchall() == [(1, 1)]
+        assert conn.execute("SELECT to_regtype('integer'), to_regtype('no_such_type')").fetchone() == (23, None)
+        conn.execute("DEALLOCATE ALL")
