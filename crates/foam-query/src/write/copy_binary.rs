@@ -229,7 +229,8 @@ mod tests {
         // -1234567890.05: digits 12 3456 7890 . 0500
         assert_eq!(numeric_text(&numeric(4, 2, NUMERIC_NEGATIVE, 2, &[12, 3456, 7890, 500])).unwrap(), "-1234567890.05");
         assert_eq!(numeric_text(&numeric(1, -1, 0, 4, &[25])).unwrap(), "0.0025");
-        assert_eq!(numeric_text(&numeric(1, -2, 0, 6, &[12])).unwrap(), "0.000012");
+        // 0.0000 1200: the second fraction group.
+        assert_eq!(numeric_text(&numeric(1, -2, 0, 6, &[1200])).unwrap(), "0.000012");
         assert_eq!(numeric_text(&numeric(1, 1, 0, 0, &[7])).unwrap(), "70000");
         assert_eq!(numeric_text(&numeric(0, 0, 0, 2, &[])).unwrap(), "0.00");
         assert!(numeric_text(&numeric(2, 0, 0, 0, &[1])).is_none());
