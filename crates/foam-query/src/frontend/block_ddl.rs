@@ -62,11 +62,16 @@ impl BlockDdl {
         self.undo.push(Undo::Replaced { name, query_sql });
     }
 
-    /// Whether `name` was created in this block (and is still there): a
-    /// DROP of it then drops it at once, and forgets its undo (and that of
-    /// replacing it since).
+    /// Whether `name` was created in this block since its last savepoint
+    /// (and is still there): a DROP of it then drops it at once, and
+    /// forgets its undo (and that of replacing it since). One created
+    /// before the savepoint is set aside instead, as ROLLBACK TO must
+    /// bring it back (and the savepoint's mark must still count it).
     pub fn forget_created(&mut self, name: &str) -> bool {
         let Some(at) = self.undo.iter().rposition(|u| matches!(u, Undo::Created { name: n } if n == name)) else { return false };
+        if at < self.savepoints.last().map_or(0, |(_, mark)| *mark) {
+            return false;
+        }
         let later = self.undo.split_off(at + 1);
         self.undo.pop();
         self.undo.extend(later.into_iter().filter(|u| !matches!(u, Undo::Replaced { name: n, .. } if n == name)));
