@@ -260,14 +260,11 @@ fn pg_fields(schema: &datafusion::arrow::datatypes::Schema, format: &Format, opt
             *info = FieldInfo::new(info.name().to_string(), info.table_id(), info.column_id(), Type::BPCHAR, info.format())
                 .with_format_options(info.format_options().clone())
                 .with_type_size(-1)
-                .with_type_modifier(n as i32 + BPCHAR_TYPMOD_HEADER);
+                .with_type_modifier(n as i32 + foam_query::catalog::pg_columns::TYPMOD_HEADER);
         }
     }
     Ok(fields)
 }
-
-/// PostgreSQL adds this to a CHAR(n)'s length in its type modifier.
-const BPCHAR_TYPMOD_HEADER: i32 = 4;
 
 /// A result's columns as the client is told of them: a name repeated in a
 /// select list was made unique for DataFusion, and is shown repeated again.

@@ -46,7 +46,7 @@ const BPCHAR_OID: i32 = 1042;
 const VARCHAR_OID: i32 = 1043;
 const NUMERIC_OID: i32 = 1700;
 /// PostgreSQL stores a type modifier with this added (`VARHDRSZ`).
-const TYPMOD_HEADER: i32 = 4;
+pub const TYPMOD_HEADER: i32 = 4;
 
 /// Replaces the session's `pg_catalog` schema (datafusion-pg-catalog's) by
 /// one whose `pg_attribute` has the declared types, and its `format_type`;

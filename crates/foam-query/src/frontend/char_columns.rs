@@ -71,16 +71,14 @@ fn width(plan: &LogicalPlan, index: usize, catalog: &Catalog) -> Option<u32> {
             if index < groups {
                 return expr_width(&aggregate.group_expr[index], &aggregate.input, catalog);
             }
-            match aggregate.aggr_expr.get(index - groups)? {
+            let mut aggregated = aggregate.aggr_expr.get(index - groups)?;
+            while let Expr::Alias(alias) = aggregated {
+                aggregated = &alias.expr;
+            }
+            match aggregated {
                 Expr::AggregateFunction(f) if matches!(f.func.name(), "min" | "max") && f.params.args.len() == 1 => {
                     expr_width(&f.params.args[0], &aggregate.input, catalog)
                 }
-                Expr::Alias(alias) => match alias.expr.as_ref() {
-                    Expr::AggregateFunction(f) if matches!(f.func.name(), "min" | "max") && f.params.args.len() == 1 => {
-                        expr_width(&f.params.args[0], &aggregate.input, catalog)
-                    }
-                    _ => None,
-                },
                 _ => None,
             }
         }

@@ -16,7 +16,6 @@
 //! in a transaction block (25P01 outside one) and closes when it ends.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -136,17 +135,10 @@ impl Cursors {
     }
 }
 
-/// An empty stream of `schema` (a FETCH past the end).
-pub fn empty(schema: SchemaRef) -> SendableRecordBatchStream {
-    Box::pin(RecordBatchStreamAdapter::new(schema, futures::stream::empty()))
-}
-
-/// Shared cursors of a session (the protocol layer describes them too).
-pub type SharedCursors = Arc<Cursors>;
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
     use datafusion::arrow::array::Int32Array;
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
