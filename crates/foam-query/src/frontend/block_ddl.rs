@@ -184,6 +184,9 @@ mod tests {
         let after = ddl.rollback_to("s");
         assert_eq!(after.undo, vec![Undo::Created { name: "b".into() }, Undo::SetAside { name: "c".into(), aside: "foam_dropped_7_c".into() }]);
         assert_eq!(ddl.undo, vec![Undo::Created { name: "a".into() }]);
+        // "s" stays after ROLLBACK TO: a DROP now sets "a" aside rather than forgetting it.
+        assert!(!ddl.forget_created("a"));
+        ddl.release("s");
         assert!(ddl.forget_created("a") && !ddl.forget_created("a") && ddl.is_empty());
     }
 }
