@@ -111,8 +111,8 @@ pub fn run(args: BenchFuzzArgs) -> Result<(), String> {
     if args.writes_per_seed > 0 {
         let w = &report.writes;
         println!(
-            "{} writes: {} compared ({} with a statement failing on both), {} refused by FoamDB as unsupported, {} the judge does not take, {} timed out or refused as retriable on every try",
-            w.writes, w.compared, w.with_both_failed, w.refused, w.unjudged, w.timed_out
+            "{} writes: {} compared ({} with a statement failing on both), {} refused by FoamDB as unsupported, {} the judge does not take, {} timed out or refused as retriable on every try, {} where the judge read a subquery of several rows FoamDB's rows do not",
+            w.writes, w.compared, w.with_both_failed, w.refused, w.unjudged, w.timed_out, w.unread_subqueries
         );
     }
     for failure in &report.failures {

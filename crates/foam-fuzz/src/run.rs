@@ -187,7 +187,7 @@ fn reference_lacks(message: &str) -> bool {
 }
 
 /// PostgreSQL's SQLSTATE for a scalar subquery that gave several rows.
-const CARDINALITY_VIOLATION: &str = "21000";
+pub(crate) const CARDINALITY_VIOLATION: &str = "21000";
 
 /// What a query's check needs: both engines and the tables they hold.
 struct Bench<'a> {

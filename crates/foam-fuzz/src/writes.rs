@@ -9,7 +9,11 @@
 //!                      ─▶ the table's rows on both, as multisets
 //! ```
 //! A statement FoamDB refuses as unsupported (0A000) where the judge runs
-//! it ends the write uncompared, and is counted. A difference is kept as a
+//! it ends the write uncompared, and is counted. Where the judge fails with
+//! 21000 on a scalar subquery that may give several rows and FoamDB runs
+//! the statement, the write is run again with the judge's subqueries
+//! limited to one row: the same result means no row FoamDB wrote read
+//! the subquery (as the query judge's `judge_unread`). A difference is kept as a
 //! sqllogictest case: the tables, the statements as the judge took them,
 //! and the judge's rows.
 
@@ -18,8 +22,8 @@ use datafusion::arrow::datatypes::DataType;
 use crate::choices::Choices;
 use crate::compare::{Rows, difference};
 use crate::engines::{Foam, Outcome, TRANSIENT_STATES};
-use crate::query::{self, End, Query, Write};
-use crate::run::{Case, Failure, Kind};
+use crate::query::{self, End, MANY_ROWS_MARK, Query, Write};
+use crate::run::{CARDINALITY_VIOLATION, Case, Failure, Kind};
 use crate::schema::{COLUMNS, Table};
 
 /// Write `i` of seed `s` draws its choices from seed `(s ^ WRITE_SEED_SALT) * 2^20 + i`.
@@ -58,6 +62,10 @@ pub struct WriteTally {
     pub unjudged: u64,
     /// Timed out, or refused with a retriable SQLSTATE on every try.
     pub timed_out: u64,
+    /// The judge failed with 21000 on a subquery of several rows that no
+    /// row FoamDB wrote reads: the write agreed once each such subquery
+    /// was limited to one row on the judge.
+    pub unread_subqueries: u64,
 }
 
 enum Verdict {
@@ -67,6 +75,11 @@ enum Verdict {
     TimedOut,
     /// FoamDB refused a statement with a retriable SQLSTATE the judge did not.
     Transient,
+    /// The judge failed with 21000 on a subquery that may give several
+    /// rows where FoamDB ran the statement.
+    Cardinality,
+    /// Agreed once the judge's subqueries were limited to one row.
+    Unread,
     Differ { detail: String, taken: Vec<(String, bool)>, expected: Option<Rows> },
 }
 
@@ -126,6 +139,8 @@ pub async fn check_writes(
             Verdict::Refused => tally.refused += 1,
             Verdict::Unjudged => tally.unjudged += 1,
             Verdict::TimedOut | Verdict::Transient => tally.timed_out += 1,
+            Verdict::Unread => tally.unread_subqueries += 1,
+            Verdict::Cardinality => unreachable!("check_and_restore reruns a write the judge failed with 21000"),
             Verdict::Differ { detail, taken, expected } => {
                 let sql = write.sql().join(";\n");
                 progress(&format!("seed {seed} write {index}: WrongWrite: {detail}\n  {sql}"));
@@ -152,23 +167,39 @@ pub async fn check_writes(
 }
 
 /// Runs `write` on both engines, then gives its table the seed's rows again
-/// on both (the write may have changed them, alike or not).
+/// on both (the write may have changed them, alike or not). A write the
+/// judge failed with 21000 is run again with the judge's subqueries that
+/// may give several rows limited to one.
 async fn check_and_restore(foam: &Foam, judge: &WriteJudge<'_>, tables: &[Table], write: &Write) -> Result<Verdict, String> {
+    let mut verdict = check_once(foam, judge, tables, write, false).await?;
+    if matches!(verdict, Verdict::Cardinality) {
+        verdict = match check_once(foam, judge, tables, write, true).await? {
+            Verdict::Agree { .. } => Verdict::Unread,
+            other => other,
+        };
+    }
+    Ok(verdict)
+}
+
+async fn check_once(foam: &Foam, judge: &WriteJudge<'_>, tables: &[Table], write: &Write, limited: bool) -> Result<Verdict, String> {
     let table = std::slice::from_ref(&tables[write.target]);
     if write.upsert {
         judge.engine.load_as(table, judge.create_upsert).await?;
     }
-    let verdict = check(foam, judge, tables, write).await?;
+    let verdict = check(foam, judge, tables, write, limited).await?;
     foam.load(table).await?;
     judge.engine.load_as(table, judge.create).await?;
     Ok(verdict)
 }
 
-async fn check(foam: &Foam, judge: &WriteJudge<'_>, tables: &[Table], write: &Write) -> Result<Verdict, String> {
+/// Runs `write`'s statements on both engines and compares their row counts,
+/// then the table; with `limited`, the judge's subqueries that may give
+/// several rows are limited to one.
+async fn check(foam: &Foam, judge: &WriteJudge<'_>, tables: &[Table], write: &Write, limited: bool) -> Result<Verdict, String> {
     let mut taken = Vec::new();
     let mut failed = false;
     for sql in write.sql() {
-        let judged = (judge.form)(&sql);
+        let judged = (judge.form)(&if limited { sql.replace(MANY_ROWS_MARK, " LIMIT 1)") } else { sql.clone() });
         let (want, got) = tokio::join!(judge.engine.command(&judged), foam.command(&sql));
         let stop = match (&want, &got) {
             (Outcome::TimedOut, _) | (_, Outcome::TimedOut) => Some(Verdict::TimedOut),
@@ -180,6 +211,9 @@ async fn check(foam: &Foam, judge: &WriteJudge<'_>, tables: &[Table], write: &Wr
             (Outcome::Rows(_), Outcome::Error(state, _)) if state == "0A000" => Some(Verdict::Refused),
             (Outcome::Rows(_), Outcome::Error(state, _)) if TRANSIENT_STATES.contains(&state.as_str()) => Some(Verdict::Transient),
             (Outcome::Error(state, _), Outcome::Rows(_)) if state.starts_with("42") || state == "0A000" => Some(Verdict::Unjudged),
+            (Outcome::Error(state, _), Outcome::Rows(_)) if state == CARDINALITY_VIOLATION && !limited && sql.contains(MANY_ROWS_MARK) => {
+                Some(Verdict::Cardinality)
+            }
             _ => Some(Verdict::Differ {
                 detail: format!("{sql}: the judge {}, FoamDB {}", said(&want), said(&got)),
                 taken: taken.clone(),
