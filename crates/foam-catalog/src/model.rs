@@ -359,6 +359,10 @@ pub enum CatalogCommand {
     /// and grants stay): how a transaction block sets aside what it drops
     /// until COMMIT, and puts it back on ROLLBACK (`frontend/block_ddl.rs`).
     RenameRelation { from: String, to: String },
+    /// `ALTER TABLE relation OWNER TO owner` (a view too, as in
+    /// PostgreSQL): the relation's grants stay; the new owner holds every
+    /// privilege on it, the old one what it was granted (nothing).
+    AlterOwner { relation: String, owner: String },
     /// A node joins (no `id`) or comes back after a restart (its `id`), possibly
     /// at new addresses.
     RegisterNode { id: Option<NodeId>, node_addr: String, sql_addr: String },
@@ -549,6 +553,20 @@ impl Catalog {
                 } else {
                     return Err(FoamError::UndefinedTable { name: from.clone() });
                 }
+                Ok(CommandOutcome::Applied)
+            }
+            CatalogCommand::AlterOwner { relation, owner } => {
+                if !self.roles.contains_key(owner) {
+                    return Err(undefined_role(owner));
+                }
+                let acl = match self.tables.get_mut(relation) {
+                    Some(table) => &mut table.acl,
+                    None => match self.views.get_mut(relation) {
+                        Some(view) => &mut view.acl,
+                        None => return Err(FoamError::UndefinedTable { name: relation.clone() }),
+                    },
+                };
+                acl.owner = Some(owner.clone());
                 Ok(CommandOutcome::Applied)
             }
             CatalogCommand::RegisterNode { id, node_addr, sql_addr } => {
@@ -1058,6 +1076,18 @@ mod tests {
         let mut old = serde_json::to_value(&catalog).unwrap();
         old["tables"]["t"].as_object_mut().unwrap().remove("acl");
         assert_eq!(serde_json::from_value::<Catalog>(old).unwrap().tables["t"].acl, crate::privileges::Acl::default());
+    }
+
+    #[test]
+    fn a_new_owner_must_be_a_role_and_the_relation_must_exist() {
+        let spec = DistributionSpec::Hash { key_columns: vec!["a".into()], partitions: Some(2), replicas: None };
+        let (catalog, _) = cluster(1).apply(&create("t", spec)).unwrap();
+        let alter = |relation: &str, owner: &str| CatalogCommand::AlterOwner { relation: relation.into(), owner: owner.into() };
+        assert_eq!(catalog.apply(&alter("t", "alice")).unwrap_err().sqlstate(), "42704");
+        let (catalog, _) = catalog.apply(&role("alice", false, None)).unwrap();
+        assert_eq!(catalog.apply(&alter("nope", "alice")).unwrap_err().sqlstate(), "42P01");
+        let (catalog, _) = catalog.apply(&alter("t", "alice")).unwrap();
+        assert!(catalog.tables["t"].acl.is_owner("alice"));
     }
 
     #[test]

@@ -137,7 +137,7 @@ fn psql_describes_tables_views_roles_and_schemas() {
          INSERT INTO described VALUES (1, 'one', 1.50, 'ab', '2024-02-29');\n",
     );
     let d = psql_ok(&cluster, &[], "\\d described\n");
-    for line in ["character varying(20)", "numeric(12,2)", "character(3)", "not null"] {
+    for line in ["character varying(20)", "numeric(12,2)", "character(3)", "not null", "\"described_pkey\" PRIMARY KEY, btree (id)"] {
         assert!(d.contains(line), "\\d described lacks {line:?}:\n{d}");
     }
     let dt = psql_ok(&cluster, &[], "\\dt\n\\dv\n");
@@ -179,4 +179,58 @@ fn pgbench_initializes_and_runs_tpcb() {
          (SELECT count(*) FROM pgbench_history);\n",
     );
     assert_eq!(sums, "t|t|50\n");
+}
+
+// pg_dump 15.18 now gets through every catalog query but stops at "schema
+// with OID 13283 does not exist": the static catalogs' rows name
+// information_schema's namespace, which pg_namespace lacks.
+#[test]
+#[ignore = "pg_dump stops at a namespace OID the static catalogs name (docs/clients.md)"]
+fn pg_dump_schema_only_recreates_the_tables_and_views() {
+    let cluster = Cluster::start(NODES);
+    psql_ok(
+        &cluster,
+        &[],
+        "CREATE TABLE dumped (id INT PRIMARY KEY, name VARCHAR(20) NOT NULL, price NUMERIC(12,2), code CHAR(3), added DATE, \
+         ok BOOLEAN, big BIGINT, f DOUBLE PRECISION, note TEXT) DISTRIBUTED BY (id);\n\
+         CREATE TABLE dumped_pair (a INT, b TEXT, UNIQUE (a)) DISTRIBUTED BY (a);\n\
+         CREATE VIEW dumped_view AS SELECT id, name FROM dumped WHERE ok;\n\
+         INSERT INTO dumped VALUES (1, 'one', 1.50, 'ab', '2024-02-29', true, 5, 0.5, 'n');\n",
+    );
+    let dump = client_command(&cluster, "pg_dump", &clients_dir()).args(["--schema-only", "--no-privileges"]).output().expect("pg_dump");
+    assert!(dump.status.success(), "pg_dump failed:\n{}", text(&dump));
+    let schema = String::from_utf8_lossy(&dump.stdout).into_owned();
+    for line in [
+        "CREATE TABLE public.dumped (",
+        "    id integer NOT NULL,",
+        "    name character varying(20) NOT NULL,",
+        "    price numeric(12,2),",
+        "    code character(3),",
+        "    big bigint,",
+        "    f double precision,",
+        "CREATE TABLE public.dumped_pair (",
+        "CREATE VIEW public.dumped_view AS",
+        "ALTER TABLE public.dumped OWNER TO foam;",
+        "ADD CONSTRAINT dumped_pkey PRIMARY KEY (id);",
+        "ADD CONSTRAINT dumped_pair_a_key UNIQUE (a);",
+    ] {
+        assert!(schema.contains(line), "the dump lacks {line:?}:\n{schema}");
+    }
+    // The dump re-creates what it describes, statement by statement.
+    psql_ok(&cluster, &[], "DROP VIEW dumped_view;\nDROP TABLE dumped, dumped_pair;\n");
+    psql_ok(&cluster, &[], &schema);
+    let d = psql_ok(&cluster, &[], "\\d dumped\n");
+    for line in ["character varying(20)", "numeric(12,2)", "character(3)", "not null", "\"dumped_pkey\" PRIMARY KEY, btree (id)"] {
+        assert!(d.contains(line), "\\d dumped after the restore lacks {line:?}:\n{d}");
+    }
+    let rows = psql_ok(
+        &cluster,
+        &["-At"],
+        "INSERT INTO dumped VALUES (2, 'two', 2.25, 'xyz', '2024-03-01', true, 6, 1.5, NULL), (3, 'three', NULL, NULL, NULL, false, NULL, NULL, NULL);\n\
+         SELECT id, name FROM dumped_view ORDER BY id;\n",
+    );
+    assert_eq!(rows, "2|two\n", "{rows}");
+    // The restored key is enforced.
+    let duplicate = psql(&cluster, &[], "INSERT INTO dumped VALUES (2, 'again', NULL, NULL, NULL, NULL, NULL, NULL, NULL);\n");
+    assert!(!duplicate.status.success() && String::from_utf8_lossy(&duplicate.stderr).contains("duplicate key"), "{}", text(&duplicate));
 }

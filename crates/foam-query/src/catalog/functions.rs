@@ -10,7 +10,13 @@
 //! NULL for every object, as FoamDB refuses `COMMENT ON` (0A000);
 //! `pg_get_serial_sequence`, NULL for every column, as FoamDB has no
 //! sequences (SERIAL and IDENTITY are refused);
-//! `to_regtype`, the OID of a built-in type by any of its names.
+//! `to_regtype`, the OID of a built-in type by any of its names;
+//! `pg_get_triggerdef`, NULL for every OID, as FoamDB has no triggers
+//! (CREATE TRIGGER is refused); `pg_is_in_recovery()`, false: every node
+//! takes writes, none is a standby replaying another's log (pg_dump asks);
+//! `acldefault`, NULL: FoamDB's privileges are not `aclitem`s, and no
+//! catalog row holds one (pg_dump compares the two); `quote_literal`, as
+//! PostgreSQL quotes a string literal.
 
 use std::sync::Arc;
 
@@ -50,8 +56,30 @@ pub fn catalog_inquiry_udfs() -> Vec<ScalarUDF> {
         }),
         udf("col_description", 2, Answer::Null),
         udf("pg_get_serial_sequence", 2, Answer::Null),
+        ScalarUDF::new_from_impl(CatalogInquiry {
+            name: "pg_get_triggerdef",
+            signature: Signature::one_of(vec![TypeSignature::Any(1), TypeSignature::Any(2)], Volatility::Stable),
+            answer: Answer::Null,
+        }),
+        udf("acldefault", 2, Answer::Null),
+        create_udf("quote_literal", vec![DataType::Utf8], DataType::Utf8, Volatility::Immutable, Arc::new(quote_literal_values)),
+        create_udf("pg_is_in_recovery", vec![], DataType::Boolean, Volatility::Stable, Arc::new(|_| Ok(ColumnarValue::Scalar(ScalarValue::Boolean(Some(false)))))),
         ScalarUDF::new_from_impl(ToRegtype { signature: Signature::exact(vec![DataType::Utf8], Volatility::Stable) }),
     ]
+}
+
+/// `quote_literal(text)` of each value: quotes doubled, and with a
+/// backslash, backslashes doubled and an `E` before the literal.
+fn quote_literal_values(args: &[ColumnarValue]) -> Result<ColumnarValue> {
+    let arrays = ColumnarValue::values_to_arrays(args)?;
+    let texts = datafusion::common::cast::as_string_array(&arrays[0])?;
+    let quoted: datafusion::arrow::array::StringArray = texts.iter().map(|text| text.map(quote_literal)).collect();
+    Ok(ColumnarValue::Array(Arc::new(quoted)))
+}
+
+pub fn quote_literal(text: &str) -> String {
+    let body = text.replace('\'', "''");
+    if text.contains('\\') { format!("E'{}'", body.replace('\\', "\\\\")) } else { format!("'{body}'") }
 }
 
 /// PostgreSQL's OIDs of the built-in types `to_regtype` resolves, by
@@ -120,7 +148,8 @@ impl ScalarUDFImpl for ToRegtype {
 enum Answer {
     /// True for an object's OID (NULL for NULL).
     Visible,
-    /// NULL: no object has a comment, no column owns a sequence.
+    /// NULL: no object has a comment, no column owns a sequence, there
+    /// is no trigger.
     Null,
 }
 
@@ -161,6 +190,13 @@ impl ScalarUDFImpl for CatalogInquiry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn literals_quote_as_in_postgresql() {
+        assert_eq!(quote_literal("it's"), "'it''s'");
+        assert_eq!(quote_literal("a\\b"), "E'a\\\\b'");
+        assert_eq!(quote_literal(""), "''");
+    }
 
     #[test]
     fn type_names_resolve_to_postgres_oids() {

@@ -4,7 +4,10 @@
 
 pub mod functions;
 pub mod pg_columns;
+pub mod pg_keys;
 pub mod pg_stat_activity;
+pub mod pg_missing;
+pub mod pg_owners;
 pub mod provider;
 pub mod statistics;
 pub mod system_tables;

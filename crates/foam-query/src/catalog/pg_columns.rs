@@ -16,7 +16,9 @@
 //! `format_type` prints a NUMERIC of scale 0 as `numeric(5)`, where
 //! PostgreSQL prints `numeric(5,0)`; [`FormatType`] fixes that. The same
 //! stand-in adds `pg_stat_activity` (`pg_stat_activity.rs`), which
-//! datafusion-pg-catalog lacks.
+//! datafusion-pg-catalog lacks, each catalog table's `tableoid`
+//! (`pg_missing.rs`), FoamDB's keys (`pg_keys.rs`), and owners and views
+//! (`pg_owners.rs`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,6 +36,7 @@ use datafusion::physical_plan::collect;
 use foam_catalog::types::SqlType;
 
 use crate::catalog::pg_stat_activity::{self, Viewer};
+use crate::catalog::{pg_keys, pg_missing, pg_owners};
 use crate::catalog::provider::{CATALOG_NAME, SCHEMA_NAME};
 use crate::context::NodeContext;
 
@@ -114,6 +117,7 @@ impl SchemaProvider for DeclaredTypes {
     fn table_names(&self) -> Vec<String> {
         let mut names = self.inner.table_names();
         names.push(pg_stat_activity::NAME.to_string());
+        names.extend(pg_missing::MISSING_TABLES.iter().map(|name| name.to_string()));
         names
     }
 
@@ -121,17 +125,25 @@ impl SchemaProvider for DeclaredTypes {
         if name.eq_ignore_ascii_case(pg_stat_activity::NAME) {
             return Ok(Some(pg_stat_activity::table(self.node.clone(), self.viewer.clone())));
         }
-        let table = self.inner.table(name).await?;
-        if !name.eq_ignore_ascii_case(PG_ATTRIBUTE) {
-            return Ok(table);
-        }
-        // Its rows are made when it is scanned: making pg_attribute's rows
+        let table = match self.inner.table(name).await? {
+            Some(table) => Some(table),
+            None => pg_missing::missing_table(name),
+        };
+        // pg_attribute's rows are made when it is scanned: making them
         // asks every schema for its tables' types, this one too.
-        Ok(table.map(|attributes| Arc::new(Attributes { attributes, pg_catalog: self.inner.clone(), node: self.node.clone() }) as Arc<dyn TableProvider>))
+        let table = match table {
+            Some(attributes) if name.eq_ignore_ascii_case(PG_ATTRIBUTE) => {
+                Some(Arc::new(Attributes { attributes, pg_catalog: self.inner.clone(), node: self.node.clone() }) as Arc<dyn TableProvider>)
+            }
+            other => other,
+        };
+        let table = table.map(|table| pg_owners::with_owners(name, table, self.inner.clone(), self.node.clone()));
+        let table = table.map(|table| pg_keys::with_keys(name, table, self.inner.clone(), self.node.clone()));
+        Ok(table.map(|table| pg_missing::with_system_columns(name, table)))
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        name.eq_ignore_ascii_case(pg_stat_activity::NAME) || self.inner.table_exist(name)
+        name.eq_ignore_ascii_case(pg_stat_activity::NAME) || self.inner.table_exist(name) || pg_missing::missing_table(name).is_some()
     }
 }
 
@@ -166,34 +178,40 @@ impl TableProvider for Attributes {
 impl Attributes {
     /// The OIDs of relations in FoamDB's schema, with their names.
     async fn foam_relations(&self) -> Result<HashMap<i64, String>> {
-        let mut schema_oids = Vec::new();
-        if let Some(namespaces) = self.pg_catalog.table("pg_namespace").await? {
-            for batch in rows(&namespaces).await? {
-                let (oids, names) = (oid_column(&batch, "oid")?, batch.column_by_name("nspname").map(|c| c.as_string::<i32>().clone()));
-                let Some(names) = names else { continue };
-                schema_oids.extend((0..batch.num_rows()).filter(|&i| names.value(i) == SCHEMA_NAME).filter_map(|i| oids[i]));
-            }
-        }
-        let mut relations = HashMap::new();
-        if let Some(classes) = self.pg_catalog.table("pg_class").await? {
-            for batch in rows(&classes).await? {
-                let (oids, namespaces) = (oid_column(&batch, "oid")?, oid_column(&batch, "relnamespace")?);
-                let Some(names) = batch.column_by_name("relname").map(|c| c.as_string::<i32>().clone()) else { continue };
-                for i in 0..batch.num_rows() {
-                    if let (Some(oid), Some(namespace)) = (oids[i], namespaces[i])
-                        && schema_oids.contains(&namespace)
-                    {
-                        relations.insert(oid, names.value(i).to_string());
-                    }
-                }
-            }
-        }
-        Ok(relations)
+        Ok(foam_relations(&self.pg_catalog).await?.1)
     }
 }
 
+/// The OID of FoamDB's schema (`public`) in datafusion-pg-catalog's
+/// `pg_namespace`, and the OIDs of the relations in it, with their names.
+pub(crate) async fn foam_relations(pg_catalog: &Arc<dyn SchemaProvider>) -> Result<(Option<i64>, HashMap<i64, String>)> {
+    let mut schema_oids = Vec::new();
+    if let Some(namespaces) = pg_catalog.table("pg_namespace").await? {
+        for batch in rows(&namespaces).await? {
+            let (oids, names) = (oid_column(&batch, "oid")?, batch.column_by_name("nspname").map(|c| c.as_string::<i32>().clone()));
+            let Some(names) = names else { continue };
+            schema_oids.extend((0..batch.num_rows()).filter(|&i| names.value(i) == SCHEMA_NAME).filter_map(|i| oids[i]));
+        }
+    }
+    let mut relations = HashMap::new();
+    if let Some(classes) = pg_catalog.table("pg_class").await? {
+        for batch in rows(&classes).await? {
+            let (oids, namespaces) = (oid_column(&batch, "oid")?, oid_column(&batch, "relnamespace")?);
+            let Some(names) = batch.column_by_name("relname").map(|c| c.as_string::<i32>().clone()) else { continue };
+            for i in 0..batch.num_rows() {
+                if let (Some(oid), Some(namespace)) = (oids[i], namespaces[i])
+                    && schema_oids.contains(&namespace)
+                {
+                    relations.insert(oid, names.value(i).to_string());
+                }
+            }
+        }
+    }
+    Ok((schema_oids.first().copied(), relations))
+}
+
 /// Every row of one of datafusion-pg-catalog's tables.
-async fn rows(table: &Arc<dyn TableProvider>) -> Result<Vec<RecordBatch>> {
+pub(crate) async fn rows(table: &Arc<dyn TableProvider>) -> Result<Vec<RecordBatch>> {
     let state = datafusion::execution::session_state::SessionStateBuilder::new().build();
     let plan = table.scan(&state, None, &[], None).await?;
     collect(plan, Arc::new(TaskContext::from(&state))).await
@@ -201,7 +219,7 @@ async fn rows(table: &Arc<dyn TableProvider>) -> Result<Vec<RecordBatch>> {
 
 /// An OID column (Int32 or UInt32 in datafusion-pg-catalog's tables) as
 /// i64s.
-fn oid_column(batch: &RecordBatch, name: &str) -> Result<Vec<Option<i64>>> {
+pub(crate) fn oid_column(batch: &RecordBatch, name: &str) -> Result<Vec<Option<i64>>> {
     let column = batch.column_by_name(name).ok_or_else(|| DataFusionError::Internal(format!("pg_catalog table without {name}")))?;
     Ok(match column.data_type() {
         arrow::datatypes::DataType::Int32 => column.as_primitive::<Int32Type>().iter().map(|v| v.map(i64::from)).collect(),

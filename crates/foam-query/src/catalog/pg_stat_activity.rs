@@ -43,8 +43,8 @@ impl Viewer {
     }
 }
 
-/// Names an unqualified `pg_stat_activity` in `statement` as
-/// `pg_catalog`'s, as PostgreSQL's search path finds it there (for the
+/// Names an unqualified `pg_stat_activity` (or another catalog table
+/// FoamDB adds, `pg_missing.rs`) in `statement` as `pg_catalog`'s, as PostgreSQL's search path finds it there (for the
 /// pg_catalog tables it knows, datafusion-pg-catalog does the same), unless
 /// `user_relation` says the user has a table or view of that name.
 pub fn qualify(statement: &mut Statement, user_relation: impl Fn(&str) -> bool) {
@@ -55,10 +55,10 @@ pub fn qualify(statement: &mut Statement, user_relation: impl Fn(&str) -> bool) 
             if let TableFactor::Table { name, .. } = factor
                 && let [ObjectNamePart::Identifier(ident)] = name.0.as_slice()
                 && ident.quote_style.is_none()
-                && ident.value.eq_ignore_ascii_case(NAME)
-                && !(self.0)(NAME)
+                && let Some(catalog_table) = std::iter::once(NAME).chain(crate::catalog::pg_missing::MISSING_TABLES).find(|n| ident.value.eq_ignore_ascii_case(n))
+                && !(self.0)(catalog_table)
             {
-                *name = ObjectName(vec![ObjectNamePart::Identifier(Ident::new("pg_catalog")), ObjectNamePart::Identifier(Ident::new(NAME))]);
+                *name = ObjectName(vec![ObjectNamePart::Identifier(Ident::new("pg_catalog")), ObjectNamePart::Identifier(Ident::new(catalog_table))]);
             }
             ControlFlow::Continue(())
         }

@@ -266,6 +266,23 @@ pub fn alter_table_key(statement: &Statement) -> FoamResult<(String, bool, Uniqu
     }
 }
 
+/// `ALTER TABLE [IF EXISTS] relation OWNER TO role` (pg_dump writes one
+/// for every table and view): the relation and the new owner, with
+/// `CURRENT_USER`, `CURRENT_ROLE` and `SESSION_USER` read as `current_user`
+/// and `session_user`; `None` for another ALTER TABLE. A missing relation
+/// under IF EXISTS is left to the caller.
+pub fn alter_owner(statement: &Statement, current_user: &str, session_user: &str) -> FoamResult<Option<(String, bool, String)>> {
+    use datafusion::sql::sqlparser::ast::Owner;
+    let Statement::AlterTable(alter) = statement else { return Ok(None) };
+    let [AlterTableOperation::OwnerTo { new_owner }] = alter.operations.as_slice() else { return Ok(None) };
+    let owner = match new_owner {
+        Owner::Ident(ident) => normalize_ident(&ident.value, ident.quote_style),
+        Owner::CurrentRole | Owner::CurrentUser => current_user.to_string(),
+        Owner::SessionUser => session_user.to_string(),
+    };
+    Ok(Some((table_name(&alter.name)?, alter.if_exists, owner)))
+}
+
 /// What FoamDB refuses rather than accept and ignore: a constraint it does
 /// not check (a foreign key, CHECK) would let rows break it unnoticed.
 fn not_enforced(what: &str) -> String {

@@ -11,6 +11,7 @@ pub mod ddl;
 pub mod explain;
 pub mod grouping_sets;
 pub mod interrupt;
+pub mod lock_table;
 pub mod modify;
 pub mod pg_access;
 pub mod privileges;

@@ -50,6 +50,9 @@ pub enum Need {
     Create,
     /// Changing this role's own password: the role itself or a superuser.
     OwnRole(String),
+    /// Acting as the role, as giving it a relation does (PostgreSQL's
+    /// membership; FoamDB has none, so the role itself or a superuser).
+    MemberOf(String),
 }
 
 /// Who a statement runs as.
@@ -236,6 +239,13 @@ pub fn own_needs(statement: &Statement) -> Vec<Need> {
             }
             needs
         }
+        // ACCESS SHARE, the one mode FoamDB takes, needs SELECT (lock_table.rs).
+        Statement::Lock(lock) => lock
+            .tables
+            .iter()
+            .filter_map(|target| ddl::table_name(&target.name).ok())
+            .map(|relation| Need::Privilege { relation, privilege: Privilege::Select })
+            .collect(),
         Statement::Truncate(truncate) => truncate
             .table_names
             .iter()
@@ -251,6 +261,7 @@ pub fn command_needs(command: &CatalogCommand) -> Vec<Need> {
     match command {
         CatalogCommand::Grant { object: GrantObject::Relations { names, .. }, .. } => names.iter().cloned().map(Need::Owner).collect(),
         CatalogCommand::Grant { object: GrantObject::Create, .. } => vec![Need::Superuser("grant CREATE on the database")],
+        CatalogCommand::AlterOwner { relation, owner } => vec![Need::Owner(relation.clone()), Need::MemberOf(owner.clone())],
         CatalogCommand::AlterRole { name, password: Some(_), login: None, superuser: None } => vec![Need::OwnRole(name.clone())],
         CatalogCommand::CreateRole { .. } | CatalogCommand::AlterRole { .. } | CatalogCommand::DropRole { .. } => {
             vec![Need::Superuser("create, alter or drop roles")]
@@ -304,7 +315,7 @@ pub fn check(needs: &[Need], catalog: &Catalog, acting: &Acting) -> FoamResult<(
             Need::Privilege { relation, privilege } => catalog.acl(relation).is_none_or(|acl| acl.allows(role, *privilege)),
             Need::Owner(relation) => catalog.acl(relation).is_none_or(|acl| acl.is_owner(role)),
             Need::Create => catalog.creators.contains(role) || catalog.creators.contains(PUBLIC),
-            Need::OwnRole(name) => name == role,
+            Need::OwnRole(name) | Need::MemberOf(name) => name == role,
         };
         if !holds {
             return Err(denied(need, catalog));
@@ -346,6 +357,7 @@ fn denied(need: &Need, catalog: &Catalog) -> FoamError {
         Need::Owner(relation) => format!("must be owner of {} {relation}", kind(relation)),
         Need::Create => format!("permission denied for schema {SCHEMA_NAME} (GRANT CREATE ON DATABASE {DATABASE_NAME} to create tables and views)"),
         Need::OwnRole(name) => format!("permission denied to alter role \"{name}\": only a superuser or the role itself may change its password"),
+        Need::MemberOf(name) => format!("must be member of role \"{name}\""),
     };
     FoamError::Query { message, sqlstate: SqlState::InsufficientPrivilege }
 }

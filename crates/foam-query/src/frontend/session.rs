@@ -467,6 +467,10 @@ impl FoamSession {
         for udf in crate::catalog::functions::catalog_inquiry_udfs() {
             ctx.register_udf(udf);
         }
+        ctx.register_udf(crate::frontend::setting_functions::set_config_of_rows_udf());
+        for udf in crate::catalog::pg_keys::definition_udfs(node.clone()) {
+            ctx.register_udf(udf);
+        }
         let settings = BTreeMap::from([
             ("server_version".to_string(), format!("{} (FoamDB)", crate::catalog::functions::POSTGRES_VERSION)),
             ("server_version_num".to_string(), crate::catalog::functions::POSTGRES_VERSION_NUM.to_string()),
@@ -607,6 +611,7 @@ impl FoamSession {
             {
                 *statement = rewritten;
             }
+            crate::catalog::pg_missing::rewrite_catalog_query(&mut statement);
             let catalog = self.node.catalog.current();
             crate::catalog::pg_stat_activity::qualify(&mut statement, |name| catalog.tables.contains_key(name) || catalog.views.contains_key(name));
         } else {
@@ -651,6 +656,7 @@ impl FoamSession {
                 | Statement::Declare { .. }
                 | Statement::Fetch { .. }
                 | Statement::Close { .. }
+                | Statement::Lock(_)
         ) || matches!(&*statement, Statement::Truncate(truncate) if truncate.table_names.len() > 1)
             || is_reset_foamdb_runs(&statement)
             || matches!(*statement, Statement::Discard { .. })
@@ -664,6 +670,13 @@ impl FoamSession {
         let modify_reads = modify.as_ref().map(|(_, modify)| privileges::modify_read_needs(&statement, modify.table(), &catalog));
         if let Some((query, _)) = &modify {
             *statement = query.clone();
+        }
+        if let Some((relation, if_exists, owner)) = crate::frontend::ddl::alter_owner(&statement, &self.current_user(), &self.session_user)? {
+            if if_exists && catalog.acl(&relation).is_none() {
+                // Nothing to do, as for a missing relation under IF EXISTS.
+                return prepared(Kind::Maintenance { tag: "ALTER TABLE", tables: Vec::new() });
+            }
+            return prepared(Kind::Catalog { command: CatalogCommand::AlterOwner { relation, owner }, tag: "ALTER TABLE" });
         }
         if let Statement::AlterTable(_) = *statement {
             let (table, if_exists, key) = crate::frontend::ddl::alter_table_key(&statement)?;
@@ -687,7 +700,10 @@ impl FoamSession {
         if crate::frontend::setting_functions::calls_set_config(&statement) {
             self.check_privileges(&reads)?;
         }
-        let plan = self.plan(&statement).await?;
+        let mut plan = self.plan(&statement).await?;
+        if text.contains("pg_") {
+            plan = crate::catalog::pg_missing::lenient_catalog_casts(plan)?;
+        }
         if let LogicalPlan::Ddl(_) = plan {
             return Err(FoamError::FeatureNotSupported { feature: format!("\"{text}\"") });
         }
@@ -1365,6 +1381,10 @@ impl FoamSession {
                     }
                 }
                 command("CREATE VIEW")
+            }
+            Statement::Lock(lock) => {
+                crate::frontend::lock_table::check(lock, &self.node.catalog.current(), self.open.get().is_some())?;
+                command("LOCK TABLE")
             }
             Statement::Drop { object_type, names, if_exists, .. } => {
                 let (tag, is_table) = match object_type {

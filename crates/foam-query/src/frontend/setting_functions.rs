@@ -12,8 +12,13 @@
 //! Settings live in the session, not in DataFusion, so the calls are
 //! evaluated when the statement is planned, as PostgreSQL evaluates stable
 //! functions once per statement, and each is replaced by its text result.
-//! Only literal arguments are taken; a setting named by a column gets
-//! 0A000 rather than a value read at the wrong time.
+//! Only literal arguments are taken; a `set_config` of a column is left
+//! to [`set_config_of_rows_udf`], which gets 0A000 as soon as a row would
+//! call it rather than a value read at the wrong time, and answers no rows
+//! where there are none to call it for: pg_dump 15 sends `SELECT
+//! set_config(name, 'view, foreign-table', false) FROM pg_settings WHERE
+//! name = 'restrict_nonsystem_relation_kind'`, a setting FoamDB does not
+//! have.
 
 use std::ops::ControlFlow;
 
@@ -59,6 +64,7 @@ pub fn evaluate(statement: &mut Statement, settings: &dyn SessionSettings) -> Fo
     let _ = statement.visit(&mut ColumnNamer);
     let outcome = visit_expressions_mut(statement, |expr| {
         let result = match call_of(expr) {
+            Some((_, Call::SetConfig(args))) if literal_args(args, "set_config").is_err() => return ControlFlow::Continue(()),
             Some((_, call)) => value_of(call, settings),
             None => return ControlFlow::Continue(()),
         };
@@ -227,6 +233,24 @@ fn flag(args: &[Arg], index: usize, function: &str) -> FoamResult<bool> {
 fn wrong_arguments(function: &str) -> FoamError {
     let takes = if function == "set_config" { "(text, text, boolean)" } else { "(text) or (text, boolean)" };
     FoamError::Query { message: format!("function {function} takes {takes}"), sqlstate: foam_common::SqlState::UndefinedFunction }
+}
+
+/// `set_config` as a function of rows, for the calls [`evaluate`] leaves
+/// (a non-literal argument): refused (0A000) when any row calls it.
+pub fn set_config_of_rows_udf() -> datafusion::logical_expr::ScalarUDF {
+    use datafusion::arrow::datatypes::DataType;
+    use datafusion::logical_expr::{ColumnarValue, Volatility, create_udf};
+    let refuse = |args: &[ColumnarValue]| {
+        let rows = args.iter().map(|arg| match arg {
+            ColumnarValue::Array(array) => array.len(),
+            ColumnarValue::Scalar(_) => 1,
+        });
+        if rows.max().unwrap_or(1) == 0 {
+            return Ok(ColumnarValue::Array(datafusion::arrow::array::new_empty_array(&DataType::Utf8)));
+        }
+        Err(FoamError::FeatureNotSupported { feature: "set_config() of a non-literal argument".into() }.into())
+    };
+    create_udf("set_config", vec![DataType::Utf8, DataType::Utf8, DataType::Boolean], DataType::Utf8, Volatility::Volatile, std::sync::Arc::new(refuse))
 }
 
 /// `current_setting(name)`, or NULL for an unknown one with `missing_ok`.
