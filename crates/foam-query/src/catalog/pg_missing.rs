@@ -482,7 +482,8 @@ mod tests {
         assert_eq!(rewrite("SELECT 'r'::\"char\""), "SELECT 'r'::TEXT");
         assert_eq!(rewrite("SELECT typname[0] = '_' FROM pg_type"), "SELECT SUBSTR(typname, 1, 1) = '_' FROM pg_type");
         assert_eq!(rewrite("SELECT a[0] FROM t"), "SELECT a[0] FROM t");
-        assert!(rewrite("SELECT pg_catalog.pg_get_viewdef('16390'::pg_catalog.oid) AS viewdef").contains("FROM pg_catalog.pg_views AS v JOIN"));
+        let viewdef = rewrite("SELECT pg_catalog.pg_get_viewdef('16390'::pg_catalog.oid) AS viewdef");
+        assert!(viewdef.contains("pg_catalog.pg_views") && viewdef.contains("'16390'") && !viewdef.contains("pg_get_viewdef"), "{viewdef}");
     }
 
     #[test]
