@@ -181,11 +181,13 @@ fn pgbench_initializes_and_runs_tpcb() {
     assert_eq!(sums, "t|t|50\n");
 }
 
-// pg_dump 15.18 now gets through every catalog query but stops at "schema
-// with OID 13283 does not exist": the static catalogs' rows name
-// information_schema's namespace, which pg_namespace lacks.
+// pg_dump 15.18 now reads namespaces, types, tables, rules and the rest,
+// and stops at "Invalid function 'pg_get_function_arguments'": it takes the
+// system functions with an ACL as changed, because `'pg_proc'::regclass`
+// (datafusion-pg-catalog's lookup of an unqualified name in the current
+// schema only) is NULL, so its join with pg_init_privs finds nothing.
 #[test]
-#[ignore = "pg_dump stops at a namespace OID the static catalogs name (docs/clients.md)"]
+#[ignore = "pg_dump stops at 'pg_proc'::regclass being NULL (docs/clients.md)"]
 fn pg_dump_schema_only_recreates_the_tables_and_views() {
     let cluster = Cluster::start(NODES);
     psql_ok(

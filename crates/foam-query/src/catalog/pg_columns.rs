@@ -126,7 +126,7 @@ impl SchemaProvider for DeclaredTypes {
             return Ok(Some(pg_stat_activity::table(self.node.clone(), self.viewer.clone())));
         }
         let table = match self.inner.table(name).await? {
-            Some(table) => Some(table),
+            Some(table) => Some(pg_missing::emptied(name, table)),
             None => pg_missing::missing_table(name),
         };
         // pg_attribute's rows are made when it is scanned: making them

@@ -324,7 +324,7 @@ fn index_class_rows(schema: &SchemaRef, batches: &[RecordBatch], keys: &[Key]) -
 fn quoted(name: &str) -> String {
     let plain = name.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
         && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if plain { name.to_string() } else { format!("\"{}\"", name.replace('"', "\"\"")) }
+    if plain { name.to_string() } else { crate::frontend::modify::quoted(name) }
 }
 
 /// `pg_get_constraintdef(oid [, pretty])` and `pg_get_indexdef(oid [,

@@ -16,6 +16,9 @@
 //! and gives the array columns it holds as text, NULL in every row, their
 //! array types, so that the queries tools send over them plan.
 //!
+//! [`emptied`] serves `pg_rewrite` without the rules of PostgreSQL's own
+//! system views, which name relations FoamDB's `pg_class` lacks.
+//!
 //! [`missing_table`] answers the catalogs pg_dump reads that
 //! datafusion-pg-catalog does not have: `pg_transform` (FoamDB has no
 //! procedural languages to transform for) and `pg_seclabels` (no security
@@ -220,6 +223,25 @@ pub fn missing_table(name: &str) -> Option<Arc<dyn TableProvider>> {
 /// The names [`missing_table`] answers.
 pub const MISSING_TABLES: [&str; 2] = ["pg_transform", "pg_seclabels"];
 
+/// Catalogs whose fixed rows (datafusion-pg-catalog's copy of a PostgreSQL
+/// 15 database's) describe only objects FoamDB does not have: the rules of
+/// PostgreSQL's system views in `pg_rewrite` (pg_dump stopped at "parent
+/// table with OID 12000 of pg_rewrite entry with OID 12003 not found").
+/// FoamDB has no rules, and its views are not kept as rules.
+const EMPTIED_TABLES: [&str; 1] = ["pg_rewrite"];
+
+/// `table` with no rows if it is one of the [`EMPTIED_TABLES`]; any other
+/// table as it is.
+pub fn emptied(name: &str, table: Arc<dyn TableProvider>) -> Arc<dyn TableProvider> {
+    if !EMPTIED_TABLES.contains(&name.to_lowercase().as_str()) {
+        return table;
+    }
+    match MemTable::try_new(table.schema(), vec![vec![]]) {
+        Ok(empty) => Arc::new(empty),
+        Err(_) => table,
+    }
+}
+
 /// `plan` with each cast of a text column to an OID made a `TRY_CAST`
 /// (NULL where the text is no number) when `plan` reads nothing but
 /// `pg_catalog` and `information_schema` tables; any other plan as it is.
@@ -234,17 +256,21 @@ pub fn lenient_catalog_casts(plan: datafusion::logical_expr::LogicalPlan) -> Res
     use datafusion::common::ExprSchema;
     use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
     use datafusion::logical_expr::{Cast, LogicalPlan, TryCast};
-    let mut catalog_only = true;
+    // Every row must come from a catalog table: a VALUES list or a user's
+    // table (even in a query that also reads the catalog) keeps its casts.
+    let (mut catalog_scans, mut other_rows) = (0, false);
     plan.apply_with_subqueries(|node| {
-        if let LogicalPlan::TableScan(scan) = node
-            && !matches!(scan.table_name.schema(), Some("pg_catalog" | "information_schema"))
-        {
-            catalog_only = false;
-            return Ok(TreeNodeRecursion::Stop);
+        match node {
+            LogicalPlan::TableScan(scan) if matches!(scan.table_name.schema(), Some("pg_catalog" | "information_schema")) => catalog_scans += 1,
+            LogicalPlan::TableScan(_) | LogicalPlan::Values(_) => {
+                other_rows = true;
+                return Ok(TreeNodeRecursion::Stop);
+            }
+            _ => {}
         }
         Ok(TreeNodeRecursion::Continue)
     })?;
-    if !catalog_only {
+    if other_rows || catalog_scans == 0 {
         return Ok(plan);
     }
     plan.transform_up_with_subqueries(|node| {
@@ -373,7 +399,7 @@ fn answer_featureless_with_no_rows(query: &mut datafusion::sql::sqlparser::ast::
         })
         .collect();
     let Some(names) = names else { return };
-    let columns: Vec<String> = names.iter().map(|name| format!("CAST(NULL AS TEXT) AS \"{}\"", name.replace('"', "\"\""))).collect();
+    let columns: Vec<String> = names.iter().map(|name| format!("CAST(NULL AS TEXT) AS {}", crate::frontend::modify::quoted(name))).collect();
     let empty = format!("SELECT {} WHERE false", columns.join(", "));
     let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
     if let Ok(Some(Statement::Query(replacement))) = datafusion::sql::sqlparser::parser::Parser::parse_sql(&dialect, &empty).map(|mut s| s.pop()) {

@@ -15,6 +15,9 @@
 //! definitions, which `pg_get_viewdef` reads (`pg_missing.rs`). FoamDB's
 //! system tables (`foam_nodes`, ...) show in schema `pg_catalog`, as
 //! PostgreSQL's system views do: `\dt` and pg_dump leave them out.
+//! `information_schema` has PostgreSQL 15's OID in `pg_namespace` and
+//! `pg_class`, the one datafusion-pg-catalog's fixed `pg_type` and `pg_proc`
+//! rows name (pg_dump stopped at "schema with OID 13283 does not exist").
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -37,6 +40,10 @@ use crate::frontend::setting_functions::SCHEMA_NAME;
 /// `pg_catalog`'s OID in `pg_namespace`, as PostgreSQL and
 /// datafusion-pg-catalog fix it.
 const PG_CATALOG_NAMESPACE_OID: i32 = 11;
+
+/// `information_schema`'s OID in PostgreSQL 15, which datafusion-pg-catalog's
+/// fixed rows of `pg_type` and `pg_proc` give as their namespace.
+const INFORMATION_SCHEMA_NAMESPACE_OID: i32 = 13283;
 
 /// PostgreSQL's bootstrap superuser's OID, which owns the system's objects.
 const BOOTSTRAP_ROLE_OID: i32 = 10;
@@ -71,6 +78,7 @@ enum Owned {
     Class,
     Tables,
     Views,
+    Namespaces,
 }
 
 /// `table` with owners and views (see the module documentation) for the
@@ -81,6 +89,7 @@ pub fn with_owners(name: &str, table: Arc<dyn TableProvider>, pg_catalog: Arc<dy
         "pg_class" => Owned::Class,
         "pg_tables" => Owned::Tables,
         "pg_views" => Owned::Views,
+        "pg_namespace" => Owned::Namespaces,
         _ => return table,
     };
     Arc::new(WithOwners { inner: table, owned, pg_catalog, node })
@@ -110,6 +119,10 @@ impl TableProvider for WithOwners {
             Owned::Class => foam_relations(&self.pg_catalog).await?.1,
             _ => HashMap::new(),
         };
+        let information_schema = match self.owned {
+            Owned::Class => information_schema_oid(&self.pg_catalog).await?,
+            _ => None,
+        };
         let mut batches = Vec::new();
         for batch in rows(&self.inner).await? {
             batches.push(match self.owned {
@@ -135,6 +148,7 @@ impl TableProvider for WithOwners {
                     let namespaces: Int32Array = (0..batch.num_rows())
                         .map(|i| match oids[i].and_then(|oid| relations.get(&oid)) {
                             Some(name) if system_tables::NAMES.contains(&name.as_str()) => Some(PG_CATALOG_NAMESPACE_OID),
+                            _ if namespaces[i].is_some() && namespaces[i] == information_schema => Some(INFORMATION_SCHEMA_NAMESPACE_OID),
                             _ => namespaces[i].and_then(|n| i32::try_from(n).ok()),
                         })
                         .collect();
@@ -163,11 +177,30 @@ impl TableProvider for WithOwners {
                         .collect();
                     replaced(&batch, "schemaname", Arc::new(schemas))?
                 }
+                Owned::Namespaces => {
+                    let names = batch.column_by_name("nspname").map(|c| c.as_string::<i32>().clone());
+                    let oids = oid_column(&batch, "oid")?;
+                    let oids: Int32Array = (0..batch.num_rows())
+                        .map(|i| match names.as_ref().filter(|n| n.is_valid(i)).map(|n| n.value(i)) {
+                            Some("information_schema") => Some(INFORMATION_SCHEMA_NAMESPACE_OID),
+                            _ => oids[i].and_then(|n| i32::try_from(n).ok()),
+                        })
+                        .collect();
+                    replaced(&batch, "oid", Arc::new(oids))?
+                }
                 Owned::Views => batch,
             });
         }
+        let schema = self.inner.schema();
+        if self.owned == Owned::Namespaces && !batches.iter().any(|batch| named(batch, "nspname", "information_schema")) {
+            let values = [
+                ("oid", ScalarValue::Int32(Some(INFORMATION_SCHEMA_NAMESPACE_OID))),
+                ("nspname", ScalarValue::Utf8(Some("information_schema".into()))),
+                ("nspowner", ScalarValue::Int32(Some(BOOTSTRAP_ROLE_OID))),
+            ];
+            batches.push(one_row(&schema, &values)?);
+        }
         if self.owned == Owned::Views {
-            let schema = self.inner.schema();
             for view in catalog.views.values().filter(|v| !v.name.starts_with("foam_dropped_")) {
                 let values = [
                     ("schemaname", SCHEMA_NAME.to_string()),
@@ -175,19 +208,44 @@ impl TableProvider for WithOwners {
                     ("viewowner", owner_name(&catalog, &view.name).unwrap_or_default().to_string()),
                     ("definition", format!(" {};", view.query_sql.trim().trim_end_matches(';'))),
                 ];
-                let columns = schema
-                    .fields()
-                    .iter()
-                    .map(|field| match values.iter().find(|(name, _)| name == field.name()) {
-                        Some((_, value)) => ScalarValue::Utf8(Some(value.clone())).to_array_of_size(1),
-                        None => ScalarValue::try_from(field.data_type())?.to_array_of_size(1),
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                batches.push(RecordBatch::try_new(schema.clone(), columns)?);
+                batches.push(one_row(&schema, &values.map(|(name, value)| (name, ScalarValue::Utf8(Some(value)))))?);
             }
         }
-        MemTable::try_new(self.inner.schema(), vec![batches])?.scan(state, projection, filters, limit).await
+        MemTable::try_new(schema, vec![batches])?.scan(state, projection, filters, limit).await
     }
+}
+
+/// One row of `schema`: `values` in the columns they name (cast to the
+/// column's type), NULL in the others.
+fn one_row(schema: &arrow::datatypes::SchemaRef, values: &[(&str, ScalarValue)]) -> Result<RecordBatch> {
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|field| match values.iter().find(|(name, _)| name == field.name()) {
+            Some((_, value)) => value.cast_to(field.data_type())?.to_array_of_size(1),
+            None => ScalarValue::try_from(field.data_type())?.to_array_of_size(1),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(RecordBatch::try_new(schema.clone(), columns)?)
+}
+
+/// Whether some row of `batch` has `value` in text column `column`.
+fn named(batch: &RecordBatch, column: &str, value: &str) -> bool {
+    batch.column_by_name(column).and_then(|c| c.as_string_opt::<i32>()).is_some_and(|names| names.iter().any(|name| name == Some(value)))
+}
+
+/// The OID datafusion-pg-catalog's `pg_namespace` gives `information_schema`.
+async fn information_schema_oid(pg_catalog: &Arc<dyn SchemaProvider>) -> Result<Option<i64>> {
+    let Some(namespaces) = pg_catalog.table("pg_namespace").await? else { return Ok(None) };
+    for batch in rows(&namespaces).await? {
+        let oids = oid_column(&batch, "oid")?;
+        if let Some(names) = batch.column_by_name("nspname").and_then(|c| c.as_string_opt::<i32>()) {
+            if let Some(i) = (0..batch.num_rows()).find(|&i| names.is_valid(i) && names.value(i) == "information_schema") {
+                return Ok(oids[i]);
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// `batch` with column `name` (if it has one) replaced by `array`.

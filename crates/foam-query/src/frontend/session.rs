@@ -614,10 +614,10 @@ impl FoamSession {
             crate::catalog::pg_missing::rewrite_catalog_query(&mut statement);
             let catalog = self.node.catalog.current();
             crate::catalog::pg_stat_activity::qualify(&mut statement, |name| catalog.tables.contains_key(name) || catalog.views.contains_key(name));
-        } else {
-            // Select items named as PostgreSQL names them, repeats allowed.
-            crate::frontend::select_names::name_select_items(&mut statement);
         }
+        // Select items named as PostgreSQL names them, repeats allowed (a
+        // client reads `prsstart::oid` by the name `prsstart`).
+        crate::frontend::select_names::name_select_items(&mut statement);
         crate::frontend::grouping_sets::deduplicate(&mut statement);
         crate::frontend::array_subquery::rewrite(&mut statement)?;
         crate::optimizer::logical::boolean_literals::distinct_from_as_equality(&mut statement);
