@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Installs the drivers the client compatibility suite (crates/foam-cli/tests/clients.rs)
-# runs, where they are missing: Python packages from PyPI, node-postgres from npm,
+# runs, where they are missing: Python packages from PyPI (ADBC's Flight SQL driver among them), node-postgres from npm,
 # pgx from the Go module proxy and pgjdbc from Maven Central. Quick when all are there.
 set -euo pipefail
 cd "$(dirname "$0")"
-if ! python3 -c "import psycopg, psycopg2, asyncpg, sqlalchemy, pandas, pytest" 2>/dev/null; then
+if ! python3 -c "import psycopg, psycopg2, asyncpg, sqlalchemy, pandas, pytest, pyarrow, adbc_driver_flightsql" 2>/dev/null; then
     python3 -m pip install --quiet --disable-pip-version-check -r python/requirements.txt
 fi
 if [ ! -d node/node_modules/pg ]; then

@@ -63,6 +63,17 @@ impl ScramVerifier {
         ring::pbkdf2::derive(ring::pbkdf2::PBKDF2_HMAC_SHA256, iterations, &salt, normalized.as_bytes(), &mut salted_password);
         ScramVerifier { salt, iterations: SCRAM_ITERATIONS, salted_password }
     }
+
+    /// Whether `password` is the one this verifier was made from, for a
+    /// protocol that sends the password itself (Flight SQL's basic
+    /// authentication, over TLS). Compares in time independent of where
+    /// the bytes differ.
+    pub fn accepts(&self, password: &str) -> bool {
+        let candidate = ScramVerifier::with_salt(password, self.salt.clone());
+        self.iterations == candidate.iterations
+            && candidate.salted_password.len() == self.salted_password.len()
+            && candidate.salted_password.iter().zip(&self.salted_password).fold(0u8, |differ, (a, b)| differ | (a ^ b)) == 0
+    }
 }
 
 /// A random password of letters and digits, safe in a connection URL.
@@ -97,6 +108,17 @@ mod tests {
         assert_eq!(hex, "c4a49510323ab4f952cac1fa99441939e78ea74d6be81ddf7096e87513dc615d");
         assert_eq!(verifier, ScramVerifier::with_salt("pencil", salt));
         assert_ne!(ScramVerifier::new("pencil").unwrap().salt, ScramVerifier::new("pencil").unwrap().salt);
+    }
+
+    #[test]
+    fn a_verifier_accepts_its_password_only() {
+        let verifier = ScramVerifier::new("pencil").unwrap();
+        assert!(verifier.accepts("pencil"));
+        // SASLprep maps a soft hyphen to nothing, as a SCRAM client does.
+        assert!(verifier.accepts("pen\u{ad}cil"));
+        for other in ["Pencil", "pencil ", "", "pencil2"] {
+            assert!(!verifier.accepts(other), "{other:?}");
+        }
     }
 
     #[test]

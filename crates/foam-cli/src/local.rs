@@ -19,6 +19,8 @@ use foam_rpc::auth::CLUSTER_SECRET_FILE;
 const NODE_PORT_OFFSET: u16 = 1000;
 /// Offset between a node's SQL port and its HTTP port (metrics, console).
 const HTTP_PORT_OFFSET: u16 = 2000;
+/// Node i's Arrow Flight SQL port is sql-port + this + i.
+const FLIGHT_SQL_PORT_OFFSET: u16 = 3000;
 /// How long `foam local` waits for every node to accept SQL connections.
 const STARTUP_TIMEOUT_SECONDS: u64 = 120;
 /// How long stopping nodes may take before they are killed.
@@ -45,8 +47,9 @@ pub struct LocalArgs {
     #[arg(long, default_value = "foam-data")]
     data_dir: PathBuf,
     /// SQL port of the first node; node i listens on sql-port + i, on
-    /// sql-port + 1000 + i for cluster traffic and on sql-port + 2000 + i
-    /// for HTTP (metrics and the console).
+    /// sql-port + 1000 + i for cluster traffic, on sql-port + 2000 + i
+    /// for HTTP (metrics and the console) and on sql-port + 3000 + i for
+    /// Arrow Flight SQL.
     #[arg(long, default_value_t = 5433)]
     sql_port: u16,
     /// Load TPC-H at this scale factor once (skipped when the data dir has it).
@@ -124,7 +127,7 @@ impl LocalCluster {
         if nodes == 0 {
             return Err("--nodes must be at least 1".into());
         }
-        let last_port = sql_port as u32 + HTTP_PORT_OFFSET as u32 + nodes as u32;
+        let last_port = sql_port as u32 + FLIGHT_SQL_PORT_OFFSET as u32 + nodes as u32;
         if last_port > u16::MAX as u32 {
             return Err(format!("--sql-port {sql_port} leaves no room for {nodes} nodes' ports"));
         }
@@ -164,6 +167,8 @@ impl LocalCluster {
                 format!("127.0.0.1:{}", sql_port + NODE_PORT_OFFSET + index),
                 "--http-addr".into(),
                 format!("127.0.0.1:{}", sql_port + HTTP_PORT_OFFSET + index),
+                "--flight-sql-addr".into(),
+                format!("127.0.0.1:{}", sql_port + FLIGHT_SQL_PORT_OFFSET + index),
                 "--memory-limit-mb".into(),
                 memory_mb.to_string(),
                 "--worker-threads".into(),
@@ -324,6 +329,7 @@ pub fn run(args: LocalArgs) -> Result<(), String> {
         None => println!("  Files:    COPY t FROM 'file' is off (--copy-dir DIR allows DIR); psql's \\copy sends a local file"),
     }
     println!("  Console:  http://127.0.0.1:{}/ (Prometheus metrics at /metrics on ports {}..={})", args.sql_port + HTTP_PORT_OFFSET, args.sql_port + HTTP_PORT_OFFSET, args.sql_port + HTTP_PORT_OFFSET + args.nodes - 1);
+    println!("  Arrow:    Flight SQL at grpc://127.0.0.1:{} (same user and password; grpc+tls:// with the CA above)", args.sql_port + FLIGHT_SQL_PORT_OFFSET);
     println!("  Logs:     {}/node-*/node.log", cluster.data_dir.display());
     println!("  Stop:     Ctrl-C (data stays; run the same command to start again)");
     println!();

@@ -116,6 +116,12 @@ struct StartArgs {
     /// shows no rows or statement text; bind it where operators reach it.
     #[arg(long)]
     http_addr: Option<String>,
+    /// HOST:PORT of the Arrow Flight SQL port: clients log in with the
+    /// same users and passwords as on the SQL port and get results as
+    /// Arrow. TLS (the SQL port's certificate) or plain TCP; plain only
+    /// from this machine with --require-tls.
+    #[arg(long)]
+    flight_sql_addr: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -222,6 +228,7 @@ fn main() {
                 require_tls: args.require_tls,
                 max_connections: args.max_connections as usize,
                 http_addr: args.http_addr,
+                flight_sql_addr: args.flight_sql_addr,
             };
             start(config, args.worker_threads)
         }

@@ -1,7 +1,8 @@
 //! The client compatibility suite: the drivers and tools people point at a
 //! PostgreSQL database, each run against a real 3-node cluster over TLS
 //! (`sslmode=verify-full` with the node's CA) with the superuser's
-//! password. Each driver's own test lives in `tests/clients/<language>/`
+//! password (ADBC's Flight SQL driver on the node's Flight SQL port, with
+//! the same password and CA). Each driver's own test lives in `tests/clients/<language>/`
 //! and does its ordinary work: connect, create, insert with parameters,
 //! read every type back exactly, transactions, bulk load, stream a large
 //! result, read errors' SQLSTATEs. `tests/clients/setup.sh` installs the
@@ -52,6 +53,7 @@ fn client_command(cluster: &Cluster, program: &str, dir: &Path) -> Command {
         .env("FOAM_PASSWORD", &password)
         .env("FOAM_DB", "foam")
         .env("FOAM_SSLROOTCERT", &ca)
+        .env("FOAM_FLIGHT_SQL_PORT", node.flight_sql_port.to_string())
         .env("PGHOST", &node.sql_host)
         .env("PGPORT", node.sql_port.to_string())
         .env("PGUSER", "foam")
@@ -93,7 +95,7 @@ fn psql_ok(cluster: &Cluster, args: &[&str], sql: &str) -> String {
 }
 
 #[test]
-fn python_drivers_psycopg2_psycopg3_asyncpg_sqlalchemy_pandas() {
+fn python_drivers_psycopg2_psycopg3_asyncpg_sqlalchemy_pandas_adbc_flightsql() {
     setup();
     let cluster = Cluster::start(NODES);
     let out = run(&cluster, "python", "python3", &["-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=short"]);

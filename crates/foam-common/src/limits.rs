@@ -316,3 +316,20 @@ mod tests {
 /// its buffers; past the limit a new client gets 53300 and the sessions
 /// already open go on.
 pub const MAX_CONNECTIONS_DEFAULT: usize = 200;
+
+/// Flight SQL sessions (one per successful handshake) a node holds at once;
+/// past it a handshake gets 53300 once sessions idle longer than
+/// [`FLIGHT_SQL_SESSION_IDLE_SECS`] are gone.
+pub const FLIGHT_SQL_SESSIONS_MAX: usize = 200;
+
+/// A Flight SQL session unused this long ends (its bearer token with it):
+/// the protocol has no disconnect to end it by.
+pub const FLIGHT_SQL_SESSION_IDLE_SECS: u64 = 30 * 60;
+
+/// Results a Flight SQL session ran and keeps for their tickets' `DoGet`.
+/// A client asking for more drops the oldest, whose ticket then gets an
+/// error naming it.
+pub const FLIGHT_SQL_RESULTS_PENDING_MAX: usize = 16;
+
+/// Prepared statements one Flight SQL session holds at once.
+pub const FLIGHT_SQL_PREPARED_MAX: usize = 1024;

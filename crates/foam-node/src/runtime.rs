@@ -65,6 +65,8 @@ pub struct NodeConfig {
     pub max_connections: usize,
     /// The operators' HTTP port (`http.rs`): `/metrics` and the console.
     pub http_addr: Option<String>,
+    /// The Arrow Flight SQL port (foam-flightsql).
+    pub flight_sql_addr: Option<String>,
 }
 
 /// The cluster secret this node sends and asks for (`foam_rpc::auth`):
@@ -108,6 +110,10 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
     let node_listener = bind(&config.node_addr, "node-addr").await?;
     let http_listener = match &config.http_addr {
         Some(addr) => Some(bind(addr, "http-addr").await?),
+        None => None,
+    };
+    let flight_sql_listener = match &config.flight_sql_addr {
+        Some(addr) => Some(bind(addr, "flight-sql-addr").await?),
         None => None,
     };
     let started = std::time::SystemTime::now();
@@ -238,8 +244,17 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
         _ => return Err(FoamError::InvalidParameter { message: "--tls-cert and --tls-key go together".into() }),
     };
     let (cert, key) = crate::tls::node_certificate(&config.data_dir, &config.sql_addr, given)?;
-    let tls = foam_pgwire::Tls { acceptor: crate::tls::acceptor(&cert, &key)?, required_off_host: config.require_tls };
+    let tls = foam_pgwire::Tls { acceptor: crate::tls::acceptor(&cert, &key, &[])?, required_off_host: config.require_tls };
     let activity = foam_pgwire::SqlActivity::new(node.connections.clone(), config.max_connections);
+    if let Some(listener) = flight_sql_listener {
+        let flight = foam_flightsql::FlightSqlConfig { insecure: config.insecure, tls: crate::tls::acceptor(&cert, &key, &[b"h2"])?, tls_required_off_host: config.require_tls };
+        let (node, runtime) = (node.clone(), runtime.clone());
+        tokio::spawn(async move {
+            if let Err(error) = foam_flightsql::serve(listener, node, runtime, flight).await {
+                tracing::warn!(%error, "the Flight SQL port stopped");
+            }
+        });
+    }
     let sql = tokio::spawn(foam_pgwire::serve(sql_listener, node.clone(), runtime, auth, tls, activity.clone()));
     let http = http_listener.map(|listener| {
         let operators = crate::http::Operators {
@@ -277,6 +292,10 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
     let insecure = if config.insecure { " (INSECURE: no passwords; anyone may connect as anyone)" } else { "" };
     tracing::info!(node_id, sql_addr = %config.sql_addr, node_addr = %config.node_addr, insecure = config.insecure, "node ready");
     let http_note = config.http_addr.as_ref().map(|addr| format!(", metrics and console on http://{addr}/")).unwrap_or_default();
+    let http_note = match &config.flight_sql_addr {
+        Some(addr) => format!("{http_note}, Arrow Flight SQL on grpc://{addr}"),
+        None => http_note,
+    };
     println!("FoamDB node {node_id} ready: SQL on {}, cluster traffic on {}{http_note}{insecure}", config.sql_addr, config.node_addr);
 
     let outcome = tokio::select! {

@@ -101,8 +101,10 @@ pub fn node_certificate(data_dir: &Path, sql_addr: &str, given: Option<(&Path, &
     make_node_certificate(&dir, &dir, &node_hosts(sql_addr))
 }
 
-/// The TLS acceptor serving `cert` (a PEM chain) with `key`.
-pub fn acceptor(cert: &Path, key: &Path) -> FoamResult<TlsAcceptor> {
+/// The TLS acceptor serving `cert` (a PEM chain) with `key`, offering the
+/// application protocols `alpn` (gRPC clients ask for `h2`; the SQL port
+/// offers none).
+pub fn acceptor(cert: &Path, key: &Path, alpn: &[&[u8]]) -> FoamResult<TlsAcceptor> {
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
         .and_then(|certs| certs.collect::<Result<_, _>>())
         .map_err(|e| tls_error(&format!("reading {}", cert.display()), e))?;
@@ -113,6 +115,8 @@ pub fn acceptor(cert: &Path, key: &Path) -> FoamResult<TlsAcceptor> {
         .with_no_client_auth()
         .with_single_cert(chain, key)
         .map_err(|e| tls_error(&format!("the certificate {}", cert.display()), e))?;
+    let mut config = config;
+    config.alpn_protocols = alpn.iter().map(|protocol| protocol.to_vec()).collect();
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
@@ -126,7 +130,8 @@ mod tests {
     fn a_node_certificate_is_signed_by_its_ca_and_names_its_host() {
         let dir = tempfile::tempdir().unwrap();
         let (cert, key) = node_certificate(dir.path(), "10.1.2.3:5433", None).unwrap();
-        acceptor(&cert, &key).expect("rustls takes the chain and key");
+        acceptor(&cert, &key, &[]).expect("rustls takes the chain and key");
+        acceptor(&cert, &key, &[b"h2"]).expect("rustls takes the chain and key with ALPN");
         // Verified as a client would: the chain's first certificate, for
         // the node's address, against the CA.
         let ca = CertificateDer::from_pem_file(dir.path().join(TLS_DIR).join(CA_CERT_FILE)).unwrap();

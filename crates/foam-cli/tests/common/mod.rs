@@ -31,6 +31,8 @@ pub struct Node {
     pub node_port: u16,
     /// The operators' HTTP port (`--http-addr`), on `sql_host`.
     pub http_port: u16,
+    /// The Arrow Flight SQL port (`--flight-sql-addr`), on `sql_host`.
+    pub flight_sql_port: u16,
     /// The network namespace the node runs in, if any.
     netns: Option<String>,
     pub data_dir: PathBuf,
@@ -189,6 +191,7 @@ impl Cluster {
             node_host,
             node_port: free_port(),
             http_port: free_port(),
+            flight_sql_port: free_port(),
             netns,
             data_dir: self.dir.path().join(format!("node-{index}")),
             join: self.nodes.first().map(|first| first.node_addr()),
@@ -228,6 +231,7 @@ impl Cluster {
             .args(["--sql-addr", &format!("{}:{}", node.sql_host, node.sql_port)])
             .args(["--node-addr", &node.node_addr()])
             .args(["--http-addr", &format!("{}:{}", node.sql_host, node.http_port)])
+            .args(["--flight-sql-addr", &format!("{}:{}", node.sql_host, node.flight_sql_port)])
             .args(["--memory-limit-mb", TEST_NODE_MEMORY_MB])
             .args(&self.args)
             .stdin(Stdio::null())

@@ -174,7 +174,7 @@ pub(crate) fn column_index(table: &TableDef, column: &str) -> FoamResult<usize> 
 }
 
 /// `name` as a quoted SQL identifier.
-pub(crate) fn quoted(name: &str) -> String {
+pub fn quoted(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 

@@ -560,6 +560,12 @@ impl FoamSession {
         prepared
     }
 
+    /// Whether a transaction block is open (BEGIN without COMMIT or
+    /// ROLLBACK yet), failed or not.
+    pub fn in_block(&self) -> bool {
+        *self.block() != Block::Idle
+    }
+
     fn block(&self) -> std::sync::MutexGuard<'_, Block> {
         self.block.lock().unwrap_or_else(|p| p.into_inner())
     }
