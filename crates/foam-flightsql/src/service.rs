@@ -35,7 +35,6 @@ use base64::Engine;
 use datafusion::common::ParamValues;
 use foam_common::{FoamError, FoamResult};
 use foam_query::StatementOutput;
-use foam_query::frontend::select_names::client_column_name;
 use futures::{Stream, StreamExt, TryStreamExt};
 use prost::Message;
 use tonic::metadata::MetadataValue;
@@ -124,11 +123,9 @@ impl FoamFlightSql {
     }
 }
 
-/// A result's schema as the client sees it: repeated names as written
-/// (`select_names.rs` marks them unique for DataFusion).
+/// A result's schema as the client sees it (`select_names.rs`).
 fn client_schema(schema: &SchemaRef) -> SchemaRef {
-    let fields: Vec<_> = schema.fields().iter().map(|field| Arc::new(field.as_ref().clone().with_name(client_column_name(field.name())))).collect();
-    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+    Arc::new(foam_query::frontend::select_names::client_schema(schema))
 }
 
 /// `batches` as a `DoGet` answer.

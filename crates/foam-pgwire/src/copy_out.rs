@@ -32,7 +32,7 @@ pub fn copy_out_response(schema: SchemaRef, stream: SendableRecordBatchStream, o
     let columns = schema.fields().len();
     let binary = options.format == CopyFormat::Binary;
     let format = if binary { Format::UnifiedBinary } else { Format::UnifiedText };
-    let shown = crate::handler::client_schema(&schema);
+    let shown = foam_query::frontend::select_names::client_schema(&schema);
     let fields = Arc::new(arrow_schema_to_pg_fields(&shown, &format, None)?);
     let header = (options.header && !binary).then(|| {
         let names: Vec<Option<&[u8]>> = shown.fields().iter().map(|f| Some(f.name().as_bytes())).collect();

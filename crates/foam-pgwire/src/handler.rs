@@ -254,7 +254,7 @@ impl FoamPgHandler {
 /// length, as PostgreSQL describes them.
 fn pg_fields(schema: &datafusion::arrow::datatypes::Schema, format: &Format, options: Option<Arc<FormatOptions>>) -> PgWireResult<Vec<FieldInfo>> {
     use foam_query::frontend::char_columns::marked_width;
-    let mut fields = arrow_schema_to_pg_fields(&client_schema(schema), format, options)?;
+    let mut fields = arrow_schema_to_pg_fields(&foam_query::frontend::select_names::client_schema(schema), format, options)?;
     for (info, field) in fields.iter_mut().zip(schema.fields()) {
         if let Some(n) = marked_width(field) {
             *info = FieldInfo::new(info.name().to_string(), info.table_id(), info.column_id(), Type::BPCHAR, info.format())
@@ -264,21 +264,6 @@ fn pg_fields(schema: &datafusion::arrow::datatypes::Schema, format: &Format, opt
         }
     }
     Ok(fields)
-}
-
-/// A result's columns as the client is told of them: a name repeated in a
-/// select list was made unique for DataFusion, and is shown repeated again.
-pub(crate) fn client_schema(schema: &datafusion::arrow::datatypes::Schema) -> datafusion::arrow::datatypes::Schema {
-    use foam_query::frontend::select_names::client_column_name;
-    let fields: Vec<_> = schema
-        .fields()
-        .iter()
-        .map(|field| match client_column_name(field.name()) {
-            name if name.len() == field.name().len() => field.clone(),
-            name => Arc::new(field.as_ref().clone().with_name(name)),
-        })
-        .collect();
-    datafusion::arrow::datatypes::Schema::new_with_metadata(fields, schema.metadata().clone())
 }
 
 /// A FoamDB error as the client sees it: SQLSTATE plus message.

@@ -185,14 +185,7 @@ impl Attributes {
 /// The OID of FoamDB's schema (`public`) in datafusion-pg-catalog's
 /// `pg_namespace`, and the OIDs of the relations in it, with their names.
 pub(crate) async fn foam_relations(pg_catalog: &Arc<dyn SchemaProvider>) -> Result<(Option<i64>, HashMap<i64, String>)> {
-    let mut schema_oids = Vec::new();
-    if let Some(namespaces) = pg_catalog.table("pg_namespace").await? {
-        for batch in rows(&namespaces).await? {
-            let (oids, names) = (oid_column(&batch, "oid")?, batch.column_by_name("nspname").map(|c| c.as_string::<i32>().clone()));
-            let Some(names) = names else { continue };
-            schema_oids.extend((0..batch.num_rows()).filter(|&i| names.value(i) == SCHEMA_NAME).filter_map(|i| oids[i]));
-        }
-    }
+    let schema_oid = namespace_oid(pg_catalog, SCHEMA_NAME).await?;
     let mut relations = HashMap::new();
     if let Some(classes) = pg_catalog.table("pg_class").await? {
         for batch in rows(&classes).await? {
@@ -200,14 +193,28 @@ pub(crate) async fn foam_relations(pg_catalog: &Arc<dyn SchemaProvider>) -> Resu
             let Some(names) = batch.column_by_name("relname").map(|c| c.as_string::<i32>().clone()) else { continue };
             for i in 0..batch.num_rows() {
                 if let (Some(oid), Some(namespace)) = (oids[i], namespaces[i])
-                    && schema_oids.contains(&namespace)
+                    && schema_oid == Some(namespace)
                 {
                     relations.insert(oid, names.value(i).to_string());
                 }
             }
         }
     }
-    Ok((schema_oids.first().copied(), relations))
+    Ok((schema_oid, relations))
+}
+
+/// The OID datafusion-pg-catalog's `pg_namespace` gives schema `name`.
+pub(crate) async fn namespace_oid(pg_catalog: &Arc<dyn SchemaProvider>, name: &str) -> Result<Option<i64>> {
+    let Some(namespaces) = pg_catalog.table("pg_namespace").await? else { return Ok(None) };
+    for batch in rows(&namespaces).await? {
+        let oids = oid_column(&batch, "oid")?;
+        if let Some(names) = batch.column_by_name("nspname").and_then(|c| c.as_string_opt::<i32>())
+            && let Some(i) = (0..batch.num_rows()).find(|&i| names.is_valid(i) && names.value(i) == name)
+        {
+            return Ok(oids[i]);
+        }
+    }
+    Ok(None)
 }
 
 /// Every row of one of datafusion-pg-catalog's tables.

@@ -32,7 +32,7 @@ use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 use foam_catalog::Catalog;
 
-use crate::catalog::pg_columns::{foam_relations, oid_column, rows};
+use crate::catalog::pg_columns::{foam_relations, namespace_oid, oid_column, rows};
 use crate::catalog::system_tables;
 use crate::context::NodeContext;
 use crate::frontend::setting_functions::SCHEMA_NAME;
@@ -120,7 +120,7 @@ impl TableProvider for WithOwners {
             _ => HashMap::new(),
         };
         let information_schema = match self.owned {
-            Owned::Class => information_schema_oid(&self.pg_catalog).await?,
+            Owned::Class => namespace_oid(&self.pg_catalog, "information_schema").await?,
             _ => None,
         };
         let mut batches = Vec::new();
@@ -232,20 +232,6 @@ fn one_row(schema: &arrow::datatypes::SchemaRef, values: &[(&str, ScalarValue)])
 /// Whether some row of `batch` has `value` in text column `column`.
 fn named(batch: &RecordBatch, column: &str, value: &str) -> bool {
     batch.column_by_name(column).and_then(|c| c.as_string_opt::<i32>()).is_some_and(|names| names.iter().any(|name| name == Some(value)))
-}
-
-/// The OID datafusion-pg-catalog's `pg_namespace` gives `information_schema`.
-async fn information_schema_oid(pg_catalog: &Arc<dyn SchemaProvider>) -> Result<Option<i64>> {
-    let Some(namespaces) = pg_catalog.table("pg_namespace").await? else { return Ok(None) };
-    for batch in rows(&namespaces).await? {
-        let oids = oid_column(&batch, "oid")?;
-        if let Some(names) = batch.column_by_name("nspname").and_then(|c| c.as_string_opt::<i32>()) {
-            if let Some(i) = (0..batch.num_rows()).find(|&i| names.is_valid(i) && names.value(i) == "information_schema") {
-                return Ok(oids[i]);
-            }
-        }
-    }
-    Ok(None)
 }
 
 /// `batch` with column `name` (if it has one) replaced by `array`.

@@ -28,6 +28,21 @@ pub fn client_column_name(name: &str) -> &str {
     name.split(REPEAT_MARK).next().unwrap_or(name)
 }
 
+/// A result's columns as the client is told of them (on any protocol): a
+/// name repeated in a select list was made unique for DataFusion, and is
+/// shown repeated again.
+pub fn client_schema(schema: &datafusion::arrow::datatypes::Schema) -> datafusion::arrow::datatypes::Schema {
+    let fields: Vec<_> = schema
+        .fields()
+        .iter()
+        .map(|field| match client_column_name(field.name()) {
+            name if name.len() == field.name().len() => field.clone(),
+            name => std::sync::Arc::new(field.as_ref().clone().with_name(name)),
+        })
+        .collect();
+    datafusion::arrow::datatypes::Schema::new_with_metadata(fields, schema.metadata().clone())
+}
+
 /// Names the items of every select list in `statement` (see the module
 /// documentation); whether anything changed.
 pub fn name_select_items(statement: &mut Statement) -> bool {
