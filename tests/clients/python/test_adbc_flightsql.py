@@ -6,6 +6,7 @@ stream a large result, list tables, and read errors' SQLSTATEs."""
 import datetime
 import decimal
 import os
+import socket
 
 import adbc_driver_flightsql.dbapi as flightsql
 import adbc_driver_manager
@@ -118,6 +119,27 @@ def test_errors_carry_their_sqlstate():
         assert "22P02" in str(text.value)
         cur.execute("SELECT 1 AS one")
         assert cur.fetchall() == [(1,)]
+
+
+def test_garbage_on_the_port_closes_only_its_connection():
+    s = settings()
+    port = int(os.environ["FOAM_FLIGHT_SQL_PORT"])
+    payloads = [
+        os.urandom(4096),  # neither TLS nor HTTP/2
+        b"\x16\x03\x01" + os.urandom(200),  # a broken TLS record
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + os.urandom(300),  # a broken HTTP/2 stream
+    ]
+    for payload in payloads:
+        with socket.create_connection((s["host"], port), timeout=10) as sock:
+            sock.sendall(payload)
+            try:
+                while sock.recv(4096):
+                    pass
+            except (ConnectionResetError, socket.timeout):
+                pass
+    with flight_connect() as conn, conn.cursor() as cur:
+        cur.execute("SELECT 7 AS still_serving")
+        assert cur.fetchall() == [(7,)]
 
 
 def test_a_wrong_password_is_refused():
