@@ -78,7 +78,7 @@ impl FoamFlightSql {
     /// A `FlightInfo` whose one ticket fetches `output`, kept in `session`.
     fn answer(&self, session: &FlightSession, output: StatementOutput, descriptor: FlightDescriptor) -> Result<FlightInfo, Status> {
         let (schema, records) = match &output {
-            StatementOutput::Rows { schema, .. } => (client_schema(schema), -1),
+            StatementOutput::Rows { schema, .. } | StatementOutput::Returned { schema, .. } => (client_schema(schema), -1),
             StatementOutput::Command { rows, .. } => (Arc::new(Schema::empty()), rows.map_or(-1, |n| n as i64)),
             StatementOutput::CopyIn(_) | StatementOutput::CopyOut { .. } => {
                 return Err(status(&FoamError::FeatureNotSupported {
@@ -228,7 +228,7 @@ impl FlightSqlService for FoamFlightSql {
         let session = self.session(&request)?;
         let handle = handle(&ticket.statement_handle)?;
         match session.take_result(handle).map_err(|e| status(&e))? {
-            StatementOutput::Rows { schema, stream } => {
+            StatementOutput::Rows { schema, stream } | StatementOutput::Returned { schema, stream, .. } => {
                 let shown = client_schema(&schema);
                 let relabelled = shown.clone();
                 let batches = stream.map(move |batch| {
@@ -252,6 +252,14 @@ impl FlightSqlService for FoamFlightSql {
                     batch.map_err(|e| status(&FoamError::from(e)))?;
                 }
                 Ok(-1)
+            }
+            StatementOutput::Returned { mut stream, .. } => {
+                // A write with RETURNING sent as an update: one row per row changed.
+                let mut rows = 0;
+                while let Some(batch) = stream.next().await {
+                    rows += batch.map_err(|e| status(&FoamError::from(e)))?.num_rows() as i64;
+                }
+                Ok(rows)
             }
             _ => Err(status(&FoamError::FeatureNotSupported { feature: "COPY over Flight SQL".into() })),
         }

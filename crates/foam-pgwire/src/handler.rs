@@ -194,6 +194,7 @@ impl FoamPgHandler {
             Ok(StatementOutput::Command { tag, .. }) if tag.is_empty() => {}
             Ok(StatementOutput::Command { tag, .. }) => self.activity.succeeded(Some(tag), sql),
             Ok(StatementOutput::Rows { .. }) => self.activity.succeeded(None, sql),
+            Ok(StatementOutput::Returned { tag, .. }) => self.activity.succeeded(Some(tag), sql),
             Ok(StatementOutput::CopyIn(_) | StatementOutput::CopyOut { .. }) => self.activity.succeeded(Some("COPY"), sql),
             Err(error) => self.activity.failed(error.sqlstate().code()),
         }
@@ -218,23 +219,13 @@ impl FoamPgHandler {
                     (name, None) => Response::Execution(Tag::new(name)),
                 })
             }
-            StatementOutput::Rows { schema, stream } => {
-                let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
-                let fields = Arc::new(pg_fields(&schema, format, Some(options))?);
-                let row_fields = fields.clone();
-                let running = running.clone();
-                let rows = stream
-                    .map(move |batch| {
-                        let _ = &running;
-                        let rows: Box<dyn Iterator<Item = PgWireResult<pgwire::messages::data::DataRow>> + Send + Sync> = match batch {
-                            Ok(batch) => encode_recordbatch(row_fields.clone(), crate::text_values::postgres_text(batch, &row_fields)),
-                            Err(error) => Box::new(std::iter::once(Err(user_error(&FoamError::from(error))))),
-                        };
-                        futures::stream::iter(rows)
-                    })
-                    .flatten();
-                Ok(Response::Query(QueryResponse::new(fields, rows)))
+            StatementOutput::Returned { tag, schema, stream } => {
+                let mut response = rows_response(client, schema, stream, format, running)?;
+                // pgwire adds the row count: `INSERT 0 n`, `UPDATE n`.
+                response.set_command_tag(if tag == "INSERT" { "INSERT 0" } else { tag });
+                Ok(Response::Query(response))
             }
+            StatementOutput::Rows { schema, stream } => Ok(Response::Query(rows_response(client, schema, stream, format, running)?)),
             StatementOutput::CopyIn(target) => {
                 let columns = target.options.columns.as_ref().map_or(target.table.columns.len(), Vec::len);
                 let format = if target.options.format == foam_query::write::copy::CopyFormat::Binary { 1 } else { 0 };
@@ -247,6 +238,31 @@ impl FoamPgHandler {
             StatementOutput::CopyOut { schema, stream, options } => crate::copy_out::copy_out_response(schema, stream, options),
         }
     }
+}
+
+/// Rows as pgwire sends them; they keep `running` until the last is sent.
+fn rows_response<C: ClientInfo>(
+    client: &C,
+    schema: datafusion::arrow::datatypes::SchemaRef,
+    stream: datafusion::execution::SendableRecordBatchStream,
+    format: &Format,
+    running: &Arc<Running>,
+) -> PgWireResult<QueryResponse> {
+    let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
+    let fields = Arc::new(pg_fields(&schema, format, Some(options))?);
+    let row_fields = fields.clone();
+    let running = running.clone();
+    let rows = stream
+        .map(move |batch| {
+            let _ = &running;
+            let rows: Box<dyn Iterator<Item = PgWireResult<pgwire::messages::data::DataRow>> + Send + Sync> = match batch {
+                Ok(batch) => encode_recordbatch(row_fields.clone(), crate::text_values::postgres_text(batch, &row_fields)),
+                Err(error) => Box::new(std::iter::once(Err(user_error(&FoamError::from(error))))),
+            };
+            futures::stream::iter(rows)
+        })
+        .flatten();
+    Ok(QueryResponse::new(fields, rows))
 }
 
 /// The fields a result's RowDescription gives: arrow-pg's for the Arrow

@@ -71,3 +71,27 @@ def test_transaction_blocks(conninfo, table):
         assert conn.execute(f"SELECT k, v FROM {table}").fetchall() == [(1, 1)]
         assert conn.execute("SELECT to_regtype('integer'), to_regtype('no_such_type')").fetchone() == (23, None)
         conn.execute("DEALLOCATE ALL")
+
+
+def test_returning_rows_names_and_tags(conninfo, table):
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (k INT PRIMARY KEY, v INT, note TEXT)")
+        # Extended protocol: Describe gives the returned columns' names and types.
+        cur = conn.execute(f"INSERT INTO {table} VALUES (%s, %s, %s), (%s, %s, %s) RETURNING k, v * 2, upper(note) AS shout",
+                           (1, 10, "one", 2, 20, "two"), prepare=True)
+        assert [d.name for d in cur.description] == ["k", "?column?", "shout"]
+        assert sorted(cur.fetchall()) == [(1, 20, "ONE"), (2, 40, "TWO")]
+        assert (cur.statusmessage, cur.rowcount) == ("INSERT 0 2", 2)
+        cur = conn.execute(f"UPDATE {table} SET v = v + %s WHERE k = %s RETURNING *", (5, 2))
+        assert cur.fetchall() == [(2, 25, "two")] and cur.statusmessage == "UPDATE 1"
+        cur = conn.execute(f"DELETE FROM {table} WHERE k = 1 RETURNING note")
+        assert cur.fetchall() == [("one",)] and cur.statusmessage == "DELETE 1"
+        cur = conn.execute(f"INSERT INTO {table} VALUES (2, 0, 'x'), (3, 30, 'three') ON CONFLICT (k) DO NOTHING RETURNING k")
+        assert cur.fetchall() == [(3,)] and cur.statusmessage == "INSERT 0 1"
+        # An error in RETURNING: nothing is written.
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            conn.execute(f"UPDATE {table} SET v = 0 RETURNING 1 / v")
+        assert conn.execute(f"SELECT k, v FROM {table} ORDER BY k").fetchall() == [(2, 25), (3, 30)]
+        with conn.cursor(binary=True) as binary:
+            binary.execute(f"UPDATE {table} SET note = %s WHERE k = 3 RETURNING k, note", ("bin",))
+            assert binary.fetchall() == [(3, "bin")]

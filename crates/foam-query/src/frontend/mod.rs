@@ -15,6 +15,7 @@ pub mod lock_table;
 pub mod modify;
 pub mod pg_access;
 pub mod privileges;
+pub mod returning;
 pub mod roles;
 pub mod scalar_subquery;
 pub mod select_names;

@@ -10,7 +10,8 @@
 //! finds the deleted rows by content (`foam-storage/src/row_set.rs`), and a new
 //! row hashes to its own partition, so an UPDATE of the distribution key moves
 //! the row. Forms whose rows could repeat a target row (`UPDATE ... FROM`,
-//! `DELETE ... USING`) or that return rows (`RETURNING`) are refused with 0A000.
+//! `DELETE ... USING`) are refused with 0A000. The session takes `RETURNING`
+//! off first (`returning.rs`); it is refused here if still there.
 //! `INSERT ... ON CONFLICT` is a query of the proposed rows beside the
 //! rows they conflict with (`upsert.rs`).
 //! `TRUNCATE t` is `DELETE FROM t`: transactional, at a DELETE's cost;
@@ -59,7 +60,7 @@ pub fn as_query(statement: &Statement, catalog: &Catalog) -> FoamResult<Option<(
     match statement {
         Statement::Delete(delete) => {
             if delete.returning.is_some() {
-                return unsupported("DELETE ... RETURNING");
+                return unsupported("DELETE ... RETURNING here (the session reads RETURNING itself)");
             }
             if delete.using.is_some() {
                 return unsupported("DELETE ... USING (use WHERE ... IN (SELECT ...))");
@@ -77,7 +78,7 @@ pub fn as_query(statement: &Statement, catalog: &Catalog) -> FoamResult<Option<(
         }
         Statement::Update(update) => {
             if update.returning.is_some() {
-                return unsupported("UPDATE ... RETURNING");
+                return unsupported("UPDATE ... RETURNING here (the session reads RETURNING itself)");
             }
             if update.from.is_some() {
                 return unsupported("UPDATE ... FROM (use WHERE ... IN (SELECT ...) or a scalar subquery)");
@@ -222,12 +223,13 @@ mod tests {
     }
 
     #[test]
-    fn forms_that_could_repeat_or_return_rows_are_refused() {
+    fn forms_that_could_repeat_or_keep_returning_are_refused() {
         for sql in [
             "DELETE FROM t USING t AS u WHERE t.k = u.k",
             "UPDATE t SET v = 1 FROM t AS u WHERE t.k = u.k",
             "DELETE FROM t RETURNING k",
             "UPDATE t SET v = 1 RETURNING k",
+            "INSERT INTO t VALUES (1) ON CONFLICT (k) DO NOTHING RETURNING k",
         ] {
             assert_eq!(query_of(sql).unwrap_err().sqlstate(), "0A000", "{sql}");
         }

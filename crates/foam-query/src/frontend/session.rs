@@ -70,6 +70,9 @@ pub enum StatementOutput {
     CopyIn(CopyInTarget),
     /// `COPY ... TO STDOUT`: a query's rows, to be sent in COPY's format.
     CopyOut { schema: SchemaRef, stream: SendableRecordBatchStream, options: CopyOptions },
+    /// The rows a write's RETURNING gave, one per row changed, and the
+    /// write's command tag (`INSERT`, `UPDATE`, `DELETE`).
+    Returned { tag: &'static str, schema: SchemaRef, stream: SendableRecordBatchStream },
 }
 
 pub struct CopyInTarget {
@@ -85,6 +88,15 @@ enum PlanWrite {
     /// UPDATE or DELETE: the plan is the query of the rows they change
     /// (`modify.rs`).
     Modify(crate::frontend::modify::Modify),
+}
+
+/// A write's RETURNING query and its plan over the written table.
+#[derive(Clone)]
+struct ReturningPlan {
+    returning: crate::frontend::returning::Returning,
+    plan: LogicalPlan,
+    /// CHAR(n) widths of its columns (`char_columns.rs`).
+    chars: Vec<Option<u32>>,
 }
 
 /// A statement parsed and, for queries, planned; ready to execute (again) with
@@ -107,7 +119,15 @@ enum Kind {
     /// parameters.
     /// `chars` is each result column's CHAR width, for its description
     /// (`char_columns.rs`).
-    Plan { statement: Box<Statement>, plan: LogicalPlan, write: Option<PlanWrite>, catalog_version: u64, chars: Vec<Option<u32>> },
+    Plan {
+        statement: Box<Statement>,
+        plan: LogicalPlan,
+        write: Option<PlanWrite>,
+        catalog_version: u64,
+        chars: Vec<Option<u32>>,
+        /// A write's RETURNING query, planned (`returning.rs`).
+        returning: Option<Box<ReturningPlan>>,
+    },
     /// FoamDB's own statement, run by this module, with a CREATE TABLE's
     /// `DISTRIBUTED ...` clause.
     Own(Box<Statement>, Option<foam_catalog::model::DistributionSpec>),
@@ -164,9 +184,19 @@ impl PreparedStatement {
 
     /// Parameter types, in `$1, $2, ...` order; `None` where DataFusion could not infer one.
     pub fn parameter_types(&self) -> FoamResult<Vec<Option<DataType>>> {
-        let Kind::Plan { plan, .. } = &self.kind else { return Ok(Vec::new()) };
-        let types = plan.get_parameter_types().map_err(FoamError::from)?;
-        let cast = cast_parameter_types(plan);
+        let Kind::Plan { plan, returning, .. } = &self.kind else { return Ok(Vec::new()) };
+        let mut types = plan.get_parameter_types().map_err(FoamError::from)?;
+        let mut cast = cast_parameter_types(plan);
+        // RETURNING may use parameters of its own (`RETURNING v + $3`).
+        if let Some(returning) = returning {
+            for (name, t) in returning.plan.get_parameter_types().map_err(FoamError::from)? {
+                let known = types.entry(name).or_insert(None);
+                *known = known.take().or(t);
+            }
+            for (name, t) in cast_parameter_types(&returning.plan) {
+                cast.entry(name).or_insert(t);
+            }
+        }
         let mut ordered: Vec<(usize, Option<DataType>)> = types
             .into_iter()
             .map(|(name, t)| {
@@ -190,6 +220,10 @@ impl PreparedStatement {
             Kind::Plan { plan, write: None, chars, .. } if returns_rows(plan) => {
                 let schema = Arc::new(plan.schema().as_arrow().clone());
                 Some(crate::frontend::char_columns::mark(&schema, chars).unwrap_or(schema))
+            }
+            Kind::Plan { returning: Some(returning), .. } => {
+                let schema = Arc::new(returning.plan.schema().as_arrow().clone());
+                Some(crate::frontend::char_columns::mark(&schema, &returning.chars).unwrap_or(schema))
             }
             Kind::Own(statement, _) if matches!(**statement, Statement::Explain { .. }) => Some(explain_schema()),
             _ => None,
@@ -672,6 +706,7 @@ impl FoamSession {
             return prepared(Kind::Own(statement, distribution));
         }
         let catalog = self.node.catalog.current();
+        let returning = crate::frontend::returning::take(&mut statement)?;
         let modify = crate::frontend::modify::as_query(&statement, &catalog)?;
         let modify_reads = modify.as_ref().map(|(_, modify)| privileges::modify_read_needs(&statement, modify.table(), &catalog));
         if let Some((query, _)) = &modify {
@@ -725,7 +760,16 @@ impl FoamSession {
             reads.extend(needs.iter().cloned());
         }
         let chars = crate::frontend::char_columns::widths(&plan, &catalog);
-        let kind = Kind::Plan { statement, plan, write, catalog_version, chars };
+        let returning = match returning {
+            Some(returning) => {
+                reads.extend(privileges::read_needs(&returning.query, &catalog));
+                let plan = self.plan(&returning.query).await?;
+                let chars = crate::frontend::char_columns::widths(&plan, &catalog);
+                Some(Box::new(ReturningPlan { returning, plan, chars }))
+            }
+            None => None,
+        };
+        let kind = Kind::Plan { statement, plan, write, catalog_version, chars, returning };
         let needs = needs_of(&kind, &reads);
         match copy_out {
             Some(options) => prepared(Kind::CopyOut { query: Box::new(PreparedStatement { text: text.clone(), kind, needs }), options }),
@@ -971,7 +1015,7 @@ impl FoamSession {
     async fn run_admitted(&self, prepared: &PreparedStatement, params: Option<ParamValues>, interrupt: &Interrupt) -> FoamResult<StatementOutput> {
         match &prepared.kind {
             Kind::Empty => Ok(StatementOutput::Command { tag: String::new(), rows: None }),
-            Kind::Plan { statement, plan, write, catalog_version, .. } => {
+            Kind::Plan { statement, plan, write, catalog_version, returning, .. } => {
                 let is_write = write.is_some();
                 let mut retries = 0;
                 loop {
@@ -983,8 +1027,21 @@ impl FoamSession {
                         self.plan(statement).await?
                     };
                     let bound = bind(plan, params.clone())?;
+                    let returning = match returning {
+                        Some(returning) => {
+                            let plan = if planned_with.version == *catalog_version && retries == 0 {
+                                returning.plan.clone()
+                            } else {
+                                self.plan(&returning.returning.query).await?
+                            };
+                            Some((bind(plan, params.clone())?, returning.chars.as_slice()))
+                        }
+                        None => None,
+                    };
                     let result = if let Some(PlanWrite::Modify(modify)) = write {
-                        self.run_modify(modify, bound).await
+                        self.run_modify(modify, bound, returning).await
+                    } else if let Some(returning) = returning {
+                        self.run_insert_returning(bound, returning).await
                     } else if is_write {
                         self.run_insert(bound).await
                     } else {
@@ -1101,18 +1158,28 @@ impl FoamSession {
     /// Runs an UPDATE or DELETE: `plan` reads the rows it changes (old
     /// rows, then for UPDATE their new versions), which the write path deletes
     /// and adds as one transaction (or as a statement of the session's block).
-    async fn run_modify(&self, modify: &crate::frontend::modify::Modify, plan: LogicalPlan) -> FoamResult<StatementOutput> {
-        self.run_modify_in(modify, plan, self.open.get()).await
+    async fn run_modify(
+        &self,
+        modify: &crate::frontend::modify::Modify,
+        plan: LogicalPlan,
+        returning: Option<(LogicalPlan, &[Option<u32>])>,
+    ) -> FoamResult<StatementOutput> {
+        self.run_modify_in(modify, plan, self.open.get(), returning).await
     }
 
     /// [`Self::run_modify`] as a statement of `transaction` (committed by
-    /// its owner), or on its own when `None`.
+    /// its owner), or on its own when `None`; with `returning`, the rows it
+    /// deleted (DELETE) or wrote (UPDATE, upsert) are kept for that query.
     async fn run_modify_in(
         &self,
         modify: &crate::frontend::modify::Modify,
         plan: LogicalPlan,
         transaction: Option<Arc<Transaction>>,
+        returning: Option<(LogicalPlan, &[Option<u32>])>,
     ) -> FoamResult<StatementOutput> {
+        use crate::frontend::modify::Modify;
+        let mut returned_rows = Vec::new();
+        let keep = returning.is_some();
         let table = self.node.catalog.current().table(modify.table())?.clone();
         let schema = table.arrow_schema();
         let width = table.columns.len();
@@ -1131,21 +1198,20 @@ impl FoamSession {
                     writer.write_deletes(deletes).await?;
                 }
                 for inserts in changes.inserts {
-                    writer.write(crate::write::cast_to(&schema, inserts)?).await?;
+                    let inserts = crate::write::cast_to(&schema, inserts)?;
+                    if keep {
+                        returned_rows.push(inserts.clone());
+                    }
+                    writer.write(inserts).await?;
                 }
                 Ok::<_, FoamError>(changes.count)
             }
             .await;
-            return match written {
-                Ok(count) => {
-                    writer.commit().await?;
-                    Ok(StatementOutput::Command { tag: modify.tag().into(), rows: Some(count) })
-                }
-                Err(error) => {
-                    writer.abort().await;
-                    Err(error)
-                }
+            let output = match (written, returning) {
+                (Ok(_), Some((plan, chars))) => self.returned(modify.tag(), plan, returned_rows, chars).await,
+                (written, _) => written.map(|count| StatementOutput::Command { tag: modify.tag().into(), rows: Some(count) }),
             };
+            return settle(writer, output).await;
         }
         while let Some(batch) = rows.next().await {
             let written = async {
@@ -1153,9 +1219,17 @@ impl FoamSession {
                 let project = |columns: std::ops::Range<usize>| {
                     batch.project(&columns.collect::<Vec<_>>()).map_err(|e| FoamError::internal(format!("rows of an {}: {e}", modify.tag())))
                 };
-                writer.write_deletes(project(0..width)?).await?;
-                if let crate::frontend::modify::Modify::Update { .. } = modify {
-                    writer.write(crate::write::cast_to(&schema, project(width..2 * width)?)?).await?;
+                let old = project(0..width)?;
+                if keep && !matches!(modify, Modify::Update { .. }) {
+                    returned_rows.push(old.clone());
+                }
+                writer.write_deletes(old).await?;
+                if let Modify::Update { .. } = modify {
+                    let new = crate::write::cast_to(&schema, project(width..2 * width)?)?;
+                    if keep {
+                        returned_rows.push(new.clone());
+                    }
+                    writer.write(new).await?;
                 }
                 Ok::<_, FoamError>(())
             }
@@ -1165,11 +1239,53 @@ impl FoamSession {
                 return Err(error);
             }
         }
-        let changed = writer.deleted();
-        writer.commit().await?;
-        // PostgreSQL's TRUNCATE reports no row count.
-        let rows = (!matches!(modify, crate::frontend::modify::Modify::Truncate { .. })).then_some(changed);
-        Ok(StatementOutput::Command { tag: modify.tag().into(), rows })
+        let output = match returning {
+            // Read before the commit: an error in RETURNING writes nothing.
+            Some((plan, chars)) => self.returned(modify.tag(), plan, returned_rows, chars).await,
+            None => {
+                // PostgreSQL's TRUNCATE reports no row count.
+                let rows = (!matches!(modify, Modify::Truncate { .. })).then_some(writer.deleted());
+                Ok(StatementOutput::Command { tag: modify.tag().into(), rows })
+            }
+        };
+        settle(writer, output).await
+    }
+
+    /// An INSERT with RETURNING: `plan` (DataFusion's INSERT) is run up to
+    /// the rows it inserts, which are written here, as its sink would, and
+    /// read by the RETURNING query before they commit.
+    async fn run_insert_returning(&self, plan: LogicalPlan, (returning, chars): (LogicalPlan, &[Option<u32>])) -> FoamResult<StatementOutput> {
+        let LogicalPlan::Dml(insert) = plan else { return Err(FoamError::internal("an INSERT ... RETURNING did not plan as an INSERT")) };
+        let table = self.node.catalog.current().table(insert.table_name.table())?.clone();
+        let schema = table.arrow_schema();
+        let frame = self.ctx.execute_logical_plan(Arc::unwrap_or_clone(insert.input)).await.map_err(FoamError::from)?;
+        let mut rows = crate::exec::panic_safe::panic_safe(frame.execute_stream().await.map_err(FoamError::from)?);
+        let mut writer = TableWriter::begin_in(self.node.clone(), table, self.open.get())?;
+        let mut inserted = Vec::new();
+        let written = async {
+            while let Some(batch) = rows.next().await {
+                let batch = crate::write::cast_to(&schema, batch.map_err(FoamError::from)?)?;
+                inserted.push(batch.clone());
+                writer.write(batch).await?;
+            }
+            self.returned("INSERT", returning, inserted, chars).await
+        }
+        .await;
+        settle(writer, written).await
+    }
+
+    /// The RETURNING query `plan` run over the rows a write (of command
+    /// `tag`) changed, all read now, before the write commits.
+    async fn returned(&self, tag: &'static str, plan: LogicalPlan, rows: Vec<RecordBatch>, chars: &[Option<u32>]) -> FoamResult<StatementOutput> {
+        let plan = crate::frontend::returning::over_rows(plan, rows)?;
+        self.pass_execution_options()?;
+        let frame = self.ctx.execute_logical_plan(plan).await.map_err(FoamError::from)?;
+        let physical = frame.clone().create_physical_plan().await.map_err(FoamError::from)?;
+        let schema = physical.schema();
+        let batches = datafusion::physical_plan::collect(physical, Arc::new(frame.task_ctx())).await.map_err(FoamError::from)?;
+        let schema = crate::frontend::char_columns::mark(&schema, chars).unwrap_or(schema);
+        let stream = futures::stream::iter(batches.into_iter().map(Ok)).boxed();
+        Ok(StatementOutput::Returned { tag, schema: schema.clone(), stream: Box::pin(RecordBatchStreamAdapter::new(schema, stream)) })
     }
 
     /// TRUNCATE of several tables: each table's rows deleted as one
@@ -1195,7 +1311,7 @@ impl FoamSession {
             own
         });
         for (query, modify) in &each {
-            let done = async { self.run_modify_in(modify, self.plan(query).await?, Some(transaction.clone())).await }.await;
+            let done = async { self.run_modify_in(modify, self.plan(query).await?, Some(transaction.clone()), None).await }.await;
             if let Err(error) = done {
                 if block.is_none() {
                     transaction.abort().await;
@@ -1936,6 +2052,21 @@ fn needs_of(kind: &Kind, reads: &[Need]) -> Vec<Need> {
 /// Whether `result` failed with `state` (from this node or a peer).
 fn error_is<T>(result: &FoamResult<T>, state: foam_common::SqlState) -> bool {
     matches!(result, Err(error) if error.sqlstate() == state)
+}
+
+/// Commits what `writer` wrote if the statement's `output` is one, else
+/// takes it back.
+async fn settle(writer: TableWriter, output: FoamResult<StatementOutput>) -> FoamResult<StatementOutput> {
+    match output {
+        Ok(output) => {
+            writer.commit().await?;
+            Ok(output)
+        }
+        Err(error) => {
+            writer.abort().await;
+            Err(error)
+        }
+    }
 }
 
 fn bind(plan: LogicalPlan, params: Option<ParamValues>) -> FoamResult<LogicalPlan> {

@@ -26,7 +26,8 @@
 //! key is still checked there (a conflict with a concurrent writer, which
 //! PostgreSQL would wait for, is 23505 or 40001). Arbiter keys are unique
 //! keys, which hold their table's distribution key, so each lookup reads
-//! the partitions of its own rows' owners. `RETURNING` is refused (0A000).
+//! the partitions of its own rows' owners. `RETURNING` reads the inserted
+//! and updated rows (`returning.rs`).
 
 use std::collections::HashSet;
 use std::ops::ControlFlow;
@@ -58,11 +59,12 @@ pub struct Upsert {
 }
 
 /// The query of an `INSERT ... ON CONFLICT` (see the module documentation);
-/// `None` for any other statement. An INSERT with RETURNING is refused.
+/// `None` for any other statement. RETURNING is to be taken off first
+/// (`returning.rs`); an INSERT that still has it is refused.
 pub fn as_query(statement: &Statement, catalog: &Catalog) -> FoamResult<Option<(String, Upsert)>> {
     let Statement::Insert(insert) = statement else { return Ok(None) };
     if insert.returning.is_some() {
-        return Err(FoamError::FeatureNotSupported { feature: "INSERT ... RETURNING".into() });
+        return Err(FoamError::FeatureNotSupported { feature: "INSERT ... RETURNING here (the session reads RETURNING itself)".into() });
     }
     let conflict = match &insert.on {
         None => return Ok(None),
