@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Cluster, query_text, scalar, try_query_text};
+use common::{Cluster, Rng, query_text, scalar, seed, try_query_text};
 
 /// Failure detector timings for these tests: quick, so the tests are short.
 const FAST_DETECTOR: &[&str] = &["--node-dead-after-ms", "1500", "--reprotect-after-ms", "3000"];
@@ -22,31 +22,6 @@ const FAST_DETECTOR: &[&str] = &["--node-dead-after-ms", "1500", "--reprotect-af
 const RETRIABLE: &[&str] = &["08006", "40001", "57P03", "40000"];
 /// Reads retried while a transaction its coordinator's death cut is in doubt.
 const IN_DOUBT_READ_RETRIES_MAX: u32 = 10;
-
-fn seed() -> u64 {
-    let seed = std::env::var("FOAM_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64);
-    println!("FOAM_TEST_SEED={seed}");
-    seed
-}
-
-/// xorshift64*: enough randomness to pick victims and timings, replayable.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn sqlstate(error: &tokio_postgres::Error) -> String {
     error.as_db_error().map(|d| d.code().code().to_string()).unwrap_or_else(|| format!("not a database error: {error}"))

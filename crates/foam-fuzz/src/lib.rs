@@ -6,11 +6,14 @@
 //! (`engines.rs`); answers are compared as multisets (`compare.rs`), and
 //! every difference is reduced to a small case that can be kept as a
 //! sqllogictest regression (`run.rs`). `foam bench fuzz` runs it long; the
-//! foam-cli `fuzz` test runs a fixed list of seeds in CI.
+//! foam-cli `fuzz` test runs a fixed list of seeds in CI. `history.rs`
+//! checks a recorded history of concurrent transactions for what snapshot
+//! isolation forbids (the foam-cli `snapshots` test records one).
 
 pub mod choices;
 pub mod compare;
 pub mod engines;
+pub mod history;
 pub mod postgres_form;
 pub mod query;
 pub mod reference;

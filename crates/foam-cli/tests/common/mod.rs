@@ -405,6 +405,33 @@ impl Drop for Cluster {
     }
 }
 
+/// The test's random seed: `FOAM_TEST_SEED`, else the clock; printed so a
+/// failing run can be replayed.
+pub fn seed() -> u64 {
+    let seed = std::env::var("FOAM_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64);
+    println!("FOAM_TEST_SEED={seed}");
+    seed
+}
+
+/// xorshift64*: enough randomness to pick victims and timings, replayable.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
 pub async fn connect(url: &str) -> tokio_postgres::Client {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect to FoamDB");
     tokio::spawn(async move {
