@@ -9,8 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Cluster, error_of, scalar};
-use foam_fuzz::history;
+use common::{Cluster, error_of, lists, scalar};
 
 /// Statements each writer runs in `readers_never_see_part_of_a_statement`.
 const WRITER_STATEMENTS: usize = 25;
@@ -164,67 +163,9 @@ async fn repeatable_read_blocks_read_one_snapshot_and_the_first_committer_wins()
     client.batch_execute("COMMIT").await.unwrap();
 }
 
-/// Keys, clients and transactions per client of the anomaly test: few
-/// keys, so transactions collide.
-const LIST_KEYS: u64 = 3;
+/// Clients and transactions per client of the anomaly test.
 const LIST_CLIENTS: usize = 4;
 const LIST_TRANSACTIONS: usize = 30;
-
-/// One REPEATABLE READ transaction of 2 to 4 random reads and appends on
-/// the `lists` table, recorded as its client saw it; ended by COMMIT, or by
-/// ROLLBACK one time in eight. One time in four it is instead a single
-/// append on its own (which the node retries on a conflict). A 40001
-/// aborts it (ROLLBACK); any other error fails the test.
-async fn list_transaction(client: &tokio_postgres::Client, name: String, rng: &mut common::Rng) -> history::Txn {
-    use history::Op;
-    let fail = |sql: &str, error: tokio_postgres::Error| -> ! { panic!("{name}: {sql}: {error}") };
-    if rng.below(4) == 0 {
-        let (key, element) = (1 + rng.below(LIST_KEYS) as i64, format!("{name}.0"));
-        let committed = match client.execute(&format!("UPDATE lists SET v = v || '{element},' WHERE k = {key}"), &[]).await {
-            Ok(n) => n == 1,
-            Err(error) if error.code().map(|c| c.code()) == Some("40001") => false,
-            Err(error) => fail("an append on its own", error),
-        };
-        return history::Txn { name, ops: vec![Op::Append { key, element }], committed };
-    }
-    client.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ").await.unwrap_or_else(|e| fail("BEGIN", e));
-    let mut ops = Vec::new();
-    let mut conflict = false;
-    for step in 0..2 + rng.below(3) {
-        let key = 1 + rng.below(LIST_KEYS) as i64;
-        let result = if rng.below(2) == 0 {
-            let sql = format!("SELECT v FROM lists WHERE k = {key}");
-            common::try_query_text(client, &sql).await.map(|rows| {
-                let text = rows.first().and_then(|row| row[0].clone()).unwrap_or_else(|| panic!("{name}: {sql} found no row"));
-                ops.push(Op::Read { key, list: text.split(',').filter(|e| !e.is_empty()).map(str::to_string).collect() });
-            })
-        } else {
-            let element = format!("{name}.{step}");
-            // An append that fails is recorded too: it must never be seen.
-            ops.push(Op::Append { key, element: element.clone() });
-            client.execute(&format!("UPDATE lists SET v = v || '{element},' WHERE k = {key}"), &[]).await.map(|n| assert_eq!(n, 1, "{name}: append to {key}"))
-        };
-        match result {
-            Ok(()) => {}
-            Err(error) if error.code().map(|c| c.code()) == Some("40001") => {
-                conflict = true;
-                break;
-            }
-            Err(error) => fail("a read or append", error),
-        }
-    }
-    let committed = if conflict || rng.below(8) == 0 {
-        client.batch_execute("ROLLBACK").await.unwrap_or_else(|e| fail("ROLLBACK", e));
-        false
-    } else {
-        match client.batch_execute("COMMIT").await {
-            Ok(()) => true,
-            Err(error) if error.code().map(|c| c.code()) == Some("40001") => false,
-            Err(error) => fail("COMMIT", error),
-        }
-    };
-    history::Txn { name, ops, committed }
-}
 
 /// Concurrent transactions on three nodes append to and read a few lists;
 /// the recorded history must show snapshot isolation: no lost update, no
@@ -234,8 +175,7 @@ async fn concurrent_transactions_show_no_anomaly_snapshot_isolation_forbids() {
     let seed = common::seed();
     let cluster = Cluster::start(3);
     let client = cluster.client(0).await;
-    client.batch_execute("CREATE TABLE lists (k INT PRIMARY KEY, v TEXT)").await.unwrap();
-    client.batch_execute(&format!("INSERT INTO lists SELECT CAST(value AS INT), '' FROM generate_series(1, {LIST_KEYS})")).await.unwrap();
+    lists::create(&client).await;
     let mut clients = tokio::task::JoinSet::new();
     for c in 0..LIST_CLIENTS {
         let url = cluster.url(c % 3);
@@ -244,25 +184,13 @@ async fn concurrent_transactions_show_no_anomaly_snapshot_isolation_forbids() {
             let mut rng = common::Rng((seed ^ (c as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1);
             let mut txns = Vec::new();
             for t in 0..LIST_TRANSACTIONS {
-                txns.push(list_transaction(&client, format!("c{c}t{t}"), &mut rng).await);
+                txns.push(lists::transaction(&client, format!("c{c}t{t}"), &mut rng, false).await);
             }
             txns
         });
     }
-    let txns: Vec<history::Txn> = clients.join_all().await.into_iter().flatten().collect();
-    let final_lists = common::query_text(&client, "SELECT k, v FROM lists")
-        .await
-        .into_iter()
-        .map(|row| {
-            let key = row[0].as_deref().and_then(|k| k.parse().ok()).expect("a key");
-            (key, row[1].as_deref().unwrap_or_default().split(',').filter(|e| !e.is_empty()).map(str::to_string).collect())
-        })
-        .collect();
-    let history = history::History { txns, final_lists };
-    let committed = history.txns.iter().filter(|t| t.committed).count();
-    let appended: usize = history.final_lists.values().map(Vec::len).sum();
-    eprintln!("{committed} of {} transactions committed; {appended} appends kept", history.txns.len());
-    let anomalies = history::check(&history);
-    assert!(anomalies.is_empty(), "{}\nhistory: {:#?}", anomalies.iter().map(|a| a.to_string()).collect::<Vec<_>>().join("\n"), history);
-    assert!(committed > 0 && appended > 0, "the run checked nothing");
+    let txns = clients.join_all().await.into_iter().flatten().collect();
+    let history = lists::history(&client, txns).await;
+    let (committed, kept) = lists::assert_snapshot_isolation(&history);
+    eprintln!("{committed} of {} transactions committed; {kept} appends kept", history.txns.len());
 }

@@ -18,7 +18,10 @@
 //!   see there (read skew, a long fork: snapshots that no single commit
 //!   order explains).
 //!
-//! Write skew is allowed: it is what snapshot isolation permits.
+//! A transaction whose end the client could not learn (its connection was
+//! lost at COMMIT) committed if any of its appends is kept, and must then
+//! have all of them kept; else it aborted. Write skew is allowed: it is
+//! what snapshot isolation permits.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -32,12 +35,21 @@ pub enum Op {
     Append { key: i64, element: String },
 }
 
+/// How a transaction ended, as its client learnt it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Committed,
+    Aborted,
+    /// The client lost its connection before it learnt the end.
+    Unknown,
+}
+
 /// One transaction as its client saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Txn {
     pub name: String,
     pub ops: Vec<Op>,
-    pub committed: bool,
+    pub outcome: Outcome,
 }
 
 /// A run's transactions and each key's list once they had all ended.
@@ -86,6 +98,17 @@ impl fmt::Display for Anomaly {
 /// Every anomaly in `history` (empty when it is snapshot isolation).
 pub fn check(history: &History) -> Vec<Anomaly> {
     let mut anomalies = Vec::new();
+    let kept: BTreeSet<&str> = history.final_lists.values().flatten().map(String::as_str).collect();
+    // Whether each transaction committed, an unknown end read from what was kept.
+    let committed: Vec<bool> = history
+        .txns
+        .iter()
+        .map(|txn| match txn.outcome {
+            Outcome::Committed => true,
+            Outcome::Aborted => false,
+            Outcome::Unknown => txn.ops.iter().any(|op| matches!(op, Op::Append { element, .. } if kept.contains(element.as_str()))),
+        })
+        .collect();
     // Who appended each element, where.
     let mut writers: HashMap<&str, (usize, i64)> = HashMap::new();
     for (t, txn) in history.txns.iter().enumerate() {
@@ -104,12 +127,12 @@ pub fn check(history: &History) -> Vec<Anomaly> {
                 anomalies.push(Anomaly::Duplicate { key: *key, element: element.clone() });
             }
             match writers.get(element.as_str()) {
-                Some((t, written)) if *written == *key && history.txns[*t].committed => {}
+                Some((t, written)) if *written == *key && committed[*t] => {}
                 _ => anomalies.push(Anomaly::UncommittedKept { key: *key, element: element.clone() }),
             }
         }
     }
-    for txn in history.txns.iter().filter(|txn| txn.committed) {
+    for txn in history.txns.iter().zip(&committed).filter_map(|(txn, c)| c.then_some(txn)) {
         for op in &txn.ops {
             if let Op::Append { key, element } = op
                 && !positions.get(key).is_some_and(|at| at.contains_key(element.as_str()))
@@ -179,7 +202,7 @@ pub fn check(history: &History) -> Vec<Anomaly> {
                 order.insert((*before, *after));
             }
             // It committed after its snapshot, which held what it saw.
-            if txn.committed && txn.ops.iter().any(|op| matches!(op, Op::Append { .. })) {
+            if committed[t] && txn.ops.iter().any(|op| matches!(op, Op::Append { .. })) {
                 order.insert((*before, t));
             }
         }
@@ -246,7 +269,7 @@ mod tests {
     }
 
     fn txn(name: &str, committed: bool, ops: Vec<Op>) -> Txn {
-        Txn { name: name.into(), ops, committed }
+        Txn { name: name.into(), ops, outcome: if committed { Outcome::Committed } else { Outcome::Aborted } }
     }
 
     fn history(txns: Vec<Txn>, finals: &[(i64, &[&str])]) -> History {
@@ -295,6 +318,17 @@ mod tests {
             &[(1, &["a"]), (2, &["b"])],
         );
         assert_eq!(check(&fractured), vec![Anomaly::FracturedRead { txn: "r".into(), writer: "w".into() }]);
+    }
+
+    #[test]
+    fn an_unknown_end_is_read_from_what_was_kept_and_must_be_whole() {
+        let unknown = |ops| Txn { name: "u".into(), ops, outcome: Outcome::Unknown };
+        let kept = history(vec![unknown(vec![append(1, "a"), append(2, "b")])], &[(1, &["a"]), (2, &["b"])]);
+        assert_eq!(check(&kept), Vec::new());
+        let gone = history(vec![unknown(vec![append(1, "a"), append(2, "b")])], &[(1, &[]), (2, &[])]);
+        assert_eq!(check(&gone), Vec::new());
+        let half = history(vec![unknown(vec![append(1, "a"), append(2, "b")])], &[(1, &["a"]), (2, &[])]);
+        assert_eq!(check(&half), vec![Anomaly::LostUpdate { txn: "u".into(), key: 2, element: "b".into() }]);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod lists;
 pub mod netns;
 pub mod slt_db;
 
