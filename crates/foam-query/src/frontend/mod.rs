@@ -14,6 +14,7 @@ pub mod interrupt;
 pub mod lock_table;
 pub mod modify;
 pub mod pg_access;
+pub mod pg_compatibility;
 pub mod privileges;
 pub mod returning;
 pub mod roles;

@@ -645,12 +645,7 @@ impl FoamSession {
         // those, into forms DataFusion plans. The compatibility parser reads
         // the text again: it matches whole queries by their tokens.
         if text.contains("pg_") {
-            let compatible = datafusion_pg_catalog::sql::PostgresCompatibilityParser::new();
-            if let Ok(mut rewritten) = compatible.parse(&text)
-                && let Some(rewritten) = rewritten.pop()
-            {
-                *statement = rewritten;
-            }
+            crate::frontend::pg_compatibility::rewrite(&mut statement, &text);
             crate::catalog::pg_missing::rewrite_catalog_query(&mut statement);
             let catalog = self.node.catalog.current();
             crate::catalog::pg_stat_activity::qualify(&mut statement, |name| catalog.tables.contains_key(name) || catalog.views.contains_key(name));
