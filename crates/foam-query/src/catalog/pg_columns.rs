@@ -18,7 +18,9 @@
 //! stand-in adds `pg_stat_activity` (`pg_stat_activity.rs`), which
 //! datafusion-pg-catalog lacks, each catalog table's `tableoid`
 //! (`pg_missing.rs`), FoamDB's keys (`pg_keys.rs`), and owners and views
-//! (`pg_owners.rs`).
+//! (`pg_owners.rs`). PostgreSQL's catalog tables keep its fixed OIDs in
+//! `pg_class.oid` and `pg_attribute.attrelid` ([`Relations`]), which
+//! `tableoid` and `pg_init_privs` name them by.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -126,7 +128,7 @@ impl SchemaProvider for DeclaredTypes {
             return Ok(Some(pg_stat_activity::table(self.node.clone(), self.viewer.clone())));
         }
         let table = match self.inner.table(name).await? {
-            Some(table) => Some(pg_missing::emptied(name, table)),
+            Some(table) => Some(pg_missing::without_relation_privileges(name, pg_missing::emptied(name, table)).await?),
             None => pg_missing::missing_table(name),
         };
         // pg_attribute's rows are made when it is scanned: making them
@@ -167,40 +169,68 @@ impl TableProvider for Attributes {
 
     async fn scan(&self, state: &dyn Session, projection: Option<&Vec<usize>>, filters: &[Expr], limit: Option<usize>) -> Result<Arc<dyn ExecutionPlan>> {
         let mut batches = rows(&self.attributes).await?;
-        let relations = self.foam_relations().await?;
+        let relations = relations(&self.pg_catalog).await?;
         for batch in &mut batches {
-            *batch = with_declared_types(batch, &relations, &self.node)?;
+            *batch = with_declared_types(batch, &relations.foam, &self.node)?;
+            *batch = relations.with_fixed_oids(batch, "attrelid")?;
         }
         MemTable::try_new(self.schema(), vec![batches])?.scan(state, projection, filters, limit).await
     }
 }
 
-impl Attributes {
-    /// The OIDs of relations in FoamDB's schema, with their names.
-    async fn foam_relations(&self) -> Result<HashMap<i64, String>> {
-        Ok(foam_relations(&self.pg_catalog).await?.1)
+/// `pg_catalog`'s OID in `pg_namespace`, as PostgreSQL and
+/// datafusion-pg-catalog fix it.
+pub(crate) const PG_CATALOG_NAMESPACE_OID: i32 = 11;
+
+/// The relations of datafusion-pg-catalog's `pg_class` that FoamDB's
+/// catalog wrappers tell apart.
+pub(crate) struct Relations {
+    /// The OID of FoamDB's schema (`public`) in `pg_namespace`.
+    pub schema_oid: Option<i64>,
+    /// The relations in it by OID, with their names.
+    pub foam: HashMap<i64, String>,
+    /// PostgreSQL's fixed OID of each catalog table in `pg_catalog`, by the
+    /// OID datafusion-pg-catalog numbered it with (`'pg_proc'::regclass`
+    /// is 1255, as `tableoid` and `pg_init_privs.classoid` say).
+    pub fixed: HashMap<i64, i32>,
+}
+
+impl Relations {
+    /// `batch` with the catalog tables' OIDs in column `column` fixed.
+    pub fn with_fixed_oids(&self, batch: &RecordBatch, column: &str) -> Result<RecordBatch> {
+        let Ok(at) = batch.schema().index_of(column) else { return Ok(batch.clone()) };
+        let oids: Int32Array = oid_column(batch, column)?
+            .into_iter()
+            .map(|oid| oid.and_then(|oid| self.fixed.get(&oid).copied().or_else(|| i32::try_from(oid).ok())))
+            .collect();
+        let mut columns = batch.columns().to_vec();
+        columns[at] = arrow::compute::cast(&oids, batch.schema().field(at).data_type())?;
+        Ok(RecordBatch::try_new(batch.schema(), columns)?)
     }
 }
 
-/// The OID of FoamDB's schema (`public`) in datafusion-pg-catalog's
-/// `pg_namespace`, and the OIDs of the relations in it, with their names.
-pub(crate) async fn foam_relations(pg_catalog: &Arc<dyn SchemaProvider>) -> Result<(Option<i64>, HashMap<i64, String>)> {
+/// The relations of `pg_class` FoamDB's wrappers tell apart, read from
+/// datafusion-pg-catalog's own (see [`Relations`]).
+pub(crate) async fn relations(pg_catalog: &Arc<dyn SchemaProvider>) -> Result<Relations> {
     let schema_oid = namespace_oid(pg_catalog, SCHEMA_NAME).await?;
-    let mut relations = HashMap::new();
+    let mut relations = Relations { schema_oid, foam: HashMap::new(), fixed: HashMap::new() };
     if let Some(classes) = pg_catalog.table("pg_class").await? {
         for batch in rows(&classes).await? {
             let (oids, namespaces) = (oid_column(&batch, "oid")?, oid_column(&batch, "relnamespace")?);
             let Some(names) = batch.column_by_name("relname").map(|c| c.as_string::<i32>().clone()) else { continue };
             for i in 0..batch.num_rows() {
-                if let (Some(oid), Some(namespace)) = (oids[i], namespaces[i])
-                    && schema_oid == Some(namespace)
+                let (Some(oid), Some(namespace)) = (oids[i], namespaces[i]) else { continue };
+                if schema_oid == Some(namespace) {
+                    relations.foam.insert(oid, names.value(i).to_string());
+                } else if namespace == i64::from(PG_CATALOG_NAMESPACE_OID)
+                    && let Some(fixed) = pg_missing::catalog_oid(names.value(i))
                 {
-                    relations.insert(oid, names.value(i).to_string());
+                    relations.fixed.insert(oid, fixed);
                 }
             }
         }
     }
-    Ok((schema_oid, relations))
+    Ok(relations)
 }
 
 /// The OID datafusion-pg-catalog's `pg_namespace` gives schema `name`.

@@ -33,7 +33,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use foam_catalog::model::{TableDef, UniqueKeyDef};
 use foam_common::TableId;
 
-use crate::catalog::pg_columns::{foam_relations, oid_column, rows};
+use crate::catalog::pg_columns::{oid_column, relations, rows};
 use crate::context::NodeContext;
 
 /// Key OIDs start here, above the OIDs datafusion-pg-catalog hands out
@@ -128,7 +128,8 @@ impl TableProvider for WithKeys {
     }
 
     async fn scan(&self, state: &dyn Session, projection: Option<&Vec<usize>>, filters: &[Expr], limit: Option<usize>) -> Result<Arc<dyn ExecutionPlan>> {
-        let (namespace, relations) = foam_relations(&self.pg_catalog).await?;
+        let relations = relations(&self.pg_catalog).await?;
+        let (namespace, relations) = (relations.schema_oid, relations.foam);
         let catalog = self.node.catalog.current();
         let by_name: HashMap<&str, i64> = relations.iter().map(|(oid, name)| (name.as_str(), *oid)).collect();
         let mut keys = Vec::new();

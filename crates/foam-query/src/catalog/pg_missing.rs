@@ -242,6 +242,27 @@ pub fn emptied(name: &str, table: Arc<dyn TableProvider>) -> Arc<dyn TableProvid
     }
 }
 
+/// `pg_init_privs` without the initial privileges of relations:
+/// datafusion-pg-catalog's rows give PostgreSQL's catalog tables and
+/// their columns initial ACLs, while their `relacl` and `attacl` are NULL
+/// here (FoamDB keeps no ACLs on them), so pg_dump, which dumps what
+/// differs from the initial privileges, set out to revoke them all. The
+/// initial privileges of functions and schemas stay. Any other table as it is.
+pub async fn without_relation_privileges(name: &str, table: Arc<dyn TableProvider>) -> Result<Arc<dyn TableProvider>> {
+    use arrow::array::BooleanArray;
+    if !name.eq_ignore_ascii_case("pg_init_privs") {
+        return Ok(table);
+    }
+    let relations = catalog_oid("pg_class").map(i64::from);
+    let mut batches = Vec::new();
+    for batch in crate::catalog::pg_columns::rows(&table).await? {
+        let classes = crate::catalog::pg_columns::oid_column(&batch, "classoid")?;
+        let keep: BooleanArray = classes.iter().map(|class| Some(*class != relations)).collect();
+        batches.push(arrow::compute::filter_record_batch(&batch, &keep)?);
+    }
+    Ok(Arc::new(MemTable::try_new(table.schema(), vec![batches])?))
+}
+
 /// `plan` with each cast of a text column to an OID made a `TRY_CAST`
 /// (NULL where the text is no number) when `plan` reads nothing but
 /// `pg_catalog` and `information_schema` tables; any other plan as it is.
@@ -300,13 +321,14 @@ const FEATURELESS_CATALOGS: [&str; 3] = ["pg_event_trigger", "pg_policy", "pg_pu
 /// The rewrites of a query of the catalog (`pg_` in its text) before it
 /// is planned: [`empty_options_tables`], casts to PostgreSQL's one-byte
 /// `"char"` read as casts to text (its values are one character),
-/// [`name_subscript`], [`view_definition`], and a
+/// [`name_subscript`], [`view_definition`], [`catalog_tables_first`], and a
 /// query that inner-joins a [`FEATURELESS_CATALOGS`] table answered by no
 /// rows of the same column names. DataFusion cannot plan what pg_dump
 /// computes over those tables' rows (`unnest` of a correlated column,
 /// `generate_series` to a correlated bound), and there are no rows.
 pub fn rewrite_catalog_query(statement: &mut Statement) {
     empty_options_tables(statement);
+    let _ = statement.visit(&mut CatalogTablesFirst);
     let _ = datafusion::sql::sqlparser::ast::visit_expressions_mut(statement, |expr| {
         if let SqlExpr::Cast { data_type, .. } = expr
             && let datafusion::sql::sqlparser::ast::DataType::Custom(name, modifiers) = data_type
@@ -332,6 +354,62 @@ pub fn rewrite_catalog_query(statement: &mut Statement) {
 fn parse_expr(sql: &str) -> Option<SqlExpr> {
     let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
     datafusion::sql::sqlparser::parser::Parser::new(&dialect).try_with_sql(sql).ok()?.parse_expr().ok()
+}
+
+/// `'pg_proc'::regclass`: PostgreSQL looks an unqualified name up in
+/// `pg_catalog` before the current schema. datafusion-pg-catalog's
+/// lookup (a query of `pg_class` joined to the operand's
+/// `parse_ident(...) AS parts`) tries the current schema only, so the
+/// catalog tables pg_dump compares `classoid` with were NULL: where the
+/// operand is the name of a catalog table ([`catalog_oid`]), the lookup
+/// is made in `pg_catalog`.
+struct CatalogTablesFirst;
+
+impl VisitorMut for CatalogTablesFirst {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &mut datafusion::sql::sqlparser::ast::Query) -> std::ops::ControlFlow<()> {
+        use datafusion::sql::sqlparser::ast::{BinaryOperator, SetExpr, Value};
+        let SetExpr::Select(select) = query.body.as_mut() else { return std::ops::ControlFlow::Continue(()) };
+        let looked_up = select.from.iter().flat_map(|from| from.joins.iter().map(|join| &join.relation)).find_map(|relation| {
+            let TableFactor::Derived { subquery, .. } = relation else { return None };
+            let SetExpr::Select(inner) = subquery.body.as_ref() else { return None };
+            let [datafusion::sql::sqlparser::ast::SelectItem::ExprWithAlias { expr: SqlExpr::Function(function), alias }] = inner.projection.as_slice() else {
+                return None;
+            };
+            if alias.value != "parts" || !function.name.to_string().eq_ignore_ascii_case("parse_ident") {
+                return None;
+            }
+            let datafusion::sql::sqlparser::ast::FunctionArguments::List(list) = &function.args else { return None };
+            let [FunctionArg::Unnamed(FunctionArgExpr::Expr(operand))] = list.args.as_slice() else { return None };
+            let operand = match operand {
+                SqlExpr::Cast { expr, .. } => expr.as_ref(),
+                other => other,
+            };
+            match operand {
+                SqlExpr::Value(value) => match &value.value {
+                    Value::SingleQuotedString(name) => Some(name.clone()),
+                    _ => None,
+                },
+                _ => None,
+            }
+        });
+        if !looked_up.is_some_and(|name| catalog_oid(&name).is_some()) {
+            return std::ops::ControlFlow::Continue(());
+        }
+        if let Some(selection) = select.selection.as_mut() {
+            let _ = datafusion::sql::sqlparser::ast::visit_expressions_mut(selection, |expr| {
+                if let SqlExpr::BinaryOp { left, op: BinaryOperator::Eq, right } = expr
+                    && matches!(left.as_ref(), SqlExpr::CompoundIdentifier(parts) if parts.last().is_some_and(|p| p.value == "nspname"))
+                    && matches!(right.as_ref(), SqlExpr::Function(f) if f.name.to_string().eq_ignore_ascii_case("current_schema"))
+                {
+                    **right = SqlExpr::Value(Value::SingleQuotedString("pg_catalog".into()).into());
+                }
+                std::ops::ControlFlow::<()>::Continue(())
+            });
+        }
+        std::ops::ControlFlow::Continue(())
+    }
 }
 
 /// `typname[0]`: PostgreSQL subscripts a `name` as the characters it holds

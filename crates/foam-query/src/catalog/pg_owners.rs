@@ -18,6 +18,10 @@
 //! `information_schema` has PostgreSQL 15's OID in `pg_namespace` and
 //! `pg_class`, the one datafusion-pg-catalog's fixed `pg_type` and `pg_proc`
 //! rows name (pg_dump stopped at "schema with OID 13283 does not exist").
+//! `public` keeps PostgreSQL's comment in `pg_description` under the OID
+//! FoamDB's `pg_namespace` gives it: pg_dump takes a `public` without it as
+//! one whose comment was removed, and wrote `COMMENT ON SCHEMA public`.
+//! `public` belongs to the bootstrap role ([`schema_owner`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -32,14 +36,10 @@ use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 use foam_catalog::Catalog;
 
-use crate::catalog::pg_columns::{foam_relations, namespace_oid, oid_column, rows};
+use crate::catalog::pg_columns::{PG_CATALOG_NAMESPACE_OID, namespace_oid, oid_column, relations, rows};
 use crate::catalog::system_tables;
 use crate::context::NodeContext;
 use crate::frontend::setting_functions::SCHEMA_NAME;
-
-/// `pg_catalog`'s OID in `pg_namespace`, as PostgreSQL and
-/// datafusion-pg-catalog fix it.
-const PG_CATALOG_NAMESPACE_OID: i32 = 11;
 
 /// `information_schema`'s OID in PostgreSQL 15, which datafusion-pg-catalog's
 /// fixed rows of `pg_type` and `pg_proc` give as their namespace.
@@ -54,6 +54,16 @@ const ROLE_OID_BASE: i32 = 1 << 29;
 fn bootstrap_role(catalog: &Catalog) -> Option<&str> {
     catalog.roles.values().find(|role| role.superuser).map(|role| role.name.as_str())
 }
+
+/// The role that owns schema `public`: the bootstrap role.
+pub fn schema_owner(catalog: &Catalog) -> Option<&str> {
+    bootstrap_role(catalog)
+}
+
+/// PostgreSQL's comment on schema `public`.
+const PUBLIC_SCHEMA_COMMENT: &str = "standard public schema";
+/// `pg_namespace`'s OID in `pg_class`, the `classoid` of a schema's comment.
+const PG_NAMESPACE_CLASS_OID: i32 = 2615;
 
 /// The OID `name` has in `pg_roles`.
 pub fn role_oid(catalog: &Catalog, name: &str) -> i32 {
@@ -79,6 +89,7 @@ enum Owned {
     Tables,
     Views,
     Namespaces,
+    Descriptions,
 }
 
 /// `table` with owners and views (see the module documentation) for the
@@ -90,6 +101,7 @@ pub fn with_owners(name: &str, table: Arc<dyn TableProvider>, pg_catalog: Arc<dy
         "pg_tables" => Owned::Tables,
         "pg_views" => Owned::Views,
         "pg_namespace" => Owned::Namespaces,
+        "pg_description" => Owned::Descriptions,
         _ => return table,
     };
     Arc::new(WithOwners { inner: table, owned, pg_catalog, node })
@@ -116,9 +128,11 @@ impl TableProvider for WithOwners {
     async fn scan(&self, state: &dyn Session, projection: Option<&Vec<usize>>, filters: &[Expr], limit: Option<usize>) -> Result<Arc<dyn ExecutionPlan>> {
         let catalog = self.node.catalog.current();
         let relations = match self.owned {
-            Owned::Class => foam_relations(&self.pg_catalog).await?.1,
-            _ => HashMap::new(),
+            Owned::Class => Some(relations(&self.pg_catalog).await?),
+            _ => None,
         };
+        let no_relations = HashMap::new();
+        let foam = relations.as_ref().map_or(&no_relations, |r| &r.foam);
         let information_schema = match self.owned {
             Owned::Class => namespace_oid(&self.pg_catalog, "information_schema").await?,
             _ => None,
@@ -135,7 +149,7 @@ impl TableProvider for WithOwners {
                     let oids = oid_column(&batch, "oid")?;
                     let owners = batch.column_by_name("relowner").map(|c| c.as_primitive::<arrow::datatypes::Int32Type>().clone());
                     let owners: Int32Array = (0..batch.num_rows())
-                        .map(|i| match oids[i].and_then(|oid| relations.get(&oid)).and_then(|name| owner_name(&catalog, name)) {
+                        .map(|i| match oids[i].and_then(|oid| foam.get(&oid)).and_then(|name| owner_name(&catalog, name)) {
                             Some(owner) => Some(role_oid(&catalog, owner)),
                             // The system's catalogs (owner 0) are the bootstrap role's.
                             None => owners.as_ref().and_then(|o| o.is_valid(i).then(|| o.value(i))).map(|o| if o == 0 { BOOTSTRAP_ROLE_OID } else { o }),
@@ -146,13 +160,17 @@ impl TableProvider for WithOwners {
                     // system views are: in pg_catalog (pg_dump skips them).
                     let namespaces = oid_column(&batch, "relnamespace")?;
                     let namespaces: Int32Array = (0..batch.num_rows())
-                        .map(|i| match oids[i].and_then(|oid| relations.get(&oid)) {
+                        .map(|i| match oids[i].and_then(|oid| foam.get(&oid)) {
                             Some(name) if system_tables::NAMES.contains(&name.as_str()) => Some(PG_CATALOG_NAMESPACE_OID),
                             _ if namespaces[i].is_some() && namespaces[i] == information_schema => Some(INFORMATION_SCHEMA_NAMESPACE_OID),
                             _ => namespaces[i].and_then(|n| i32::try_from(n).ok()),
                         })
                         .collect();
-                    replaced(&batch, "relnamespace", Arc::new(namespaces))?
+                    let batch = replaced(&batch, "relnamespace", Arc::new(namespaces))?;
+                    match &relations {
+                        Some(relations) => relations.with_fixed_oids(&batch, "oid")?,
+                        None => batch,
+                    }
                 }
                 Owned::Tables => {
                     let names = batch.column_by_name("tablename").map(|c| c.as_string::<i32>().clone());
@@ -188,7 +206,7 @@ impl TableProvider for WithOwners {
                         .collect();
                     replaced(&batch, "oid", Arc::new(oids))?
                 }
-                Owned::Views => batch,
+                Owned::Views | Owned::Descriptions => batch,
             });
         }
         let schema = self.inner.schema();
@@ -197,6 +215,17 @@ impl TableProvider for WithOwners {
                 ("oid", ScalarValue::Int32(Some(INFORMATION_SCHEMA_NAMESPACE_OID))),
                 ("nspname", ScalarValue::Utf8(Some("information_schema".into()))),
                 ("nspowner", ScalarValue::Int32(Some(BOOTSTRAP_ROLE_OID))),
+            ];
+            batches.push(one_row(&schema, &values)?);
+        }
+        if self.owned == Owned::Descriptions
+            && let Some(public) = namespace_oid(&self.pg_catalog, SCHEMA_NAME).await?
+        {
+            let values = [
+                ("objoid", ScalarValue::Int64(Some(public))),
+                ("classoid", ScalarValue::Int32(Some(PG_NAMESPACE_CLASS_OID))),
+                ("objsubid", ScalarValue::Int32(Some(0))),
+                ("description", ScalarValue::Utf8(Some(PUBLIC_SCHEMA_COMMENT.into()))),
             ];
             batches.push(one_row(&schema, &values)?);
         }

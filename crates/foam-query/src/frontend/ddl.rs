@@ -9,7 +9,7 @@ use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
 use foam_catalog::model::{DistributionSpec, UniqueKeyDef};
 use foam_catalog::types::DECIMAL_PRECISION_MAX;
 use foam_catalog::{CatalogCommand, ColumnDef, SqlType};
-use foam_common::{FoamError, FoamResult};
+use foam_common::{FoamError, FoamResult, SqlState};
 
 use crate::frontend::statement::keyword_is;
 
@@ -272,15 +272,36 @@ pub fn alter_table_key(statement: &Statement) -> FoamResult<(String, bool, Uniqu
 /// and `session_user`; `None` for another ALTER TABLE. A missing relation
 /// under IF EXISTS is left to the caller.
 pub fn alter_owner(statement: &Statement, current_user: &str, session_user: &str) -> FoamResult<Option<(String, bool, String)>> {
-    use datafusion::sql::sqlparser::ast::Owner;
     let Statement::AlterTable(alter) = statement else { return Ok(None) };
     let [AlterTableOperation::OwnerTo { new_owner }] = alter.operations.as_slice() else { return Ok(None) };
-    let owner = match new_owner {
+    Ok(Some((table_name(&alter.name)?, alter.if_exists, owner_named(new_owner, current_user, session_user))))
+}
+
+/// `ALTER SCHEMA public OWNER TO role` (pg_dump writes one): the role;
+/// `None` for another statement. FoamDB has the one schema `public`: any
+/// other is 3F000, any other change of a schema 0A000.
+pub fn alter_schema_owner(statement: &Statement, current_user: &str, session_user: &str) -> FoamResult<Option<String>> {
+    use datafusion::sql::sqlparser::ast::AlterSchemaOperation;
+    let Statement::AlterSchema(alter) = statement else { return Ok(None) };
+    let schema = alter.name.0.iter().filter_map(|part| part.as_ident()).map(|i| normalize_ident(&i.value, i.quote_style)).collect::<Vec<_>>().join(".");
+    if schema != "public" {
+        return Err(FoamError::Query { message: format!("schema \"{schema}\" does not exist"), sqlstate: SqlState::InvalidSchemaName });
+    }
+    match alter.operations.as_slice() {
+        [AlterSchemaOperation::OwnerTo { owner }] => Ok(Some(owner_named(owner, current_user, session_user))),
+        _ => Err(FoamError::FeatureNotSupported { feature: "ALTER SCHEMA other than OWNER TO".into() }),
+    }
+}
+
+/// The role an `OWNER TO` names, with `CURRENT_USER`, `CURRENT_ROLE` and
+/// `SESSION_USER` read as `current_user` and `session_user`.
+fn owner_named(owner: &datafusion::sql::sqlparser::ast::Owner, current_user: &str, session_user: &str) -> String {
+    use datafusion::sql::sqlparser::ast::Owner;
+    match owner {
         Owner::Ident(ident) => normalize_ident(&ident.value, ident.quote_style),
         Owner::CurrentRole | Owner::CurrentUser => current_user.to_string(),
         Owner::SessionUser => session_user.to_string(),
-    };
-    Ok(Some((table_name(&alter.name)?, alter.if_exists, owner)))
+    }
 }
 
 /// What FoamDB refuses rather than accept and ignore: a constraint it does

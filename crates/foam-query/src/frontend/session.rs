@@ -714,6 +714,15 @@ impl FoamSession {
             }
             return prepared(Kind::Catalog { command: CatalogCommand::AlterOwner { relation, owner }, tag: "ALTER TABLE" });
         }
+        if let Some(owner) = crate::frontend::ddl::alter_schema_owner(&statement, &self.current_user(), &self.session_user)? {
+            // `public` is the bootstrap role's: naming that role changes nothing.
+            return match crate::catalog::pg_owners::schema_owner(&catalog) {
+                Some(current) if current == owner => prepared(Kind::Maintenance { tag: "ALTER SCHEMA", tables: Vec::new() }),
+                current => Err(FoamError::FeatureNotSupported {
+                    feature: format!("changing the owner of schema public (it belongs to {})", current.unwrap_or("the first superuser")),
+                }),
+            };
+        }
         if let Statement::AlterTable(_) = *statement {
             let (table, if_exists, key) = crate::frontend::ddl::alter_table_key(&statement)?;
             return prepared(Kind::AddKey { table, if_exists, key });
