@@ -129,11 +129,7 @@ impl Foam {
     }
 
     async fn query_once(&self, sql: &str) -> Outcome {
-        self.run_once(sql, |message| match message {
-            tokio_postgres::SimpleQueryMessage::Row(row) => Some((0..row.len()).map(|i| row.get(i).map(str::to_string)).collect()),
-            _ => None,
-        })
-        .await
+        self.run_once(sql, row_of).await
     }
 
     /// The rows a write statement touched (one row of one cell), its error,
@@ -145,6 +141,12 @@ impl Foam {
             _ => None,
         })
         .await
+    }
+
+    /// The rows a write statement with RETURNING returned, its error, or a
+    /// timeout; tried once, as [`Self::command`].
+    pub async fn returned(&self, sql: &str) -> Outcome {
+        self.run_once(sql, row_of).await
     }
 
     /// Runs `sql` once; `pick` makes a row of each message it keeps.
@@ -204,6 +206,14 @@ async fn open(url: &str) -> Result<tokio_postgres::Client, String> {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.map_err(|e| format!("connect {url}: {e}"))?;
     tokio::spawn(connection);
     Ok(client)
+}
+
+/// A result row's values as text.
+fn row_of(message: tokio_postgres::SimpleQueryMessage) -> Option<Vec<Option<String>>> {
+    match message {
+        tokio_postgres::SimpleQueryMessage::Row(row) => Some((0..row.len()).map(|i| row.get(i).map(str::to_string)).collect()),
+        _ => None,
+    }
 }
 
 fn describe(error: &tokio_postgres::Error) -> String {

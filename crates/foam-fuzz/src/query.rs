@@ -24,7 +24,7 @@ use crate::schema::{COLUMNS, Table, Ty};
 mod rules;
 mod writes;
 
-pub use writes::{End, Write};
+pub use writes::{End, RETURNING, Write};
 
 /// How deep subqueries and derived tables nest.
 const DEPTH_MAX: u32 = 2;

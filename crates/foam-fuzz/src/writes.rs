@@ -8,6 +8,8 @@
 //!                      ─▶ each statement on both: same row count, or both fail
 //!                      ─▶ the table's rows on both, as multisets
 //! ```
+//! A statement with RETURNING is compared by the rows it returns, as
+//! multisets, instead of its row count.
 //! A statement FoamDB refuses as unsupported (0A000) where the judge runs
 //! it ends the write uncompared, and is counted. Where the judge fails with
 //! 21000 on a scalar subquery that may give several rows and FoamDB runs
@@ -22,7 +24,7 @@ use datafusion::arrow::datatypes::DataType;
 use crate::choices::Choices;
 use crate::compare::{Rows, difference};
 use crate::engines::{Foam, Outcome, TRANSIENT_STATES};
-use crate::query::{self, End, MANY_ROWS_MARK, Query, Write};
+use crate::query::{self, End, MANY_ROWS_MARK, Query, RETURNING, Write};
 use crate::run::{CARDINALITY_VIOLATION, Case, Failure, Kind};
 use crate::schema::{COLUMNS, Table};
 
@@ -85,16 +87,33 @@ enum Verdict {
 
 /// The column types of every fuzz table, for comparing rows.
 fn column_types() -> Vec<DataType> {
-    COLUMNS
-        .iter()
-        .map(|c| match c.sql_type {
-            "INT" => DataType::Int32,
-            "BIGINT" => DataType::Int64,
-            "DOUBLE PRECISION" => DataType::Float64,
-            "BOOLEAN" => DataType::Boolean,
-            "DATE" => DataType::Date32,
-            "DECIMAL(10,2)" => DataType::Decimal128(10, 2),
-            _ => DataType::Utf8,
+    COLUMNS.iter().map(|c| arrow_type(c.sql_type)).collect()
+}
+
+fn arrow_type(sql_type: &str) -> DataType {
+    match sql_type {
+        "INT" => DataType::Int32,
+        "BIGINT" => DataType::Int64,
+        "DOUBLE PRECISION" => DataType::Float64,
+        "BOOLEAN" => DataType::Boolean,
+        "DATE" => DataType::Date32,
+        "DECIMAL(10,2)" => DataType::Decimal128(10, 2),
+        _ => DataType::Utf8,
+    }
+}
+
+/// The types of the rows `sql` returns, if it ends in RETURNING (`*`, or
+/// `table.column` items, as `query/writes.rs` writes them).
+fn returned_types(sql: &str) -> Option<Vec<DataType>> {
+    let (_, items) = sql.rsplit_once(RETURNING)?;
+    if items.trim() == "*" {
+        return Some(column_types());
+    }
+    items
+        .split(", ")
+        .map(|item| {
+            let column = item.rsplit('.').next()?.trim();
+            COLUMNS.iter().find(|c| c.name == column).map(|c| arrow_type(c.sql_type))
         })
         .collect()
 }
@@ -200,9 +219,20 @@ async fn check(foam: &Foam, judge: &WriteJudge<'_>, tables: &[Table], write: &Wr
     let mut failed = false;
     for sql in write.sql() {
         let judged = (judge.form)(&if limited { sql.replace(MANY_ROWS_MARK, " LIMIT 1)") } else { sql.clone() });
-        let (want, got) = tokio::join!(judge.engine.command(&judged), foam.command(&sql));
+        let returned = returned_types(&sql);
+        let (want, got) = match returned {
+            Some(_) => tokio::join!(judge.engine.returned(&judged), foam.returned(&sql)),
+            None => tokio::join!(judge.engine.command(&judged), foam.command(&sql)),
+        };
         let stop = match (&want, &got) {
             (Outcome::TimedOut, _) | (_, Outcome::TimedOut) => Some(Verdict::TimedOut),
+            (Outcome::Rows(want_rows), Outcome::Rows(got_rows)) if let Some(types) = &returned => {
+                difference(want_rows, got_rows, types, false).map(|detail| Verdict::Differ {
+                    detail: format!("{sql}: the rows returned: {detail}"),
+                    taken: taken.clone(),
+                    expected: None,
+                })
+            }
             (Outcome::Rows(want), Outcome::Rows(got)) if want == got => None,
             (Outcome::Error(..), Outcome::Error(..)) => {
                 failed = true;

@@ -6,6 +6,9 @@
 //! distribution key), collide on a unique key, or put NULL in a NOT NULL
 //! column: what must then fail is compared too.
 //!
+//! A statement may end in `RETURNING` (`*`, or some of the table's
+//! columns), whose rows are compared too ([`RETURNING`]).
+//!
 //! A write holding ON CONFLICT is an upsert write: PostgreSQL takes only a
 //! key checked row by row as its arbiter, so its judge holds the table with
 //! such a key for that write, and the write has no UPDATE (which a key
@@ -21,6 +24,11 @@ const BLOCK_STATEMENTS_MAX: u32 = 3;
 const VALUES_ROWS_MAX: u32 = 3;
 /// Percent of writes that are upsert writes.
 const UPSERT_PERCENT: u32 = 20;
+/// Percent of write statements that return their rows.
+const RETURNING_PERCENT: u32 = 25;
+/// What a statement that returns its rows holds, before its items: `*`,
+/// or the target's columns as `table.column`.
+pub const RETURNING: &str = " RETURNING ";
 
 /// How a write ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,9 +75,22 @@ impl Generator<'_> {
         let count = if end == End::Autocommit { 1 } else { self.c.between(1, BLOCK_STATEMENTS_MAX) };
         let upsert = self.c.chance(UPSERT_PERCENT);
         let statements = (0..count)
-            .map(|i| if upsert && (i == 0 || self.c.chance(50)) { self.upsert_statement(target) } else { self.write_statement(target, upsert) })
+            .map(|i| {
+                let statement = if upsert && (i == 0 || self.c.chance(50)) { self.upsert_statement(target) } else { self.write_statement(target, upsert) };
+                if self.c.chance(RETURNING_PERCENT) { format!("{statement}{}", self.returning(target)) } else { statement }
+            })
             .collect();
         Write { target, statements, end, upsert }
+    }
+
+    /// `RETURNING *` or `RETURNING` one to three of the target's columns.
+    fn returning(&mut self, target: usize) -> String {
+        if self.c.chance(30) {
+            return format!("{RETURNING}*");
+        }
+        let table = self.tables[target].name.clone();
+        let items: Vec<String> = (0..self.c.between(1, 3)).map(|_| format!("{table}.{}", self.c.pick(COLUMNS).name)).collect();
+        format!("{RETURNING}{}", items.join(", "))
     }
 
     /// An UPDATE, DELETE or INSERT; no UPDATE in an upsert write.
