@@ -458,7 +458,9 @@ impl Generator<'_> {
     fn literal(&mut self, ty: Ty) -> String {
         match ty {
             Ty::Int => (self.c.below(12) as i64 - 2).to_string(),
-            Ty::Text => format!("'{}'", self.c.pick(&["x", "y", "", "xy", "Ab"])),
+            // `pg_x` sends the query through the PostgreSQL-compatibility
+            // rewrite of catalog queries, which a query holding `pg_` takes.
+            Ty::Text => format!("'{}'", self.c.pick(&["x", "y", "", "xy", "Ab", "pg_x"])),
             Ty::Float => self.c.pick(&["1.5", "0.5", "-2.25", "0.0"]).to_string(),
             Ty::Bool => self.c.pick(&["true", "false"]).to_string(),
             Ty::Date => format!("DATE '2024-0{}-0{}'", self.c.between(1, 3), self.c.between(1, 4)),
