@@ -142,6 +142,11 @@ fn psql_describes_tables_views_roles_and_schemas() {
     for line in ["character varying(20)", "numeric(12,2)", "character(3)", "not null", "\"described_pkey\" PRIMARY KEY, btree (id)"] {
         assert!(d.contains(line), "\\d described lacks {line:?}:\n{d}");
     }
+    // \d+ unnests the (NULL) options columns, read as no options.
+    let d_plus = psql_ok(&cluster, &[], "\\d+ described\n");
+    for line in ["Storage", "extended", "\"described_pkey\" PRIMARY KEY, btree (id)"] {
+        assert!(d_plus.contains(line), "\\d+ described lacks {line:?}:\n{d_plus}");
+    }
     let dt = psql_ok(&cluster, &[], "\\dt\n\\dv\n");
     assert!(dt.contains("described ") && dt.contains("described_view"), "{dt}");
     let du = psql_ok(&cluster, &[], "\\du\n");

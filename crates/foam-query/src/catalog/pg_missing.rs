@@ -488,9 +488,14 @@ fn answer_featureless_with_no_rows(query: &mut datafusion::sql::sqlparser::ast::
 /// The function whose calls [`empty_options_tables`] replaces.
 const OPTIONS_TO_TABLE: &str = "pg_options_to_table";
 
+/// The catalogs' options columns, NULL in every FoamDB catalog row: an
+/// `unnest` of one gives no rows (psql's `\d+` unnests `reloptions`).
+const OPTIONS_COLUMNS: [&str; 7] = ["reloptions", "attoptions", "attfdwoptions", "srvoptions", "umoptions", "ftoptions", "spcoptions"];
+
 /// Puts an empty relation with `pg_options_to_table`'s columns in place of
 /// each call of it on a column in `statement` (see the module
-/// documentation).
+/// documentation), and an empty relation of one column in place of each
+/// `unnest` of one of the [`OPTIONS_COLUMNS`].
 fn empty_options_tables(statement: &mut Statement) {
     let _ = statement.visit(&mut OptionsTables);
 }
@@ -502,23 +507,31 @@ impl VisitorMut for OptionsTables {
 
     fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> std::ops::ControlFlow<()> {
         let TableFactor::Table { name, alias, args: Some(args), .. } = factor else { return std::ops::ControlFlow::Continue(()) };
-        let is_call = name.0.last().and_then(|part| part.as_ident()).is_some_and(|ident| ident.value.eq_ignore_ascii_case(OPTIONS_TO_TABLE));
-        let on_a_column = matches!(
-            args.args.as_slice(),
-            [FunctionArg::Unnamed(FunctionArgExpr::Expr(SqlExpr::Identifier(_) | SqlExpr::CompoundIdentifier(_)))]
-        );
-        if !(is_call && on_a_column) {
+        let Some(function) = name.0.last().and_then(|part| part.as_ident()).map(|ident| ident.value.to_lowercase()) else {
             return std::ops::ControlFlow::Continue(());
-        }
-        let empty = "SELECT CAST(NULL AS TEXT) AS option_name, CAST(NULL AS TEXT) AS option_value WHERE false";
+        };
+        let column = match args.args.as_slice() {
+            [FunctionArg::Unnamed(FunctionArgExpr::Expr(SqlExpr::Identifier(ident)))] => ident.value.to_lowercase(),
+            [FunctionArg::Unnamed(FunctionArgExpr::Expr(SqlExpr::CompoundIdentifier(parts)))] => parts.last().map(|p| p.value.to_lowercase()).unwrap_or_default(),
+            _ => return std::ops::ControlFlow::Continue(()),
+        };
+        let empty = if function == OPTIONS_TO_TABLE {
+            "SELECT CAST(NULL AS TEXT) AS option_name, CAST(NULL AS TEXT) AS option_value WHERE false".to_string()
+        } else if function == "unnest" && OPTIONS_COLUMNS.contains(&column.as_str()) {
+            // The one column is named by the alias, as a function's is.
+            let named = alias.as_ref().map_or("unnest".to_string(), |a| a.columns.first().map_or(a.name.value.clone(), |c| c.name.value.clone()));
+            format!("SELECT CAST(NULL AS TEXT) AS {} WHERE false", crate::frontend::modify::quoted(&named))
+        } else {
+            return std::ops::ControlFlow::Continue(());
+        };
         let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
-        let Ok(Some(Statement::Query(subquery))) = datafusion::sql::sqlparser::parser::Parser::parse_sql(&dialect, empty).map(|mut s| s.pop()) else {
+        let Ok(Some(Statement::Query(subquery))) = datafusion::sql::sqlparser::parser::Parser::parse_sql(&dialect, &empty).map(|mut s| s.pop()) else {
             return std::ops::ControlFlow::Continue(());
         };
         let alias = alias.take().or_else(|| {
             Some(datafusion::sql::sqlparser::ast::TableAlias {
                 explicit: true,
-                name: datafusion::sql::sqlparser::ast::Ident::new(OPTIONS_TO_TABLE),
+                name: datafusion::sql::sqlparser::ast::Ident::new(function.clone()),
                 columns: Vec::new(),
                 at: None,
             })
@@ -597,5 +610,10 @@ mod tests {
         assert!(dumped.contains("FROM (SELECT CAST(NULL AS TEXT) AS option_name, CAST(NULL AS TEXT) AS option_value WHERE false) AS pg_options_to_table ORDER BY"), "{dumped}");
         let literal = "SELECT * FROM pg_options_to_table(ARRAY['a=1'])";
         assert_eq!(rewrite(literal), literal);
+        // psql's \d+: an unnest of an options column, its one column named by the alias.
+        let psql = rewrite("SELECT array(SELECT 'toast.' || x FROM pg_catalog.unnest(tc.reloptions) x) FROM pg_class tc");
+        assert!(psql.contains("FROM (SELECT CAST(NULL AS TEXT) AS \"x\" WHERE false) x)"), "{psql}");
+        let other = "SELECT * FROM pg_catalog.unnest(t.tags) AS x";
+        assert_eq!(rewrite(other), other);
     }
 }
