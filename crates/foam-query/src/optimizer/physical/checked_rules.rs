@@ -81,7 +81,7 @@ mod tests {
     impl PhysicalOptimizerRule for DropSort {
         fn optimize(&self, plan: Arc<dyn ExecutionPlan>, _config: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
             let sort = plan.children()[0].clone();
-            plan.with_new_children(vec![sort.children()[0].clone()])
+            datafusion::physical_plan::execution_plan::replace_children_if_necessary(plan, vec![sort.children()[0].clone()])
         }
         fn name(&self) -> &str {
             "drop_sort"
