@@ -128,7 +128,7 @@ impl SchemaProvider for DeclaredTypes {
             return Ok(Some(pg_stat_activity::table(self.node.clone(), self.viewer.clone())));
         }
         let table = match self.inner.table(name).await? {
-            Some(table) => Some(pg_missing::without_relation_privileges(name, pg_missing::emptied(name, table)).await?),
+            Some(table) => Some(pg_missing::without_foreign_rows(name, table)),
             None => pg_missing::missing_table(name),
         };
         // pg_attribute's rows are made when it is scanned: making them
@@ -198,15 +198,24 @@ pub(crate) struct Relations {
 impl Relations {
     /// `batch` with the catalog tables' OIDs in column `column` fixed.
     pub fn with_fixed_oids(&self, batch: &RecordBatch, column: &str) -> Result<RecordBatch> {
-        let Ok(at) = batch.schema().index_of(column) else { return Ok(batch.clone()) };
+        if batch.schema().index_of(column).is_err() {
+            return Ok(batch.clone());
+        }
         let oids: Int32Array = oid_column(batch, column)?
             .into_iter()
             .map(|oid| oid.and_then(|oid| self.fixed.get(&oid).copied().or_else(|| i32::try_from(oid).ok())))
             .collect();
-        let mut columns = batch.columns().to_vec();
-        columns[at] = arrow::compute::cast(&oids, batch.schema().field(at).data_type())?;
-        Ok(RecordBatch::try_new(batch.schema(), columns)?)
+        replaced(batch, column, Arc::new(oids))
     }
+}
+
+/// `batch` with column `name` (if it has one) replaced by `array`, cast to
+/// the column's type.
+pub(crate) fn replaced(batch: &RecordBatch, name: &str, array: ArrayRef) -> Result<RecordBatch> {
+    let Ok(at) = batch.schema().index_of(name) else { return Ok(batch.clone()) };
+    let mut columns = batch.columns().to_vec();
+    columns[at] = arrow::compute::cast(&array, batch.schema().field(at).data_type())?;
+    Ok(RecordBatch::try_new(batch.schema(), columns)?)
 }
 
 /// The relations of `pg_class` FoamDB's wrappers tell apart, read from

@@ -16,8 +16,9 @@
 //! and gives the array columns it holds as text, NULL in every row, their
 //! array types, so that the queries tools send over them plan.
 //!
-//! [`emptied`] serves `pg_rewrite` without the rules of PostgreSQL's own
-//! system views, which name relations FoamDB's `pg_class` lacks.
+//! [`without_foreign_rows`] serves `pg_rewrite` without the rules of
+//! PostgreSQL's own system views, which name relations FoamDB's `pg_class`
+//! lacks, and `pg_init_privs` without the initial privileges of relations.
 //!
 //! [`missing_table`] answers the catalogs pg_dump reads that
 //! datafusion-pg-catalog does not have: `pg_transform` (FoamDB has no
@@ -223,44 +224,67 @@ pub fn missing_table(name: &str) -> Option<Arc<dyn TableProvider>> {
 /// The names [`missing_table`] answers.
 pub const MISSING_TABLES: [&str; 2] = ["pg_transform", "pg_seclabels"];
 
-/// Catalogs whose fixed rows (datafusion-pg-catalog's copy of a PostgreSQL
-/// 15 database's) describe only objects FoamDB does not have: the rules of
-/// PostgreSQL's system views in `pg_rewrite` (pg_dump stopped at "parent
-/// table with OID 12000 of pg_rewrite entry with OID 12003 not found").
-/// FoamDB has no rules, and its views are not kept as rules.
-const EMPTIED_TABLES: [&str; 1] = ["pg_rewrite"];
+/// Which of a catalog's fixed rows (datafusion-pg-catalog's copy of a
+/// PostgreSQL 15 database's) describe objects FoamDB does not have.
+#[derive(Debug, Clone, Copy)]
+enum ForeignRows {
+    /// Every row.
+    All,
+    /// The rows whose `classoid` is the named catalog's.
+    OfClass(&'static str),
+}
 
-/// `table` with no rows if it is one of the [`EMPTIED_TABLES`]; any other
-/// table as it is.
-pub fn emptied(name: &str, table: Arc<dyn TableProvider>) -> Arc<dyn TableProvider> {
-    if !EMPTIED_TABLES.contains(&name.to_lowercase().as_str()) {
-        return table;
-    }
-    match MemTable::try_new(table.schema(), vec![vec![]]) {
-        Ok(empty) => Arc::new(empty),
-        Err(_) => table,
+/// The catalogs served without their [`ForeignRows`]:
+/// - `pg_rewrite`, the rules of PostgreSQL's system views, which name
+///   relations FoamDB's `pg_class` lacks (pg_dump stopped at "parent table
+///   with OID 12000 of pg_rewrite entry with OID 12003 not found"); FoamDB
+///   has no rules, and its views are not kept as rules.
+/// - `pg_init_privs`' initial privileges of relations: they give
+///   PostgreSQL's catalog tables and their columns initial ACLs, while
+///   their `relacl` and `attacl` are NULL here (FoamDB keeps no ACLs on
+///   them), so pg_dump, which dumps what differs from the initial
+///   privileges, set out to revoke them all. Those of functions and
+///   schemas stay.
+const FOREIGN_ROWS: [(&str, ForeignRows); 2] = [("pg_rewrite", ForeignRows::All), ("pg_init_privs", ForeignRows::OfClass("pg_class"))];
+
+/// `table` without its [`FOREIGN_ROWS`], left out when it is scanned; any
+/// other table as it is.
+pub fn without_foreign_rows(name: &str, table: Arc<dyn TableProvider>) -> Arc<dyn TableProvider> {
+    match FOREIGN_ROWS.iter().find(|(catalog, _)| name.eq_ignore_ascii_case(catalog)) {
+        Some((_, foreign)) => Arc::new(WithoutForeignRows { inner: table, foreign: *foreign }),
+        None => table,
     }
 }
 
-/// `pg_init_privs` without the initial privileges of relations:
-/// datafusion-pg-catalog's rows give PostgreSQL's catalog tables and
-/// their columns initial ACLs, while their `relacl` and `attacl` are NULL
-/// here (FoamDB keeps no ACLs on them), so pg_dump, which dumps what
-/// differs from the initial privileges, set out to revoke them all. The
-/// initial privileges of functions and schemas stay. Any other table as it is.
-pub async fn without_relation_privileges(name: &str, table: Arc<dyn TableProvider>) -> Result<Arc<dyn TableProvider>> {
-    use arrow::array::BooleanArray;
-    if !name.eq_ignore_ascii_case("pg_init_privs") {
-        return Ok(table);
+/// A catalog table without the rows that describe objects FoamDB lacks.
+#[derive(Debug)]
+struct WithoutForeignRows {
+    inner: Arc<dyn TableProvider>,
+    foreign: ForeignRows,
+}
+
+#[async_trait]
+impl TableProvider for WithoutForeignRows {
+    fn schema(&self) -> SchemaRef {
+        self.inner.schema()
     }
-    let relations = catalog_oid("pg_class").map(i64::from);
-    let mut batches = Vec::new();
-    for batch in crate::catalog::pg_columns::rows(&table).await? {
-        let classes = crate::catalog::pg_columns::oid_column(&batch, "classoid")?;
-        let keep: BooleanArray = classes.iter().map(|class| Some(*class != relations)).collect();
-        batches.push(arrow::compute::filter_record_batch(&batch, &keep)?);
+
+    fn table_type(&self) -> TableType {
+        self.inner.table_type()
     }
-    Ok(Arc::new(MemTable::try_new(table.schema(), vec![batches])?))
+
+    async fn scan(&self, state: &dyn Session, projection: Option<&Vec<usize>>, filters: &[Expr], limit: Option<usize>) -> Result<Arc<dyn ExecutionPlan>> {
+        let mut batches = Vec::new();
+        if let ForeignRows::OfClass(class) = self.foreign {
+            let class = catalog_oid(class).map(i64::from);
+            for batch in crate::catalog::pg_columns::rows(&self.inner).await? {
+                let classes = crate::catalog::pg_columns::oid_column(&batch, "classoid")?;
+                let keep: arrow::array::BooleanArray = classes.iter().map(|of| Some(*of != class)).collect();
+                batches.push(arrow::compute::filter_record_batch(&batch, &keep)?);
+            }
+        }
+        MemTable::try_new(self.schema(), vec![batches])?.scan(state, projection, filters, limit).await
+    }
 }
 
 /// `plan` with each cast of a text column to an OID made a `TRY_CAST`

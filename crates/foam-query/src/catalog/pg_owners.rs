@@ -36,7 +36,7 @@ use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 use foam_catalog::Catalog;
 
-use crate::catalog::pg_columns::{PG_CATALOG_NAMESPACE_OID, namespace_oid, oid_column, relations, rows};
+use crate::catalog::pg_columns::{PG_CATALOG_NAMESPACE_OID, namespace_oid, oid_column, relations, replaced, rows};
 use crate::catalog::system_tables;
 use crate::context::NodeContext;
 use crate::frontend::setting_functions::SCHEMA_NAME;
@@ -261,14 +261,6 @@ fn one_row(schema: &arrow::datatypes::SchemaRef, values: &[(&str, ScalarValue)])
 /// Whether some row of `batch` has `value` in text column `column`.
 fn named(batch: &RecordBatch, column: &str, value: &str) -> bool {
     batch.column_by_name(column).and_then(|c| c.as_string_opt::<i32>()).is_some_and(|names| names.iter().any(|name| name == Some(value)))
-}
-
-/// `batch` with column `name` (if it has one) replaced by `array`.
-fn replaced(batch: &RecordBatch, name: &str, array: arrow::array::ArrayRef) -> Result<RecordBatch> {
-    let Ok(at) = batch.schema().index_of(name) else { return Ok(batch.clone()) };
-    let mut columns = batch.columns().to_vec();
-    columns[at] = arrow::compute::cast(&array, batch.schema().field(at).data_type())?;
-    Ok(RecordBatch::try_new(batch.schema(), columns)?)
 }
 
 #[cfg(test)]

@@ -26,7 +26,9 @@ use datafusion::sql::sqlparser::ast::{Expr, Query, SelectItem, SetExpr, Statemen
 /// applied: its replacement of the whole query if it has one for `text`,
 /// else its rules, select-list subqueries untouched.
 pub fn rewrite(statement: &mut Statement, text: &str) {
-    let compatible = datafusion_pg_catalog::sql::PostgresCompatibilityParser::new();
+    // Made once: it parses its list of whole-query replacements.
+    static PARSER: std::sync::OnceLock<datafusion_pg_catalog::sql::PostgresCompatibilityParser> = std::sync::OnceLock::new();
+    let compatible = PARSER.get_or_init(datafusion_pg_catalog::sql::PostgresCompatibilityParser::new);
     let replaced_whole = match compatible.parse(text) {
         Ok(mut parsed) if parsed.len() == 1 => parsed.pop().filter(|whole| whole.to_string() != compatible.rewrite(statement.clone()).to_string()),
         _ => None,
