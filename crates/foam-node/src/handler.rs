@@ -122,7 +122,7 @@ impl NodeHandler for FoamNodeHandler {
             request.partition,
             request.projection,
             &request.filters,
-            foam_query::exec::scan::ReadView { own_writes: request.own_writes, snapshot: request.snapshot, key: request.key },
+            foam_query::exec::scan::ReadView { own_writes: request.own_writes, staged_rows: request.staged_rows, snapshot: request.snapshot, key: request.key },
         )
         .inspect(move |batch| {
             if let Ok(batch) = batch {

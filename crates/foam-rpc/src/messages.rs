@@ -220,6 +220,10 @@ pub struct ScanRequest {
     /// transaction's earlier statements staged on the owner.
     #[serde(default)]
     pub own_writes: Option<foam_storage::OwnWrites>,
+    /// The rows `own_writes` staged for the partition, which the owner must
+    /// hold (`foam_query::exec::scan::PartitionRead::staged_rows`).
+    #[serde(default)]
+    pub staged_rows: Option<u64>,
     /// The statement's snapshot: the owner returns the rows of transactions
     /// committed at or before it (the newest rows when `None`).
     #[serde(default)]

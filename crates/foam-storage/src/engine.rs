@@ -450,6 +450,25 @@ impl StorageEngine {
         staged.deletes.iter().filter(|(s, _)| *s < own.before).map(|(_, b)| b.clone()).collect()
     }
 
+    /// How many rows (added and deleted) statements before `own.before` of
+    /// `own.txn` staged for one partition here: a scan by a later statement
+    /// checks it against the count its coordinator sent, so rows lost with a
+    /// restart, or a copy that never got them, fail the read instead of
+    /// going unseen.
+    pub fn staged_row_count(&self, own: OwnWrites, key: PartitionKey) -> u64 {
+        let Some(staging) = lock(&self.staging).get(&own.txn).cloned() else { return 0 };
+        let staging = lock(&staging);
+        let Some(staged) = staging.partitions.get(&key) else { return 0 };
+        let earlier = |statement: StatementNumber| statement < own.before;
+        let in_batches = |batches: &[(StatementNumber, RecordBatch)]| -> u64 {
+            batches.iter().filter(|(s, _)| earlier(*s)).map(|(_, b)| b.num_rows() as u64).sum()
+        };
+        in_batches(&staged.batches)
+            + in_batches(&staged.deletes)
+            + staged.files.iter().filter(|f| earlier(f.statement)).map(|f| f.rows).sum::<u64>()
+            + staged.file.as_ref().filter(|f| earlier(f.statement)).map(|f| f.rows).unwrap_or(0)
+    }
+
     /// Discards what statements after `after` of `txn` staged here (ROLLBACK
     /// TO SAVEPOINT, or a statement of a block that failed); the rest stays.
     pub fn rollback_statements(&self, txn: TxnId, after: StatementNumber) {
@@ -1817,7 +1836,11 @@ mod tests {
 
     fn staged_count(engine: &StorageEngine, txn: TxnId, before: StatementNumber, partition: PartitionId) -> usize {
         let own = OwnWrites { txn, before };
-        engine.staged_rows(own, (11, partition), Some(&[0])).unwrap().iter().map(|b| b.num_rows()).sum()
+        let count = engine.staged_row_count(own, (11, partition));
+        let rows: usize = engine.staged_rows(own, (11, partition), Some(&[0])).unwrap().iter().map(|b| b.num_rows()).sum();
+        let deleted: usize = engine.staged_deletes(own, (11, partition)).iter().map(|b| b.num_rows()).sum();
+        assert_eq!(count, (rows + deleted) as u64, "the count a scan checks is the rows it reads, spilled or not, and the deletions");
+        rows
     }
 
     #[test]

@@ -18,12 +18,13 @@ use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use foam_catalog::{Distribution, TableDef};
-use foam_common::PartitionId;
+use foam_common::{NodeId, PartitionId};
 use foam_storage::KeyProbe;
 
 use crate::context::NodeContext;
 use crate::exec::scan::{FoamScanExec, HashLayout, PartitionRead, ScanSpec};
 use crate::write::FoamSink;
+use crate::write::transaction::OwnReads;
 
 /// Most distinct key combinations pruning will enumerate from IN lists before
 /// it gives up and scans every partition; also the most values of a unique
@@ -206,6 +207,25 @@ impl FoamTable {
         Some(rows / local.len() as u64 * reads)
     }
 
+    /// The node to read each partition from in a transaction block that
+    /// wrote the table: its owner, unless the owner did not get every row
+    /// the block staged for it (it was down then), when a live copy that did.
+    fn holders_of_own_writes(&self, owners: &[NodeId], reads: &OwnReads) -> Vec<NodeId> {
+        let nodes = self.node.catalog.current().nodes.clone();
+        let mut owners = owners.to_vec();
+        for (partition, staged) in &reads.partitions {
+            let Some(owner) = owners.get_mut(*partition as usize) else { continue };
+            if staged.copies.contains(owner) {
+                continue;
+            }
+            let live = self.table.write_targets(*partition, &nodes).unwrap_or_default();
+            if let Some(holder) = live.into_iter().find(|node| staged.copies.contains(node)) {
+                *owner = holder;
+            }
+        }
+        owners
+    }
+
     /// The partitions of this table this node stores (the copy of a
     /// replicated table counts as partition 0).
     fn local_partitions(&self) -> Vec<PartitionId> {
@@ -241,24 +261,42 @@ impl TableProvider for FoamTable {
         filters: &[Expr],
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        let own_reads = crate::write::transaction::OpenTransaction::of(state.config()).and_then(|open| open.own_writes(self.table.id));
+        // In a block that wrote the table every partition is read from a
+        // copy that got all the rows the block staged for it, and must still
+        // hold them (`staged_rows`; 0 where it staged none).
+        let staged_rows = |partition: PartitionId| {
+            own_reads.as_ref().map(|reads| reads.partitions.get(&partition).map(|staged| staged.rows).unwrap_or(0))
+        };
         let (groups, layout) = match &self.table.distribution {
             Distribution::Hash { owners, key_columns } => {
+                let owners = match &own_reads {
+                    Some(reads) => self.holders_of_own_writes(owners, reads),
+                    None => owners.clone(),
+                };
                 // One group per partition, pruned ones left empty, so that
                 // group `p` is partition `p` whatever the filters.
                 let mut groups: Vec<Vec<PartitionRead>> = vec![Vec::new(); owners.len()];
                 for p in self.prune(filters) {
-                    groups[p as usize] = vec![PartitionRead { partition: p, owner: Some(owners[p as usize]) }];
+                    groups[p as usize] = vec![PartitionRead { partition: p, owner: Some(owners[p as usize]), staged_rows: staged_rows(p) }];
                 }
-                (groups, Some(HashLayout { key_columns: key_columns.clone(), owners: owners.clone() }))
+                (groups, Some(HashLayout { key_columns: key_columns.clone(), owners }))
             }
             Distribution::Replicated { nodes } => {
-                // This node's own copy when it has one, else a replica's.
-                let replica = if nodes.contains(&self.node.node_id) { Some(self.node.node_id) } else { nodes.first().copied() };
-                (vec![vec![PartitionRead { partition: 0, owner: replica }]], None)
+                // This node's own copy when it has one, else a replica's;
+                // one that holds the block's own writes when it wrote some.
+                let holders = own_reads.as_ref().and_then(|reads| reads.partitions.get(&0)).map(|staged| &staged.copies);
+                let holds = |node: &NodeId| holders.is_none_or(|copies| copies.contains(node));
+                let replica = if nodes.contains(&self.node.node_id) && holds(&self.node.node_id) {
+                    Some(self.node.node_id)
+                } else {
+                    nodes.iter().copied().find(holds).or_else(|| nodes.first().copied())
+                };
+                (vec![vec![PartitionRead { partition: 0, owner: replica, staged_rows: staged_rows(0) }]], None)
             }
         };
         let local = self.local_partitions();
-        let own_writes = crate::write::transaction::OpenTransaction::of(state.config()).and_then(|open| open.own_writes(self.table.id));
+        let own_writes = own_reads.map(|reads| reads.own);
         let estimated_rows = self.estimate_rows(&groups, &local);
         // Statistics know only committed rows: none for a table this
         // transaction block wrote, rather than wrong ones.

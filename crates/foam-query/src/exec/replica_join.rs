@@ -136,7 +136,7 @@ fn localize(node: &NodeContext, build: &Arc<dyn ExecutionPlan>) -> Result<Arc<dy
                 .spec()
                 .groups
                 .iter()
-                .map(|group| group.iter().map(|read| PartitionRead { partition: read.partition, owner }).collect())
+                .map(|group| group.iter().map(|read| PartitionRead { owner, ..read.clone() }).collect())
                 .collect();
             Ok(Transformed::yes(Arc::new(scan.with_groups(groups, scan.spec().home)?) as Arc<dyn ExecutionPlan>))
         })

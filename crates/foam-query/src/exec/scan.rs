@@ -44,6 +44,11 @@ pub struct PartitionRead {
     /// The node to read it from (for a replicated table, one of its replicas);
     /// `None` reads it on whichever node runs the scan.
     pub owner: Option<NodeId>,
+    /// In a transaction block that wrote the table: the rows (added and
+    /// deleted) its earlier statements staged for this partition, which the
+    /// copy read must hold, or the read fails (40001) rather than miss them.
+    #[serde(default)]
+    pub staged_rows: Option<u64>,
 }
 
 /// Everything that defines a scan; serialized as-is by the codec.
@@ -105,6 +110,8 @@ pub struct ScanSpec {
 #[derive(Debug, Clone, Default)]
 pub struct ReadView {
     pub own_writes: Option<foam_storage::OwnWrites>,
+    /// The rows `own_writes` staged here (see `PartitionRead::staged_rows`).
+    pub staged_rows: Option<u64>,
     pub snapshot: Option<u64>,
     pub key: Option<KeyProbe>,
 }
@@ -283,6 +290,7 @@ async fn open_partition(node: Arc<NodeContext>, spec: ScanSpec, schema: SchemaRe
                 projection: spec.projection.clone(),
                 filters: spec.filters.clone(),
                 own_writes: spec.own_writes,
+                staged_rows: read.staged_rows,
                 snapshot: spec.snapshot,
                 key: spec.key.clone(),
             };
@@ -301,7 +309,7 @@ async fn open_partition(node: Arc<NodeContext>, spec: ScanSpec, schema: SchemaRe
                 .boxed())
         }
         _ => {
-            let view = ReadView { own_writes: spec.own_writes, snapshot: spec.snapshot, key: spec.key };
+            let view = ReadView { own_writes: spec.own_writes, staged_rows: read.staged_rows, snapshot: spec.snapshot, key: spec.key };
             Ok(read_local_partition(&node, spec.table_id, read.partition, spec.projection.clone(), view))
         }
     }
@@ -337,11 +345,31 @@ pub fn read_local_partition(
         .boxed()
 }
 
+/// A copy that does not hold the rows the block's earlier statements staged
+/// for a partition (it restarted and lost them, or never got them): the
+/// statement fails with 40001 rather than read without them, and the block
+/// cannot commit (prepare finds the rows missing too).
+fn lost_own_writes(table_id: TableId, partition: PartitionId, node: NodeId, expected: u64, held: u64) -> FoamError {
+    FoamError::Query {
+        message: format!(
+            "node {node} holds {held} of the {expected} rows this transaction wrote to partition {partition} of table {table_id} (it restarted or missed them); roll back and retry the transaction"
+        ),
+        sqlstate: foam_common::SqlState::SerializationFailure,
+    }
+}
+
 /// The committed rows of a partition as of the view's snapshot, then those
 /// its `own_writes` staged. A read that must wait for a transaction prepared
 /// on the partition (`foam_storage::visibility`) waits off the runtime.
 fn read_partition(node: &NodeContext, table_id: TableId, partition: PartitionId, projection: Option<Vec<usize>>, view: ReadView) -> BatchStream {
     node.partition_scans.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if let (Some(own), Some(expected)) = (view.own_writes, view.staged_rows) {
+        let held = node.storage.staged_row_count(own, (table_id, partition));
+        if held != expected {
+            let error = lost_own_writes(table_id, partition, node.node_id, expected, held);
+            return futures::stream::once(async move { Err(error) }).boxed();
+        }
+    }
     let staged = view.own_writes.map(|own| {
         let (storage, projection) = (node.storage.clone(), projection.clone());
         async move {

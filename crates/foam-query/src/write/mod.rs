@@ -23,7 +23,7 @@ pub mod copy_format;
 pub mod keys;
 pub mod transaction;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
@@ -149,6 +149,14 @@ fn stage_on(
     })
 }
 
+/// The rows one statement staged for one partition (additions and deletions,
+/// each sent to every copy) and the copies it sent them to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StagedPartition {
+    pub rows: u64,
+    pub copies: BTreeSet<NodeId>,
+}
+
 /// Hashes rows to partitions and ships them to their owners in large batches,
 /// remembering which nodes took part.
 pub struct RowRouter {
@@ -165,6 +173,8 @@ pub struct RowRouter {
     buffered_bytes: usize,
     /// Rows shipped to each participant, which it must have at prepare.
     participants: BTreeMap<NodeId, u64>,
+    /// Per partition, the rows shipped (to each of its copies) and the copies.
+    staged: BTreeMap<PartitionId, StagedPartition>,
     in_flight: JoinSet<FoamResult<()>>,
     rows: u64,
     deleted: u64,
@@ -183,6 +193,7 @@ impl RowRouter {
             buffers: HashMap::new(),
             buffered_bytes: 0,
             participants: BTreeMap::new(),
+            staged: BTreeMap::new(),
             in_flight: JoinSet::new(),
             rows: 0,
             deleted: 0,
@@ -269,6 +280,9 @@ impl RowRouter {
         shipment.statement = self.statement;
         shipment.delete = delete;
         let shipment = Arc::new(shipment);
+        let staged = self.staged.entry(partition).or_default();
+        staged.rows += rows;
+        staged.copies.extend(&targets);
         for node in targets {
             while self.in_flight.len() >= WRITE_STREAM_BATCHES_IN_FLIGHT {
                 self.join_one().await?;
@@ -295,6 +309,11 @@ impl RowRouter {
             self.join_one().await?;
         }
         Ok(self.participants.iter().map(|(node, rows)| (*node, *rows)).collect())
+    }
+
+    /// Per partition, the rows this statement staged and the copies holding them.
+    pub fn staged(&self) -> &BTreeMap<PartitionId, StagedPartition> {
+        &self.staged
     }
 
     /// Stops shipping; returns the nodes that may hold staged rows.
@@ -522,7 +541,7 @@ impl TableWriter {
             }
         };
         if let Some(open) = &self.transaction {
-            open.record(self.router.table.id, &participants);
+            open.record(self.router.table.id, &participants, self.router.staged());
             // A duplicate key fails the statement now, as in PostgreSQL,
             // not the block's COMMIT (which checks again).
             if self.router.rows() > 0 && !self.router.table.unique_key_columns().is_empty() {

@@ -3,7 +3,9 @@
 //! ```text
 //!  BEGIN ──▶ Transaction{txn} in the session's OpenTransaction slot
 //!  statement n: INSERT / COPY ──▶ Stage{txn, statement n} on every live copy (no commit)
-//!               SELECT        ──▶ committed rows + rows staged by statements < n (OwnWrites)
+//!               SELECT        ──▶ committed rows + rows staged by statements < n (OwnWrites),
+//!                                 read from a copy that got them all and still holds
+//!                                 as many as were sent (else 40001: a restart lost them)
 //!  COMMIT   ──▶ commit_transaction over every statement's participants (2PC, as one statement's)
 //!  ROLLBACK, an error, the connection closing ──▶ Abort on every participant
 //! ```
@@ -14,17 +16,19 @@
 //! (a coordinator that died); while the block is open its coordinator tells
 //! them every `TXN_KEEPALIVE_MS` that it still holds them.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use datafusion::prelude::SessionConfig;
 use foam_common::limits::TXN_KEEPALIVE_MS;
-use foam_common::{FoamResult, NodeId, TableId, TxnId};
+use foam_common::{FoamResult, NodeId, PartitionId, TableId, TxnId};
 use foam_rpc::NodeRequest;
 use foam_storage::{OwnWrites, StatementNumber};
 
 use crate::context::NodeContext;
+use crate::write::StagedPartition;
 
 /// One transaction block's transaction, from BEGIN to COMMIT or ROLLBACK.
 pub struct Transaction {
@@ -47,8 +51,8 @@ struct Isolation {
 
 #[derive(Default)]
 struct Writes {
-    /// Rows sent to each participant by each statement; prepare checks their sums.
-    by_statement: BTreeMap<StatementNumber, BTreeMap<NodeId, u64>>,
+    /// What each statement staged; prepare checks the sums of rows per node.
+    by_statement: BTreeMap<StatementNumber, StatementWrites>,
     /// Every node any statement sent rows to, rolled back or not.
     nodes: BTreeSet<NodeId>,
     /// Savepoints, oldest first, with the statement each one is.
@@ -58,6 +62,24 @@ struct Writes {
     keepalive: Option<tokio::task::AbortHandle>,
     /// Committed or aborted: nothing is left to abort when dropped.
     ended: bool,
+}
+
+/// What one statement of the block staged.
+#[derive(Default)]
+struct StatementWrites {
+    /// Rows sent to each participant.
+    nodes: BTreeMap<NodeId, u64>,
+    /// Per partition written, what each of the statement's writers staged.
+    partitions: BTreeMap<(TableId, PartitionId), Vec<StagedPartition>>,
+}
+
+/// What a scan by the running statement reads of the block's own writes.
+#[derive(Debug, Clone)]
+pub struct OwnReads {
+    pub own: OwnWrites,
+    /// Per partition the block's earlier statements staged rows for: how many
+    /// (a copy read must hold exactly these), and the copies that got all.
+    pub partitions: BTreeMap<PartitionId, StagedPartition>,
 }
 
 impl Transaction {
@@ -132,20 +154,46 @@ impl Transaction {
 
     /// What a scan of `table` by the running statement reads besides the
     /// committed rows: `None` when no statement of the block wrote it.
-    pub fn own_writes(&self, table: TableId) -> Option<OwnWrites> {
-        self.writes().tables.contains(&table).then(|| OwnWrites { txn: self.txn, before: self.statement() })
+    pub fn own_writes(&self, table: TableId) -> Option<OwnReads> {
+        let before = self.statement();
+        let writes = self.writes();
+        if !writes.tables.contains(&table) {
+            return None;
+        }
+        let mut partitions: BTreeMap<PartitionId, StagedPartition> = BTreeMap::new();
+        for (_, statement) in writes.by_statement.range(..before) {
+            for ((_, partition), staged) in statement.partitions.range((table, 0)..=(table, PartitionId::MAX)) {
+                for one in staged {
+                    match partitions.entry(*partition) {
+                        Entry::Vacant(first) => {
+                            first.insert(one.clone());
+                        }
+                        Entry::Occupied(mut all) => {
+                            let all = all.get_mut();
+                            all.rows += one.rows;
+                            all.copies.retain(|copy| one.copies.contains(copy));
+                        }
+                    }
+                }
+            }
+        }
+        Some(OwnReads { own: OwnWrites { txn: self.txn, before }, partitions })
     }
 
     /// Notes that the running statement staged rows of `table` on
-    /// `participants` (with the rows each was sent).
-    pub fn record(self: &Arc<Self>, table: TableId, participants: &[(NodeId, u64)]) {
+    /// `participants` (with the rows each was sent), `staged` per partition.
+    pub fn record(self: &Arc<Self>, table: TableId, participants: &[(NodeId, u64)], staged: &BTreeMap<PartitionId, StagedPartition>) {
         let statement = self.statement();
         let mut writes = self.writes();
         writes.tables.insert(table);
+        let this = writes.by_statement.entry(statement).or_default();
         for (node, rows) in participants {
-            *writes.by_statement.entry(statement).or_default().entry(*node).or_default() += rows;
-            writes.nodes.insert(*node);
+            *this.nodes.entry(*node).or_default() += rows;
         }
+        for (partition, partition_staged) in staged {
+            this.partitions.entry((table, *partition)).or_default().push(partition_staged.clone());
+        }
+        writes.nodes.extend(participants.iter().map(|(node, _)| *node));
         if writes.keepalive.is_none() && !participants.is_empty() {
             writes.keepalive = Some(tokio::spawn(keep_alive(Arc::downgrade(self))).abort_handle());
         }
@@ -188,7 +236,7 @@ impl Transaction {
             keepalive.abort();
         }
         let mut sums: BTreeMap<NodeId, u64> = writes.nodes.iter().map(|n| (*n, 0)).collect();
-        for (node, rows) in writes.by_statement.values().flatten() {
+        for (node, rows) in writes.by_statement.values().flat_map(|statement| &statement.nodes) {
             *sums.entry(*node).or_default() += rows;
         }
         Some(sums.into_iter().collect())
