@@ -245,6 +245,9 @@ pub fn classify_datafusion_error(error: DataFusionError) -> FoamError {
 fn arrow_sqlstate(error: &arrow::error::ArrowError) -> SqlState {
     use arrow::error::ArrowError::*;
     match error {
+        // A number its target type cannot hold ("Can't cast value 2147483648
+        // to type Int32"), as PostgreSQL's "integer out of range".
+        CastError(message) if message.starts_with("Can't cast value") => SqlState::NumericValueOutOfRange,
         CastError(_) | ParseError(_) | CsvError(_) | JsonError(_) => SqlState::InvalidTextRepresentation,
         DivideByZero => SqlState::DivisionByZero,
         ArithmeticOverflow(_) => SqlState::NumericValueOutOfRange,
@@ -389,6 +392,7 @@ mod tests {
         let arrow = |e: arrow::error::ArrowError| FoamError::from(DataFusionError::ArrowError(Box::new(e), None)).sqlstate();
         use arrow::error::ArrowError;
         assert_eq!(arrow(ArrowError::CastError("Cannot cast string 'x' to value of Int32 type".into())), "22P02");
+        assert_eq!(arrow(ArrowError::CastError("Can't cast value 2147483648 to type Int32".into())), "22003", "a number out of its type's range");
         assert_eq!(arrow(ArrowError::ParseError("bad date".into())), "22P02");
         assert_eq!(arrow(ArrowError::DivideByZero), "22012");
         // Arrays of different types reaching a comparison: a planning bug

@@ -45,11 +45,13 @@ pub fn datafusion_analyzer_rules() -> Vec<Arc<dyn datafusion::optimizer::Analyze
 /// FoamDB's analyzer rules, run after DataFusion's (type coercion among
 /// them): outer references typed as coercion left their columns, then SQL
 /// semantics where DataFusion's differ from PostgreSQL's (casts to integers
-/// and numerics round as PostgreSQL's; INTERSECT ALL and EXCEPT ALL count copies).
+/// and numerics round as PostgreSQL's; integer arithmetic fails on overflow;
+/// INTERSECT ALL and EXCEPT ALL count copies).
 pub fn analyzer_rules() -> Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> {
     vec![
         Arc::new(logical::outer_reference_types::OuterReferenceTypes),
         Arc::new(logical::pg_casts::PostgresCasts),
+        Arc::new(logical::checked_arithmetic::CheckedArithmetic),
         Arc::new(logical::set_multiplicity::SetOperationMultiplicity),
     ]
 }
@@ -117,12 +119,14 @@ pub fn guarded_datafusion_rules() -> Vec<Arc<dyn PhysicalOptimizerRule + Send + 
 /// `LIKE` filters and counted rows call them in the stages workers run), and
 /// those it defines in place of DataFusion's (`version()`).
 pub fn worker_udfs() -> Vec<ScalarUDF> {
-    vec![
+    let mut udfs = vec![
         crate::exec::route::FoamRoute::udf(),
         logical::like::FoamLike::udf(),
         logical::pg_casts::RoundForInt::udf(),
         logical::pg_casts::NumericOfFloat::udf(),
         physical::count_ones::FoamOnes::udf(),
         crate::catalog::functions::version_udf(),
-    ]
+    ];
+    udfs.extend(logical::checked_arithmetic::IntArithmetic::udfs());
+    udfs
 }

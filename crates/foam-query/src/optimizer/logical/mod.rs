@@ -3,6 +3,7 @@
 
 pub mod aggregate_filters;
 pub mod boolean_literals;
+pub mod checked_arithmetic;
 pub mod eager_aggregate;
 pub mod eager_count;
 pub mod early_replica_join;
@@ -10,6 +11,7 @@ pub mod early_semi_join;
 pub mod group_key_filter;
 pub mod kept_types;
 pub mod like;
+pub mod named_rewrite;
 pub mod null_equal_joins;
 pub mod outer_reference_types;
 pub mod pg_casts;

@@ -32,15 +32,14 @@ use arrow::array::{Array, ArrayRef, AsArray, Decimal128Array};
 use arrow::compute::kernels::arity::{try_unary, unary};
 use arrow::datatypes::{DataType, Decimal128Type, Float32Type, Float64Type};
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DFSchema, DataFusionError, Result, ScalarValue};
 use datafusion::logical_expr::expr::{Cast, ScalarFunction};
-use datafusion::logical_expr::expr::GroupingSet;
-use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{ColumnarValue, Expr, ExprSchemable, LogicalPlan, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
 use datafusion::optimizer::AnalyzerRule;
 use foam_common::{FoamError, SqlState};
 
+use super::named_rewrite::rewrite_expressions;
 use crate::exec::function_values::per_value;
 
 /// The functions the rewrite calls; workers register them (`worker_udfs`).
@@ -62,50 +61,8 @@ impl AnalyzerRule for PostgresCasts {
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        plan.transform_up_with_subqueries(|plan| {
-            let mut schema = DFSchema::empty();
-            for input in plan.inputs() {
-                schema.merge(input.schema());
-            }
-            let names = NamePreserver::new(&plan);
-            let rewrite = |expr: Expr| -> Result<Transformed<Expr>> {
-                let name = names.save(&expr);
-                let rewritten = expr.transform_up(|e| postgres_cast(e, &schema))?;
-                Ok(if rewritten.transformed { rewritten.update_data(|e| name.restore(e)) } else { rewritten })
-            };
-            let rewritten = plan.map_expressions(|expr| match expr {
-                // Each member keeps its name: an alias around the whole set
-                // would make it one group column named like the clause
-                // ("No field named r.g. Valid fields are \"ROLLUP (r.h, r.g)\"",
-                // fuzz seed 58349 w10).
-                Expr::GroupingSet(set) => grouping_set_members(set, &rewrite).map(|t| t.update_data(Expr::GroupingSet)),
-                expr => rewrite(expr),
-            })?;
-            if rewritten.transformed { rewritten.map_data(|plan| plan.recompute_schema()) } else { Ok(rewritten) }
-        })
-        .map(|rewritten| rewritten.data)
+        rewrite_expressions(plan, postgres_cast)
     }
-}
-
-/// `set` with `rewrite` applied to each member.
-fn grouping_set_members(set: GroupingSet, rewrite: &dyn Fn(Expr) -> Result<Transformed<Expr>>) -> Result<Transformed<GroupingSet>> {
-    let mut changed = false;
-    let mut each = |exprs: Vec<Expr>| -> Result<Vec<Expr>> {
-        exprs
-            .into_iter()
-            .map(|e| {
-                let rewritten = rewrite(e)?;
-                changed |= rewritten.transformed;
-                Ok(rewritten.data)
-            })
-            .collect()
-    };
-    let set = match set {
-        GroupingSet::Rollup(exprs) => GroupingSet::Rollup(each(exprs)?),
-        GroupingSet::Cube(exprs) => GroupingSet::Cube(each(exprs)?),
-        GroupingSet::GroupingSets(sets) => GroupingSet::GroupingSets(sets.into_iter().map(&mut each).collect::<Result<_>>()?),
-    };
-    Ok(Transformed::new_transformed(set, changed))
 }
 
 fn postgres_cast(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
