@@ -261,6 +261,9 @@ impl LocalReference {
         foam_query::optimizer::logical::boolean_literals::add_planner(&mut state);
         let state = state.build();
         let reference = LocalReference { ctx: SessionContext::new_with_state(state) };
+        for udaf in foam_query::optimizer::worker_udafs() {
+            reference.ctx.register_udaf(udaf);
+        }
         reference.load(tables).await?;
         Ok(reference)
     }

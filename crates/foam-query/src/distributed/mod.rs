@@ -446,6 +446,9 @@ fn worker_template(runtime: Arc<RuntimeEnv>) -> Result<datafusion::execution::Se
     for udf in crate::optimizer::worker_udfs() {
         datafusion::execution::FunctionRegistry::register_udf(&mut state, Arc::new(udf))?;
     }
+    for udaf in crate::optimizer::worker_udafs() {
+        datafusion::execution::FunctionRegistry::register_udaf(&mut state, Arc::new(udaf))?;
+    }
     datafusion::execution::FunctionRegistry::register_udaf(&mut state, Arc::new(crate::frontend::scalar_subquery::SingleValue::udaf()))?;
     datafusion::execution::FunctionRegistry::register_udf(&mut state, Arc::new(crate::frontend::scalar_subquery::OneValue::udf()))?;
     Ok(state)

@@ -497,6 +497,9 @@ impl FoamSession {
         }
         ctx.register_udf(crate::catalog::functions::version_udf());
         ctx.register_udaf(crate::frontend::scalar_subquery::SingleValue::udaf());
+        for udaf in crate::optimizer::worker_udafs() {
+            ctx.register_udaf(udaf);
+        }
         ctx.register_udf(crate::frontend::scalar_subquery::OneValue::udf());
         for udf in crate::catalog::functions::catalog_inquiry_udfs() {
             ctx.register_udf(udf);

@@ -8,7 +8,7 @@ pub mod physical;
 
 use std::sync::Arc;
 
-use datafusion::logical_expr::ScalarUDF;
+use datafusion::logical_expr::{AggregateUDF, ScalarUDF};
 use datafusion::optimizer::OptimizerRule;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::filter_pushdown::FilterPushdownPhase;
@@ -129,4 +129,11 @@ pub fn worker_udfs() -> Vec<ScalarUDF> {
     ];
     udfs.extend(logical::checked_arithmetic::IntArithmetic::udfs());
     udfs
+}
+
+/// The aggregates FoamDB defines in place of DataFusion's (`sum`, whose
+/// BIGINT sums fail on overflow); sessions, workers and the fuzzer's
+/// reference register them.
+pub fn worker_udafs() -> Vec<AggregateUDF> {
+    vec![logical::checked_arithmetic::CheckedSum::udaf()]
 }

@@ -20,6 +20,12 @@
 //! ```
 //! Division and modulo already fail on overflow (`i64::MIN / -1`), and
 //! DECIMAL and float arithmetic is left as it is.
+//!
+//! `sum` of integers, a BIGINT as in DataFusion, wrapped around too: the
+//! session and every worker register [`CheckedSum`] as `sum`, DataFusion's
+//! but for its BIGINT accumulators, which fail with 22003 (PostgreSQL's
+//! `sum(bigint)` is a NUMERIC and holds the sum; a BIGINT result keeps
+//! FoamDB's types, and so the answers after it, as they were).
 
 use std::sync::Arc;
 
@@ -29,8 +35,15 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DFSchema, DataFusionError, Result, ScalarValue};
 use datafusion::logical_expr::expr::ScalarFunction;
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Int64Array};
+use arrow::buffer::NullBuffer;
+use arrow::datatypes::{Decimal128Type, Field, FieldRef, Int64Type};
+use datafusion::logical_expr::utils::format_state_name;
+use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
+use datafusion::logical_expr::utils::AggregateOrderSensitivity;
 use datafusion::logical_expr::{
-    BinaryExpr, ColumnarValue, Expr, ExprSchemable, LogicalPlan, Operator, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+    Accumulator, AggregateUDF, AggregateUDFImpl, BinaryExpr, ColumnarValue, Documentation, EmitTo, Expr, ExprSchemable, GroupsAccumulator, LogicalPlan,
+    Operator, ReversedUDAF, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, SetMonotonicity, Signature, Volatility,
 };
 use datafusion::optimizer::AnalyzerRule;
 use datafusion::physical_expr_common::datum::apply;
@@ -174,6 +187,245 @@ impl ScalarUDFImpl for CheckedInt {
     }
 }
 
+/// `sum`: DataFusion's, with BIGINT sums (of any integer type) that fail on
+/// overflow in every accumulator (grouped, not grouped, a window's sliding
+/// frame): partial sums are exact (128 bits), and only a whole sum that does
+/// not fit a BIGINT fails. `sum(DISTINCT ...)` is left to DataFusion's.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct CheckedSum {
+    inner: Arc<AggregateUDF>,
+}
+
+impl CheckedSum {
+    pub fn udaf() -> AggregateUDF {
+        AggregateUDF::new_from_impl(CheckedSum { inner: datafusion::functions_aggregate::sum::sum_udaf() })
+    }
+
+    /// Whether this call's sum is one FoamDB checks.
+    fn checks(args: &AccumulatorArgs) -> bool {
+        !args.is_distinct && args.return_field.data_type() == &DataType::Int64
+    }
+}
+
+impl AggregateUDFImpl for CheckedSum {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn signature(&self) -> &Signature {
+        self.inner.signature()
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        self.inner.return_type(arg_types)
+    }
+
+    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        self.inner.inner().coerce_types(arg_types)
+    }
+
+    fn aliases(&self) -> &[String] {
+        self.inner.aliases()
+    }
+
+    fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
+        if !args.is_distinct && args.return_field.data_type() == &DataType::Int64 {
+            return Ok(vec![Arc::new(Field::new(format_state_name(args.name, "sum"), PARTIAL_SUM, true))]);
+        }
+        self.inner.state_fields(args)
+    }
+
+    fn accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
+        if Self::checks(&args) {
+            return Ok(Box::new(CheckedSumAccumulator::default()));
+        }
+        self.inner.accumulator(args)
+    }
+
+    fn create_sliding_accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
+        if Self::checks(&args) {
+            return Ok(Box::new(CheckedSumAccumulator::default()));
+        }
+        self.inner.create_sliding_accumulator(args)
+    }
+
+    fn groups_accumulator_supported(&self, args: AccumulatorArgs) -> bool {
+        self.inner.groups_accumulator_supported(args)
+    }
+
+    fn create_groups_accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn GroupsAccumulator>> {
+        if Self::checks(&args) {
+            return Ok(Box::new(CheckedSumGroups::default()));
+        }
+        self.inner.create_groups_accumulator(args)
+    }
+
+    fn order_sensitivity(&self) -> AggregateOrderSensitivity {
+        self.inner.inner().order_sensitivity()
+    }
+
+    fn reverse_expr(&self) -> ReversedUDAF {
+        self.inner.reverse_udf()
+    }
+
+    fn set_monotonicity(&self, data_type: &DataType) -> SetMonotonicity {
+        self.inner.inner().set_monotonicity(data_type)
+    }
+
+    fn default_value(&self, data_type: &DataType) -> Result<ScalarValue> {
+        self.inner.default_value(data_type)
+    }
+
+    fn documentation(&self) -> Option<&Documentation> {
+        self.inner.documentation()
+    }
+}
+
+/// `sum(arg)` as SQL's `sum` plans it in a FoamDB session: a rule that adds
+/// sums must use this one, since workers read every `sum` as [`CheckedSum`]
+/// (its partial sums are not DataFusion's).
+pub fn sum(arg: Expr) -> Expr {
+    static SUM: std::sync::OnceLock<Arc<AggregateUDF>> = std::sync::OnceLock::new();
+    let udaf = SUM.get_or_init(|| Arc::new(CheckedSum::udaf())).clone();
+    Expr::AggregateFunction(datafusion::logical_expr::expr::AggregateFunction::new_udf(udaf, vec![arg], false, None, vec![], None))
+}
+
+/// A sum as a BIGINT, or 22003 where it does not fit one.
+fn as_bigint(sum: i128) -> Result<i64> {
+    i64::try_from(sum).map_err(|_| out_of_range(&DataType::Int64))
+}
+
+fn bigints(values: &ArrayRef) -> Result<&Int64Array> {
+    values.as_primitive_opt::<Int64Type>().ok_or_else(|| DataFusionError::Internal(format!("a BIGINT sum of {}", values.data_type())))
+}
+
+/// Partial sums, exact in 128 bits (no count of BIGINT rows reaches their
+/// limit): only the whole sum must fit a BIGINT, as in PostgreSQL, whatever
+/// the order rows and partial sums arrive in.
+fn partial_sums(values: &ArrayRef) -> Result<&Decimal128Array> {
+    values.as_primitive_opt::<Decimal128Type>().ok_or_else(|| DataFusionError::Internal(format!("a partial BIGINT sum of {}", values.data_type())))
+}
+
+/// The type of a partial sum.
+const PARTIAL_SUM: DataType = DataType::Decimal128(38, 0);
+
+/// One BIGINT sum; `retract_batch` makes it a window frame's as it slides.
+#[derive(Debug, Default)]
+struct CheckedSumAccumulator {
+    sum: i128,
+    /// Values summed (less those retracted): none is a NULL sum.
+    count: u64,
+}
+
+impl CheckedSumAccumulator {
+    fn add(&mut self, values: impl Iterator<Item = Option<i128>>, sign: i128) {
+        for value in values.flatten() {
+            self.sum += sign * value;
+            self.count = if sign > 0 { self.count + 1 } else { self.count.saturating_sub(1) };
+        }
+    }
+}
+
+impl Accumulator for CheckedSumAccumulator {
+    fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        self.add(bigints(&values[0])?.iter().map(|v| v.map(i128::from)), 1);
+        Ok(())
+    }
+
+    fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
+        self.add(partial_sums(&states[0])?.iter(), 1);
+        Ok(())
+    }
+
+    fn retract_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        self.add(bigints(&values[0])?.iter().map(|v| v.map(i128::from)), -1);
+        Ok(())
+    }
+
+    fn supports_retract_batch(&self) -> bool {
+        true
+    }
+
+    fn evaluate(&mut self) -> Result<ScalarValue> {
+        Ok(ScalarValue::Int64(if self.count > 0 { Some(as_bigint(self.sum)?) } else { None }))
+    }
+
+    fn state(&mut self) -> Result<Vec<ScalarValue>> {
+        Ok(vec![ScalarValue::Decimal128((self.count > 0).then_some(self.sum), 38, 0)])
+    }
+
+    fn size(&self) -> usize {
+        std::mem::size_of_val(self)
+    }
+}
+
+/// BIGINT sums, one per group.
+#[derive(Debug, Default)]
+struct CheckedSumGroups {
+    sums: Vec<i128>,
+    /// Whether the group summed a value yet: if not its sum is NULL.
+    seen: Vec<bool>,
+}
+
+impl CheckedSumGroups {
+    fn add(&mut self, values: impl Iterator<Item = Option<i128>>, groups: &[usize], filter: Option<&BooleanArray>, total_groups: usize) {
+        self.sums.resize(total_groups, 0);
+        self.seen.resize(total_groups, false);
+        for ((row, value), group) in values.enumerate().zip(groups) {
+            let Some(value) = value else { continue };
+            if filter.is_some_and(|f| !f.is_valid(row) || !f.value(row)) {
+                continue;
+            }
+            self.sums[*group] += value;
+            self.seen[*group] = true;
+        }
+    }
+
+    fn take(&mut self, emit_to: EmitTo) -> (Vec<i128>, NullBuffer) {
+        (emit_to.take_needed(&mut self.sums), NullBuffer::from(emit_to.take_needed(&mut self.seen)))
+    }
+}
+
+impl GroupsAccumulator for CheckedSumGroups {
+    fn update_batch(&mut self, values: &[ArrayRef], groups: &[usize], filter: Option<&BooleanArray>, total_groups: usize) -> Result<()> {
+        self.add(bigints(&values[0])?.iter().map(|v| v.map(i128::from)), groups, filter, total_groups);
+        Ok(())
+    }
+
+    fn merge_batch(&mut self, values: &[ArrayRef], groups: &[usize], total_groups: usize) -> Result<()> {
+        self.add(partial_sums(&values[0])?.iter(), groups, None, total_groups);
+        Ok(())
+    }
+
+    fn evaluate(&mut self, emit_to: EmitTo) -> Result<ArrayRef> {
+        let (sums, seen) = self.take(emit_to);
+        let sums = sums.into_iter().zip(seen.iter()).map(|(sum, seen)| if seen { as_bigint(sum) } else { Ok(0) }).collect::<Result<Vec<i64>>>()?;
+        Ok(Arc::new(Int64Array::new(sums.into(), Some(seen))))
+    }
+
+    fn state(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
+        let (sums, seen) = self.take(emit_to);
+        Ok(vec![Arc::new(Decimal128Array::new(sums.into(), Some(seen)).with_data_type(PARTIAL_SUM))])
+    }
+
+    /// Each row as its own partial sum (rows filtered out as NULL), so a
+    /// partial aggregate that groups too little can pass rows on as they are.
+    fn convert_to_state(&self, values: &[ArrayRef], filter: Option<&BooleanArray>) -> Result<Vec<ArrayRef>> {
+        let values = arrow::compute::cast(&values[0], &PARTIAL_SUM)?;
+        let Some(filter) = filter else { return Ok(vec![values]) };
+        // A NULL in the filter drops its row as a false does.
+        let kept = match filter.nulls() {
+            Some(nulls) => BooleanArray::new(filter.values() & nulls.inner(), None),
+            None => filter.clone(),
+        };
+        Ok(vec![arrow::compute::nullif(&values, &arrow::compute::not(&kept)?)?])
+    }
+
+    fn size(&self) -> usize {
+        self.sums.capacity() * std::mem::size_of::<i128>() + self.seen.capacity()
+    }
+}
+
 /// PostgreSQL's error for a result its integer type cannot hold.
 fn out_of_range(data_type: &DataType) -> DataFusionError {
     let name = match data_type {
@@ -187,7 +439,7 @@ fn out_of_range(data_type: &DataType) -> DataFusionError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::{Array, Int32Array, Int64Array};
+    use arrow::array::Int32Array;
 
     fn run(operation: IntArithmetic, left: ColumnarValue, right: ColumnarValue, rows: usize) -> Result<ColumnarValue> {
         let udf = CheckedInt::udf(operation);
@@ -200,6 +452,28 @@ mod tests {
             return_field: field,
             config_options: Arc::new(ConfigOptions::default()),
         })
+    }
+
+    #[test]
+    fn grouped_sums_pass_the_limit_in_part_and_fail_only_as_a_whole() {
+        let rows: ArrayRef = Arc::new(Int64Array::from(vec![Some(i64::MAX), Some(i64::MAX), None, Some(-i64::MAX), Some(7)]));
+        let mut partial = CheckedSumGroups::default();
+        partial.update_batch(std::slice::from_ref(&rows), &[0, 0, 1, 0, 1], None, 2).unwrap();
+        let state = partial.state(EmitTo::All).unwrap();
+        // Rows passed on unaggregated (a partial aggregate that skips), the
+        // filtered-out row as NULL, merge with the partial sums.
+        let filter = BooleanArray::from(vec![true, false, true, true, true]);
+        let passed = partial.convert_to_state(std::slice::from_ref(&rows), Some(&filter)).unwrap();
+        let mut whole = CheckedSumGroups::default();
+        whole.merge_batch(&state, &[0, 1], 2).unwrap();
+        whole.merge_batch(&passed, &[1, 1, 1, 1, 1], 2).unwrap();
+        let sums = whole.evaluate(EmitTo::All).unwrap();
+        let sums = sums.as_primitive::<Int64Type>();
+        assert_eq!(sums.iter().collect::<Vec<_>>(), vec![Some(i64::MAX), Some(14)], "MAX + MAX - MAX; 7 + (MAX - MAX) + 7");
+        let mut over = CheckedSumGroups::default();
+        over.update_batch(&[rows], &[0, 0, 1, 1, 1], None, 2).unwrap();
+        let error = over.evaluate(EmitTo::All).unwrap_err();
+        assert!(error.to_string().contains("bigint out of range"), "{error}");
     }
 
     #[test]

@@ -40,7 +40,7 @@ use std::sync::Arc;
 use arrow::datatypes::DataType;
 use datafusion::common::tree_node::Transformed;
 use datafusion::common::{Column, NullEquality, Result};
-use datafusion::functions_aggregate::expr_fn::{count, max, min, sum};
+use datafusion::functions_aggregate::expr_fn::{count, max, min};
 use datafusion::logical_expr::{
     Aggregate, Expr, ExprSchemable, Join, JoinConstraint, JoinType, LogicalPlan, LogicalPlanBuilder, cast,
 };
@@ -48,6 +48,7 @@ use datafusion::optimizer::optimizer::ApplyOrder;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 
 use crate::options::FoamOptions;
+use crate::optimizer::logical::checked_arithmetic::sum;
 use crate::optimizer::logical::eager_count::PRE_COUNT_PREFIX;
 use crate::optimizer::logical::plan_shape::{columns_only, unfiltered_table};
 

@@ -24,11 +24,12 @@ use std::sync::Arc;
 
 use datafusion::common::tree_node::Transformed;
 use datafusion::common::{Column, NullEquality, Result};
-use datafusion::functions_aggregate::expr_fn::{count, sum};
+use datafusion::functions_aggregate::expr_fn::count;
 use datafusion::logical_expr::{Aggregate, Expr, Join, JoinType, LogicalPlan, LogicalPlanBuilder, lit, when};
 use datafusion::optimizer::optimizer::ApplyOrder;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 
+use crate::optimizer::logical::checked_arithmetic::sum;
 use crate::options::FoamOptions;
 use crate::optimizer::logical::plan_shape::columns_only;
 
