@@ -147,6 +147,10 @@ fn psql_describes_tables_views_roles_and_schemas() {
     for line in ["Storage", "extended", "\"described_pkey\" PRIMARY KEY, btree (id)"] {
         assert!(d_plus.contains(line), "\\d+ described lacks {line:?}:\n{d_plus}");
     }
+    // \dt+ sizes a table by the bytes of its copies that serve reads.
+    let dt_plus = psql_ok(&cluster, &["-At"], "\\dt+ described\n");
+    let size = psql_ok(&cluster, &["-At"], "SELECT pg_size_pretty(sum(bytes)::bigint) FROM foam_partitions WHERE table_name = 'described' AND serves_reads;\n");
+    assert!(dt_plus.starts_with("public|described|table|") && dt_plus.contains(&format!("|{}|", size.trim())), "{dt_plus} sized {size}");
     let dt = psql_ok(&cluster, &[], "\\dt\n\\dv\n");
     assert!(dt.contains("described ") && dt.contains("described_view"), "{dt}");
     let du = psql_ok(&cluster, &[], "\\du\n");

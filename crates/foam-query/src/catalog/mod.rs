@@ -8,6 +8,7 @@ pub mod pg_keys;
 pub mod pg_stat_activity;
 pub mod pg_missing;
 pub mod pg_owners;
+pub mod pg_sizes;
 pub mod provider;
 pub mod statistics;
 pub mod system_tables;

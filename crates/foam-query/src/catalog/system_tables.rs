@@ -211,6 +211,28 @@ async fn partitions(node: &Arc<NodeContext>, facts: CopyFacts) -> FoamResult<Rec
     RecordBatch::try_new(schema, columns).map_err(|e| FoamError::internal(e.to_string()))
 }
 
+/// The bytes `table` stores: each partition's as the copy queries read
+/// holds them (one copy of a replicated table), asked of its node.
+pub async fn table_bytes(node: &Arc<NodeContext>, table: &foam_catalog::TableDef) -> FoamResult<u64> {
+    let mut by_node: BTreeMap<NodeId, Vec<PartitionId>> = BTreeMap::new();
+    match &table.distribution {
+        foam_catalog::Distribution::Hash { owners, .. } => {
+            for (partition, owner) in owners.iter().enumerate() {
+                by_node.entry(*owner).or_default().push(partition as PartitionId);
+            }
+        }
+        foam_catalog::Distribution::Replicated { nodes } => {
+            let reader = if nodes.contains(&node.node_id) { Some(node.node_id) } else { nodes.first().copied() };
+            by_node.extend(reader.map(|reader| (reader, vec![0])));
+        }
+    }
+    let mut bytes = 0;
+    for (holder, partitions) in by_node {
+        bytes += copy_facts(node, holder, table.id, partitions, CopyFacts::Stats).await?.iter().map(|(_, [_, b])| b).sum::<u64>();
+    }
+    Ok(bytes)
+}
+
 /// The facts of some partitions of a table on one node; an error when it
 /// does not answer (its copies show NULLs).
 async fn copy_facts(

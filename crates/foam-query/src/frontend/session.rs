@@ -508,6 +508,11 @@ impl FoamSession {
         for udf in crate::catalog::pg_keys::definition_udfs(node.clone()) {
             ctx.register_udf(udf);
         }
+        if let Some(pg_catalog) = ctx.catalog(crate::catalog::provider::CATALOG_NAME).and_then(|c| c.schema("pg_catalog")) {
+            for udf in crate::catalog::pg_sizes::size_udfs(node.clone(), pg_catalog) {
+                ctx.register_udf(udf);
+            }
+        }
         let settings = BTreeMap::from([
             ("server_version".to_string(), format!("{} (FoamDB)", crate::catalog::functions::POSTGRES_VERSION)),
             ("server_version_num".to_string(), crate::catalog::functions::POSTGRES_VERSION_NUM.to_string()),
