@@ -151,6 +151,9 @@ fn psql_describes_tables_views_roles_and_schemas() {
     let dt_plus = psql_ok(&cluster, &["-At"], "\\dt+ described\n");
     let size = psql_ok(&cluster, &["-At"], "SELECT pg_size_pretty(sum(bytes)::bigint) FROM foam_partitions WHERE table_name = 'described' AND serves_reads;\n");
     assert!(dt_plus.starts_with("public|described|table|") && dt_plus.contains(&format!("|{}|", size.trim())), "{dt_plus} sized {size}");
+    // \df reads a function's result and argument types from pg_proc.
+    let df = psql_ok(&cluster, &["-At"], "\\dfS abs\n");
+    assert!(df.contains("pg_catalog|abs|double precision|double precision|func"), "{df}");
     let dt = psql_ok(&cluster, &[], "\\dt\n\\dv\n");
     assert!(dt.contains("described ") && dt.contains("described_view"), "{dt}");
     let du = psql_ok(&cluster, &[], "\\du\n");

@@ -509,6 +509,9 @@ impl FoamSession {
             ctx.register_udf(udf);
         }
         if let Some(pg_catalog) = ctx.catalog(crate::catalog::provider::CATALOG_NAME).and_then(|c| c.schema("pg_catalog")) {
+            for udf in crate::catalog::pg_functions::function_udfs(pg_catalog.clone()) {
+                ctx.register_udf(udf);
+            }
             for udf in crate::catalog::pg_sizes::size_udfs(node.clone(), pg_catalog) {
                 ctx.register_udf(udf);
             }
