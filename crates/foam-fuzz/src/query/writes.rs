@@ -26,6 +26,9 @@ const VALUES_ROWS_MAX: u32 = 3;
 const UPSERT_PERCENT: u32 = 20;
 /// Percent of write statements that return their rows.
 const RETURNING_PERCENT: u32 = 25;
+/// Of UPDATEs and DELETEs, those that read another table (`UPDATE ...
+/// FROM`, `DELETE ... USING`).
+const FROM_PERCENT: u32 = 30;
 /// What a statement that returns its rows holds, before its items: `*`,
 /// or the target's columns as `table.column`.
 pub const RETURNING: &str = " RETURNING ";
@@ -76,16 +79,18 @@ impl Generator<'_> {
         let upsert = self.c.chance(UPSERT_PERCENT);
         let statements = (0..count)
             .map(|i| {
-                let statement = if upsert && (i == 0 || self.c.chance(50)) { self.upsert_statement(target) } else { self.write_statement(target, upsert) };
-                if self.c.chance(RETURNING_PERCENT) { format!("{statement}{}", self.returning(target)) } else { statement }
+                let (statement, other_tables) =
+                    if upsert && (i == 0 || self.c.chance(50)) { (self.upsert_statement(target), false) } else { self.write_statement(target, upsert) };
+                if self.c.chance(RETURNING_PERCENT) { format!("{statement}{}", self.returning(target, !other_tables)) } else { statement }
             })
             .collect();
         Write { target, statements, end, upsert }
     }
 
-    /// `RETURNING *` or `RETURNING` one to three of the target's columns.
-    fn returning(&mut self, target: usize) -> String {
-        if self.c.chance(30) {
+    /// `RETURNING *` (if `star`: FoamDB refuses it where a write reads other
+    /// tables) or `RETURNING` one to three of the target's columns.
+    fn returning(&mut self, target: usize, star: bool) -> String {
+        if star && self.c.chance(30) {
             return format!("{RETURNING}*");
         }
         let table = self.tables[target].name.clone();
@@ -93,13 +98,22 @@ impl Generator<'_> {
         format!("{RETURNING}{}", items.join(", "))
     }
 
-    /// An UPDATE, DELETE or INSERT; no UPDATE in an upsert write.
-    fn write_statement(&mut self, target: usize, upsert: bool) -> String {
+    /// An UPDATE, DELETE or INSERT; no UPDATE in an upsert write. True when
+    /// it reads other tables (`UPDATE ... FROM`, `DELETE ... USING`).
+    fn write_statement(&mut self, target: usize, upsert: bool) -> (String, bool) {
         self.ctes.clear();
         let table = self.tables[target].name.clone();
         let scope: Vec<Col> = COLUMNS.iter().map(|c| Col { sql: format!("{table}.{}", c.name), ty: c.ty }).collect();
         let kind = if upsert { self.c.between(4, 9) } else { self.c.below(10) };
         let body = match kind {
+            0..=3 if self.c.chance(FROM_PERCENT) => {
+                let body = self.update_from(&table, &scope);
+                return (self.with_ctes(&body), true);
+            }
+            4..=6 if self.c.chance(FROM_PERCENT) => {
+                let body = self.delete_using(&table, &scope);
+                return (self.with_ctes(&body), true);
+            }
             0..=3 => {
                 let count = self.c.between(1, 2);
                 let mut columns: Vec<usize> = (0..count).map(|_| self.c.below(COLUMNS.len() as u32) as usize).collect();
@@ -111,7 +125,45 @@ impl Generator<'_> {
             4..=6 => format!("DELETE FROM {table}{}", self.write_filter(&scope)),
             _ => self.insert(&table, kind <= 8),
         };
-        self.with_ctes(&body)
+        (self.with_ctes(&body), false)
+    }
+
+    /// `UPDATE table ... FROM` a table grouped by the column the target
+    /// joins it on, so each target row matches at most one row: of several
+    /// PostgreSQL takes any one, FoamDB fails with 21000.
+    fn update_from(&mut self, table: &str, scope: &[Col]) -> String {
+        let source = self.c.pick(self.tables).name.clone();
+        let (inner, outer) = (self.alias(), self.alias());
+        let (key, value) = (&COLUMNS[self.c.below(COLUMNS.len() as u32) as usize], &COLUMNS[self.c.below(COLUMNS.len() as u32) as usize]);
+        let inner_scope: Vec<Col> = COLUMNS.iter().map(|c| Col { sql: format!("{inner}.{}", c.name), ty: c.ty }).collect();
+        let aggregate = if value.ty == Ty::Bool { "bool_and" } else { "min" };
+        let grouped = format!(
+            "(SELECT {inner}.{} AS fk, {aggregate}({inner}.{}) AS fv FROM {source} AS {inner}{} GROUP BY {inner}.{}) AS {outer}",
+            key.name,
+            value.name,
+            self.write_filter(&inner_scope),
+            key.name
+        );
+        let mut both = scope.to_vec();
+        both.push(Col { sql: format!("{outer}.fk"), ty: key.ty });
+        both.push(Col { sql: format!("{outer}.fv"), ty: value.ty });
+        let set = &COLUMNS[self.c.below(COLUMNS.len() as u32) as usize];
+        let assignment = format!("{} = {}", set.name, self.assigned(set.ty, &both));
+        let joined = format!("{} = {outer}.fk", self.column(key.ty, scope));
+        // No subquery in the condition: FoamDB refuses one there (0A000).
+        let filter = if self.c.chance(50) { format!(" AND {}", self.predicate(&both, 0, 0)) } else { String::new() };
+        format!("UPDATE {table} SET {assignment} FROM {grouped} WHERE {joined}{filter}")
+    }
+
+    /// `DELETE FROM table USING` another table (or itself) and a condition
+    /// over both, without a subquery (as in `update_from`).
+    fn delete_using(&mut self, table: &str, scope: &[Col]) -> String {
+        let source = self.c.pick(self.tables).name.clone();
+        let alias = self.alias();
+        let mut both = scope.to_vec();
+        both.extend(COLUMNS.iter().map(|c| Col { sql: format!("{alias}.{}", c.name), ty: c.ty }));
+        let filter = if self.c.chance(85) { format!(" WHERE {}", self.predicate(&both, 0, 0)) } else { String::new() };
+        format!("DELETE FROM {table} USING {source} AS {alias}{filter}")
     }
 
     /// `INSERT INTO table` with rows of a SELECT over any table (`select`)

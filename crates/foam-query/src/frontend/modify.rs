@@ -3,21 +3,33 @@
 //! ```text
 //!  DELETE FROM t [AS a] WHERE p        ──▶ SELECT a.* FROM t AS a WHERE p
 //!  UPDATE t [AS a] SET c = e WHERE p   ──▶ SELECT a.*, <each column, or its new value e> FROM t AS a WHERE p
+//!  DELETE FROM t AS a USING s WHERE p  ──▶ SELECT a.* FROM t AS a WHERE EXISTS (SELECT 1 FROM s WHERE p)
+//!  UPDATE t AS a SET c = e FROM s WHERE p
+//!      ──▶ SELECT a.*, <.., the one (SELECT e FROM s WHERE p), ..> FROM t AS a WHERE EXISTS (SELECT 1 FROM s WHERE p)
 //! ```
 //! The query's rows are the rows to delete (the first `n` columns, whole) and,
 //! for UPDATE, the rows that replace them (the next `n`). Both go through the
 //! write path as one transaction (`write/mod.rs`): each copy of a partition
 //! finds the deleted rows by content (`foam-storage/src/row_set.rs`), and a new
 //! row hashes to its own partition, so an UPDATE of the distribution key moves
-//! the row. Forms whose rows could repeat a target row (`UPDATE ... FROM`,
-//! `DELETE ... USING`) are refused with 0A000. The session takes `RETURNING`
+//! the row. The query gives each target row once: `DELETE ... USING` and
+//! `UPDATE ... FROM` find a target row's matches in a subquery, not a join
+//! that would repeat the row once per match. A target row that matches
+//! several rows of `FROM` fails the UPDATE with 21000 where PostgreSQL
+//! takes one of them, "not readily predictable" which. A column name the
+//! target and a `USING`/`FROM` table share is ambiguous there (42702), as in
+//! PostgreSQL, not read as the subquery's own. The session takes `RETURNING`
 //! off first (`returning.rs`); it is refused here if still there.
 //! `INSERT ... ON CONFLICT` is a query of the proposed rows beside the
 //! rows they conflict with (`upsert.rs`).
 //! `TRUNCATE t` is `DELETE FROM t`: transactional, at a DELETE's cost;
 //! `TRUNCATE t, u` is one such deletion per table, in one transaction.
 
-use datafusion::sql::sqlparser::ast::{Assignment, AssignmentTarget, Expr, FromTable, Statement, TableFactor, TableWithJoins};
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{
+    Assignment, AssignmentTarget, Expr, FromTable, Statement, TableFactor, TableWithJoins, UpdateTableFromKind, visit_expressions,
+};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use foam_catalog::{Catalog, TableDef};
@@ -62,17 +74,17 @@ pub fn as_query(statement: &Statement, catalog: &Catalog) -> FoamResult<Option<(
             if delete.returning.is_some() {
                 return unsupported("DELETE ... RETURNING here (the session reads RETURNING itself)");
             }
-            if delete.using.is_some() {
-                return unsupported("DELETE ... USING (use WHERE ... IN (SELECT ...))");
-            }
             if !delete.tables.is_empty() || !delete.order_by.is_empty() || delete.limit.is_some() || delete.output.is_some() {
                 return unsupported("this form of DELETE");
             }
             let (FromTable::WithFromKeyword(from) | FromTable::WithoutKeyword(from)) = &delete.from;
             let [target] = from.as_slice() else { return unsupported("DELETE from several tables") };
             let (table, qualifier) = target_table(target, catalog)?;
+            let filter = match &delete.using {
+                Some(using) => format!(" WHERE {}", Matches::of(using, delete.selection.as_ref(), table, catalog)?.exist()),
+                None => delete.selection.as_ref().map(|p| format!(" WHERE {p}")).unwrap_or_default(),
+            };
             let table = table.name.clone();
-            let filter = delete.selection.as_ref().map(|p| format!(" WHERE {p}")).unwrap_or_default();
             let query = format!("SELECT {qualifier}.* FROM {}{filter}", target.relation);
             Ok(Some((parse_query(&query)?, Modify::Delete { table })))
         }
@@ -80,16 +92,23 @@ pub fn as_query(statement: &Statement, catalog: &Catalog) -> FoamResult<Option<(
             if update.returning.is_some() {
                 return unsupported("UPDATE ... RETURNING here (the session reads RETURNING itself)");
             }
-            if update.from.is_some() {
-                return unsupported("UPDATE ... FROM (use WHERE ... IN (SELECT ...) or a scalar subquery)");
-            }
             if !update.order_by.is_empty() || update.limit.is_some() || update.output.is_some() || update.or.is_some() {
                 return unsupported("this form of UPDATE");
             }
             let (table, qualifier) = target_table(&update.table, catalog)?;
-            let new_row = new_row(&update.assignments, table, &qualifier, |value| Ok(value.to_string()))?;
+            let (new_row, filter) = match &update.from {
+                Some(UpdateTableFromKind::AfterSet(from) | UpdateTableFromKind::BeforeSet(from)) => {
+                    let matches = Matches::of(from, update.selection.as_ref(), table, catalog)?;
+                    matches.refuse_subqueries(update.assignments.iter().map(|a| &a.value))?;
+                    matches.check_unambiguous(update.assignments.iter().map(|a| &a.value))?;
+                    (new_row(&update.assignments, table, &qualifier, |value| Ok(matches.value(value)))?, format!(" WHERE {}", matches.exist()))
+                }
+                None => (
+                    new_row(&update.assignments, table, &qualifier, |value| Ok(value.to_string()))?,
+                    update.selection.as_ref().map(|p| format!(" WHERE {p}")).unwrap_or_default(),
+                ),
+            };
             let table = table.name.clone();
-            let filter = update.selection.as_ref().map(|p| format!(" WHERE {p}")).unwrap_or_default();
             let query = format!("SELECT {qualifier}.*, {} FROM {}{filter}", new_row.join(", "), update.table.relation);
             Ok(Some((parse_query(&query)?, Modify::Update { table })))
         }
@@ -110,6 +129,86 @@ pub fn as_query(statement: &Statement, catalog: &Catalog) -> FoamResult<Option<(
             None => Ok(None),
         },
         _ => Ok(None),
+    }
+}
+
+/// The rows of `USING` (`FROM`) each target row matches, as subqueries
+/// correlated with the target row.
+struct Matches {
+    /// `FROM <tables> WHERE <condition>`.
+    source: String,
+    /// Columns of both the target and a table of the list.
+    shared: Vec<String>,
+}
+
+impl Matches {
+    fn of(tables: &[TableWithJoins], condition: Option<&Expr>, target: &TableDef, catalog: &Catalog) -> FoamResult<Matches> {
+        let list = tables.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ");
+        let source = match condition {
+            Some(condition) => format!("FROM {list} WHERE {condition}"),
+            None => format!("FROM {list}"),
+        };
+        let mut shared = Vec::new();
+        for listed in tables.iter().flat_map(|t| std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation))) {
+            if let TableFactor::Table { name, .. } = listed
+                && let Ok(name) = ddl::table_name(name)
+                && let Ok(other) = catalog.table(&name)
+            {
+                shared.extend(target.columns.iter().filter(|c| other.columns.iter().any(|o| o.name == c.name)).map(|c| c.name.clone()));
+            }
+        }
+        let matches = Matches { source, shared };
+        matches.refuse_subqueries(condition)?;
+        matches.check_unambiguous(condition)?;
+        Ok(matches)
+    }
+
+    /// 0A000 for a subquery in `exprs`: inside the subquery that finds a
+    /// target row's matches it would be nested two levels below the target
+    /// row, which DataFusion cannot correlate.
+    fn refuse_subqueries<'a>(&self, exprs: impl IntoIterator<Item = &'a Expr>) -> FoamResult<()> {
+        for expr in exprs {
+            let nested = visit_expressions(expr, |e| match e {
+                Expr::Subquery(_) | Expr::Exists { .. } | Expr::InSubquery { .. } => ControlFlow::Break(()),
+                _ => ControlFlow::Continue(()),
+            });
+            if nested.is_break() {
+                return Err(FoamError::FeatureNotSupported {
+                    feature: "a subquery in the WHERE or SET of UPDATE ... FROM or DELETE ... USING (join its table in FROM or USING)".into(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// 42702 for an unqualified column name of both the target and a listed
+    /// table in `exprs` (which hold no subquery): PostgreSQL cannot tell
+    /// which is meant either.
+    fn check_unambiguous<'a>(&self, exprs: impl IntoIterator<Item = &'a Expr>) -> FoamResult<()> {
+        for expr in exprs {
+            let found = visit_expressions(expr, |e| match e {
+                Expr::Identifier(ident) if self.shared.contains(&ddl::normalize_ident(&ident.value, ident.quote_style)) => {
+                    ControlFlow::Break(ident.value.clone())
+                }
+                _ => ControlFlow::Continue(()),
+            });
+            if let ControlFlow::Break(column) = found {
+                return Err(FoamError::Query { message: format!("column reference \"{column}\" is ambiguous"), sqlstate: SqlState::AmbiguousColumn });
+            }
+        }
+        Ok(())
+    }
+
+    /// The condition that the target row has a match.
+    fn exist(&self) -> String {
+        format!("EXISTS (SELECT 1 {})", self.source)
+    }
+
+    /// `value` of the target row's match (21000 if it has several), a
+    /// scalar subquery made to aggregate as `scalar_subquery.rs` makes one.
+    fn value(&self, value: &Expr) -> String {
+        use crate::frontend::scalar_subquery::{ONE_VALUE, SINGLE_VALUE};
+        format!("{ONE_VALUE}((SELECT {SINGLE_VALUE}({value}) {}))", self.source)
     }
 }
 
@@ -223,10 +322,25 @@ mod tests {
     }
 
     #[test]
-    fn forms_that_could_repeat_or_keep_returning_are_refused() {
+    fn using_and_from_find_each_target_row_once_in_a_subquery() {
+        let (query, _) = query_of("DELETE FROM t USING t AS u WHERE t.k = u.k AND u.v > t.v").unwrap().unwrap();
+        assert_eq!(query.to_string(), "SELECT t.* FROM t WHERE EXISTS (SELECT 1 FROM t AS u WHERE t.k = u.k AND u.v > t.v)");
+        let (query, _) = query_of("UPDATE t AS x SET v = u.v + 1 FROM t AS u WHERE x.k = u.k + 1").unwrap().unwrap();
+        assert_eq!(
+            query.to_string(),
+            "SELECT x.*, x.\"k\" AS foam_new_0, x.\"Mixed\" AS foam_new_1, \
+             CAST((foam_one_value((SELECT foam_single_value(u.v + 1) FROM t AS u WHERE x.k = u.k + 1))) AS INTEGER) AS foam_new_2 \
+             FROM t AS x WHERE EXISTS (SELECT 1 FROM t AS u WHERE x.k = u.k + 1)"
+        );
+        for ambiguous in ["DELETE FROM t USING t AS u WHERE k = 1", "UPDATE t SET v = v FROM t AS u WHERE t.k = u.k"] {
+            assert_eq!(query_of(ambiguous).unwrap_err().sqlstate(), "42702", "{ambiguous}");
+        }
+        assert_eq!(query_of("DELETE FROM t USING t AS u WHERE t.k IN (SELECT k FROM t AS w)").unwrap_err().sqlstate(), "0A000", "a subquery is refused");
+    }
+
+    #[test]
+    fn forms_that_keep_returning_are_refused() {
         for sql in [
-            "DELETE FROM t USING t AS u WHERE t.k = u.k",
-            "UPDATE t SET v = 1 FROM t AS u WHERE t.k = u.k",
             "DELETE FROM t RETURNING k",
             "UPDATE t SET v = 1 RETURNING k",
             "INSERT INTO t VALUES (1) ON CONFLICT (k) DO NOTHING RETURNING k",

@@ -22,7 +22,7 @@ use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::logical_expr::{LogicalPlan, WriteOp};
 use datafusion::common::TableReference;
 use datafusion::sql::sqlparser::ast::{
-    Action, CopySource, CopyTarget, Expr, GrantObjects, Grantee, GranteeName, GranteesType, ObjectName, Privileges, Statement, Visit, visit_expressions,
+    Action, CopySource, CopyTarget, Expr, GrantObjects, Grantee, GranteeName, GranteesType, ObjectName, Privileges, Statement, UpdateTableFromKind, Visit, visit_expressions,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -120,8 +120,14 @@ pub fn modify_read_needs(statement: &Statement, table: &str, catalog: &Catalog) 
             for assignment in &update.assignments {
                 relations.extend(relations_of(&assignment.value));
             }
+            if let Some(UpdateTableFromKind::AfterSet(from) | UpdateTableFromKind::BeforeSet(from)) = &update.from {
+                relations.extend(relations_of(from));
+            }
         }
-        Statement::Delete(delete) => relations.extend(delete.selection.as_ref().map(relations_of).unwrap_or_default()),
+        Statement::Delete(delete) => {
+            relations.extend(delete.selection.as_ref().map(relations_of).unwrap_or_default());
+            relations.extend(delete.using.as_ref().map(relations_of).unwrap_or_default());
+        }
         Statement::Insert(insert) => {
             relations.extend(insert.source.as_ref().map(relations_of).unwrap_or_default());
             if let Some(update) = do_update(insert) {

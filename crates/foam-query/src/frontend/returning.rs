@@ -58,10 +58,12 @@ pub fn take(statement: &mut Statement) -> FoamResult<Option<Returning>> {
         }
         Statement::Update(update) => {
             let Some(items) = update.returning.take() else { return Ok(None) };
+            refuse_other_tables_rows(&items, update.from.is_some())?;
             (items, named_relation(&update.table.relation)?)
         }
         Statement::Delete(delete) => {
             let Some(items) = delete.returning.take() else { return Ok(None) };
+            refuse_other_tables_rows(&items, delete.using.is_some())?;
             let (FromTable::WithFromKeyword(from) | FromTable::WithoutKeyword(from)) = &delete.from;
             let Some(target) = from.first() else { return Err(FoamError::Syntax { message: "DELETE without a table".into() }) };
             (items, named_relation(&target.relation)?)
@@ -77,6 +79,18 @@ pub fn take(statement: &mut Statement) -> FoamResult<Option<Returning>> {
         .ok_or_else(|| FoamError::internal(format!("RETURNING's query did not parse: {sql}")))?;
     crate::frontend::select_names::name_select_items(&mut query);
     Ok(Some(Returning { table: ddl::table_name(&name)?, query }))
+}
+
+/// RETURNING `*` of an UPDATE ... FROM or DELETE ... USING, which in
+/// PostgreSQL also gives the columns of the other tables' matching row:
+/// refused (0A000) rather than answered with the target's alone.
+fn refuse_other_tables_rows(items: &[SelectItem], other_tables: bool) -> FoamResult<()> {
+    if other_tables && items.iter().any(|item| matches!(item, SelectItem::Wildcard(_))) {
+        return Err(FoamError::FeatureNotSupported {
+            feature: "RETURNING * of UPDATE ... FROM or DELETE ... USING (name the target's columns, or target.*)".into(),
+        });
+    }
+    Ok(())
 }
 
 /// The name of a written table, and the relation (`t AS a`) as written.
