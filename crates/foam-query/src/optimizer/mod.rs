@@ -33,15 +33,12 @@ pub fn logical_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
 }
 
 /// DataFusion's analyzer rules, with quoted literals compared with booleans
-/// read as booleans (`boolean_literals.rs`) and integer literals in INT
-/// arithmetic typed as INTs (`checked_arithmetic.rs`) before its type
-/// coercion. A
+/// read as booleans before its type coercion (`boolean_literals.rs`). A
 /// session's analyzer is these, then [`analyzer_rules`].
 pub fn datafusion_analyzer_rules() -> Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> {
     let mut rules = datafusion::optimizer::Analyzer::new().rules;
     let at = rules.iter().position(|rule| rule.name() == logical::boolean_literals::TYPE_COERCION_RULE).unwrap_or(0);
     rules.insert(at, Arc::new(logical::boolean_literals::BooleanLiterals));
-    rules.insert(at + 1, Arc::new(logical::checked_arithmetic::IntegerLiterals));
     rules
 }
 

@@ -21,13 +21,6 @@
 //! Division and modulo already fail on overflow (`i64::MIN / -1`), and
 //! DECIMAL and float arithmetic is left as it is.
 //!
-//! DataFusion types every integer literal as a BIGINT, PostgreSQL one that
-//! fits as an INT: `k + 1` of an INT column was a BIGINT that could not
-//! overflow where PostgreSQL's int4 fails. [`IntegerLiterals`], an
-//! analyzer rule run before type coercion, makes such a literal an INT
-//! where the other operand of the arithmetic is a SMALLINT or an INT, so
-//! the operation is an INT one, as in PostgreSQL, and checked as one.
-//!
 //! `sum` of integers, a BIGINT as in DataFusion, wrapped around too: the
 //! session and every worker register [`CheckedSum`] as `sum`, DataFusion's
 //! but for its BIGINT accumulators, which fail with 22003 (PostgreSQL's
@@ -88,45 +81,6 @@ fn checked(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
         },
         expr => Ok(Transformed::no(expr)),
     }
-}
-
-/// The rule that types integer literals as PostgreSQL does in arithmetic
-/// (see the module documentation); it runs before type coercion.
-#[derive(Debug, Default)]
-pub struct IntegerLiterals;
-
-impl AnalyzerRule for IntegerLiterals {
-    fn name(&self) -> &str {
-        "foam_integer_literals"
-    }
-
-    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        rewrite_expressions(plan, int_literals)
-    }
-}
-
-fn int_literals(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
-    let Expr::BinaryExpr(BinaryExpr { left, op, right }) = expr else { return Ok(Transformed::no(expr)) };
-    let arithmetic = matches!(op, Operator::Plus | Operator::Minus | Operator::Multiply | Operator::Divide | Operator::Modulo);
-    let narrow = |e: &Expr| matches!(e.get_type(schema), Ok(DataType::Int16 | DataType::Int32));
-    let (left, right, changed) = match (as_int(&left), as_int(&right)) {
-        (Some(value), None) if arithmetic && narrow(&right) => (Box::new(int_literal(value)), right, true),
-        (None, Some(value)) if arithmetic && narrow(&left) => (left, Box::new(int_literal(value)), true),
-        _ => (left, right, false),
-    };
-    Ok(Transformed::new_transformed(Expr::BinaryExpr(BinaryExpr { left, op, right }), changed))
-}
-
-/// The value of a BIGINT literal that fits an INT.
-fn as_int(expr: &Expr) -> Option<i32> {
-    match expr {
-        Expr::Literal(ScalarValue::Int64(Some(value)), None) => i32::try_from(*value).ok(),
-        _ => None,
-    }
-}
-
-fn int_literal(value: i32) -> Expr {
-    Expr::Literal(ScalarValue::Int32(Some(value)), None)
 }
 
 /// The integer types PostgreSQL has (`smallint`, `integer`, `bigint`).
