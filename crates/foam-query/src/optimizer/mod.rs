@@ -119,16 +119,15 @@ pub fn guarded_datafusion_rules() -> Vec<Arc<dyn PhysicalOptimizerRule + Send + 
 /// `LIKE` filters and counted rows call them in the stages workers run), and
 /// those it defines in place of DataFusion's (`version()`).
 pub fn worker_udfs() -> Vec<ScalarUDF> {
-    let mut udfs = vec![
+    vec![
         crate::exec::route::FoamRoute::udf(),
         logical::like::FoamLike::udf(),
         logical::pg_casts::RoundForInt::udf(),
         logical::pg_casts::NumericOfFloat::udf(),
         physical::count_ones::FoamOnes::udf(),
         crate::catalog::functions::version_udf(),
-    ];
-    udfs.extend(logical::checked_arithmetic::IntArithmetic::udfs());
-    udfs
+        logical::checked_arithmetic::CheckedIntChain::udf(),
+    ]
 }
 
 /// The aggregates FoamDB defines in place of DataFusion's (`sum`, whose

@@ -13,10 +13,10 @@
 //! constants, and one that overflows is left for execution to report.
 //!
 //! ```text
-//!   a + b   ─▶  foam_int_add(a, b)        a, b: SMALLINT, INT or BIGINT
-//!   a - b   ─▶  foam_int_sub(a, b)
-//!   a * b   ─▶  foam_int_mul(a, b)
-//!   -a      ─▶  foam_int_sub(0, a)
+//!   a + b        ─▶  foam_int_arith('+', a, b)      a, b: SMALLINT, INT or BIGINT
+//!   a * b - c    ─▶  foam_int_arith('*-', a, b, c)  left to right, one function
+//!   a - b * c    ─▶  foam_int_arith('-', a, foam_int_arith('*', b, c))
+//!   -a           ─▶  foam_int_arith('-', 0, a)
 //! ```
 //! Division and modulo already fail on overflow (`i64::MIN / -1`), and
 //! DECIMAL and float arithmetic is left as it is.
@@ -66,20 +66,62 @@ impl AnalyzerRule for CheckedArithmetic {
 }
 
 fn checked(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
-    let integer = |e: &Expr| e.get_type(schema).ok().filter(is_checked_type);
     match expr {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
-            let op_checked = IntArithmetic::of(op).filter(|_| matches!((integer(&left), integer(&right)), (Some(l), Some(r)) if l == r));
-            match op_checked {
-                Some(function) => Ok(Transformed::yes(function.call(*left, *right))),
+            let one_type = match (IntArithmetic::of(op), integer_type(&left, schema), integer_type(&right, schema)) {
+                (Some(operation), Some(l), Some(r)) if l == r => Some(operation),
+                _ => None,
+            };
+            match one_type {
+                Some(operation) => Ok(Transformed::yes(chain(*left, operation, *right))),
                 None => Ok(Transformed::no(Expr::BinaryExpr(BinaryExpr { left, op, right }))),
             }
         }
-        Expr::Negative(inner) => match integer(&inner).map(|t| ScalarValue::new_zero(&t)).transpose()? {
-            Some(zero) => Ok(Transformed::yes(IntArithmetic::Sub.call(Expr::Literal(zero, None), *inner))),
+        Expr::Negative(inner) => match integer_type(&inner, schema).map(|t| ScalarValue::new_zero(&t)).transpose()? {
+            Some(zero) => Ok(Transformed::yes(chain(Expr::Literal(zero, None), IntArithmetic::Sub, *inner))),
             None => Ok(Transformed::no(Expr::Negative(inner))),
         },
         expr => Ok(Transformed::no(expr)),
+    }
+}
+
+/// The type of an integer operand. A chain's is its first operand's, read
+/// so: `get_type` of a function builds the names of all its arguments, at
+/// every level of a rewrite that asked it of each level.
+fn integer_type(expr: &Expr, schema: &DFSchema) -> Option<DataType> {
+    let operand = chain_operands(expr).map_or(expr, |(_, operands)| &operands[0]);
+    operand.get_type(schema).ok().filter(is_checked_type)
+}
+
+/// `left <operation> right` as a chain: `left`'s, one longer, if it is
+/// one. Nested functions cost DataFusion time quadratic in their depth at
+/// every pass that asks a field of them (each level builds its name), and
+/// the SQL planner nests a left-associative `a + b - c ...` to the left:
+/// one flat function keeps a long sum as cheap to plan as the operators.
+fn chain(left: Expr, operation: IntArithmetic, right: Expr) -> Expr {
+    match left {
+        Expr::ScalarFunction(ScalarFunction { func, mut args }) if func.name() == CHAIN_NAME && matches!(args.first(), Some(Expr::Literal(ScalarValue::Utf8(Some(_)), _))) => {
+            if let Some(Expr::Literal(ScalarValue::Utf8(Some(operations)), _)) = args.first_mut() {
+                operations.push(operation.symbol());
+            }
+            args.push(right);
+            Expr::ScalarFunction(ScalarFunction { func, args })
+        }
+        left => {
+            let operations = Expr::Literal(ScalarValue::Utf8(Some(operation.symbol().to_string())), None);
+            Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(CheckedIntChain::udf()), vec![operations, left, right]))
+        }
+    }
+}
+
+/// A chain's operations (one character each) and operands.
+fn chain_operands(expr: &Expr) -> Option<(&str, &[Expr])> {
+    match expr {
+        Expr::ScalarFunction(ScalarFunction { func, args }) if func.name() == CHAIN_NAME => match args.split_first() {
+            Some((Expr::Literal(ScalarValue::Utf8(Some(operations)), _), operands)) if !operands.is_empty() => Some((operations, operands)),
+            _ => None,
+        },
+        _ => None,
     }
 }
 
@@ -88,8 +130,11 @@ fn is_checked_type(data_type: &DataType) -> bool {
     matches!(data_type, DataType::Int16 | DataType::Int32 | DataType::Int64)
 }
 
-/// Which checked operation a function is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The checked function's name; workers register it (`worker_udfs`).
+const CHAIN_NAME: &str = "foam_int_arith";
+
+/// One checked operation of a chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IntArithmetic {
     Add,
     Sub,
@@ -106,49 +151,49 @@ impl IntArithmetic {
         }
     }
 
-    fn name(self) -> &'static str {
+    fn symbol(self) -> char {
         match self {
-            IntArithmetic::Add => "foam_int_add",
-            IntArithmetic::Sub => "foam_int_sub",
-            IntArithmetic::Mul => "foam_int_mul",
+            IntArithmetic::Add => '+',
+            IntArithmetic::Sub => '-',
+            IntArithmetic::Mul => '*',
         }
     }
 
-    fn operator(self) -> Operator {
-        match self {
-            IntArithmetic::Add => Operator::Plus,
-            IntArithmetic::Sub => Operator::Minus,
-            IntArithmetic::Mul => Operator::Multiply,
+    fn from_symbol(symbol: char) -> Result<Self> {
+        match symbol {
+            '+' => Ok(IntArithmetic::Add),
+            '-' => Ok(IntArithmetic::Sub),
+            '*' => Ok(IntArithmetic::Mul),
+            other => Err(DataFusionError::Plan(format!("{CHAIN_NAME}: no operation '{other}' (one of + - *)"))),
         }
     }
 
-    fn call(self, left: Expr, right: Expr) -> Expr {
-        Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(CheckedInt::udf(self)), vec![left, right]))
-    }
-
-    /// The three functions; workers register them (`worker_udfs`).
-    pub fn udfs() -> Vec<ScalarUDF> {
-        [IntArithmetic::Add, IntArithmetic::Sub, IntArithmetic::Mul].into_iter().map(CheckedInt::udf).collect()
+    fn kernel(self) -> fn(&dyn arrow::array::Datum, &dyn arrow::array::Datum) -> std::result::Result<ArrayRef, arrow::error::ArrowError> {
+        match self {
+            IntArithmetic::Add => numeric::add,
+            IntArithmetic::Sub => numeric::sub,
+            IntArithmetic::Mul => numeric::mul,
+        }
     }
 }
 
-/// `foam_int_add(a, b)` and its kin: the operation on two integers of one
-/// type, failing with 22003 where the result does not fit the type.
+/// `foam_int_arith('+-', a, b, c)`: `a + b - c` on integers of one type,
+/// left to right, failing with 22003 where a step's result does not fit
+/// the type (as PostgreSQL's `a + b - c` fails where `a + b` does).
 #[derive(Debug, PartialEq, Eq, Hash)]
-pub struct CheckedInt {
-    operation: IntArithmetic,
+pub struct CheckedIntChain {
     signature: Signature,
 }
 
-impl CheckedInt {
-    pub fn udf(operation: IntArithmetic) -> ScalarUDF {
-        ScalarUDF::new_from_impl(CheckedInt { operation, signature: Signature::any(2, Volatility::Immutable) })
+impl CheckedIntChain {
+    pub fn udf() -> ScalarUDF {
+        ScalarUDF::new_from_impl(CheckedIntChain { signature: Signature::variadic_any(Volatility::Immutable) })
     }
 }
 
-impl ScalarUDFImpl for CheckedInt {
+impl ScalarUDFImpl for CheckedIntChain {
     fn name(&self) -> &str {
-        self.operation.name()
+        CHAIN_NAME
     }
 
     fn signature(&self) -> &Signature {
@@ -157,33 +202,41 @@ impl ScalarUDFImpl for CheckedInt {
 
     fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
         match arg_types {
-            [left, right] if left == right && is_checked_type(left) => Ok(left.clone()),
-            _ => Err(DataFusionError::Internal(format!("{} takes two integers of one type, not {arg_types:?}", self.name()))),
+            [DataType::Utf8, first, rest @ ..] if is_checked_type(first) && !rest.is_empty() && rest.iter().all(|t| t == first) => Ok(first.clone()),
+            _ => Err(DataFusionError::Plan(format!("{CHAIN_NAME} takes its operations and integers of one type, not {arg_types:?}"))),
         }
     }
 
-    /// Shown as the operation it stands for: `a + b`, not `foam_int_add(a, b)`.
+    /// Shown as the operations it stands for, `a + b - c`, the name
+    /// DataFusion gives the operators it replaces.
     fn schema_name(&self, args: &[Expr]) -> Result<String> {
-        let [left, right] = args else {
-            return Err(DataFusionError::Internal(format!("{} takes two arguments", self.name())));
+        let Some((Expr::Literal(ScalarValue::Utf8(Some(operations)), _), operands @ [first, ..])) = args.split_first() else {
+            return Err(DataFusionError::Plan(format!("{CHAIN_NAME} takes its operations as a text constant, then operands")));
         };
-        Ok(format!("{} {} {}", left.schema_name(), self.operation.operator(), right.schema_name()))
+        let mut name = first.schema_name().to_string();
+        for (operation, operand) in operations.chars().zip(&operands[1..]) {
+            name.push_str(&format!(" {operation} {}", operand.schema_name()));
+        }
+        Ok(name)
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let [left, right] = args.args.as_slice() else {
-            return Err(DataFusionError::Internal(format!("{} takes two arguments", self.name())));
+        let Some((ColumnarValue::Scalar(operations), operands)) = args.args.split_first() else {
+            return Err(DataFusionError::Plan(format!("{CHAIN_NAME} takes its operations first")));
         };
-        let kernel = match self.operation {
-            IntArithmetic::Add => numeric::add,
-            IntArithmetic::Sub => numeric::sub,
-            IntArithmetic::Mul => numeric::mul,
+        let operations = match operations.try_as_str() {
+            Some(Some(operations)) if operations.chars().count() + 1 == operands.len() => operations,
+            _ => return Err(DataFusionError::Plan(format!("{CHAIN_NAME} takes one operation fewer than operands, as text"))),
         };
-        let data_type = left.data_type();
-        apply(left, right, kernel).map_err(|error| match error {
-            DataFusionError::ArrowError(e, _) if matches!(*e, arrow::error::ArrowError::ArithmeticOverflow(_)) => out_of_range(&data_type),
-            other => other,
-        })
+        let data_type = operands[0].data_type();
+        let mut result = operands[0].clone();
+        for (symbol, operand) in operations.chars().zip(&operands[1..]) {
+            result = apply(&result, operand, IntArithmetic::from_symbol(symbol)?.kernel()).map_err(|error| match error {
+                DataFusionError::ArrowError(e, _) if matches!(*e, arrow::error::ArrowError::ArithmeticOverflow(_)) => out_of_range(&data_type),
+                other => other,
+            })?;
+        }
+        Ok(result)
     }
 }
 
@@ -442,16 +495,47 @@ mod tests {
     use arrow::array::Int32Array;
 
     fn run(operation: IntArithmetic, left: ColumnarValue, right: ColumnarValue, rows: usize) -> Result<ColumnarValue> {
-        let udf = CheckedInt::udf(operation);
         let data_type = left.data_type();
         let field = Arc::new(arrow::datatypes::Field::new("x", data_type.clone(), true));
-        udf.invoke_with_args(ScalarFunctionArgs {
-            args: vec![left, right],
-            arg_fields: vec![field.clone(), field.clone()],
+        let operations = ColumnarValue::Scalar(ScalarValue::Utf8(Some(operation.symbol().to_string())));
+        CheckedIntChain::udf().invoke_with_args(ScalarFunctionArgs {
+            args: vec![operations, left, right],
+            arg_fields: vec![Arc::new(arrow::datatypes::Field::new("o", DataType::Utf8, false)), field.clone(), field.clone()],
             number_rows: rows,
             return_field: field,
             config_options: Arc::new(ConfigOptions::default()),
         })
+    }
+
+    #[test]
+    fn a_left_associative_chain_becomes_one_function_named_as_the_operators() {
+        // As deep as a node's statement thread takes it.
+        let deep = std::thread::Builder::new().stack_size(foam_common::limits::NODE_THREAD_STACK_BYTES);
+        deep.spawn(a_chain_of_terms).unwrap().join().unwrap();
+    }
+
+    fn a_chain_of_terms() {
+        use datafusion::common::tree_node::TreeNode;
+        use datafusion::logical_expr::{col, lit};
+        let schema = DFSchema::try_from(arrow::datatypes::Schema::new(vec![Field::new("a", DataType::Int64, true), Field::new("f", DataType::Float64, true)])).unwrap();
+        let terms = 3_000;
+        let sum = (1..terms).fold(col("a"), |e, i| if i % 2 == 0 { e + col("a") } else { e - lit(1i64) });
+        let name = sum.schema_name().to_string();
+        let rewritten = sum.transform_up(|e| checked(e, &schema)).unwrap().data;
+        let (operations, operands) = chain_operands(&rewritten).expect("one chain");
+        assert_eq!((operations.len(), operands.len()), (terms - 1, terms));
+        assert!(operands.iter().all(|e| chain_operands(e).is_none()), "flat");
+        assert_eq!(rewritten.schema_name().to_string(), name);
+        assert_eq!(rewritten.get_type(&schema).unwrap(), DataType::Int64);
+        // A product on the right is an operand of its own; floats are left
+        // to DataFusion; a negation is a chain from zero.
+        let mixed = (col("a") + col("a") * lit(2i64) - (-col("a"))).transform_up(|e| checked(e, &schema)).unwrap().data;
+        let (operations, operands) = chain_operands(&mixed).unwrap();
+        assert_eq!(operations, "+-");
+        assert_eq!(chain_operands(&operands[1]).map(|(o, e)| (o, e.len())), Some(("*", 2)));
+        assert_eq!(chain_operands(&operands[2]).map(|(o, e)| (o, e.len())), Some(("-", 2)));
+        let float = (col("f") + col("f")).transform_up(|e| checked(e, &schema)).unwrap();
+        assert!(!float.transformed);
     }
 
     #[test]
