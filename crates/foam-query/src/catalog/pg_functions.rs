@@ -20,13 +20,14 @@ use datafusion::logical_expr::async_udf::{AsyncScalarUDF, AsyncScalarUDFImpl};
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
 
 use crate::catalog::pg_columns::{oid_column, rows};
+use super::Handle;
 
 /// The two functions, for a session whose `pg_catalog` schema is `pg_catalog`.
 pub fn function_udfs(pg_catalog: Arc<dyn SchemaProvider>) -> Vec<ScalarUDF> {
     [Part::Result, Part::Arguments]
         .into_iter()
         .map(|part| {
-            let udf = FunctionPart { part, signature: Signature::any(1, Volatility::Stable), pg_catalog: pg_catalog.clone() };
+            let udf = FunctionPart { part, signature: Signature::any(1, Volatility::Stable), pg_catalog: Handle(pg_catalog.clone()) };
             AsyncScalarUDF::new(Arc::new(udf)).into_scalar_udf()
         })
         .collect()
@@ -38,25 +39,11 @@ enum Part {
     Arguments,
 }
 
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 struct FunctionPart {
     part: Part,
     signature: Signature,
-    pg_catalog: Arc<dyn SchemaProvider>,
-}
-
-impl PartialEq for FunctionPart {
-    fn eq(&self, other: &Self) -> bool {
-        self.part == other.part
-    }
-}
-
-impl Eq for FunctionPart {}
-
-impl std::hash::Hash for FunctionPart {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.part.hash(state);
-    }
+    pg_catalog: Handle<dyn SchemaProvider>,
 }
 
 impl ScalarUDFImpl for FunctionPart {

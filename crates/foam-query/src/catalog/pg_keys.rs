@@ -35,6 +35,7 @@ use foam_common::TableId;
 
 use crate::catalog::pg_columns::{oid_column, relations, rows};
 use crate::context::NodeContext;
+use super::Handle;
 
 /// Key OIDs start here, above the OIDs datafusion-pg-catalog hands out
 /// (from 16384, one per schema object) and PostgreSQL's own.
@@ -337,33 +338,19 @@ pub fn definition_udfs(node: Arc<NodeContext>) -> Vec<ScalarUDF> {
             name,
             signature: Signature::one_of(arguments.into_iter().map(TypeSignature::Any).collect(), Volatility::Stable),
             index,
-            node: node.clone(),
+            node: Handle(node.clone()),
         })
     };
     vec![udf("pg_get_constraintdef", vec![1, 2], false), udf("pg_get_indexdef", vec![1, 3], true)]
 }
 
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 struct Definition {
     name: &'static str,
     signature: Signature,
     /// pg_get_indexdef rather than pg_get_constraintdef.
     index: bool,
-    node: Arc<NodeContext>,
-}
-
-impl PartialEq for Definition {
-    fn eq(&self, other: &Self) -> bool {
-        self.name == other.name
-    }
-}
-
-impl Eq for Definition {}
-
-impl std::hash::Hash for Definition {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.name.hash(state);
-    }
+    node: Handle<NodeContext>,
 }
 
 impl ScalarUDFImpl for Definition {

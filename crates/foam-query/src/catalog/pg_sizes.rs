@@ -20,11 +20,12 @@ use datafusion::logical_expr::async_udf::{AsyncScalarUDF, AsyncScalarUDFImpl};
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility, create_udf};
 
 use crate::context::NodeContext;
+use super::Handle;
 
 /// The functions, for a session whose `pg_catalog` schema is `pg_catalog`.
 pub fn size_udfs(node: Arc<NodeContext>, pg_catalog: Arc<dyn SchemaProvider>) -> Vec<ScalarUDF> {
     let size = |name: &'static str| {
-        let table_size = TableSize { name, signature: Signature::any(1, Volatility::Volatile), node: node.clone(), pg_catalog: pg_catalog.clone() };
+        let table_size = TableSize { name, signature: Signature::any(1, Volatility::Volatile), node: Handle(node.clone()), pg_catalog: Handle(pg_catalog.clone()) };
         AsyncScalarUDF::new(Arc::new(table_size)).into_scalar_udf()
     };
     vec![
@@ -36,26 +37,12 @@ pub fn size_udfs(node: Arc<NodeContext>, pg_catalog: Arc<dyn SchemaProvider>) ->
 }
 
 /// `pg_table_size(oid)` and its kin (see the module documentation).
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 struct TableSize {
     name: &'static str,
     signature: Signature,
-    node: Arc<NodeContext>,
-    pg_catalog: Arc<dyn SchemaProvider>,
-}
-
-impl PartialEq for TableSize {
-    fn eq(&self, other: &Self) -> bool {
-        self.name == other.name
-    }
-}
-
-impl Eq for TableSize {}
-
-impl std::hash::Hash for TableSize {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.name.hash(state);
-    }
+    node: Handle<NodeContext>,
+    pg_catalog: Handle<dyn SchemaProvider>,
 }
 
 impl ScalarUDFImpl for TableSize {
@@ -82,13 +69,13 @@ impl AsyncScalarUDFImpl for TableSize {
         let oids = args.args[0].to_array(args.number_rows)?;
         let oids = arrow::compute::cast(&oids, &DataType::Int64)?;
         let oids = oids.as_primitive::<Int64Type>();
-        let relations = crate::catalog::pg_columns::relations(&self.pg_catalog).await?;
+        let relations = crate::catalog::pg_columns::relations(&self.pg_catalog.0).await?;
         let catalog = self.node.catalog.current();
         let mut sizes = Vec::with_capacity(oids.len());
         for oid in oids.iter() {
             let table = oid.and_then(|oid| relations.foam.get(&oid)).and_then(|name| catalog.tables.get(name));
             sizes.push(match table {
-                Some(table) => Some(crate::catalog::system_tables::table_bytes(&self.node, table).await.map_err(DataFusionError::from)? as i64),
+                Some(table) => Some(crate::catalog::system_tables::table_bytes(&self.node.0, table).await.map_err(DataFusionError::from)? as i64),
                 None => None,
             });
         }

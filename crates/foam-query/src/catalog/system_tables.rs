@@ -167,20 +167,14 @@ async fn partitions(node: &Arc<NodeContext>, facts: CopyFacts) -> FoamResult<Rec
             .enumerate()
             .flat_map(|(p, placement)| placement.replicas.iter().map(move |r| (p as PartitionId, *r)))
             .collect();
-        let mut by_node: BTreeMap<NodeId, Vec<PartitionId>> = BTreeMap::new();
-        for (partition, replica) in &copies {
-            by_node.entry(replica.node).or_default().push(*partition);
-        }
-        let mut stats: BTreeMap<(NodeId, PartitionId), Option<[u64; 2]>> = BTreeMap::new();
-        for (holder, partitions) in by_node {
-            let answer = copy_facts(node, holder, table.id, partitions.clone(), facts).await;
-            for partition in partitions {
-                let found = answer.as_ref().ok().and_then(|s| s.iter().find(|(p, _)| *p == partition).map(|(_, s)| *s));
-                stats.insert((holder, partition), found);
-            }
+        let mut stats: BTreeMap<(NodeId, PartitionId), [u64; 2]> = BTreeMap::new();
+        let asked = copies.iter().map(|(partition, replica)| (*partition, replica.node));
+        for (holder, answer) in facts_of_copies(node, table.id, asked, facts).await {
+            // A holder that does not answer shows NULLs.
+            stats.extend(answer.into_iter().flatten().map(|(partition, found)| ((holder, partition), found)));
         }
         for (partition, replica) in copies {
-            let found = stats.get(&(replica.node, partition)).copied().flatten();
+            let found = stats.get(&(replica.node, partition)).copied();
             names.push(table.name.clone());
             parts.push(partition);
             holders.push(replica.node);
@@ -214,23 +208,34 @@ async fn partitions(node: &Arc<NodeContext>, facts: CopyFacts) -> FoamResult<Rec
 /// The bytes `table` stores: each partition's as the copy queries read
 /// holds them (one copy of a replicated table), asked of its node.
 pub async fn table_bytes(node: &Arc<NodeContext>, table: &foam_catalog::TableDef) -> FoamResult<u64> {
-    let mut by_node: BTreeMap<NodeId, Vec<PartitionId>> = BTreeMap::new();
-    match &table.distribution {
-        foam_catalog::Distribution::Hash { owners, .. } => {
-            for (partition, owner) in owners.iter().enumerate() {
-                by_node.entry(*owner).or_default().push(partition as PartitionId);
-            }
-        }
+    let readers: Vec<(PartitionId, NodeId)> = match &table.distribution {
+        foam_catalog::Distribution::Hash { owners, .. } => owners.iter().enumerate().map(|(p, o)| (p as PartitionId, *o)).collect(),
         foam_catalog::Distribution::Replicated { nodes } => {
             let reader = if nodes.contains(&node.node_id) { Some(node.node_id) } else { nodes.first().copied() };
-            by_node.extend(reader.map(|reader| (reader, vec![0])));
+            reader.map(|reader| (0, reader)).into_iter().collect()
         }
-    }
+    };
     let mut bytes = 0;
-    for (holder, partitions) in by_node {
-        bytes += copy_facts(node, holder, table.id, partitions, CopyFacts::Stats).await?.iter().map(|(_, [_, b])| b).sum::<u64>();
+    for (_, answer) in facts_of_copies(node, table.id, readers.into_iter(), CopyFacts::Stats).await {
+        bytes += answer?.iter().map(|(_, [_, b])| b).sum::<u64>();
     }
     Ok(bytes)
+}
+
+/// The facts of some copies (partition, holder) of a table, each holder
+/// asked for all of its copies, the holders at once.
+async fn facts_of_copies(
+    node: &Arc<NodeContext>,
+    table_id: foam_common::TableId,
+    copies: impl Iterator<Item = (PartitionId, NodeId)>,
+    facts: CopyFacts,
+) -> Vec<(NodeId, FoamResult<Vec<(PartitionId, [u64; 2])>>)> {
+    let mut by_node: BTreeMap<NodeId, Vec<PartitionId>> = BTreeMap::new();
+    for (partition, holder) in copies {
+        by_node.entry(holder).or_default().push(partition);
+    }
+    let asks = by_node.into_iter().map(|(holder, partitions)| async move { (holder, copy_facts(node, holder, table_id, partitions, facts).await) });
+    futures::future::join_all(asks).await
 }
 
 /// The facts of some partitions of a table on one node; an error when it
@@ -458,9 +463,9 @@ mod tests {
 /// `foam_cluster_stats_reset()`: clears the traffic counters on every node
 /// (like Virtuoso's `cl_sys_stat(..., clr=>1)`); returns how many nodes
 /// answered. An async UDF, as it calls every node.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 pub struct ClusterStatsReset {
-    node: Arc<NodeContext>,
+    node: super::Handle<NodeContext>,
     signature: datafusion::logical_expr::Signature,
 }
 
@@ -469,21 +474,7 @@ impl ClusterStatsReset {
 
     pub fn udf(node: Arc<NodeContext>) -> datafusion::logical_expr::ScalarUDF {
         let signature = datafusion::logical_expr::Signature::nullary(datafusion::logical_expr::Volatility::Volatile);
-        datafusion::logical_expr::async_udf::AsyncScalarUDF::new(Arc::new(ClusterStatsReset { node, signature })).into_scalar_udf()
-    }
-}
-
-impl PartialEq for ClusterStatsReset {
-    fn eq(&self, _other: &Self) -> bool {
-        true // one function per node, all alike
-    }
-}
-
-impl Eq for ClusterStatsReset {}
-
-impl std::hash::Hash for ClusterStatsReset {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        Self::NAME.hash(state);
+        datafusion::logical_expr::async_udf::AsyncScalarUDF::new(Arc::new(ClusterStatsReset { node: super::Handle(node), signature })).into_scalar_udf()
     }
 }
 
@@ -514,7 +505,7 @@ impl datafusion::logical_expr::async_udf::AsyncScalarUDFImpl for ClusterStatsRes
         &self,
         args: datafusion::logical_expr::ScalarFunctionArgs,
     ) -> datafusion::error::Result<datafusion::logical_expr::ColumnarValue> {
-        let snapshots = traffic_snapshots(&self.node, true).await;
+        let snapshots = traffic_snapshots(&self.node.0, true).await;
         let answered = snapshots.iter().filter(|(_, s)| s.is_some()).count() as i64;
         let values = arrow::array::Int64Array::from(vec![answered; args.number_rows.max(1)]);
         Ok(datafusion::logical_expr::ColumnarValue::Array(Arc::new(values)))
