@@ -159,7 +159,7 @@ async fn co_located_join_moves_no_table_data_and_a_shuffled_one_does() {
     // (copartition.rs, narrowed_input), also when the join outputs a column
     // of that side.
     let plan = explain(&client, dense).await;
-    assert!(plan.contains("expr=[foam_int_arith(+, k@0, 3) as x.k + Int64(3)]"), "only the key expression is routed (checked addition, optimizer/logical/checked_arithmetic.rs):
+    assert!(plan.contains("expr=[foam_checked_arith(+, k@0, 3) as x.k + Int64(3)]"), "only the key expression is routed (checked addition, optimizer/logical/checked_arithmetic.rs):
 {plan}");
     let with_columns = "SELECT count(*), sum(x.other), sum(y.v - x.v) FROM a x JOIN a y ON y.k = x.k + 3";
     let plan = explain(&client, with_columns).await;

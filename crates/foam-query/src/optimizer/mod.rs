@@ -126,7 +126,7 @@ pub fn worker_udfs() -> Vec<ScalarUDF> {
         logical::pg_casts::NumericOfFloat::udf(),
         physical::count_ones::FoamOnes::udf(),
         crate::catalog::functions::version_udf(),
-        logical::checked_arithmetic::CheckedIntChain::udf(),
+        logical::checked_arithmetic::CheckedChain::udf(),
     ]
 }
 

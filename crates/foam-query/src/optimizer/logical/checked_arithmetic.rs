@@ -1,25 +1,30 @@
-//! Integer arithmetic that fails on overflow, as PostgreSQL's does.
+//! Integer and float arithmetic that fails where PostgreSQL's does.
 //!
 //! DataFusion adds, subtracts, multiplies and negates integers wrapping
-//! around (`9223372036854775807 + 1` is `-9223372036854775808`): a wrong
-//! answer where PostgreSQL fails with 22003 (`bigint out of range`). Its
-//! `BinaryExpr` can check instead, but its planner never asks it to and
+//! around (`9223372036854775807 + 1` is `-9223372036854775808`), and its
+//! floats overflow to infinity and divide by zero to infinity or NaN:
+//! wrong answers where PostgreSQL fails with 22003 (`bigint out of range`,
+//! `value out of range: overflow`) or 22012 (`division by zero`). Its
+//! `BinaryExpr` can check integers, but its planner never asks it to and
 //! datafusion-proto would not carry the request to the workers.
 //!
-//! An analyzer rule, after type coercion, replaces each such operation on
-//! two integers of one type by a function that checks (Arrow's checked
-//! kernels), under the operation's own name, so the rewrite changes no
-//! column name. The function is immutable: the simplifier still folds
-//! constants, and one that overflows is left for execution to report.
+//! An analyzer rule, after type coercion, replaces each `+ - * /` on two
+//! integers (SMALLINT, INT, BIGINT) or two floats (REAL, DOUBLE PRECISION)
+//! of one type by a function that checks, under the operation's own name,
+//! so the rewrite changes no column name. Integers use Arrow's checked
+//! kernels; a float step fails where it makes an infinity of finite
+//! operands or divides by zero (infinite operands stay PostgreSQL's
+//! IEEE arithmetic). The function is immutable: the simplifier still
+//! folds constants, and one that fails is left for execution to report.
 //!
 //! ```text
-//!   a + b        ─▶  foam_int_arith('+', a, b)      a, b: SMALLINT, INT or BIGINT
-//!   a * b - c    ─▶  foam_int_arith('*-', a, b, c)  left to right, one function
-//!   a - b * c    ─▶  foam_int_arith('-', a, foam_int_arith('*', b, c))
-//!   -a           ─▶  foam_int_arith('-', 0, a)
+//!   a + b        ─▶  foam_checked_arith('+', a, b)
+//!   a * b - c    ─▶  foam_checked_arith('*-', a, b, c)  left to right, one function
+//!   a - b * c    ─▶  foam_checked_arith('-', a, foam_checked_arith('*', b, c))
+//!   -a           ─▶  foam_checked_arith('-', 0, a)      integers
 //! ```
-//! Division and modulo already fail on overflow (`i64::MIN / -1`), and
-//! DECIMAL and float arithmetic is left as it is.
+//! Modulo already fails where PostgreSQL's does, and DECIMAL arithmetic is
+//! left as it is.
 //!
 //! `sum` of integers, a BIGINT as in DataFusion, wrapped around too: the
 //! session and every worker register [`CheckedSum`] as `sum`, DataFusion's
@@ -35,9 +40,9 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DFSchema, DataFusionError, Result, ScalarValue};
 use datafusion::logical_expr::expr::ScalarFunction;
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Int64Array};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Float64Array, Int64Array};
 use arrow::buffer::NullBuffer;
-use arrow::datatypes::{Decimal128Type, Field, FieldRef, Int64Type};
+use arrow::datatypes::{Decimal128Type, Field, FieldRef, Float64Type, Int64Type};
 use datafusion::logical_expr::utils::format_state_name;
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::utils::AggregateOrderSensitivity;
@@ -68,7 +73,7 @@ impl AnalyzerRule for CheckedArithmetic {
 fn checked(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     match expr {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
-            let one_type = match (IntArithmetic::of(op), integer_type(&left, schema), integer_type(&right, schema)) {
+            let one_type = match (Arithmetic::of(op), checked_type(&left, schema), checked_type(&right, schema)) {
                 (Some(operation), Some(l), Some(r)) if l == r => Some(operation),
                 _ => None,
             };
@@ -77,18 +82,18 @@ fn checked(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
                 None => Ok(Transformed::no(Expr::BinaryExpr(BinaryExpr { left, op, right }))),
             }
         }
-        Expr::Negative(inner) => match integer_type(&inner, schema).map(|t| ScalarValue::new_zero(&t)).transpose()? {
-            Some(zero) => Ok(Transformed::yes(chain(Expr::Literal(zero, None), IntArithmetic::Sub, *inner))),
+        Expr::Negative(inner) => match checked_type(&inner, schema).filter(|t| t.is_integer()).map(|t| ScalarValue::new_zero(&t)).transpose()? {
+            Some(zero) => Ok(Transformed::yes(chain(Expr::Literal(zero, None), Arithmetic::Sub, *inner))),
             None => Ok(Transformed::no(Expr::Negative(inner))),
         },
         expr => Ok(Transformed::no(expr)),
     }
 }
 
-/// The type of an integer operand. A chain's is its first operand's, read
+/// The type of an operand the rule checks. A chain's is its first operand's, read
 /// so: `get_type` of a function builds the names of all its arguments, at
 /// every level of a rewrite that asked it of each level.
-fn integer_type(expr: &Expr, schema: &DFSchema) -> Option<DataType> {
+fn checked_type(expr: &Expr, schema: &DFSchema) -> Option<DataType> {
     let operand = chain_operands(expr).map_or(expr, |(_, operands)| &operands[0]);
     operand.get_type(schema).ok().filter(is_checked_type)
 }
@@ -98,7 +103,7 @@ fn integer_type(expr: &Expr, schema: &DFSchema) -> Option<DataType> {
 /// every pass that asks a field of them (each level builds its name), and
 /// the SQL planner nests a left-associative `a + b - c ...` to the left:
 /// one flat function keeps a long sum as cheap to plan as the operators.
-fn chain(left: Expr, operation: IntArithmetic, right: Expr) -> Expr {
+fn chain(left: Expr, operation: Arithmetic, right: Expr) -> Expr {
     match left {
         Expr::ScalarFunction(ScalarFunction { func, mut args }) if func.name() == CHAIN_NAME && matches!(args.first(), Some(Expr::Literal(ScalarValue::Utf8(Some(_)), _))) => {
             if let Some(Expr::Literal(ScalarValue::Utf8(Some(operations)), _)) = args.first_mut() {
@@ -109,7 +114,7 @@ fn chain(left: Expr, operation: IntArithmetic, right: Expr) -> Expr {
         }
         left => {
             let operations = Expr::Literal(ScalarValue::Utf8(Some(operation.symbol().to_string())), None);
-            Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(CheckedIntChain::udf()), vec![operations, left, right]))
+            Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(CheckedChain::udf()), vec![operations, left, right]))
         }
     }
 }
@@ -125,73 +130,79 @@ fn chain_operands(expr: &Expr) -> Option<(&str, &[Expr])> {
     }
 }
 
-/// The integer types PostgreSQL has (`smallint`, `integer`, `bigint`).
+/// The integer and float types PostgreSQL has (`smallint`, `integer`,
+/// `bigint`, `real`, `double precision`).
 fn is_checked_type(data_type: &DataType) -> bool {
-    matches!(data_type, DataType::Int16 | DataType::Int32 | DataType::Int64)
+    matches!(data_type, DataType::Int16 | DataType::Int32 | DataType::Int64 | DataType::Float32 | DataType::Float64)
 }
 
 /// The checked function's name; workers register it (`worker_udfs`).
-const CHAIN_NAME: &str = "foam_int_arith";
+const CHAIN_NAME: &str = "foam_checked_arith";
 
 /// One checked operation of a chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IntArithmetic {
+pub enum Arithmetic {
     Add,
     Sub,
     Mul,
+    Div,
 }
 
-impl IntArithmetic {
+impl Arithmetic {
     fn of(op: Operator) -> Option<Self> {
         match op {
-            Operator::Plus => Some(IntArithmetic::Add),
-            Operator::Minus => Some(IntArithmetic::Sub),
-            Operator::Multiply => Some(IntArithmetic::Mul),
+            Operator::Plus => Some(Arithmetic::Add),
+            Operator::Minus => Some(Arithmetic::Sub),
+            Operator::Multiply => Some(Arithmetic::Mul),
+            Operator::Divide => Some(Arithmetic::Div),
             _ => None,
         }
     }
 
     fn symbol(self) -> char {
         match self {
-            IntArithmetic::Add => '+',
-            IntArithmetic::Sub => '-',
-            IntArithmetic::Mul => '*',
+            Arithmetic::Add => '+',
+            Arithmetic::Sub => '-',
+            Arithmetic::Mul => '*',
+            Arithmetic::Div => '/',
         }
     }
 
     fn from_symbol(symbol: char) -> Result<Self> {
         match symbol {
-            '+' => Ok(IntArithmetic::Add),
-            '-' => Ok(IntArithmetic::Sub),
-            '*' => Ok(IntArithmetic::Mul),
-            other => Err(DataFusionError::Plan(format!("{CHAIN_NAME}: no operation '{other}' (one of + - *)"))),
+            '+' => Ok(Arithmetic::Add),
+            '-' => Ok(Arithmetic::Sub),
+            '*' => Ok(Arithmetic::Mul),
+            '/' => Ok(Arithmetic::Div),
+            other => Err(DataFusionError::Plan(format!("{CHAIN_NAME}: no operation '{other}' (one of + - * /)"))),
         }
     }
 
     fn kernel(self) -> fn(&dyn arrow::array::Datum, &dyn arrow::array::Datum) -> std::result::Result<ArrayRef, arrow::error::ArrowError> {
         match self {
-            IntArithmetic::Add => numeric::add,
-            IntArithmetic::Sub => numeric::sub,
-            IntArithmetic::Mul => numeric::mul,
+            Arithmetic::Add => numeric::add,
+            Arithmetic::Sub => numeric::sub,
+            Arithmetic::Mul => numeric::mul,
+            Arithmetic::Div => numeric::div,
         }
     }
 }
 
-/// `foam_int_arith('+-', a, b, c)`: `a + b - c` on integers of one type,
-/// left to right, failing with 22003 where a step's result does not fit
-/// the type (as PostgreSQL's `a + b - c` fails where `a + b` does).
+/// `foam_checked_arith('+-', a, b, c)`: `a + b - c` on integers or floats
+/// of one type, left to right, failing where a step fails (as
+/// PostgreSQL's `a + b - c` fails where `a + b` does).
 #[derive(Debug, PartialEq, Eq, Hash)]
-pub struct CheckedIntChain {
+pub struct CheckedChain {
     signature: Signature,
 }
 
-impl CheckedIntChain {
+impl CheckedChain {
     pub fn udf() -> ScalarUDF {
-        ScalarUDF::new_from_impl(CheckedIntChain { signature: Signature::variadic_any(Volatility::Immutable) })
+        ScalarUDF::new_from_impl(CheckedChain { signature: Signature::variadic_any(Volatility::Immutable) })
     }
 }
 
-impl ScalarUDFImpl for CheckedIntChain {
+impl ScalarUDFImpl for CheckedChain {
     fn name(&self) -> &str {
         CHAIN_NAME
     }
@@ -231,13 +242,47 @@ impl ScalarUDFImpl for CheckedIntChain {
         let data_type = operands[0].data_type();
         let mut result = operands[0].clone();
         for (symbol, operand) in operations.chars().zip(&operands[1..]) {
-            result = apply(&result, operand, IntArithmetic::from_symbol(symbol)?.kernel()).map_err(|error| match error {
+            let operation = Arithmetic::from_symbol(symbol)?;
+            let step = apply(&result, operand, operation.kernel()).map_err(|error| match error {
                 DataFusionError::ArrowError(e, _) if matches!(*e, arrow::error::ArrowError::ArithmeticOverflow(_)) => out_of_range(&data_type),
+                DataFusionError::ArrowError(e, _) if matches!(*e, arrow::error::ArrowError::DivideByZero) => division_by_zero(),
                 other => other,
             })?;
+            if data_type.is_floating() {
+                float_step_fits(&result, operand, &step, operation, args.number_rows)?;
+            }
+            result = step;
         }
         Ok(result)
     }
+}
+
+/// A float step's error, as PostgreSQL's: 22012 for a division by zero,
+/// 22003 for an infinity made of finite operands.
+fn float_step_fits(left: &ColumnarValue, right: &ColumnarValue, result: &ColumnarValue, operation: Arithmetic, rows: usize) -> Result<()> {
+    let as_f64 = |value: &ColumnarValue| -> Result<Float64Array> {
+        let array = value.to_array(rows)?;
+        Ok(arrow::compute::cast(&array, &DataType::Float64)?.as_primitive::<Float64Type>().clone())
+    };
+    let result = as_f64(result)?;
+    let divisor = (operation == Arithmetic::Div).then(|| as_f64(right)).transpose()?;
+    if divisor.as_ref().is_some_and(|divisor| divisor.iter().zip(result.iter()).any(|(d, r)| r.is_some() && d == Some(0.0))) {
+        return Err(division_by_zero());
+    }
+    if result.iter().flatten().all(f64::is_finite) {
+        return Ok(());
+    }
+    let (left, right) = (as_f64(left)?, as_f64(right)?);
+    let overflowed = (0..rows).any(|i| result.is_valid(i) && result.value(i).is_infinite() && left.value(i).is_finite() && right.value(i).is_finite());
+    if overflowed {
+        return Err(DataFusionError::from(FoamError::Query { message: "value out of range: overflow".into(), sqlstate: SqlState::NumericValueOutOfRange }));
+    }
+    Ok(())
+}
+
+/// PostgreSQL's error for a division by zero.
+fn division_by_zero() -> DataFusionError {
+    DataFusionError::from(FoamError::Query { message: "division by zero".into(), sqlstate: SqlState::DivisionByZero })
 }
 
 /// `sum`: DataFusion's, with BIGINT sums (of any integer type) that fail on
@@ -494,11 +539,11 @@ mod tests {
     use super::*;
     use arrow::array::Int32Array;
 
-    fn run(operation: IntArithmetic, left: ColumnarValue, right: ColumnarValue, rows: usize) -> Result<ColumnarValue> {
+    fn run(operation: Arithmetic, left: ColumnarValue, right: ColumnarValue, rows: usize) -> Result<ColumnarValue> {
         let data_type = left.data_type();
         let field = Arc::new(arrow::datatypes::Field::new("x", data_type.clone(), true));
         let operations = ColumnarValue::Scalar(ScalarValue::Utf8(Some(operation.symbol().to_string())));
-        CheckedIntChain::udf().invoke_with_args(ScalarFunctionArgs {
+        CheckedChain::udf().invoke_with_args(ScalarFunctionArgs {
             args: vec![operations, left, right],
             arg_fields: vec![Arc::new(arrow::datatypes::Field::new("o", DataType::Utf8, false)), field.clone(), field.clone()],
             number_rows: rows,
@@ -534,8 +579,13 @@ mod tests {
         assert_eq!(operations, "+-");
         assert_eq!(chain_operands(&operands[1]).map(|(o, e)| (o, e.len())), Some(("*", 2)));
         assert_eq!(chain_operands(&operands[2]).map(|(o, e)| (o, e.len())), Some(("-", 2)));
-        let float = (col("f") + col("f")).transform_up(|e| checked(e, &schema)).unwrap();
-        assert!(!float.transformed);
+        // Floats are checked, but not negated (a float's negation cannot
+        // fail); a float and an integer, or a comparison, are left alone.
+        let float = (col("f") / col("f") - (-col("f"))).transform_up(|e| checked(e, &schema)).unwrap().data;
+        assert_eq!(chain_operands(&float).map(|(o, e)| (o, chain_operands(&e[2]).is_none())), Some(("/-", true)));
+        for untouched in [col("f") + col("a"), col("a").gt(col("a"))] {
+            assert!(!untouched.transform_up(|e| checked(e, &schema)).unwrap().transformed);
+        }
     }
 
     #[test]
@@ -564,19 +614,39 @@ mod tests {
     fn results_that_fit_are_the_operations_and_others_fail_with_22003() {
         let values = ColumnarValue::Array(Arc::new(Int64Array::from(vec![Some(1), None, Some(i64::MAX - 1)])));
         let one = ColumnarValue::Scalar(ScalarValue::Int64(Some(1)));
-        let sums = run(IntArithmetic::Add, values.clone(), one.clone(), 3).unwrap().into_array(3).unwrap();
+        let sums = run(Arithmetic::Add, values.clone(), one.clone(), 3).unwrap().into_array(3).unwrap();
         let sums = sums.as_any().downcast_ref::<Int64Array>().unwrap();
         assert_eq!(sums.iter().collect::<Vec<_>>(), vec![Some(2), None, Some(i64::MAX)]);
         let two = ColumnarValue::Scalar(ScalarValue::Int64(Some(2)));
-        let error = run(IntArithmetic::Add, values.clone(), two.clone(), 3).unwrap_err();
+        let error = run(Arithmetic::Add, values.clone(), two.clone(), 3).unwrap_err();
         assert_eq!(error.to_string().contains("bigint out of range"), true, "{error}");
         assert_eq!(FoamError::from(error).sqlstate(), SqlState::NumericValueOutOfRange);
-        assert!(run(IntArithmetic::Mul, values, two, 3).is_err(), "(i64::MAX - 1) * 2 overflows");
+        assert!(run(Arithmetic::Mul, values, two, 3).is_err(), "(i64::MAX - 1) * 2 overflows");
         let min = ColumnarValue::Array(Arc::new(Int32Array::from(vec![i32::MIN])));
         let zero = ColumnarValue::Scalar(ScalarValue::Int32(Some(0)));
-        let negated = run(IntArithmetic::Sub, zero, min, 1).unwrap_err();
+        let negated = run(Arithmetic::Sub, zero, min, 1).unwrap_err();
         assert!(negated.to_string().contains("integer out of range"), "{negated}");
-        let scalars = run(IntArithmetic::Sub, ScalarValue::Int32(Some(5)).into(), ScalarValue::Int32(Some(7)).into(), 1).unwrap();
+        let scalars = run(Arithmetic::Sub, ScalarValue::Int32(Some(5)).into(), ScalarValue::Int32(Some(7)).into(), 1).unwrap();
         assert!(matches!(scalars, ColumnarValue::Scalar(ScalarValue::Int32(Some(-2)))));
+        let by_zero = run(Arithmetic::Div, ScalarValue::Int32(Some(5)).into(), ScalarValue::Int32(Some(0)).into(), 1).unwrap_err();
+        assert_eq!((by_zero.to_string().contains("division by zero"), FoamError::from(by_zero).sqlstate()), (true, SqlState::DivisionByZero));
+    }
+
+    #[test]
+    fn float_steps_fail_where_postgresql_s_do() {
+        let floats = |values: Vec<Option<f64>>| ColumnarValue::Array(Arc::new(Float64Array::from(values)));
+        let scalar = |value: f64| ColumnarValue::Scalar(ScalarValue::Float64(Some(value)));
+        let sqlstate = |result: Result<ColumnarValue>| FoamError::from(result.unwrap_err()).sqlstate();
+        // Finite operands, an infinite result: 22003.
+        let big = floats(vec![Some(1.0), None, Some(f64::MAX)]);
+        assert_eq!(sqlstate(run(Arithmetic::Mul, big.clone(), scalar(10.0), 3)), SqlState::NumericValueOutOfRange);
+        assert_eq!(sqlstate(run(Arithmetic::Add, big.clone(), scalar(f64::MAX), 3)), SqlState::NumericValueOutOfRange);
+        // An infinite operand is IEEE arithmetic, as in PostgreSQL.
+        let infinite = run(Arithmetic::Add, floats(vec![Some(f64::INFINITY), Some(2.0)]), scalar(1.0), 2).unwrap().into_array(2).unwrap();
+        assert_eq!(infinite.as_primitive::<Float64Type>().values().to_vec(), vec![f64::INFINITY, 3.0]);
+        // Any zero divisor of a row that is not NULL: 22012, also 0 / 0.
+        assert_eq!(sqlstate(run(Arithmetic::Div, floats(vec![Some(1.0), Some(0.0)]), floats(vec![Some(2.0), Some(-0.0)]), 2)), SqlState::DivisionByZero);
+        let halves = run(Arithmetic::Div, floats(vec![Some(1.0), None]), floats(vec![Some(2.0), Some(0.0)]), 2).unwrap().into_array(2).unwrap();
+        assert_eq!(halves.as_primitive::<Float64Type>().iter().collect::<Vec<_>>(), vec![Some(0.5), None], "a NULL over zero is NULL");
     }
 }
