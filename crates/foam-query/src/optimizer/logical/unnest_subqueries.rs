@@ -162,13 +162,19 @@ impl OptimizerRule for LeftWhereFailing {
     }
 
     fn rewrite(&self, plan: LogicalPlan, config: &dyn OptimizerConfig) -> Result<Transformed<LogicalPlan>> {
-        if self.0.name() == "decorrelate_predicate_subquery"
-            && let LogicalPlan::Filter(filter) = &plan
-            && split_conjunction(&filter.predicate).into_iter().any(|c| in_subqueries_are_ours(c) && c.exists(|e| Ok(matches!(e, Expr::InSubquery(_)))).unwrap_or(true))
-        {
-            // Its mark join knows no NULL: `x NOT IN (..) OR ..` is taken
-            // as true where SQL says NULL. The rule here unnests such.
-            return Ok(Transformed::no(plan));
+        let mut plan = plan;
+        if self.0.name() == "decorrelate_predicate_subquery" {
+            if wrongly_decorrelated(&plan) {
+                // Its mark join knows no NULL: `x NOT IN (..) OR ..` is
+                // taken as true where SQL says NULL. The rule here unnests
+                // such.
+                return Ok(Transformed::no(plan));
+            }
+            // It decorrelates the subqueries inside a subquery itself, past
+            // this wrapper: those it would get wrong are unnested here
+            // first (`EXISTS (.. WHERE 7 NOT IN (..))` kept every row
+            // though the NOT IN was NULL, fuzz seed 59291 w9).
+            plan = unnest_wrong_ones_inside(plan, config);
         }
         let has_subquery = plan.expressions().iter().any(|e| e.exists(|e| Ok(subquery_of(e).is_some())).unwrap_or(true));
         if !has_subquery {
@@ -181,6 +187,32 @@ impl OptimizerRule for LeftWhereFailing {
                 tracing::debug!("{} left a plan as it was: {error}", self.0.name());
                 Ok(Transformed::no(kept))
             }
+        }
+    }
+}
+
+/// Whether `plan` is a filter whose IN subqueries DataFusion's
+/// decorrelation gets wrong (`in_subqueries_are_ours`).
+fn wrongly_decorrelated(plan: &LogicalPlan) -> bool {
+    let LogicalPlan::Filter(filter) = plan else { return false };
+    split_conjunction(&filter.predicate).into_iter().any(|c| in_subqueries_are_ours(c) && c.exists(|e| Ok(matches!(e, Expr::InSubquery(_)))).unwrap_or(true))
+}
+
+/// `plan` with the filters `wrongly_decorrelated` in its subqueries, at
+/// any depth, unnested by this module's rule; as it was if that fails.
+fn unnest_wrong_ones_inside(plan: LogicalPlan, config: &dyn OptimizerConfig) -> LogicalPlan {
+    if !plan.expressions().iter().any(|e| e.exists(|e| Ok(subquery_of(e).is_some())).unwrap_or(true)) {
+        return plan;
+    }
+    let kept = plan.clone();
+    let unnested = plan.map_subqueries(|subquery| {
+        subquery.transform_down_with_subqueries(|node| if wrongly_decorrelated(&node) { SubqueryUnnesting.rewrite(node, config) } else { Ok(Transformed::no(node)) })
+    });
+    match unnested {
+        Ok(unnested) => unnested.data,
+        Err(error) => {
+            tracing::debug!("a subquery's IN subqueries were left to DataFusion: {error}");
+            kept
         }
     }
 }
