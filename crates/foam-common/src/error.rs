@@ -236,6 +236,7 @@ pub fn classify_datafusion_error(error: DataFusionError) -> FoamError {
         _ => SqlState::InternalError,
     };
     let sqlstate = sqlstate_from_message(&message).unwrap_or(by_variant);
+    let message = postgresql_words(&message).map_or(message, str::to_string);
     FoamError::Query { message, sqlstate }
 }
 
@@ -255,6 +256,25 @@ fn arrow_sqlstate(error: &arrow::error::ArrowError) -> SqlState {
         NotYetImplemented(_) => SqlState::FeatureNotSupported,
         _ => SqlState::InternalError,
     }
+}
+
+/// PostgreSQL's message for an Arrow kernel's error a PostgreSQL user
+/// knows by it: a number out of its integer type's range, a division by
+/// zero (from the text, as a worker's error arrives as text).
+fn postgresql_words(message: &str) -> Option<&'static str> {
+    let integer_type = |name: &str| match name.trim() {
+        "Int16" | "Int16Array" => Some("smallint out of range"),
+        "Int32" | "Int32Array" => Some("integer out of range"),
+        "Int64" | "Int64Array" => Some("bigint out of range"),
+        _ => None,
+    };
+    if message.contains("Can't cast value") {
+        return message.rsplit("to type ").next().and_then(integer_type);
+    }
+    if let Some((_, rest)) = message.split_once("Compute error: ") {
+        return rest.split_once(" overflow on abs(").and_then(|(array, _)| integer_type(array));
+    }
+    message.contains("Divide by zero error").then_some("division by zero")
 }
 
 /// The table name in DataFusion's "table 'catalog.schema.name' not found".
@@ -281,6 +301,7 @@ fn sqlstate_from_message(message: &str) -> Option<SqlState> {
         ("divide by zero", DivisionByZero),
         ("No function matches", UndefinedFunction),
         ("Invalid function", UndefinedFunction),
+        ("Can't cast value", NumericValueOutOfRange),
         ("Cannot cast", InvalidTextRepresentation),
         ("Cast error", InvalidTextRepresentation),
         ("Error parsing", InvalidTextRepresentation),
@@ -395,6 +416,15 @@ mod tests {
         assert_eq!(arrow(ArrowError::CastError("Can't cast value 2147483648 to type Int32".into())), "22003", "a number out of its type's range");
         assert_eq!(arrow(ArrowError::ParseError("bad date".into())), "22P02");
         assert_eq!(arrow(ArrowError::DivideByZero), "22012");
+        // In PostgreSQL's words.
+        let words = |e: arrow::error::ArrowError| FoamError::from(DataFusionError::ArrowError(Box::new(e), None)).to_string();
+        assert!(words(ArrowError::CastError("Can't cast value 2147483648 to type Int32".into())).contains("integer out of range"));
+        assert!(words(ArrowError::ComputeError("Int16Array overflow on abs(-32768)".into())).contains("smallint out of range"));
+        assert!(words(ArrowError::DivideByZero).contains("division by zero"));
+        // Relayed from a worker as text, the same code and words.
+        let relayed = FoamError::from(DataFusionError::External("Arrow error: Cast error: Can't cast value 70000 to type Int16".into()));
+        assert_eq!((relayed.sqlstate(), relayed.to_string().contains("smallint out of range")), (SqlState::NumericValueOutOfRange, true));
+        assert!(words(ArrowError::CastError("Can't cast value 1e40 to type Decimal128(38, 0)".into())).contains("Can't cast value"), "others keep Arrow's");
         // Arrays of different types reaching a comparison: a planning bug
         // (fuzz seed 42045), not the user's input.
         assert_eq!(arrow(ArrowError::InvalidArgumentError("Invalid comparison operation: Int32 >= Int64".into())), "XX000");
