@@ -9,6 +9,7 @@ pub mod eager_count;
 pub mod early_replica_join;
 pub mod early_semi_join;
 pub mod group_key_filter;
+pub mod integer_literals;
 pub mod kept_types;
 pub mod like;
 pub mod named_rewrite;
