@@ -16,7 +16,9 @@
 //! takes writes, none is a standby replaying another's log (pg_dump asks);
 //! `acldefault`, NULL: FoamDB's privileges are not `aclitem`s, and no
 //! catalog row holds one (pg_dump compares the two); `quote_literal`, as
-//! PostgreSQL quotes a string literal.
+//! PostgreSQL quotes a string literal; `pg_typeof`, the SQL name of its
+//! argument's type (`integer`, `double precision`), as text where
+//! PostgreSQL's is a `regtype` that prints so.
 
 use std::sync::Arc;
 
@@ -39,6 +41,41 @@ pub fn version_text() -> String {
 pub fn version_udf() -> ScalarUDF {
     let text = version_text();
     create_udf("version", vec![], DataType::Utf8, Volatility::Immutable, Arc::new(move |_| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(text.clone()))))))
+}
+
+/// `pg_typeof(x)` (see the module documentation); workers run it too.
+pub fn pg_typeof_udf() -> ScalarUDF {
+    ScalarUDF::new_from_impl(PgTypeof { signature: Signature::any(1, Volatility::Immutable) })
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct PgTypeof {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for PgTypeof {
+    fn name(&self) -> &str {
+        "pg_typeof"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let name = match args.arg_fields.first().map(|field| field.data_type()) {
+            Some(DataType::Null) | None => "unknown".to_string(),
+            Some(data_type) => match arrow_pg::datatypes::into_pg_type(data_type) {
+                Ok(pg_type) => crate::catalog::pg_functions::sql_type_name(pg_type.name()),
+                Err(_) => data_type.to_string(),
+            },
+        };
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(name))))
+    }
 }
 
 /// `pg_function_is_visible(oid)`, `pg_type_is_visible(oid)`,
@@ -65,6 +102,7 @@ pub fn catalog_inquiry_udfs() -> Vec<ScalarUDF> {
         create_udf("quote_literal", vec![DataType::Utf8], DataType::Utf8, Volatility::Immutable, Arc::new(quote_literal_values)),
         create_udf("pg_is_in_recovery", vec![], DataType::Boolean, Volatility::Stable, Arc::new(|_| Ok(ColumnarValue::Scalar(ScalarValue::Boolean(Some(false)))))),
         ScalarUDF::new_from_impl(ToRegtype { signature: Signature::exact(vec![DataType::Utf8], Volatility::Stable) }),
+        pg_typeof_udf(),
     ]
 }
 

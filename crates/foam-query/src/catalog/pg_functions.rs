@@ -151,7 +151,7 @@ impl FunctionPart {
 }
 
 /// The SQL name `format_type` gives a type without a modifier.
-fn sql_type_name(typname: &str) -> String {
+pub(crate) fn sql_type_name(typname: &str) -> String {
     let name = match typname {
         "int2" => "smallint",
         "int4" => "integer",

@@ -126,6 +126,7 @@ pub fn worker_udfs() -> Vec<ScalarUDF> {
         logical::pg_casts::NumericOfFloat::udf(),
         physical::count_ones::FoamOnes::udf(),
         crate::catalog::functions::version_udf(),
+        crate::catalog::functions::pg_typeof_udf(),
         logical::checked_arithmetic::CheckedChain::udf(),
     ]
 }
