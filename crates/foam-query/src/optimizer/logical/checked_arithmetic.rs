@@ -40,9 +40,9 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DFSchema, DataFusionError, Result, ScalarValue};
 use datafusion::logical_expr::expr::ScalarFunction;
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Float64Array, Int64Array};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Int64Array};
 use arrow::buffer::NullBuffer;
-use arrow::datatypes::{Decimal128Type, Field, FieldRef, Float64Type, Int64Type};
+use arrow::datatypes::{Decimal128Type, Field, FieldRef, Float32Type, Float64Type, Int64Type};
 use datafusion::logical_expr::utils::format_state_name;
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::utils::AggregateOrderSensitivity;
@@ -103,20 +103,17 @@ fn checked_type(expr: &Expr, schema: &DFSchema) -> Option<DataType> {
 /// every pass that asks a field of them (each level builds its name), and
 /// the SQL planner nests a left-associative `a + b - c ...` to the left:
 /// one flat function keeps a long sum as cheap to plan as the operators.
-fn chain(left: Expr, operation: Arithmetic, right: Expr) -> Expr {
-    match left {
-        Expr::ScalarFunction(ScalarFunction { func, mut args }) if func.name() == CHAIN_NAME && matches!(args.first(), Some(Expr::Literal(ScalarValue::Utf8(Some(_)), _))) => {
-            if let Some(Expr::Literal(ScalarValue::Utf8(Some(operations)), _)) = args.first_mut() {
-                operations.push(operation.symbol());
-            }
-            args.push(right);
-            Expr::ScalarFunction(ScalarFunction { func, args })
-        }
-        left => {
-            let operations = Expr::Literal(ScalarValue::Utf8(Some(operation.symbol().to_string())), None);
-            Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(CheckedChain::udf()), vec![operations, left, right]))
-        }
+fn chain(mut left: Expr, operation: Arithmetic, right: Expr) -> Expr {
+    if let Expr::ScalarFunction(ScalarFunction { func, args }) = &mut left
+        && func.name() == CHAIN_NAME
+        && let Some(Expr::Literal(ScalarValue::Utf8(Some(operations)), _)) = args.first_mut()
+    {
+        operations.push(operation.symbol());
+        args.push(right);
+        return left;
     }
+    let operations = Expr::Literal(ScalarValue::Utf8(Some(operation.symbol().to_string())), None);
+    Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(CheckedChain::udf()), vec![operations, left, right]))
 }
 
 /// A chain's operations (one character each) and operands.
@@ -258,26 +255,32 @@ impl ScalarUDFImpl for CheckedChain {
 }
 
 /// A float step's error, as PostgreSQL's: 22012 for a division by zero,
-/// 22003 for an infinity made of finite operands.
+/// 22003 for an infinity made of finite operands. Reads the values where
+/// they are (a scalar operand is not spread over the rows).
 fn float_step_fits(left: &ColumnarValue, right: &ColumnarValue, result: &ColumnarValue, operation: Arithmetic, rows: usize) -> Result<()> {
-    let as_f64 = |value: &ColumnarValue| -> Result<Float64Array> {
-        let array = value.to_array(rows)?;
-        Ok(arrow::compute::cast(&array, &DataType::Float64)?.as_primitive::<Float64Type>().clone())
-    };
-    let result = as_f64(result)?;
-    let divisor = (operation == Arithmetic::Div).then(|| as_f64(right)).transpose()?;
-    if divisor.as_ref().is_some_and(|divisor| divisor.iter().zip(result.iter()).any(|(d, r)| r.is_some() && d == Some(0.0))) {
+    if operation == Arithmetic::Div && float_values(right, rows)?.zip(float_values(result, rows)?).any(|(d, r)| r.is_some() && d == Some(0.0)) {
         return Err(division_by_zero());
     }
-    if result.iter().flatten().all(f64::is_finite) {
+    if float_values(result, rows)?.flatten().all(f64::is_finite) {
         return Ok(());
     }
-    let (left, right) = (as_f64(left)?, as_f64(right)?);
-    let overflowed = (0..rows).any(|i| result.is_valid(i) && result.value(i).is_infinite() && left.value(i).is_finite() && right.value(i).is_finite());
+    let mut steps = float_values(result, rows)?.zip(float_values(left, rows)?).zip(float_values(right, rows)?);
+    let overflowed = steps.any(|((r, l), d)| matches!((r, l, d), (Some(r), Some(l), Some(d)) if r.is_infinite() && l.is_finite() && d.is_finite()));
     if overflowed {
         return Err(DataFusionError::from(FoamError::Query { message: "value out of range: overflow".into(), sqlstate: SqlState::NumericValueOutOfRange }));
     }
     Ok(())
+}
+
+/// A REAL or DOUBLE PRECISION value's rows as f64s (a scalar repeated).
+fn float_values(value: &ColumnarValue, rows: usize) -> Result<Box<dyn Iterator<Item = Option<f64>> + '_>> {
+    Ok(match value {
+        ColumnarValue::Scalar(ScalarValue::Float64(v)) => Box::new(std::iter::repeat_n(*v, rows)),
+        ColumnarValue::Scalar(ScalarValue::Float32(v)) => Box::new(std::iter::repeat_n(v.map(f64::from), rows)),
+        ColumnarValue::Array(array) if array.data_type() == &DataType::Float64 => Box::new(array.as_primitive::<Float64Type>().iter()),
+        ColumnarValue::Array(array) if array.data_type() == &DataType::Float32 => Box::new(array.as_primitive::<Float32Type>().iter().map(|v| v.map(f64::from))),
+        other => return Err(DataFusionError::Internal(format!("{CHAIN_NAME}: a float step read {}", other.data_type()))),
+    })
 }
 
 /// PostgreSQL's error for a division by zero.
@@ -537,7 +540,7 @@ fn out_of_range(data_type: &DataType) -> DataFusionError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::Int32Array;
+    use arrow::array::{Float32Array, Float64Array, Int32Array};
 
     fn run(operation: Arithmetic, left: ColumnarValue, right: ColumnarValue, rows: usize) -> Result<ColumnarValue> {
         let data_type = left.data_type();
@@ -641,6 +644,9 @@ mod tests {
         let big = floats(vec![Some(1.0), None, Some(f64::MAX)]);
         assert_eq!(sqlstate(run(Arithmetic::Mul, big.clone(), scalar(10.0), 3)), SqlState::NumericValueOutOfRange);
         assert_eq!(sqlstate(run(Arithmetic::Add, big.clone(), scalar(f64::MAX), 3)), SqlState::NumericValueOutOfRange);
+        let real = ColumnarValue::Array(Arc::new(Float32Array::from(vec![Some(1.0), Some(3e38)])));
+        assert_eq!(sqlstate(run(Arithmetic::Mul, real.clone(), ScalarValue::Float32(Some(10.0)).into(), 2)), SqlState::NumericValueOutOfRange);
+        assert_eq!(sqlstate(run(Arithmetic::Div, real, ScalarValue::Float32(Some(0.0)).into(), 2)), SqlState::DivisionByZero);
         // An infinite operand is IEEE arithmetic, as in PostgreSQL.
         let infinite = run(Arithmetic::Add, floats(vec![Some(f64::INFINITY), Some(2.0)]), scalar(1.0), 2).unwrap().into_array(2).unwrap();
         assert_eq!(infinite.as_primitive::<Float64Type>().values().to_vec(), vec![f64::INFINITY, 3.0]);
