@@ -162,6 +162,10 @@ impl OptimizerRule for LeftWhereFailing {
     }
 
     fn rewrite(&self, plan: LogicalPlan, config: &dyn OptimizerConfig) -> Result<Transformed<LogicalPlan>> {
+        let has_subquery = plan.expressions().iter().any(|e| e.exists(|e| Ok(subquery_of(e).is_some())).unwrap_or(true));
+        if !has_subquery {
+            return self.0.rewrite(plan, config);
+        }
         let mut plan = plan;
         if self.0.name() == "decorrelate_predicate_subquery" {
             if wrongly_decorrelated(&plan) {
@@ -175,10 +179,6 @@ impl OptimizerRule for LeftWhereFailing {
             // first (`EXISTS (.. WHERE 7 NOT IN (..))` kept every row
             // though the NOT IN was NULL, fuzz seed 59291 w9).
             plan = unnest_wrong_ones_inside(plan, config);
-        }
-        let has_subquery = plan.expressions().iter().any(|e| e.exists(|e| Ok(subquery_of(e).is_some())).unwrap_or(true));
-        if !has_subquery {
-            return self.0.rewrite(plan, config);
         }
         let kept = plan.clone();
         match self.0.rewrite(plan, config) {
@@ -201,7 +201,14 @@ fn wrongly_decorrelated(plan: &LogicalPlan) -> bool {
 /// `plan` with the filters `wrongly_decorrelated` in its subqueries, at
 /// any depth, unnested by this module's rule; as it was if that fails.
 fn unnest_wrong_ones_inside(plan: LogicalPlan, config: &dyn OptimizerConfig) -> LogicalPlan {
-    if !plan.expressions().iter().any(|e| e.exists(|e| Ok(subquery_of(e).is_some())).unwrap_or(true)) {
+    let mut found = false;
+    let _ = plan.apply_subqueries(|subquery| {
+        subquery.apply_with_subqueries(|node| {
+            found |= wrongly_decorrelated(node);
+            Ok(if found { TreeNodeRecursion::Stop } else { TreeNodeRecursion::Continue })
+        })
+    });
+    if !found {
         return plan;
     }
     let kept = plan.clone();
