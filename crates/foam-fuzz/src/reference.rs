@@ -258,8 +258,7 @@ impl LocalReference {
             .with_optimizer_rules(foam_query::optimizer::logical::unnest_subqueries::datafusion_rules())
             .with_physical_optimizer_rules(foam_query::optimizer::guarded_datafusion_rules());
         let mut state = foam_query::optimizer::analyzer_rules().into_iter().fold(state, |state, rule| state.with_analyzer_rule(rule));
-        foam_query::optimizer::logical::boolean_literals::add_planner(&mut state);
-        foam_query::optimizer::logical::integer_literals::add_planner(&mut state);
+        foam_query::optimizer::add_sql_planners(&mut state);
         let state = state.build();
         let reference = LocalReference { ctx: SessionContext::new_with_state(state) };
         for udaf in foam_query::optimizer::worker_udafs() {

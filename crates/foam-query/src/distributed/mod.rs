@@ -369,8 +369,7 @@ pub fn coordinator_state_builder(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv
     for rule in crate::optimizer::analyzer_rules() {
         builder = builder.with_analyzer_rule(rule);
     }
-    crate::optimizer::logical::boolean_literals::add_planner(&mut builder);
-    crate::optimizer::logical::integer_literals::add_planner(&mut builder);
+    crate::optimizer::add_sql_planners(&mut builder);
     // The distributed planner has put its options in the config by now.
     if let Some(Err(error)) = builder.config().as_mut().map(|config| config.set_distributed_compression(EXCHANGE_COMPRESSION)) {
         tracing::warn!("exchange compression left at datafusion-distributed's default: {error}");

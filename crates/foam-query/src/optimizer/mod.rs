@@ -115,6 +115,16 @@ pub fn guarded_datafusion_rules() -> Vec<Arc<dyn PhysicalOptimizerRule + Send + 
     rules
 }
 
+/// Adds FoamDB's SQL-planner hooks after DataFusion's: quoted literals
+/// compared with booleans (`logical/boolean_literals.rs`) and integer
+/// literals beside INTs (`logical/integer_literals.rs`). Sessions and the
+/// fuzzer's single-process reference plan with them.
+pub fn add_sql_planners(builder: &mut datafusion::execution::SessionStateBuilder) {
+    let planners: [Arc<dyn datafusion::logical_expr::planner::ExprPlanner>; 2] =
+        [Arc::new(logical::boolean_literals::BooleanLiteralPlanner), Arc::new(logical::integer_literals::IntegerLiteralPlanner)];
+    builder.expr_planners().get_or_insert_with(Vec::new).extend(planners);
+}
+
 /// The functions FoamDB's rewrites put into plans (routed shuffles, rewritten
 /// `LIKE` filters and counted rows call them in the stages workers run), and
 /// those it defines in place of DataFusion's (`version()`).

@@ -26,7 +26,6 @@ use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DFSchema, Result, ScalarValue};
 use datafusion::logical_expr::expr::InList;
 use datafusion::logical_expr::utils::merge_schema;
-use datafusion::execution::SessionStateBuilder;
 use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawBinaryExpr};
 use datafusion::logical_expr::{BinaryExpr, Expr, ExprSchemable, LogicalPlan, Operator};
 use datafusion::sql::sqlparser::ast::{self as sql, BinaryOperator, VisitMut, VisitorMut};
@@ -73,11 +72,6 @@ impl ExprPlanner for BooleanLiteralPlanner {
         let (left, right) = compared_sides(left, right, schema)?.data;
         Ok(PlannerResult::Original(RawBinaryExpr { op, left, right }))
     }
-}
-
-/// Adds the [`BooleanLiteralPlanner`] after the SQL planner's others.
-pub fn add_planner(builder: &mut SessionStateBuilder) {
-    builder.expr_planners().get_or_insert_with(Vec::new).push(std::sync::Arc::new(BooleanLiteralPlanner));
 }
 
 /// Writes each `x IS [NOT] DISTINCT FROM 'lit'` (or `'lit' IS ...`) in

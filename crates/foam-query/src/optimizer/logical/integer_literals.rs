@@ -19,7 +19,6 @@
 //! (PostgreSQL's would be an INT).
 
 use datafusion::common::{DFSchema, Result, ScalarValue};
-use datafusion::execution::SessionStateBuilder;
 use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawBinaryExpr};
 use datafusion::logical_expr::{BinaryExpr, Expr, ExprSchemable};
 use datafusion::sql::sqlparser::ast::BinaryOperator;
@@ -47,11 +46,6 @@ impl ExprPlanner for IntegerLiteralPlanner {
         };
         Ok(PlannerResult::Original(RawBinaryExpr { op, left, right }))
     }
-}
-
-/// Adds the [`IntegerLiteralPlanner`] after the SQL planner's others.
-pub fn add_planner(builder: &mut SessionStateBuilder) {
-    builder.expr_planners().get_or_insert_with(Vec::new).push(std::sync::Arc::new(IntegerLiteralPlanner));
 }
 
 /// The value of a BIGINT literal that an INT holds.
