@@ -50,6 +50,8 @@ sqlstates! {
     DataException = "22000",
     StringDataRightTruncation = "22001",
     NumericValueOutOfRange = "22003",
+    InvalidDatetimeFormat = "22007",
+    DatetimeFieldOverflow = "22008",
     DivisionByZero = "22012",
     InvalidParameterValue = "22023",
     InvalidTextRepresentation = "22P02",

@@ -1,10 +1,11 @@
 //! Text-format values as PostgreSQL prints them, where arrow-pg's encoder
 //! prints them otherwise: floating point (`1e10` as `10000000000.0`,
 //! infinity as `inf`) and timestamps and times (always six fraction
-//! digits: `03:04:05.000000`).
+//! digits: `03:04:05.000000`), dates (a year before 1 as `-0043`) and the
+//! time `24:00:00`.
 //!
 //! ```text
-//!   batch ─▶ each text-format FLOAT4/FLOAT8/TIMESTAMP/TIME column as PostgreSQL's text ─▶ arrow-pg
+//!   batch ─▶ each text-format FLOAT4/FLOAT8/DATE/TIMESTAMP/TIME column as PostgreSQL's text ─▶ arrow-pg
 //! ```
 //!
 //! PostgreSQL (extra_float_digits 1, its default) prints a float with the
@@ -12,20 +13,21 @@
 //! the exponent is below -4 or at least 15 (6 for `real`), with a sign and
 //! two digits (`1e+15`, `1.5e-05`), and `Infinity`, `-Infinity`, `NaN`. A
 //! timestamp or time has its fraction of a second only when there is one,
-//! without trailing zeros (`23:59:59.5`), and a year before 1 is `BC`.
+//! without trailing zeros (`23:59:59.5`), and a year before 1 is `BC`, in
+//! a date too.
 
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, StringArray};
 use arrow::datatypes::{
-    DataType, Float32Type, Float64Type, Schema, Time64MicrosecondType, Time64NanosecondType, TimeUnit, TimestampMicrosecondType,
+    DataType, Date32Type, Float32Type, Float64Type, Schema, Time64MicrosecondType, Time64NanosecondType, TimeUnit, TimestampMicrosecondType,
     TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType,
 };
 use arrow::record_batch::RecordBatch;
-use chrono::{Datelike, NaiveDateTime, NaiveTime, Timelike};
+use chrono::{Datelike, NaiveDate, NaiveDateTime, NaiveTime, Timelike};
 use pgwire::api::results::{FieldFormat, FieldInfo};
 
-/// `batch` with its text-format float, timestamp and time columns turned
+/// `batch` with its text-format float, date, timestamp and time columns turned
 /// into PostgreSQL's text for them (the fields keep their types).
 pub fn postgres_text(batch: RecordBatch, fields: &[FieldInfo]) -> RecordBatch {
     let converted: Vec<Option<ArrayRef>> = batch
@@ -69,20 +71,9 @@ fn as_postgres_text(column: &ArrayRef) -> Option<ArrayRef> {
                 TimeUnit::Nanosecond => column.as_primitive::<TimestampNanosecondType>().iter().map(|v| at(v, |v| Some(chrono::DateTime::from_timestamp_nanos(v).naive_utc()))).collect(),
             })
         }
-        DataType::Time64(TimeUnit::Microsecond) => text(
-            column
-                .as_primitive::<Time64MicrosecondType>()
-                .iter()
-                .map(|v| v.and_then(|v| NaiveTime::from_num_seconds_from_midnight_opt((v / 1_000_000) as u32, ((v % 1_000_000) * 1000) as u32)).map(time))
-                .collect(),
-        ),
-        DataType::Time64(TimeUnit::Nanosecond) => text(
-            column
-                .as_primitive::<Time64NanosecondType>()
-                .iter()
-                .map(|v| v.and_then(|v| NaiveTime::from_num_seconds_from_midnight_opt((v / 1_000_000_000) as u32, (v % 1_000_000_000) as u32)).map(time))
-                .collect(),
-        ),
+        DataType::Date32 => text(column.as_primitive::<Date32Type>().iter().map(|v| v.and_then(|days| Date32Type::to_naive_date_opt(days)).map(date)).collect()),
+        DataType::Time64(TimeUnit::Microsecond) => text(column.as_primitive::<Time64MicrosecondType>().iter().map(|v| v.and_then(|v| time_of_nanos(v.checked_mul(1000)?))).collect()),
+        DataType::Time64(TimeUnit::Nanosecond) => text(column.as_primitive::<Time64NanosecondType>().iter().map(|v| v.and_then(time_of_nanos)).collect()),
         _ => None,
     }
 }
@@ -143,6 +134,25 @@ fn timestamp(at: NaiveDateTime) -> String {
     }
 }
 
+/// A date as PostgreSQL prints it: at least four digits of year, `BC`
+/// before year 1.
+fn date(day: NaiveDate) -> String {
+    if day.year() <= 0 {
+        format!("{:04}-{:02}-{:02} BC", 1 - day.year(), day.month(), day.day())
+    } else {
+        format!("{:04}-{:02}-{:02}", day.year(), day.month(), day.day())
+    }
+}
+
+/// A time of `nanos` since midnight; a whole day is PostgreSQL's `24:00:00`.
+fn time_of_nanos(nanos: i64) -> Option<String> {
+    const DAY_NANOS: i64 = 86_400_000_000_000;
+    if nanos == DAY_NANOS {
+        return Some("24:00:00".into());
+    }
+    NaiveTime::from_num_seconds_from_midnight_opt(u32::try_from(nanos / 1_000_000_000).ok()?, (nanos % 1_000_000_000) as u32).map(time)
+}
+
 fn time(at: NaiveTime) -> String {
     format!("{:02}:{:02}:{:02}{}", at.hour(), at.minute(), at.second(), fraction(at.nanosecond()))
 }
@@ -187,5 +197,16 @@ mod tests {
         assert_eq!(timestamp(at("2000-01-01 00:00:00.000123")), "2000-01-01 00:00:00.000123");
         assert_eq!(timestamp(at("0000-03-01 00:00:00")), "0001-03-01 00:00:00 BC");
         assert_eq!(time(NaiveTime::from_hms_micro_opt(7, 8, 9, 250_000).unwrap()), "07:08:09.25");
+        assert_eq!(time_of_nanos(86_400_000_000_000).as_deref(), Some("24:00:00"));
+        assert_eq!(time_of_nanos(86_400_000_000_001), None);
+    }
+
+    #[test]
+    fn dates_show_four_digit_years_and_bc() {
+        let day = |y, m, d| NaiveDate::from_ymd_opt(y, m, d).unwrap();
+        assert_eq!(date(day(2024, 1, 5)), "2024-01-05");
+        assert_eq!(date(day(-43, 3, 15)), "0044-03-15 BC");
+        assert_eq!(date(day(10000, 1, 1)), "10000-01-01");
+        assert_eq!(date(day(33, 1, 1)), "0033-01-01");
     }
 }

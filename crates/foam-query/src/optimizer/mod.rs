@@ -45,12 +45,14 @@ pub fn datafusion_analyzer_rules() -> Vec<Arc<dyn datafusion::optimizer::Analyze
 /// FoamDB's analyzer rules, run after DataFusion's (type coercion among
 /// them): outer references typed as coercion left their columns, then SQL
 /// semantics where DataFusion's differ from PostgreSQL's (casts to integers
-/// and numerics round as PostgreSQL's; integer arithmetic fails on overflow;
+/// and numerics round as PostgreSQL's; text is read as a date, time or
+/// timestamp in PostgreSQL's formats; integer arithmetic fails on overflow;
 /// INTERSECT ALL and EXCEPT ALL count copies).
 pub fn analyzer_rules() -> Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> {
     vec![
         Arc::new(logical::outer_reference_types::OuterReferenceTypes),
         Arc::new(logical::pg_casts::PostgresCasts),
+        Arc::new(logical::text_casts::TextCasts),
         Arc::new(logical::checked_arithmetic::CheckedArithmetic),
         Arc::new(logical::set_multiplicity::SetOperationMultiplicity),
     ]
@@ -134,6 +136,7 @@ pub fn worker_udfs() -> Vec<ScalarUDF> {
         logical::like::FoamLike::udf(),
         logical::pg_casts::RoundForInt::udf(),
         logical::pg_casts::NumericOfFloat::udf(),
+        logical::text_casts::DatetimeOfText::udf(),
         physical::count_ones::FoamOnes::udf(),
         crate::catalog::functions::version_udf(),
         crate::catalog::functions::pg_typeof_udf(),

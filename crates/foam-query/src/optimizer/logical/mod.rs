@@ -17,6 +17,7 @@ pub mod null_equal_joins;
 pub mod outer_reference_types;
 pub mod pg_casts;
 pub mod set_multiplicity;
+pub mod text_casts;
 pub(crate) mod plan_shape;
 #[cfg(test)]
 mod rule_tests;
