@@ -243,6 +243,7 @@ impl LocalReference {
         // (apache/datafusion#25263), so the reference runs without.
         let config = SessionConfig::new()
             .set_str("datafusion.sql_parser.dialect", "PostgreSQL")
+            .set_bool("datafusion.sql_parser.parse_float_as_decimal", true)
             .set_bool("datafusion.optimizer.enable_dynamic_filter_pushdown", false)
             // As FoamDB's sessions (`base_config`).
             .set_bool("datafusion.execution.skip_physical_aggregate_schema_check", true);

@@ -315,6 +315,8 @@ pub fn base_config(node: Arc<NodeContext>) -> SessionConfig {
         .with_information_schema(true)
         .with_extension(node)
         .set_str("datafusion.sql_parser.dialect", "PostgreSQL")
+        // `0.1` is a NUMERIC, as in PostgreSQL (`frontend/numeric_literals.rs`).
+        .set_bool("datafusion.sql_parser.parse_float_as_decimal", true)
 }
 
 /// At most this factor below DataFusion's one-node key density does a

@@ -13,6 +13,7 @@ pub mod grouping_sets;
 pub mod interrupt;
 pub mod lock_table;
 pub mod modify;
+pub mod numeric_literals;
 pub mod pg_access;
 pub mod pg_compatibility;
 pub mod privileges;

@@ -665,6 +665,7 @@ impl FoamSession {
         // client reads `prsstart::oid` by the name `prsstart`).
         crate::frontend::select_names::name_select_items(&mut statement);
         crate::frontend::grouping_sets::deduplicate(&mut statement);
+        crate::frontend::numeric_literals::rewrite(&mut statement);
         crate::frontend::array_subquery::rewrite(&mut statement)?;
         crate::optimizer::logical::boolean_literals::distinct_from_as_equality(&mut statement);
         {

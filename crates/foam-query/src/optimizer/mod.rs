@@ -46,13 +46,15 @@ pub fn datafusion_analyzer_rules() -> Vec<Arc<dyn datafusion::optimizer::Analyze
 /// them): outer references typed as coercion left their columns, then SQL
 /// semantics where DataFusion's differ from PostgreSQL's (casts to integers
 /// and numerics round as PostgreSQL's; text is read as a date, time or
-/// timestamp in PostgreSQL's formats; integer arithmetic fails on overflow;
+/// timestamp in PostgreSQL's formats; numeric division keeps 16 digits and
+/// rounds; integer arithmetic fails on overflow;
 /// INTERSECT ALL and EXCEPT ALL count copies).
 pub fn analyzer_rules() -> Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> {
     vec![
         Arc::new(logical::outer_reference_types::OuterReferenceTypes),
         Arc::new(logical::pg_casts::PostgresCasts),
         Arc::new(logical::text_casts::TextCasts),
+        Arc::new(logical::numeric_division::NumericDivision),
         Arc::new(logical::checked_arithmetic::CheckedArithmetic),
         Arc::new(logical::set_multiplicity::SetOperationMultiplicity),
     ]
@@ -137,6 +139,7 @@ pub fn worker_udfs() -> Vec<ScalarUDF> {
         logical::pg_casts::RoundForInt::udf(),
         logical::pg_casts::NumericOfFloat::udf(),
         logical::text_casts::DatetimeOfText::udf(),
+        logical::numeric_division::NumericDiv::udf(),
         physical::count_ones::FoamOnes::udf(),
         crate::catalog::functions::version_udf(),
         crate::catalog::functions::pg_typeof_udf(),
