@@ -265,6 +265,9 @@ impl LocalReference {
         for udaf in foam_query::optimizer::worker_udafs() {
             reference.ctx.register_udaf(udaf);
         }
+        for udf in foam_query::exec::datetime_format::udfs() {
+            reference.ctx.register_udf(udf);
+        }
         reference.load(tables).await?;
         Ok(reference)
     }

@@ -110,7 +110,7 @@ pub fn parse_value(text: &str, data_type: &DataType, now: NaiveDateTime) -> Resu
         }
         DataType::Time32(unit) | DataType::Time64(unit) => {
             let time = fields.time.ok_or(InputError::Syntax)?;
-            // `24:00` is a time of its own (a date with it moved to the next).
+            // `24:00` is a time of its own.
             if time > DAY_MICROS {
                 return Err(InputError::FieldRange);
             }
@@ -165,14 +165,19 @@ fn offset_micros(local: i64, input: Option<Zone>, target: &str) -> Result<i64, I
 }
 
 /// The offset of local time `naive` in `zone`; a time skipped by a change
-/// to summer time takes the offset before the change, as PostgreSQL's.
+/// to summer time takes the offset before the change, and one repeated by
+/// the change back the offset after it, as PostgreSQL's.
 fn local_offset<Z: TimeZone>(zone: &Z, naive: &NaiveDateTime) -> Result<i32, InputError> {
-    let resolved = zone.offset_from_local_datetime(naive).earliest().or_else(|| zone.offset_from_local_datetime(&(*naive - Duration::hours(1))).earliest());
+    let resolved = zone.offset_from_local_datetime(naive).latest().or_else(|| zone.offset_from_local_datetime(&(*naive - Duration::hours(1))).earliest());
     resolved.map(|offset| offset.fix().local_minus_utc()).ok_or(InputError::FieldRange)
 }
 
 /// The fields of `text` (see the module documentation).
 fn parse_fields(text: &str, now: NaiveDateTime) -> Result<Fields, InputError> {
+    // Every word and number PostgreSQL reads here is ASCII.
+    if !text.is_ascii() {
+        return Err(InputError::Syntax);
+    }
     let lower = text.trim().to_ascii_lowercase();
     if matches!(lower.as_str(), "infinity" | "+infinity" | "-infinity") {
         return Err(InputError::Infinity);
@@ -254,7 +259,7 @@ fn parse_fields(text: &str, now: NaiveDateTime) -> Result<Fields, InputError> {
     if let Some(pm) = meridiem {
         let time = fields.time.ok_or(InputError::Syntax)?;
         let hour = time / 3_600_000_000;
-        if !(1..=12).contains(&hour) {
+        if hour > 12 {
             return Err(InputError::FieldRange);
         }
         let hour_micros = 3_600_000_000;
@@ -268,13 +273,8 @@ fn parse_fields(text: &str, now: NaiveDateTime) -> Result<Fields, InputError> {
         let date = fields.date.ok_or(InputError::Syntax)?;
         fields.date = Some(NaiveDate::from_ymd_opt(1 - date.year(), date.month(), date.day()).ok_or(InputError::FieldRange)?);
     }
-    // `24:00` and a leap second `23:59:60` are the next day's midnight.
-    if let (Some(date), Some(time)) = (fields.date, fields.time)
-        && time >= DAY_MICROS
-    {
-        fields.date = Some(date.succ_opt().ok_or(InputError::TypeRange)?);
-        fields.time = Some(time - DAY_MICROS);
-    }
+    // `24:00` and a leap second `23:59:60` stay past the day's end: a
+    // timestamp counts them into the next day, a time keeps `24:00:00`.
     Ok(fields)
 }
 
@@ -539,6 +539,7 @@ mod tests {
             ("2024-01-01 10:30+05:30", "2024-01-01 05:00:00"),
             ("2024-01-01 10:30 +15", "2023-12-31 19:30:00"),
             ("2024-01-01 10:30-0130", "2024-01-01 12:00:00"),
+            ("2024-11-03 01:30 America/New_York", "2024-11-03 06:30:00"),
             ("2024-01-01 10:30", "2024-01-01 10:30:00"),
         ] {
             assert_eq!(utc(text).as_deref(), Ok(expected), "{text}");
@@ -573,6 +574,8 @@ mod tests {
             ("10:30", "10:30:00.000000"),
             ("12:30 am", "00:30:00.000000"),
             ("12:30 pm", "12:30:00.000000"),
+            ("0:30 am", "00:30:00.000000"),
+            ("2024-01-01 24:00", "24:00:00.000000"),
             ("allballs", "00:00:00.000000"),
             ("2024-01-01 10:30:15.25", "10:30:15.250000"),
             ("24:00", "24:00:00.000000"),
@@ -599,6 +602,8 @@ mod tests {
             ("2024-01-01 13:30 pm", InputError::FieldRange),
             ("infinity", InputError::Infinity),
             ("-infinity", InputError::Infinity),
+            ("123\u{e9}456", InputError::Syntax),
+            ("2024-01-01 10:30+1\u{e9}2", InputError::Syntax),
         ] {
             assert_eq!(timestamp(text), Err(expected), "{text}");
         }

@@ -3,6 +3,7 @@
 //! turns an operator's panic into the statement's error; and how FoamDB's
 //! scalar functions take their arguments (`function_values.rs`).
 
+pub mod datetime_format;
 pub mod datetime_input;
 pub mod function_values;
 pub mod panic_safe;

@@ -8,9 +8,12 @@
 //! use are rewritten before planning:
 //!
 //! ```text
-//!   1e5, 2.5E3        ─▶  100000, 2500      an exponent would give a negative scale
+//!   1e5, 2.5E3, 5.    ─▶  CAST(100000 AS NUMERIC(6,0)), ...
+//!                                           an exponent would give a negative scale
+//!   1.5e-3            ─▶  0.0015
 //!   1e308, 0.1e-300   ─▶  CAST('1e308' AS DOUBLE PRECISION)
-//!                                           more digits than Decimal128's 38
+//!                                           more digits than Decimal128's 38 (an
+//!                                           integer of more than 38 digits too)
 //! ```
 //!
 //! PostgreSQL's NUMERIC holds the second kind exactly; FoamDB's has 38
@@ -19,7 +22,7 @@
 use std::ops::ControlFlow;
 
 use datafusion::arrow::datatypes::DECIMAL128_MAX_PRECISION;
-use datafusion::sql::sqlparser::ast::{CastKind, DataType, Expr, Statement, Value, VisitMut, VisitorMut};
+use datafusion::sql::sqlparser::ast::{CastKind, DataType, ExactNumberInfo, Expr, Statement, Value, VisitMut, VisitorMut};
 
 /// Rewrites the literals of `statement` a decimal cannot hold (see the
 /// module documentation).
@@ -35,11 +38,24 @@ impl VisitorMut for Literals {
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
         let Expr::Value(value) = expr else { return ControlFlow::Continue(()) };
         let Value::Number(text, long) = &value.value else { return ControlFlow::Continue(()) };
-        if !text.contains(['.', 'e', 'E']) {
+        // An integer of up to 38 digits is DataFusion's BIGINT or DECIMAL(p,0).
+        let integer = !text.contains(['.', 'e', 'E']);
+        if integer && text.len() <= usize::from(DECIMAL128_MAX_PRECISION) {
             return ControlFlow::Continue(());
         }
         match plain_decimal(text) {
             Some(plain) if plain == *text => {}
+            // Spelled out without a point, it would read as an integer.
+            Some(plain) if !plain.contains('.') => {
+                let precision = plain.len() as u64;
+                *expr = Expr::Cast {
+                    kind: CastKind::Cast,
+                    expr: Box::new(Expr::Value(Value::Number(plain, *long).into())),
+                    data_type: DataType::Numeric(ExactNumberInfo::PrecisionAndScale(precision, 0)),
+                    array: false,
+                    format: None,
+                };
+            }
             Some(plain) => value.value = Value::Number(plain, *long),
             None => {
                 *expr = Expr::Cast {
@@ -90,6 +106,19 @@ fn plain_decimal(text: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn literals_a_decimal_cannot_hold_are_rewritten() {
+        use datafusion::sql::sqlparser::{dialect::PostgreSqlDialect, parser::Parser};
+        let sql = "SELECT 1e5, 5., 1.5e-3, 0.25, 12, 1e308, 1234567890123456789012345678901234567890";
+        let mut statement = Parser::parse_sql(&PostgreSqlDialect {}, sql).unwrap().remove(0);
+        rewrite(&mut statement);
+        assert_eq!(
+            statement.to_string(),
+            "SELECT CAST(100000 AS NUMERIC(6,0)), CAST(5 AS NUMERIC(1,0)), 0.0015, 0.25, 12, CAST('1e308' AS DOUBLE PRECISION), \
+             CAST('1234567890123456789012345678901234567890' AS DOUBLE PRECISION)"
+        );
+    }
 
     #[test]
     fn exponents_are_spelled_out_and_too_many_digits_refused() {

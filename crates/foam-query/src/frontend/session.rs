@@ -496,6 +496,9 @@ impl FoamSession {
             ctx.register_udf(udf);
         }
         ctx.register_udf(crate::catalog::functions::version_udf());
+        for udf in crate::exec::datetime_format::udfs() {
+            ctx.register_udf(udf);
+        }
         ctx.register_udaf(crate::frontend::scalar_subquery::SingleValue::udaf());
         for udaf in crate::optimizer::worker_udafs() {
             ctx.register_udaf(udaf);

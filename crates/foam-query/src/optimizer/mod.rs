@@ -33,12 +33,15 @@ pub fn logical_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
 }
 
 /// DataFusion's analyzer rules, with quoted literals compared with booleans
-/// read as booleans before its type coercion (`boolean_literals.rs`). A
+/// read as booleans (`boolean_literals.rs`), and decimal division and
+/// float-decimal comparisons made PostgreSQL's (`numeric_operators.rs`),
+/// before its type coercion. A
 /// session's analyzer is these, then [`analyzer_rules`].
 pub fn datafusion_analyzer_rules() -> Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> {
     let mut rules = datafusion::optimizer::Analyzer::new().rules;
     let at = rules.iter().position(|rule| rule.name() == logical::boolean_literals::TYPE_COERCION_RULE).unwrap_or(0);
     rules.insert(at, Arc::new(logical::boolean_literals::BooleanLiterals));
+    rules.insert(at + 1, Arc::new(logical::numeric_operators::NumericOperators));
     rules
 }
 
@@ -46,15 +49,13 @@ pub fn datafusion_analyzer_rules() -> Vec<Arc<dyn datafusion::optimizer::Analyze
 /// them): outer references typed as coercion left their columns, then SQL
 /// semantics where DataFusion's differ from PostgreSQL's (casts to integers
 /// and numerics round as PostgreSQL's; text is read as a date, time or
-/// timestamp in PostgreSQL's formats; numeric division keeps 16 digits and
-/// rounds; integer arithmetic fails on overflow;
+/// timestamp in PostgreSQL's formats; integer arithmetic fails on overflow;
 /// INTERSECT ALL and EXCEPT ALL count copies).
 pub fn analyzer_rules() -> Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> {
     vec![
         Arc::new(logical::outer_reference_types::OuterReferenceTypes),
         Arc::new(logical::pg_casts::PostgresCasts),
         Arc::new(logical::text_casts::TextCasts),
-        Arc::new(logical::numeric_division::NumericDivision),
         Arc::new(logical::checked_arithmetic::CheckedArithmetic),
         Arc::new(logical::set_multiplicity::SetOperationMultiplicity),
     ]
@@ -131,20 +132,23 @@ pub fn add_sql_planners(builder: &mut datafusion::execution::SessionStateBuilder
 
 /// The functions FoamDB's rewrites put into plans (routed shuffles, rewritten
 /// `LIKE` filters and counted rows call them in the stages workers run), and
-/// those it defines in place of DataFusion's (`version()`).
+/// those it defines in place of DataFusion's (`version()`; `to_char`,
+/// `to_date` and `to_timestamp` with PostgreSQL's patterns).
 pub fn worker_udfs() -> Vec<ScalarUDF> {
-    vec![
+    let mut udfs = vec![
         crate::exec::route::FoamRoute::udf(),
         logical::like::FoamLike::udf(),
         logical::pg_casts::RoundForInt::udf(),
         logical::pg_casts::NumericOfFloat::udf(),
         logical::text_casts::DatetimeOfText::udf(),
-        logical::numeric_division::NumericDiv::udf(),
+        logical::numeric_operators::NumericDiv::udf(),
         physical::count_ones::FoamOnes::udf(),
         crate::catalog::functions::version_udf(),
         crate::catalog::functions::pg_typeof_udf(),
         logical::checked_arithmetic::CheckedChain::udf(),
-    ]
+    ];
+    udfs.extend(crate::exec::datetime_format::udfs());
+    udfs
 }
 
 /// The aggregates FoamDB defines in place of DataFusion's (`sum`, whose

@@ -14,7 +14,7 @@ pub mod kept_types;
 pub mod like;
 pub mod named_rewrite;
 pub mod null_equal_joins;
-pub mod numeric_division;
+pub mod numeric_operators;
 pub mod outer_reference_types;
 pub mod pg_casts;
 pub mod set_multiplicity;

@@ -1,23 +1,36 @@
-//! NUMERIC division as PostgreSQL's: at least 16 digits after the point,
-//! rounded. Arrow's decimal division keeps 4 more digits than the dividend
+//! NUMERIC beside other numbers as in PostgreSQL: division keeps at least
+//! 16 digits after the point, rounded, and a comparison with a float
+//! compares floats.
+//!
+//! Division: Arrow's decimal division keeps 4 more digits than the dividend
 //! has and truncates, so `1 / 3.0` was `0.3333` and `2 / 3.0` `0.6666`,
 //! where PostgreSQL answers `0.33333333333333333333` and
 //! `0.66666666666666666667`; a large dividend overflowed Arrow's
 //! intermediate product besides.
 //!
-//! An analyzer rule, after DataFusion's type coercion, replaces each
-//! division of two decimals:
+//! An analyzer rule, before DataFusion's type coercion (so that what is
+//! above a quotient is typed for its type, not Arrow's), replaces each
+//! division of a decimal by a decimal or an integer, or the reverse:
 //!
 //! ```text
-//!   a / b  ─▶  foam_numeric_div(a, b, NULL::DECIMAL(38,s))    a, b: DECIMAL
+//!   a / b  ─▶  foam_numeric_div(a, b, NULL::DECIMAL(p,s))    a or b: DECIMAL, the other DECIMAL or integer
 //! ```
 //!
 //! PostgreSQL picks the scale per value (16 significant digits, at least
 //! the operands' scales); an Arrow column has one scale, so `s` is the
 //! larger of 16 and the operands' scales, less where the quotient's
 //! integer digits (the dividend's, plus the divisor's fraction digits)
-//! need the room in Decimal128's 38. The quotient is computed in 256 bits
-//! and rounded half away from zero, as PostgreSQL rounds.
+//! need the room in Decimal128's 38; `p` is those integer digits and `s`
+//! (an integer literal counts its own digits, not BIGINT's 19). The
+//! quotient is computed in 256 bits and rounded half away from zero, as
+//! PostgreSQL rounds.
+//!
+//! Comparisons: a comparison of a float with a NUMERIC (`f < 1.5`, `f BETWEEN 0.5 AND
+//! 1.5`, `f IN (0.5, 1.5)`) was made one of decimals by DataFusion's
+//! coercion, so every float was cast to a decimal, slowly, and a float
+//! beyond the decimal's digits failed the query (`f < 1e10` with `f` =
+//! 1e300: numeric field overflow). PostgreSQL compares the two as floats;
+//! the same rule casts the NUMERIC side to `double precision`.
 
 use std::sync::Arc;
 
@@ -42,25 +55,104 @@ const QUOTIENT_SCALE_MIN: i8 = 16;
 
 /// The analyzer rule (see the module documentation).
 #[derive(Debug, Default)]
-pub struct NumericDivision;
+pub struct NumericOperators;
 
-impl AnalyzerRule for NumericDivision {
+impl AnalyzerRule for NumericOperators {
     fn name(&self) -> &str {
-        "foam_numeric_division"
+        "foam_numeric_operators"
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        rewrite_expressions(plan, numeric_division)
+        rewrite_expressions(plan, numeric_operator)
     }
 }
 
-fn numeric_division(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
-    let Expr::BinaryExpr(BinaryExpr { left, op: Operator::Divide, right }) = expr else { return Ok(Transformed::no(expr)) };
-    let (Ok(DataType::Decimal128(p1, s1)), Ok(DataType::Decimal128(_, s2))) = (left.get_type(schema), right.get_type(schema)) else {
-        return Ok(Transformed::no(Expr::BinaryExpr(BinaryExpr { left, op: Operator::Divide, right })));
+fn numeric_operator(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    use Operator::*;
+    match expr {
+        Expr::BinaryExpr(BinaryExpr { left, op: Divide, right }) => numeric_division(left, right, schema),
+        Expr::BinaryExpr(BinaryExpr { left, op: op @ (Eq | NotEq | Lt | LtEq | Gt | GtEq | IsDistinctFrom | IsNotDistinctFrom), right }) => {
+            let (left, mut right, changed) = floats_beside(*left, vec![*right], schema);
+            let right = right.pop().unwrap_or(Expr::Literal(ScalarValue::Null, None));
+            let expr = Expr::BinaryExpr(BinaryExpr { left: Box::new(left), op, right: Box::new(right) });
+            Ok(if changed { Transformed::yes(expr) } else { Transformed::no(expr) })
+        }
+        Expr::Between(between) => {
+            let (expr, bounds, changed) = floats_beside(*between.expr, vec![*between.low, *between.high], schema);
+            let [low, high]: [Expr; 2] = bounds.try_into().map_err(|_| DataFusionError::Internal("BETWEEN has two bounds".into()))?;
+            let between = Expr::Between(datafusion::logical_expr::expr::Between::new(Box::new(expr), between.negated, Box::new(low), Box::new(high)));
+            Ok(if changed { Transformed::yes(between) } else { Transformed::no(between) })
+        }
+        Expr::InList(in_list) => {
+            let (expr, list, changed) = floats_beside(*in_list.expr, in_list.list, schema);
+            let in_list = Expr::InList(datafusion::logical_expr::expr::InList::new(Box::new(expr), list, in_list.negated));
+            Ok(if changed { Transformed::yes(in_list) } else { Transformed::no(in_list) })
+        }
+        other => Ok(Transformed::no(other)),
+    }
+}
+
+/// `value` and `others` compared with it, each NUMERIC among them cast to
+/// `double precision` when a float is among them; whether any was.
+fn floats_beside(value: Expr, others: Vec<Expr>, schema: &DFSchema) -> (Expr, Vec<Expr>, bool) {
+    let is = |expr: &Expr, float: bool| match expr.get_type(schema) {
+        Ok(DataType::Float32 | DataType::Float64) => float,
+        Ok(DataType::Decimal128(..) | DataType::Decimal256(..)) => !float,
+        _ => false,
     };
-    let target = Expr::Literal(ScalarValue::Decimal128(None, DECIMAL128_MAX_PRECISION, quotient_scale(p1, s1, s2)), None);
-    Ok(Transformed::yes(Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(NumericDiv::udf()), vec![*left, *right, target]))))
+    let float = is(&value, true) || others.iter().any(|other| is(other, true));
+    let decimal = is(&value, false) || others.iter().any(|other| is(other, false));
+    if !(float && decimal) {
+        return (value, others, false);
+    }
+    let as_float = |expr: Expr| if is(&expr, false) { Expr::Cast(datafusion::logical_expr::expr::Cast::new(Box::new(expr), DataType::Float64)) } else { expr };
+    (as_float(value), others.into_iter().map(as_float).collect(), true)
+}
+
+fn numeric_division(left: Box<Expr>, right: Box<Expr>, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    let types = (left.get_type(schema), right.get_type(schema));
+    let numeric = match &types {
+        (Ok(l @ DataType::Decimal128(..)), Ok(r)) | (Ok(l), Ok(r @ DataType::Decimal128(..))) => decimal_of(l).is_some() && decimal_of(r).is_some(),
+        _ => false,
+    };
+    if !numeric {
+        return Ok(Transformed::no(Expr::BinaryExpr(BinaryExpr { left, op: Operator::Divide, right })));
+    }
+    let (left, right) = (exact_literal(*left), exact_literal(*right));
+    let (Some((p1, s1)), Some((_, s2))) = (left.get_type(schema).ok().as_ref().and_then(decimal_of), right.get_type(schema).ok().as_ref().and_then(decimal_of)) else {
+        return Err(DataFusionError::Internal(format!("{NUMERIC_DIV}: operands of {left} / {right} are no longer numbers")));
+    };
+    let scale = quotient_scale(p1, s1, s2);
+    // The quotient's integer digits are at most the dividend's plus the divisor's fraction digits.
+    let precision = (i16::from(p1) - i16::from(s1) + i16::from(s2) + i16::from(scale)).clamp(i16::from(scale).max(1), i16::from(DECIMAL128_MAX_PRECISION)) as u8;
+    let target = Expr::Literal(ScalarValue::Decimal128(None, precision, scale), None);
+    Ok(Transformed::yes(Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(NumericDiv::udf()), vec![left, right, target]))))
+}
+
+/// An integer literal as a decimal of its own digits (`3` is DECIMAL(1,0),
+/// where its BIGINT type would claim 19); any other expression as it is.
+fn exact_literal(expr: Expr) -> Expr {
+    let value = match &expr {
+        Expr::Literal(ScalarValue::Int64(Some(v)), _) => i128::from(*v),
+        Expr::Literal(ScalarValue::Int32(Some(v)), _) => i128::from(*v),
+        Expr::Literal(ScalarValue::Int16(Some(v)), _) => i128::from(*v),
+        _ => return expr,
+    };
+    let digits = value.unsigned_abs().checked_ilog10().map_or(1, |log| log + 1) as u8;
+    Expr::Literal(ScalarValue::Decimal128(Some(value), digits, 0), None)
+}
+
+/// The precision and scale of a decimal or integer type, as a decimal.
+fn decimal_of(data_type: &DataType) -> Option<(u8, i8)> {
+    match data_type {
+        DataType::Decimal128(precision, scale) => Some((*precision, *scale)),
+        DataType::Int8 | DataType::UInt8 => Some((3, 0)),
+        DataType::Int16 | DataType::UInt16 => Some((5, 0)),
+        DataType::Int32 | DataType::UInt32 => Some((10, 0)),
+        DataType::Int64 => Some((19, 0)),
+        DataType::UInt64 => Some((20, 0)),
+        _ => None,
+    }
 }
 
 /// The scale of the quotient of a DECIMAL(p1,s1) by one of scale s2 (see
@@ -71,8 +163,8 @@ fn quotient_scale(p1: u8, s1: i8, s2: i8) -> i8 {
     QUOTIENT_SCALE_MIN.max(s1).max(s2).min(max - integer_digits).max(s1.max(s2).min(max)).max(0)
 }
 
-/// `foam_numeric_div(a, b, NULL::DECIMAL(38,s))`: `a / b` as a
-/// DECIMAL(38,s), rounded half away from zero.
+/// `foam_numeric_div(a, b, NULL::DECIMAL(p,s))`: `a / b` as a
+/// DECIMAL(p,s), rounded half away from zero.
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct NumericDiv {
     signature: Signature,
@@ -95,7 +187,7 @@ impl ScalarUDFImpl for NumericDiv {
 
     fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
         match arg_types {
-            [DataType::Decimal128(..), DataType::Decimal128(..), target @ DataType::Decimal128(..)] => Ok(target.clone()),
+            [dividend, divisor, target @ DataType::Decimal128(..)] if decimal_of(dividend).is_some() && decimal_of(divisor).is_some() => Ok(target.clone()),
             _ => Err(DataFusionError::Internal(format!("{NUMERIC_DIV} takes two decimals and a typed NULL DECIMAL, not {arg_types:?}"))),
         }
     }
@@ -104,14 +196,16 @@ impl ScalarUDFImpl for NumericDiv {
         let [dividend, divisor, target] = args.args.as_slice() else {
             return Err(DataFusionError::Internal(format!("{NUMERIC_DIV} takes three arguments")));
         };
-        let (DataType::Decimal128(_, s1), DataType::Decimal128(_, s2), DataType::Decimal128(precision, scale)) =
-            (dividend.data_type(), divisor.data_type(), target.data_type())
+        let (Some((p1, s1)), Some((p2, s2)), DataType::Decimal128(precision, scale)) =
+            (decimal_of(&dividend.data_type()), decimal_of(&divisor.data_type()), target.data_type())
         else {
             return Err(DataFusionError::Internal(format!("{NUMERIC_DIV} of {} by {}", dividend.data_type(), divisor.data_type())));
         };
         let scalar = matches!((dividend, divisor), (ColumnarValue::Scalar(_), ColumnarValue::Scalar(_)));
         let rows = if scalar { 1 } else { args.number_rows };
-        let (left, right) = (dividend.to_array(rows)?, divisor.to_array(rows)?);
+        // Integers become decimals of scale 0.
+        let left = arrow::compute::cast(&dividend.to_array(rows)?, &DataType::Decimal128(p1, s1))?;
+        let right = arrow::compute::cast(&divisor.to_array(rows)?, &DataType::Decimal128(p2, s2))?;
         let (left, right) = (left.as_primitive::<Decimal128Type>(), right.as_primitive::<Decimal128Type>());
         // The quotient in units of 10^-scale is left × 10^shift / right.
         let shift = i32::from(scale) - i32::from(s1) + i32::from(s2);
