@@ -2,10 +2,11 @@
 //! prints them otherwise: floating point (`1e10` as `10000000000.0`,
 //! infinity as `inf`) and timestamps and times (always six fraction
 //! digits: `03:04:05.000000`), dates (a year before 1 as `-0043`) and the
-//! time `24:00:00`.
+//! time `24:00:00`, intervals (`1 day 01:30:00`, a fraction without
+//! trailing zeros; a difference of timestamps in days and time).
 //!
 //! ```text
-//!   batch ─▶ each text-format FLOAT4/FLOAT8/DATE/TIMESTAMP/TIME column as PostgreSQL's text ─▶ arrow-pg
+//!   batch ─▶ each text-format FLOAT4/FLOAT8/DATE/TIMESTAMP/TIME/INTERVAL column as PostgreSQL's text ─▶ arrow-pg
 //! ```
 //!
 //! PostgreSQL (extra_float_digits 1, its default) prints a float with the
@@ -20,7 +21,7 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, StringArray};
 use arrow::datatypes::{
-    DataType, Date32Type, Float32Type, Float64Type, Schema, Time64MicrosecondType, Time64NanosecondType, TimeUnit, TimestampMicrosecondType,
+    DataType, Date32Type, DurationMicrosecondType, DurationMillisecondType, DurationNanosecondType, DurationSecondType, Float32Type, IntervalDayTimeType, IntervalMonthDayNanoType, IntervalUnit, IntervalYearMonthType, Float64Type, Schema, Time64MicrosecondType, Time64NanosecondType, TimeUnit, TimestampMicrosecondType,
     TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType,
 };
 use arrow::record_batch::RecordBatch;
@@ -70,6 +71,24 @@ fn as_postgres_text(column: &ArrayRef) -> Option<ArrayRef> {
                 TimeUnit::Microsecond => column.as_primitive::<TimestampMicrosecondType>().iter().map(|v| at(v, |v| chrono::DateTime::from_timestamp_micros(v).map(|d| d.naive_utc()))).collect(),
                 TimeUnit::Nanosecond => column.as_primitive::<TimestampNanosecondType>().iter().map(|v| at(v, |v| Some(chrono::DateTime::from_timestamp_nanos(v).naive_utc()))).collect(),
             })
+        }
+        DataType::Interval(IntervalUnit::MonthDayNano) => text(
+            column.as_primitive::<IntervalMonthDayNanoType>().iter().map(|v| v.map(|v| interval(i64::from(v.months), i64::from(v.days), v.nanoseconds / 1000))).collect(),
+        ),
+        DataType::Interval(IntervalUnit::YearMonth) => text(column.as_primitive::<IntervalYearMonthType>().iter().map(|v| v.map(|months| interval(i64::from(months), 0, 0))).collect()),
+        DataType::Interval(IntervalUnit::DayTime) => text(
+            column.as_primitive::<IntervalDayTimeType>().iter().map(|v| v.map(|v| interval(0, i64::from(v.days), i64::from(v.milliseconds) * 1000))).collect(),
+        ),
+        // A difference of timestamps: whole days and the rest, as
+        // PostgreSQL's (`justify_hours`).
+        DataType::Duration(unit) => {
+            let micros: Vec<Option<i64>> = match unit {
+                TimeUnit::Second => column.as_primitive::<DurationSecondType>().iter().map(|v| v.map(|v| v.saturating_mul(1_000_000))).collect(),
+                TimeUnit::Millisecond => column.as_primitive::<DurationMillisecondType>().iter().map(|v| v.map(|v| v.saturating_mul(1000))).collect(),
+                TimeUnit::Microsecond => column.as_primitive::<DurationMicrosecondType>().iter().collect(),
+                TimeUnit::Nanosecond => column.as_primitive::<DurationNanosecondType>().iter().map(|v| v.map(|v| v / 1000)).collect(),
+            };
+            text(micros.into_iter().map(|v| v.map(|micros| interval(0, micros / DAY_MICROS, micros % DAY_MICROS))).collect())
         }
         DataType::Date32 => text(column.as_primitive::<Date32Type>().iter().map(|v| v.and_then(|days| Date32Type::to_naive_date_opt(days)).map(date)).collect()),
         DataType::Time64(TimeUnit::Microsecond) => text(column.as_primitive::<Time64MicrosecondType>().iter().map(|v| v.and_then(|v| time_of_nanos(v.checked_mul(1000)?))).collect()),
@@ -123,6 +142,45 @@ fn fraction(nanos: u32) -> String {
         return String::new();
     }
     format!(".{micros:06}").trim_end_matches('0').to_string()
+}
+
+const DAY_MICROS: i64 = 86_400_000_000;
+
+/// An interval as PostgreSQL prints it (IntervalStyle `postgres`): years
+/// and `mons`, days, then the time; after a negative part a positive one
+/// has a `+` (`-1 days +02:00:00`); no parts is `00:00:00`.
+fn interval(months: i64, days: i64, micros: i64) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut negative_seen = false;
+    let mut part = |value: i64, unit: &str, parts: &mut Vec<String>| {
+        if value == 0 {
+            return;
+        }
+        let sign = if value > 0 && negative_seen { "+" } else { "" };
+        negative_seen |= value < 0;
+        let plural = if value == 1 { "" } else { "s" };
+        parts.push(format!("{sign}{value} {unit}{plural}"));
+    };
+    part(months / 12, "year", &mut parts);
+    part(months % 12, "mon", &mut parts);
+    part(days, "day", &mut parts);
+    if micros != 0 || parts.is_empty() {
+        let sign = if micros < 0 {
+            "-"
+        } else if negative_seen {
+            "+"
+        } else {
+            ""
+        };
+        let magnitude = micros.unsigned_abs();
+        let seconds = magnitude / 1_000_000;
+        let fraction = match magnitude % 1_000_000 {
+            0 => String::new(),
+            rest => format!(".{rest:06}").trim_end_matches('0').to_string(),
+        };
+        parts.push(format!("{sign}{:02}:{:02}:{:02}{fraction}", seconds / 3600, seconds / 60 % 60, seconds % 60));
+    }
+    parts.join(" ")
 }
 
 fn timestamp(at: NaiveDateTime) -> String {
@@ -199,6 +257,22 @@ mod tests {
         assert_eq!(time(NaiveTime::from_hms_micro_opt(7, 8, 9, 250_000).unwrap()), "07:08:09.25");
         assert_eq!(time_of_nanos(86_400_000_000_000).as_deref(), Some("24:00:00"));
         assert_eq!(time_of_nanos(86_400_000_000_001), None);
+    }
+
+    // PostgreSQL 15's output.
+    #[test]
+    fn intervals_print_as_postgresql_prints_them() {
+        let hour = 3_600_000_000;
+        assert_eq!(interval(0, 1, 2 * hour), "1 day 02:00:00");
+        assert_eq!(interval(1, 3, 0), "1 mon 3 days");
+        assert_eq!(interval(14, 0, 0), "1 year 2 mons");
+        assert_eq!(interval(0, 0, 1_500_000), "00:00:01.5");
+        assert_eq!(interval(0, 74, 0), "74 days");
+        assert_eq!(interval(0, -1, 0), "-1 days");
+        assert_eq!(interval(0, -1, 2 * hour), "-1 days +02:00:00");
+        assert_eq!(interval(0, 0, -90 * 60_000_000), "-01:30:00");
+        assert_eq!(interval(0, 0, 0), "00:00:00");
+        assert_eq!(interval(0, 0, 30 * hour), "30:00:00");
     }
 
     #[test]
