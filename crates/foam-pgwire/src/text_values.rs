@@ -2,11 +2,12 @@
 //! prints them otherwise: floating point (`1e10` as `10000000000.0`,
 //! infinity as `inf`) and timestamps and times (always six fraction
 //! digits: `03:04:05.000000`), dates (a year before 1 as `-0043`) and the
-//! time `24:00:00`, intervals (`1 day 01:30:00`, a fraction without
+//! time `24:00:00`, NUMERICs of more than 28 digits (arrow-pg's encoder
+//! holds 28), intervals (`1 day 01:30:00`, a fraction without
 //! trailing zeros; a difference of timestamps in days and time).
 //!
 //! ```text
-//!   batch ─▶ each text-format FLOAT4/FLOAT8/DATE/TIMESTAMP/TIME/INTERVAL column as PostgreSQL's text ─▶ arrow-pg
+//!   batch ─▶ each text-format FLOAT4/FLOAT8/NUMERIC/DATE/TIMESTAMP/TIME/INTERVAL column as PostgreSQL's text ─▶ arrow-pg
 //! ```
 //!
 //! PostgreSQL (extra_float_digits 1, its default) prints a float with the
@@ -21,7 +22,7 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, StringArray};
 use arrow::datatypes::{
-    DataType, Date32Type, DurationMicrosecondType, DurationMillisecondType, DurationNanosecondType, DurationSecondType, Float32Type, IntervalDayTimeType, IntervalMonthDayNanoType, IntervalUnit, IntervalYearMonthType, Float64Type, Schema, Time64MicrosecondType, Time64NanosecondType, TimeUnit, TimestampMicrosecondType,
+    DataType, Date32Type, Decimal128Type, DecimalType, DurationMicrosecondType, DurationMillisecondType, DurationNanosecondType, DurationSecondType, Float32Type, IntervalDayTimeType, IntervalMonthDayNanoType, IntervalUnit, IntervalYearMonthType, Float64Type, Schema, Time64MicrosecondType, Time64NanosecondType, TimeUnit, TimestampMicrosecondType,
     TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType,
 };
 use arrow::record_batch::RecordBatch;
@@ -90,6 +91,11 @@ fn as_postgres_text(column: &ArrayRef) -> Option<ArrayRef> {
             };
             text(micros.into_iter().map(|v| v.map(|micros| interval(0, micros / DAY_MICROS, micros % DAY_MICROS))).collect())
         }
+        // Arrow's own digits: arrow-pg's encoder goes through rust_decimal,
+        // which holds 28 digits, so a wider NUMERIC failed to be sent.
+        DataType::Decimal128(precision, scale) => {
+            text(column.as_primitive::<Decimal128Type>().iter().map(|v| v.map(|v| Decimal128Type::format_decimal(v, *precision, *scale))).collect())
+        }
         DataType::Date32 => text(column.as_primitive::<Date32Type>().iter().map(|v| v.and_then(|days| Date32Type::to_naive_date_opt(days)).map(date)).collect()),
         DataType::Time64(TimeUnit::Microsecond) => text(column.as_primitive::<Time64MicrosecondType>().iter().map(|v| v.and_then(|v| time_of_nanos(v.checked_mul(1000)?))).collect()),
         DataType::Time64(TimeUnit::Nanosecond) => text(column.as_primitive::<Time64NanosecondType>().iter().map(|v| v.and_then(time_of_nanos)).collect()),
@@ -147,8 +153,8 @@ fn fraction(nanos: u32) -> String {
 const DAY_MICROS: i64 = 86_400_000_000;
 
 /// An interval as PostgreSQL prints it (IntervalStyle `postgres`): years
-/// and `mons`, days, then the time; after a negative part a positive one
-/// has a `+` (`-1 days +02:00:00`); no parts is `00:00:00`.
+/// and `mons`, days, then the time; right after a negative part a positive
+/// one has a `+` (`-1 days +02:00:00`); no parts is `00:00:00`.
 fn interval(months: i64, days: i64, micros: i64) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut negative_seen = false;
@@ -156,8 +162,9 @@ fn interval(months: i64, days: i64, micros: i64) -> String {
         if value == 0 {
             return;
         }
+        // A `+` only right after a negative part, as PostgreSQL's.
         let sign = if value > 0 && negative_seen { "+" } else { "" };
-        negative_seen |= value < 0;
+        negative_seen = value < 0;
         let plural = if value == 1 { "" } else { "s" };
         parts.push(format!("{sign}{value} {unit}{plural}"));
     };
@@ -273,6 +280,7 @@ mod tests {
         assert_eq!(interval(0, 0, -90 * 60_000_000), "-01:30:00");
         assert_eq!(interval(0, 0, 0), "00:00:00");
         assert_eq!(interval(0, 0, 30 * hour), "30:00:00");
+        assert_eq!(interval(-1, 1, hour), "-1 mons +1 day 01:00:00");
     }
 
     #[test]

@@ -24,7 +24,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, Date32Array, StringArray, TimestampNanosecondArray};
+use arrow::array::{Array, ArrayRef, AsArray, Date32Array, StringArray, TimestampMicrosecondArray};
 use arrow::datatypes::{DataType, TimeUnit};
 use chrono::{Datelike, NaiveDate, NaiveDateTime, Timelike};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
@@ -345,10 +345,12 @@ fn bad_value(text: &str, pattern: &str) -> FoamError {
 fn parse(items: &[Item], text: &str) -> std::result::Result<NaiveDateTime, FoamError> {
     let (mut year, mut month, mut day, mut day_of_year) = (None::<i64>, None::<u32>, None::<u32>, None::<u32>);
     let (mut hour, mut minute, mut second, mut micros, mut pm, mut bc) = (0i64, 0i64, 0i64, 0i64, None::<bool>, false);
+    // HH and HH12 read a 12-hour clock, AM without AM/PM.
+    let mut twelve_hour = false;
     let mut rest = text;
     for (at, item) in items.iter().enumerate() {
         // A year reads past four digits unless another field follows at once (`YYYYMMDD`).
-        let year_width = if matches!(items.get(at + 1), Some(Item::Field { .. })) { 4 } else { 9 };
+        let next_is_field = matches!(items.get(at + 1), Some(Item::Field { .. }));
         let (field, fill) = match item {
             Item::Text(pattern_text) => {
                 for c in pattern_text.chars() {
@@ -370,21 +372,34 @@ fn parse(items: &[Item], text: &str) -> std::result::Result<NaiveDateTime, FoamE
             Field::YearComma => {
                 let thousands = digits(&mut rest, 3)?;
                 rest = rest.strip_prefix(',').unwrap_or(rest);
-                year = Some(thousands * 1000 + digits(&mut rest, 3)?);
+                let units = digits(&mut rest, 3)?;
+                year = Some(thousands.checked_mul(1000).and_then(|y| y.checked_add(units)).ok_or_else(|| bad_value(text, "Y,YYY"))?);
             }
-            Field::Year4 | Field::IsoYear => year = Some(digits(&mut rest, year_width)?),
-            Field::Year3 => year = Some(2000 + digits(&mut rest, 3)?),
-            Field::Year2 => year = Some(match digits(&mut rest, 2)? {
-                y if y < 70 => 2000 + y,
-                y => 1900 + y,
-            }),
-            Field::Year1 => year = Some(2000 + digits(&mut rest, 1)?),
+            // A year reads past its width unless another field follows
+            // at once (`YYYYMMDD`); more digits than the width are the
+            // whole year, fewer the nearest year to 2020, as PostgreSQL's.
+            Field::Year4 | Field::IsoYear | Field::Year3 | Field::Year2 | Field::Year1 => {
+                let width = match field {
+                    Field::Year3 => 3,
+                    Field::Year2 => 2,
+                    Field::Year1 => 1,
+                    _ => 4,
+                };
+                let before = rest.len();
+                let value = digits(&mut rest, if next_is_field { width } else { 9 })?;
+                let read = before - rest.len();
+                year = Some(match read {
+                    1 | 2 if read <= width && width < 4 => if value < 70 { 2000 + value } else { 1900 + value },
+                    3 if width == 3 => if value < 100 { 2000 + value } else { 1000 + value },
+                    _ => value,
+                });
+            }
             Field::Century | Field::Quarter | Field::WeekOfMonth | Field::WeekOfYear | Field::IsoWeek | Field::DayOfWeek | Field::IsoDayOfWeek => {
                 digits(&mut rest, 2)?;
             }
-            Field::Month => month = Some(digits(&mut rest, 2)? as u32),
-            Field::Day => day = Some(digits(&mut rest, 2)? as u32),
-            Field::DayOfYear | Field::IsoDayOfYear => day_of_year = Some(digits(&mut rest, 3)? as u32),
+            Field::Month => month = Some(u32::try_from(digits(&mut rest, 2)?).map_err(|_| bad_value(text, pattern_name))?),
+            Field::Day => day = Some(u32::try_from(digits(&mut rest, 2)?).map_err(|_| bad_value(text, pattern_name))?),
+            Field::DayOfYear | Field::IsoDayOfYear => day_of_year = Some(u32::try_from(digits(&mut rest, 3)?).map_err(|_| bad_value(text, pattern_name))?),
             Field::Julian => {
                 let julian = digits(&mut rest, 9)?;
                 let date = NaiveDate::from_num_days_from_ce_opt(i32::try_from(julian - 1_721_425).map_err(|_| bad_value(text, "J"))?).ok_or_else(|| bad_value(text, "J"))?;
@@ -419,7 +434,11 @@ fn parse(items: &[Item], text: &str) -> std::result::Result<NaiveDateTime, FoamE
                     .ok_or_else(|| bad_value(rest.split_whitespace().next().unwrap_or(rest), pattern_name))?;
                 rest = &rest[length..];
             }
-            Field::Hour12 | Field::Hour24 => hour = digits(&mut rest, 2)?,
+            Field::Hour12 => {
+                hour = digits(&mut rest, 2)?;
+                twelve_hour = true;
+            }
+            Field::Hour24 => hour = digits(&mut rest, 2)?,
             Field::Minute => minute = digits(&mut rest, 2)?,
             Field::Second => second = digits(&mut rest, 2)?,
             // Digits of a fraction: `SS.MS` reads `12.3` as 300 ms.
@@ -457,7 +476,8 @@ fn parse(items: &[Item], text: &str) -> std::result::Result<NaiveDateTime, FoamE
         }
     }
     let out_of_range = || FoamError::Query { message: format!("date/time field value out of range: \"{text}\""), sqlstate: SqlState::DatetimeFieldOverflow };
-    if let Some(pm) = pm {
+    if twelve_hour || pm.is_some() {
+        let pm = pm.unwrap_or(false);
         if !(1..=12).contains(&hour) {
             return Err(FoamError::Query {
                 message: format!("hour \"{hour}\" is invalid for the 12-hour clock"),
@@ -480,7 +500,10 @@ fn parse(items: &[Item], text: &str) -> std::result::Result<NaiveDateTime, FoamE
         return Err(out_of_range());
     }
     let seconds = hour * 3600 + minute * 60 + second;
-    Ok(date.and_hms_opt(0, 0, 0).ok_or_else(out_of_range)? + chrono::Duration::seconds(seconds) + chrono::Duration::microseconds(micros))
+    date.and_hms_opt(0, 0, 0)
+        .and_then(|midnight| midnight.checked_add_signed(chrono::Duration::seconds(seconds)))
+        .and_then(|at| at.checked_add_signed(chrono::Duration::microseconds(micros)))
+        .ok_or_else(out_of_range)
 }
 
 /// The number at the start of `rest` (at most `width` digits; a year may
@@ -591,7 +614,8 @@ impl ScalarUDFImpl for TemplateFunction {
         Ok(match self.kind {
             Kind::ToChar => DataType::Utf8,
             Kind::ToDate => DataType::Date32,
-            Kind::ToTimestamp => DataType::Timestamp(TimeUnit::Nanosecond, None),
+            // Microseconds, FoamDB's timestamps: years 1677 to 2262 only in nanoseconds.
+            Kind::ToTimestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
         })
     }
 
@@ -632,8 +656,8 @@ impl ScalarUDFImpl for TemplateFunction {
                     let days = parsed.iter().map(|at| at.map(|at| arrow::datatypes::Date32Type::from_naive_date(at.date())));
                     answer(Arc::new(days.collect::<Date32Array>()), scalar)
                 } else {
-                    let nanos = parsed.iter().map(|at| at.and_then(|at| at.and_utc().timestamp_nanos_opt()));
-                    answer(Arc::new(nanos.collect::<TimestampNanosecondArray>()), scalar)
+                    let micros = parsed.iter().map(|at| at.map(|at| at.and_utc().timestamp_micros()));
+                    answer(Arc::new(micros.collect::<TimestampMicrosecondArray>()), scalar)
                 }
             }
         }
@@ -697,10 +721,17 @@ mod tests {
             ("2024 075", "YYYY DDD", "2024-03-15 00:00:00"),
             // No year is PostgreSQL's 0001 BC.
             ("03-15", "MM-DD", "0000-03-15 00:00:00"),
+            ("2024-03-05 12:30", "YYYY-MM-DD HH:MI", "2024-03-05 00:30:00"),
+            ("2024-03-05", "YY-MM-DD", "2024-03-05 00:00:00"),
+            ("24-03-05", "YY-MM-DD", "2024-03-05 00:00:00"),
+            ("99-03-05", "YY-MM-DD", "1999-03-05 00:00:00"),
         ] {
             assert_eq!(read(text, pattern).as_deref(), Ok(expected), "{text} {pattern}");
         }
         assert!(read("2024-xx-15", "YYYY-MM-DD").unwrap_err().contains("invalid value \"xx-15\" for \"MM\""));
         assert!(read("2024-02-30", "YYYY-MM-DD").unwrap_err().contains("out of range"));
+        assert!(read("2024-03-05 13:00", "YYYY-MM-DD HH:MI").unwrap_err().contains("12-hour clock"));
+        assert!(read("262142-12-31 24:00", "YYYY-MM-DD HH24:MI").unwrap_err().contains("out of range"));
+        assert!(read("2024-4294967297-01", "YYYY-FMMM-DD").is_err());
     }
 }

@@ -1,6 +1,6 @@
 //! NUMERIC beside other numbers as in PostgreSQL: division keeps at least
-//! 16 digits after the point, rounded, and a comparison with a float
-//! compares floats.
+//! 16 digits after the point, rounded; a product too wide for Arrow is
+//! rounded rather than refused; a comparison with a float compares floats.
 //!
 //! Division: Arrow's decimal division keeps 4 more digits than the dividend
 //! has and truncates, so `1 / 3.0` was `0.3333` and `2 / 3.0` `0.6666`,
@@ -25,6 +25,13 @@
 //! quotient is computed in 256 bits and rounded half away from zero, as
 //! PostgreSQL rounds.
 //!
+//! Products: Arrow's product of DECIMAL(p1,s1) and DECIMAL(p2,s2) has scale
+//! s1+s2 and 38 digits at most, so the product of two quotients
+//! (`(1/3.0) * (1/3.0)`, scale 32) could not be sent (arrow-pg's binary
+//! encoder takes 28 digits after the point) and `(5000.0/2) * (5000.0/2)`
+//! overflowed. A product whose scale would pass 28 is `foam_numeric_mul`:
+//! exact in 256 bits, rounded to scale 28. Others stay Arrow's, exact.
+//!
 //! Comparisons: a comparison of a float with a NUMERIC (`f < 1.5`, `f BETWEEN 0.5 AND
 //! 1.5`, `f IN (0.5, 1.5)`) was made one of decimals by DataFusion's
 //! coercion, so every float was cast to a decimal, slowly, and a float
@@ -46,8 +53,13 @@ use foam_common::{FoamError, SqlState};
 
 use super::named_rewrite::rewrite_expressions;
 
-/// The function the rewrite calls; workers register it (`worker_udfs`).
+/// The functions the rewrite calls; workers register them (`worker_udfs`).
 pub const NUMERIC_DIV: &str = "foam_numeric_div";
+pub const NUMERIC_MUL: &str = "foam_numeric_mul";
+
+/// Most digits after the point of a result the rule makes: arrow-pg's
+/// binary encoder (rust_decimal) takes 28.
+const SCALE_SHOWN_MAX: i8 = 28;
 
 /// Fewest digits after the point of a quotient (PostgreSQL's
 /// `NUMERIC_MIN_SIG_DIGITS`, for a quotient between 1 and 9999).
@@ -63,14 +75,29 @@ impl AnalyzerRule for NumericOperators {
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        rewrite_expressions(plan, numeric_operator)
+        let plan = rewrite_expressions(plan, numeric_operator)?;
+        // A VALUES list keeps the schema it was built with (type coercion
+        // does not touch one): a quotient there is typed anew.
+        plan.transform_up_with_subqueries(|plan| match plan {
+            LogicalPlan::Values(values) if !values_typed_as_built(&values) => {
+                Ok(Transformed::yes(datafusion::logical_expr::LogicalPlanBuilder::values(values.values)?.build()?))
+            }
+            plan => Ok(Transformed::no(plan)),
+        })
+        .map(|rewritten| rewritten.data)
     }
+}
+
+/// Whether each value of a VALUES list has its column's type.
+fn values_typed_as_built(values: &datafusion::logical_expr::Values) -> bool {
+    let empty = DFSchema::empty();
+    values.values.iter().all(|row| row.iter().zip(values.schema.fields()).all(|(value, field)| value.get_type(&empty).is_ok_and(|t| t == *field.data_type() || t.is_null())))
 }
 
 fn numeric_operator(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     use Operator::*;
     match expr {
-        Expr::BinaryExpr(BinaryExpr { left, op: Divide, right }) => numeric_division(left, right, schema),
+        Expr::BinaryExpr(BinaryExpr { left, op: op @ (Divide | Multiply), right }) => numeric_arithmetic(left, op, right, schema),
         Expr::BinaryExpr(BinaryExpr { left, op: op @ (Eq | NotEq | Lt | LtEq | Gt | GtEq | IsDistinctFrom | IsNotDistinctFrom), right }) => {
             let (left, mut right, changed) = floats_beside(*left, vec![*right], schema);
             let right = right.pop().unwrap_or(Expr::Literal(ScalarValue::Null, None));
@@ -109,24 +136,40 @@ fn floats_beside(value: Expr, others: Vec<Expr>, schema: &DFSchema) -> (Expr, Ve
     (as_float(value), others.into_iter().map(as_float).collect(), true)
 }
 
-fn numeric_division(left: Box<Expr>, right: Box<Expr>, schema: &DFSchema) -> Result<Transformed<Expr>> {
+fn numeric_arithmetic(left: Box<Expr>, op: Operator, right: Box<Expr>, schema: &DFSchema) -> Result<Transformed<Expr>> {
     let types = (left.get_type(schema), right.get_type(schema));
     let numeric = match &types {
         (Ok(l @ DataType::Decimal128(..)), Ok(r)) | (Ok(l), Ok(r @ DataType::Decimal128(..))) => decimal_of(l).is_some() && decimal_of(r).is_some(),
         _ => false,
     };
+    let unchanged = |left, right| Ok(Transformed::no(Expr::BinaryExpr(BinaryExpr { left, op, right })));
     if !numeric {
-        return Ok(Transformed::no(Expr::BinaryExpr(BinaryExpr { left, op: Operator::Divide, right })));
+        return unchanged(left, right);
+    }
+    let (Some((_, s1)), Some((_, s2))) = (decimal_of(types.0.as_ref().unwrap_or(&DataType::Null)), decimal_of(types.1.as_ref().unwrap_or(&DataType::Null))) else {
+        return unchanged(left, right);
+    };
+    // A product Arrow holds exactly and PostgreSQL's clients can read is
+    // left to it.
+    if op == Operator::Multiply && s1 + s2 <= SCALE_SHOWN_MAX {
+        return unchanged(left, right);
     }
     let (left, right) = (exact_literal(*left), exact_literal(*right));
-    let (Some((p1, s1)), Some((_, s2))) = (left.get_type(schema).ok().as_ref().and_then(decimal_of), right.get_type(schema).ok().as_ref().and_then(decimal_of)) else {
-        return Err(DataFusionError::Internal(format!("{NUMERIC_DIV}: operands of {left} / {right} are no longer numbers")));
+    let (Some((p1, s1)), Some((p2, s2))) = (left.get_type(schema).ok().as_ref().and_then(decimal_of), right.get_type(schema).ok().as_ref().and_then(decimal_of)) else {
+        return Err(DataFusionError::Internal(format!("operands of {left} {op} {right} are no longer numbers")));
     };
-    let scale = quotient_scale(p1, s1, s2);
-    // The quotient's integer digits are at most the dividend's plus the divisor's fraction digits.
-    let precision = (i16::from(p1) - i16::from(s1) + i16::from(s2) + i16::from(scale)).clamp(i16::from(scale).max(1), i16::from(DECIMAL128_MAX_PRECISION)) as u8;
+    let max = i16::from(DECIMAL128_MAX_PRECISION);
+    let (scale, integer_digits) = if op == Operator::Divide {
+        // The quotient's integer digits are at most the dividend's plus the divisor's fraction digits.
+        (quotient_scale(p1, s1, s2), i16::from(p1) - i16::from(s1) + i16::from(s2))
+    } else {
+        let integer_digits = i16::from(p1) - i16::from(s1) + i16::from(p2) - i16::from(s2);
+        (SCALE_SHOWN_MAX, integer_digits)
+    };
+    let precision = (integer_digits + i16::from(scale)).clamp(i16::from(scale).max(1), max) as u8;
     let target = Expr::Literal(ScalarValue::Decimal128(None, precision, scale), None);
-    Ok(Transformed::yes(Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(NumericDiv::udf()), vec![left, right, target]))))
+    let udf = if op == Operator::Divide { NumericArithmetic::divide_udf() } else { NumericArithmetic::multiply_udf() };
+    Ok(Transformed::yes(Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(udf), vec![left, right, target]))))
 }
 
 /// An integer literal as a decimal of its own digits (`3` is DECIMAL(1,0),
@@ -160,25 +203,31 @@ fn decimal_of(data_type: &DataType) -> Option<(u8, i8)> {
 fn quotient_scale(p1: u8, s1: i8, s2: i8) -> i8 {
     let max = DECIMAL128_MAX_PRECISION as i8;
     let integer_digits = (p1 as i8 - s1.max(0)).max(0) + s2.max(0);
-    QUOTIENT_SCALE_MIN.max(s1).max(s2).min(max - integer_digits).max(s1.max(s2).min(max)).max(0)
+    QUOTIENT_SCALE_MIN.max(s1).max(s2).min(max - integer_digits).max(s1.max(s2).min(max)).min(SCALE_SHOWN_MAX).max(0)
 }
 
 /// `foam_numeric_div(a, b, NULL::DECIMAL(p,s))`: `a / b` as a
-/// DECIMAL(p,s), rounded half away from zero.
+/// DECIMAL(p,s), rounded half away from zero; `foam_numeric_mul` the same
+/// of `a × b`.
 #[derive(Debug, PartialEq, Eq, Hash)]
-pub struct NumericDiv {
+pub struct NumericArithmetic {
+    divide: bool,
     signature: Signature,
 }
 
-impl NumericDiv {
-    pub fn udf() -> ScalarUDF {
-        ScalarUDF::new_from_impl(NumericDiv { signature: Signature::any(3, Volatility::Immutable) })
+impl NumericArithmetic {
+    pub fn divide_udf() -> ScalarUDF {
+        ScalarUDF::new_from_impl(NumericArithmetic { divide: true, signature: Signature::any(3, Volatility::Immutable) })
+    }
+
+    pub fn multiply_udf() -> ScalarUDF {
+        ScalarUDF::new_from_impl(NumericArithmetic { divide: false, signature: Signature::any(3, Volatility::Immutable) })
     }
 }
 
-impl ScalarUDFImpl for NumericDiv {
+impl ScalarUDFImpl for NumericArithmetic {
     fn name(&self) -> &str {
-        NUMERIC_DIV
+        if self.divide { NUMERIC_DIV } else { NUMERIC_MUL }
     }
 
     fn signature(&self) -> &Signature {
@@ -187,57 +236,77 @@ impl ScalarUDFImpl for NumericDiv {
 
     fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
         match arg_types {
-            [dividend, divisor, target @ DataType::Decimal128(..)] if decimal_of(dividend).is_some() && decimal_of(divisor).is_some() => Ok(target.clone()),
-            _ => Err(DataFusionError::Internal(format!("{NUMERIC_DIV} takes two decimals and a typed NULL DECIMAL, not {arg_types:?}"))),
+            [left, right, target @ DataType::Decimal128(..)] if decimal_of(left).is_some() && decimal_of(right).is_some() => Ok(target.clone()),
+            _ => Err(DataFusionError::Internal(format!("{} takes two numbers and a typed NULL DECIMAL, not {arg_types:?}", self.name()))),
         }
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let [dividend, divisor, target] = args.args.as_slice() else {
-            return Err(DataFusionError::Internal(format!("{NUMERIC_DIV} takes three arguments")));
+        let [left, right, target] = args.args.as_slice() else {
+            return Err(DataFusionError::Internal(format!("{} takes three arguments", self.name())));
         };
         let (Some((p1, s1)), Some((p2, s2)), DataType::Decimal128(precision, scale)) =
-            (decimal_of(&dividend.data_type()), decimal_of(&divisor.data_type()), target.data_type())
+            (decimal_of(&left.data_type()), decimal_of(&right.data_type()), target.data_type())
         else {
-            return Err(DataFusionError::Internal(format!("{NUMERIC_DIV} of {} by {}", dividend.data_type(), divisor.data_type())));
+            return Err(DataFusionError::Internal(format!("{} of {} and {}", self.name(), left.data_type(), right.data_type())));
         };
-        let scalar = matches!((dividend, divisor), (ColumnarValue::Scalar(_), ColumnarValue::Scalar(_)));
+        let scalar = matches!((left, right), (ColumnarValue::Scalar(_), ColumnarValue::Scalar(_)));
         let rows = if scalar { 1 } else { args.number_rows };
         // Integers become decimals of scale 0.
-        let left = arrow::compute::cast(&dividend.to_array(rows)?, &DataType::Decimal128(p1, s1))?;
-        let right = arrow::compute::cast(&divisor.to_array(rows)?, &DataType::Decimal128(p2, s2))?;
-        let (left, right) = (left.as_primitive::<Decimal128Type>(), right.as_primitive::<Decimal128Type>());
-        // The quotient in units of 10^-scale is left × 10^shift / right.
-        let shift = i32::from(scale) - i32::from(s1) + i32::from(s2);
-        let quotients: Decimal128Array = left
+        let lefts = arrow::compute::cast(&left.to_array(rows)?, &DataType::Decimal128(p1, s1))?;
+        let rights = arrow::compute::cast(&right.to_array(rows)?, &DataType::Decimal128(p2, s2))?;
+        let (lefts, rights) = (lefts.as_primitive::<Decimal128Type>(), rights.as_primitive::<Decimal128Type>());
+        let results: Decimal128Array = lefts
             .iter()
-            .zip(right.iter())
+            .zip(rights.iter())
             .map(|(l, r)| match (l, r) {
-                (Some(l), Some(r)) => quotient(l, r, shift, precision).map(Some),
+                // The quotient in units of 10^-scale is l × 10^shift / r;
+                // the product l × r × 10^shift.
+                (Some(l), Some(r)) if self.divide => quotient(l, r, i32::from(scale) - i32::from(s1) + i32::from(s2), precision).map(Some),
+                (Some(l), Some(r)) => product(l, r, i32::from(scale) - i32::from(s1) - i32::from(s2), precision).map(Some),
                 _ => Ok(None),
             })
             .collect::<Result<_>>()?;
-        let quotients: ArrayRef = Arc::new(quotients.with_precision_and_scale(precision, scale)?);
-        Ok(if scalar { ColumnarValue::Scalar(ScalarValue::try_from_array(&quotients, 0)?) } else { ColumnarValue::Array(quotients) })
+        let results: ArrayRef = Arc::new(results.with_precision_and_scale(precision, scale)?);
+        Ok(if scalar { ColumnarValue::Scalar(ScalarValue::try_from_array(&results, 0)?) } else { ColumnarValue::Array(results) })
     }
+}
+
+fn numeric_error(message: &str, sqlstate: SqlState) -> DataFusionError {
+    DataFusionError::from(FoamError::Query { message: message.into(), sqlstate })
+}
+
+fn overflow() -> DataFusionError {
+    numeric_error("numeric field overflow", SqlState::NumericValueOutOfRange)
+}
+
+/// `left × right × 10^shift`, rounded half away from zero, within
+/// `precision` digits.
+fn product(left: i128, right: i128, shift: i32, precision: u8) -> Result<i128> {
+    // Each factor is below 10^38, so the product fits 256 bits.
+    let exact = i256::from_i128(left).checked_mul(i256::from_i128(right)).ok_or_else(overflow)?;
+    let power = i256::from_i128(10).checked_pow(shift.unsigned_abs()).ok_or_else(overflow)?;
+    if shift >= 0 { rounded(exact.checked_mul(power).ok_or_else(overflow)?, i256::ONE, precision) } else { rounded(exact, power, precision) }
 }
 
 /// `left × 10^shift / right`, rounded half away from zero, within
 /// `precision` digits.
 fn quotient(left: i128, right: i128, shift: i32, precision: u8) -> Result<i128> {
-    let error = |message: &str, sqlstate| DataFusionError::from(FoamError::Query { message: message.into(), sqlstate });
     if right == 0 {
-        return Err(error("division by zero", SqlState::DivisionByZero));
+        return Err(numeric_error("division by zero", SqlState::DivisionByZero));
     }
-    let overflow = || error("numeric field overflow", SqlState::NumericValueOutOfRange);
-    let ten = i256::from_i128(10);
-    let power = |exponent: i32| ten.checked_pow(exponent.unsigned_abs()).ok_or_else(overflow);
-    let (mut numerator, mut denominator) = (i256::from_i128(left), i256::from_i128(right));
+    let power = i256::from_i128(10).checked_pow(shift.unsigned_abs()).ok_or_else(overflow)?;
+    let (numerator, denominator) = (i256::from_i128(left), i256::from_i128(right));
     if shift >= 0 {
-        numerator = numerator.checked_mul(power(shift)?).ok_or_else(overflow)?;
+        rounded(numerator.checked_mul(power).ok_or_else(overflow)?, denominator, precision)
     } else {
-        denominator = denominator.checked_mul(power(shift)?).ok_or_else(overflow)?;
+        rounded(numerator, denominator.checked_mul(power).ok_or_else(overflow)?, precision)
     }
+}
+
+/// `numerator / denominator` rounded half away from zero, within
+/// `precision` digits.
+fn rounded(numerator: i256, denominator: i256, precision: u8) -> Result<i128> {
     let (whole, rest) = (numerator.wrapping_div(denominator), numerator.wrapping_rem(denominator));
     let half_or_more = rest.wrapping_abs().wrapping_mul(i256::from_i128(2)) >= denominator.wrapping_abs();
     let rounded = if half_or_more && rest != i256::ZERO {
@@ -280,10 +349,23 @@ mod tests {
     }
 
     #[test]
+    fn products_round_to_their_scale() {
+        // 0.3333333333333333 squared, 0.11111111111111108888888888888889, at scale 28.
+        let third = 3_333_333_333_333_333;
+        assert_eq!(product(third, third, 28 - 32, 38).unwrap(), 1_111_111_111_111_110_888_888_888_889);
+        assert_eq!(product(-third, third, 28 - 32, 38).unwrap(), -1_111_111_111_111_110_888_888_888_889);
+        // 2500.0000000000000000 squared, past i128 before rounding.
+        let big = 25_000_000_000_000_000_000;
+        assert_eq!(product(big, big, 28 - 32, 38).unwrap(), 6_250_000 * 10i128.pow(28));
+        assert_eq!(product(15, 3, 0, 38).unwrap(), 45);
+    }
+
+    #[test]
     fn the_scale_is_sixteen_digits_or_what_fits() {
         assert_eq!(quotient_scale(20, 0, 1), 16);
         assert_eq!(quotient_scale(25, 2, 1), 14);
         assert_eq!(quotient_scale(10, 2, 20), 20);
         assert_eq!(quotient_scale(38, 10, 10), 10);
+        assert_eq!(quotient_scale(38, 30, 0), 28);
     }
 }
