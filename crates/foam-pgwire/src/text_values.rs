@@ -181,10 +181,7 @@ fn interval(months: i64, days: i64, micros: i64) -> String {
         };
         let magnitude = micros.unsigned_abs();
         let seconds = magnitude / 1_000_000;
-        let fraction = match magnitude % 1_000_000 {
-            0 => String::new(),
-            rest => format!(".{rest:06}").trim_end_matches('0').to_string(),
-        };
+        let fraction = fraction((magnitude % 1_000_000) as u32 * 1000);
         parts.push(format!("{sign}{:02}:{:02}:{:02}{fraction}", seconds / 3600, seconds / 60 % 60, seconds % 60));
     }
     parts.join(" ")

@@ -24,12 +24,14 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, Date32Array, StringArray, TimestampMicrosecondArray};
+use arrow::array::{Array, AsArray, Date32Array, StringArray, TimestampMicrosecondArray};
 use arrow::datatypes::{DataType, TimeUnit};
 use chrono::{Datelike, NaiveDate, NaiveDateTime, Timelike};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
 use foam_common::{FoamError, SqlState};
+
+use crate::exec::function_values::answered;
 
 /// One numeric or named field of a pattern.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -520,34 +522,47 @@ fn take_digits(rest: &mut &str, width: usize, signed: bool, pattern_name: &str) 
     Ok(if negative { -value } else { value })
 }
 
-/// The scalar or per-row pattern of a function's argument.
-fn patterns(value: &ColumnarValue, rows: usize) -> Result<Vec<Option<String>>> {
-    let array = value.to_array(rows)?;
-    let array = arrow::compute::cast(&array, &DataType::Utf8)?;
-    Ok(array.as_string::<i32>().iter().map(|p| p.map(str::to_string)).collect())
+/// The compiled pattern of each row: a constant pattern compiled once, a
+/// per-row one once for each run of rows that repeat it.
+enum Patterns {
+    One(Option<Vec<Item>>),
+    PerRow(Vec<Option<Arc<Vec<Item>>>>),
 }
 
-/// The compiled pattern of each row, compiling each distinct one once.
-fn compiled_per_row(patterns: &[Option<String>]) -> Vec<Option<Arc<Vec<Item>>>> {
-    let mut last: Option<(String, Arc<Vec<Item>>)> = None;
-    patterns
-        .iter()
-        .map(|pattern| {
-            let pattern = pattern.as_ref()?;
-            match &last {
-                Some((text, items)) if text == pattern => Some(items.clone()),
-                _ => {
-                    let items = Arc::new(compile(pattern));
-                    last = Some((pattern.clone(), items.clone()));
-                    Some(items)
+impl Patterns {
+    fn of(pattern: &ColumnarValue, rows: usize) -> Result<Self> {
+        if let ColumnarValue::Scalar(value) = pattern {
+            return Ok(match value.cast_to(&DataType::Utf8)? {
+                ScalarValue::Utf8(Some(text)) => Patterns::One(Some(compile(&text))),
+                _ => Patterns::One(None),
+            });
+        }
+        let texts = arrow::compute::cast(&pattern.to_array(rows)?, &DataType::Utf8)?;
+        let mut last: Option<(&str, Arc<Vec<Item>>)> = None;
+        let per_row = texts
+            .as_string::<i32>()
+            .iter()
+            .map(|text| {
+                let text = text?;
+                match &last {
+                    Some((seen, items)) if *seen == text => Some(items.clone()),
+                    _ => {
+                        let items = Arc::new(compile(text));
+                        last = Some((text, items.clone()));
+                        Some(items)
+                    }
                 }
-            }
-        })
-        .collect()
-}
+            })
+            .collect();
+        Ok(Patterns::PerRow(per_row))
+    }
 
-fn answer(array: ArrayRef, scalar: bool) -> Result<ColumnarValue> {
-    Ok(if scalar { ColumnarValue::Scalar(ScalarValue::try_from_array(&array, 0)?) } else { ColumnarValue::Array(array) })
+    fn at(&self, row: usize) -> Option<&[Item]> {
+        match self {
+            Patterns::One(items) => items.as_deref(),
+            Patterns::PerRow(per_row) => per_row[row].as_deref().map(Vec::as_slice),
+        }
+    }
 }
 
 /// `to_char`, `to_date` and `to_timestamp` with PostgreSQL's patterns, in
@@ -627,7 +642,7 @@ impl ScalarUDFImpl for TemplateFunction {
         let [value, pattern] = args.args.as_slice() else { return Err(DataFusionError::Internal("two arguments".into())) };
         let scalar = args.args.iter().all(|arg| matches!(arg, ColumnarValue::Scalar(_)));
         let rows = if scalar { 1 } else { args.number_rows };
-        let compiled = compiled_per_row(&patterns(pattern, rows)?);
+        let compiled = Patterns::of(pattern, rows)?;
         let values = value.to_array(rows)?;
         match self.kind {
             Kind::ToChar => {
@@ -635,18 +650,18 @@ impl ScalarUDFImpl for TemplateFunction {
                 let times = times.as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
                 let written: StringArray = (0..rows)
                     .map(|row| {
-                        let items = compiled[row].as_ref()?;
+                        let items = compiled.at(row)?;
                         let at = (!times.is_null(row)).then(|| chrono::DateTime::from_timestamp_micros(times.value(row)))??.naive_utc();
                         Some(format(items, &at))
                     })
                     .collect();
-                answer(Arc::new(written), scalar)
+                answered(Arc::new(written), scalar)
             }
             Kind::ToDate | Kind::ToTimestamp => {
                 let texts = arrow::compute::cast(&values, &DataType::Utf8)?;
                 let texts = texts.as_string::<i32>();
                 let parsed: Vec<Option<NaiveDateTime>> = (0..rows)
-                    .map(|row| match (&compiled[row], texts.is_null(row)) {
+                    .map(|row| match (compiled.at(row), texts.is_null(row)) {
                         (Some(items), false) => parse(items, texts.value(row)).map(Some),
                         _ => Ok(None),
                     })
@@ -654,10 +669,10 @@ impl ScalarUDFImpl for TemplateFunction {
                     .map_err(DataFusionError::from)?;
                 if self.kind == Kind::ToDate {
                     let days = parsed.iter().map(|at| at.map(|at| arrow::datatypes::Date32Type::from_naive_date(at.date())));
-                    answer(Arc::new(days.collect::<Date32Array>()), scalar)
+                    answered(Arc::new(days.collect::<Date32Array>()), scalar)
                 } else {
                     let micros = parsed.iter().map(|at| at.map(|at| at.and_utc().timestamp_micros()));
-                    answer(Arc::new(micros.collect::<TimestampMicrosecondArray>()), scalar)
+                    answered(Arc::new(micros.collect::<TimestampMicrosecondArray>()), scalar)
                 }
             }
         }

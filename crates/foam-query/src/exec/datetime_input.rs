@@ -134,6 +134,12 @@ pub fn parse_value(text: &str, data_type: &DataType, now: NaiveDateTime) -> Resu
     }
 }
 
+/// The time now in UTC, what `now`, `today`, `tomorrow` and `yesterday`
+/// read.
+pub fn now_utc() -> NaiveDateTime {
+    chrono::DateTime::<chrono::Utc>::from(std::time::SystemTime::now()).naive_utc()
+}
+
 /// Days from 0001-01-01 (day 1) to 1970-01-01.
 const EPOCH_DAYS_FROM_CE: i32 = 719_163;
 

@@ -10,6 +10,11 @@ use datafusion::logical_expr::ColumnarValue;
 /// the form `value` came in.
 pub fn per_value(value: &ColumnarValue, rows: usize, compute: impl FnOnce(&ArrayRef) -> Result<ArrayRef>) -> Result<ColumnarValue> {
     let scalar = matches!(value, ColumnarValue::Scalar(_));
-    let computed = compute(&value.to_array(if scalar { 1 } else { rows })?)?;
+    answered(compute(&value.to_array(if scalar { 1 } else { rows })?)?, scalar)
+}
+
+/// `computed` (an array of one row when every argument was `scalar`) in
+/// the form the arguments came in.
+pub fn answered(computed: ArrayRef, scalar: bool) -> Result<ColumnarValue> {
     Ok(if scalar { ColumnarValue::Scalar(ScalarValue::try_from_array(&computed, 0)?) } else { ColumnarValue::Array(computed) })
 }

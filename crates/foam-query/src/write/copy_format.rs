@@ -256,7 +256,7 @@ pub fn typed_batch(records: &[Record], schema: &SchemaRef, table: &TableDef, col
             continue;
         }
         if crate::exec::datetime_input::is_datetime(field.data_type()) {
-            let now = chrono::DateTime::<chrono::Utc>::from(std::time::SystemTime::now()).naive_utc();
+            let now = crate::exec::datetime_input::now_utc();
             let typed = crate::exec::datetime_input::cast_texts(&text, field.data_type(), now).map_err(|(row, input)| {
                 let value = text.as_any().downcast_ref::<StringArray>().map(|t| t.value(row).to_string()).unwrap_or_default();
                 error(records[row].0, Some(field.name()), input.to_error(&value, field.data_type()).to_string())

@@ -268,7 +268,7 @@ impl ScalarUDFImpl for NumericArithmetic {
             })
             .collect::<Result<_>>()?;
         let results: ArrayRef = Arc::new(results.with_precision_and_scale(precision, scale)?);
-        Ok(if scalar { ColumnarValue::Scalar(ScalarValue::try_from_array(&results, 0)?) } else { ColumnarValue::Array(results) })
+        crate::exec::function_values::answered(results, scalar)
     }
 }
 

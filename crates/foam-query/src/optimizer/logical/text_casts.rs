@@ -91,7 +91,7 @@ impl ScalarUDFImpl for DatetimeOfText {
             return Err(DataFusionError::Internal(format!("{DATETIME_OF_TEXT} takes two arguments")));
         };
         let target = target.data_type();
-        let now = chrono::DateTime::<chrono::Utc>::from(std::time::SystemTime::now()).naive_utc();
+        let now = crate::exec::datetime_input::now_utc();
         per_value(value, args.number_rows, |texts| {
             cast_texts(texts.as_ref(), &target, now).map_err(|(row, error)| {
                 let text = ScalarValue::try_from_array(texts, row).map(|value| value.to_string()).unwrap_or_default();
