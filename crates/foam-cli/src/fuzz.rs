@@ -55,6 +55,10 @@ pub struct BenchFuzzArgs {
     /// after its queries, compared with --postgres, which they need.
     #[arg(long, default_value_t = 0)]
     writes_per_seed: u64,
+    /// Leave the last seed's tables in the cluster (with --url) to rerun a
+    /// failing query by hand.
+    #[arg(long)]
+    keep_tables: bool,
 }
 
 pub fn run(args: BenchFuzzArgs) -> Result<(), String> {
@@ -87,6 +91,7 @@ pub fn run(args: BenchFuzzArgs) -> Result<(), String> {
         lanes: args.lanes.max(1),
         writes_per_seed: args.writes_per_seed,
         writes_judge: None,
+        keep_tables: args.keep_tables,
     };
     println!("Fuzzing {url}: seeds {}..{}, {} queries each, {} at once", args.seed, args.seed + seeds, args.queries_per_seed, config.lanes);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;

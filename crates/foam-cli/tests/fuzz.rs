@@ -28,6 +28,7 @@ async fn three_nodes_answer_random_queries_as_one_process_does() {
         lanes: 2,
         writes_per_seed: 0,
         writes_judge: None,
+        keep_tables: false,
     };
     let report = foam_fuzz::run(&config, |line| eprintln!("{line}")).await.expect("fuzz run");
     let reproductions: Vec<String> = report
@@ -70,6 +71,7 @@ async fn three_nodes_write_as_one_node_does() {
         lanes: 1,
         writes_per_seed: CI_WRITES_PER_SEED,
         writes_judge: Some(judge.url(0)),
+        keep_tables: false,
     };
     let report = foam_fuzz::run(&config, |line| eprintln!("{line}")).await.expect("fuzz run");
     let reproductions: Vec<String> =

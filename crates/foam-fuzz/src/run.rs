@@ -71,6 +71,9 @@ pub struct FuzzConfig {
     /// A FoamDB (URL, best one node) that judges writes when there is no
     /// PostgreSQL server.
     pub writes_judge: Option<String>,
+    /// Leave the last seed's tables on FoamDB, to rerun a failing query by
+    /// hand (an internal error both engines share is not reduced).
+    pub keep_tables: bool,
 }
 
 /// How two answers differ.
@@ -478,7 +481,9 @@ pub async fn run(config: &FuzzConfig, mut progress: impl FnMut(&str)) -> Result<
             report.failures.extend(found.into_iter().take(config.failures_max - report.failures.len()));
             judge.engine.drop_tables(&tables).await?;
         }
-        foam.drop_tables(&tables).await?;
+        if !(config.keep_tables && seed == *config.seeds.last().unwrap_or(&seed)) {
+            foam.drop_tables(&tables).await?;
+        }
         report.seeds += 1;
         progress(&format!(
             "seed {seed}: {} queries so far, {} compared, {} both failed, {} timed out, {} failures ({:.0} s)",

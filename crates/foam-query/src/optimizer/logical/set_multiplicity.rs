@@ -84,19 +84,31 @@ fn key_column(key: &Expr) -> Option<&Column> {
 /// columns only.
 fn numbered_join(join: &Join) -> Result<LogicalPlan> {
     let columns: Vec<Expr> = join.left.schema().columns().into_iter().map(Expr::Column).collect();
-    let left = numbered(&join.left, join.on.iter().map(|(key, _)| key.clone()).collect(), LEFT_COPY)?;
-    let right = numbered(&join.right, join.on.iter().map(|(_, key)| key.clone()).collect(), RIGHT_COPY)?;
-    let mut on = join.on.clone();
-    on.push((Expr::Column(Column::from_name(LEFT_COPY)), Expr::Column(Column::from_name(RIGHT_COPY))));
+    let (left, left_keys) = numbered(&join.left, join.on.iter().map(|(key, _)| key.clone()).collect(), LEFT_COPY)?;
+    let (right, right_keys) = numbered(&join.right, join.on.iter().map(|(_, key)| key.clone()).collect(), RIGHT_COPY)?;
+    let on = left_keys.into_iter().zip(right_keys).chain([(column(LEFT_COPY), column(RIGHT_COPY))]).collect();
     let joined = Join::try_new(Arc::new(left), Arc::new(right), on, None, join.join_type, JoinConstraint::On, NullEquality::NullEqualsNull, false)?;
     LogicalPlanBuilder::from(LogicalPlan::Join(joined)).project(columns)?.build()
 }
 
 /// `input` with each row's copy number among the rows whose `keys` (the
-/// join's, on this side) are equal to its own.
-fn numbered(input: &Arc<LogicalPlan>, keys: Vec<Expr>, name: &str) -> Result<LogicalPlan> {
-    let number = row_number().partition_by(keys).build()?.alias(name);
-    LogicalPlanBuilder::from(Arc::clone(input)).window(vec![number])?.build()
+/// join's, on this side) are equal to its own, and the keys as columns of
+/// their own. The window partitions by those columns rather than by the
+/// keys: DataFusion 55 lost track of the ordering of a window partitioned
+/// by one column cast to two types (`Expects PARTITION BY expression to
+/// be ordered` for `SELECT x::bigint, x::numeric ... EXCEPT ALL SELECT
+/// b, b ...`).
+fn numbered(input: &Arc<LogicalPlan>, keys: Vec<Expr>, name: &str) -> Result<(LogicalPlan, Vec<Expr>)> {
+    let key_names: Vec<String> = (0..keys.len()).map(|i| format!("{name}_key{i}")).collect();
+    let projected = input.schema().columns().into_iter().map(Expr::Column).chain(keys.into_iter().zip(&key_names).map(|(key, n)| key.alias(n)));
+    let key_columns: Vec<Expr> = key_names.iter().map(|n| column(n)).collect();
+    let number = row_number().partition_by(key_columns.clone()).build()?.alias(name);
+    let plan = LogicalPlanBuilder::from(Arc::clone(input)).project(projected)?.window(vec![number])?.build()?;
+    Ok((plan, key_columns))
+}
+
+fn column(name: &str) -> Expr {
+    Expr::Column(Column::from_name(name))
 }
 
 #[cfg(test)]
