@@ -206,6 +206,7 @@ pub async fn run_node(config: NodeConfig, shutdown: impl Future<Output = ()> + S
         rows_sent_to_peers: Default::default(),
         copy_dir,
         connections: Default::default(),
+        sequences: Default::default(),
     });
     let runtime = query_runtime(&config)?;
     let replication = Replication::new(node.clone());

@@ -126,6 +126,8 @@ pub struct NodeContext {
     pub copy_dir: Option<std::path::PathBuf>,
     /// Its open client connections (`pg_stat_activity`).
     pub connections: Arc<crate::connections::Connections>,
+    /// The blocks of sequence values it drew (`exec/sequences.rs`).
+    pub sequences: crate::exec::sequences::SequenceBlocks,
 }
 
 impl std::fmt::Debug for NodeContext {

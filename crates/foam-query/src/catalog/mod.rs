@@ -4,6 +4,7 @@
 
 pub mod functions;
 pub mod pg_columns;
+pub mod pg_defaults;
 pub mod pg_functions;
 pub mod pg_keys;
 pub mod pg_stat_activity;

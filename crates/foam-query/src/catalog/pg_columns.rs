@@ -16,7 +16,8 @@
 //! `format_type` prints a NUMERIC of scale 0 as `numeric(5)`, where
 //! PostgreSQL prints `numeric(5,0)`; [`FormatType`] fixes that. The same
 //! stand-in adds `pg_stat_activity` (`pg_stat_activity.rs`), which
-//! datafusion-pg-catalog lacks, each catalog table's `tableoid`
+//! datafusion-pg-catalog lacks, column defaults and identity columns
+//! (`pg_defaults.rs`, `atthasdef`, `attidentity`), each catalog table's `tableoid`
 //! (`pg_missing.rs`), FoamDB's keys (`pg_keys.rs`), and owners and views
 //! (`pg_owners.rs`). PostgreSQL's catalog tables keep its fixed OIDs in
 //! `pg_class.oid` and `pg_attribute.attrelid` ([`Relations`]), which
@@ -38,7 +39,7 @@ use datafusion::physical_plan::collect;
 use foam_catalog::types::SqlType;
 
 use crate::catalog::pg_stat_activity::{self, Viewer};
-use crate::catalog::{pg_keys, pg_missing, pg_owners};
+use crate::catalog::{pg_defaults, pg_keys, pg_missing, pg_owners};
 use crate::catalog::provider::{CATALOG_NAME, SCHEMA_NAME};
 use crate::context::NodeContext;
 
@@ -141,6 +142,7 @@ impl SchemaProvider for DeclaredTypes {
         };
         let table = table.map(|table| pg_owners::with_owners(name, table, self.inner.clone(), self.node.clone()));
         let table = table.map(|table| pg_keys::with_keys(name, table, self.inner.clone(), self.node.clone()));
+        let table = table.map(|table| pg_defaults::with_defaults(name, table, self.inner.clone(), self.node.clone()));
         Ok(table.map(|table| pg_missing::with_system_columns(name, table)))
     }
 
@@ -295,17 +297,28 @@ fn with_declared_types(batch: &RecordBatch, relations: &HashMap<i64, String>, no
     let mut type_oids: Vec<Option<i32>> = column("atttypid")?.as_primitive::<Int32Type>().iter().collect();
     let mut modifiers: Vec<Option<i32>> = column("atttypmod")?.as_primitive::<Int32Type>().iter().collect();
     let mut lengths: Vec<Option<i16>> = column("attlen")?.as_primitive::<Int16Type>().iter().collect();
+    let mut has_defaults: Vec<Option<bool>> = column("atthasdef")?.as_boolean().iter().collect();
+    let mut identities: Vec<Option<String>> = column("attidentity")?.as_string::<i32>().iter().map(|v| v.map(str::to_string)).collect();
     for row in 0..batch.num_rows() {
         let Some(table) = relation_oids[row].and_then(|oid| relations.get(&oid)).and_then(|name| catalog.tables.get(name)) else { continue };
         let Some(def) = usize::try_from(numbers.value(row)).ok().and_then(|n| n.checked_sub(1)).and_then(|at| table.columns.get(at)) else { continue };
+        // An identity column's sequence is its own: no default in pg_attrdef.
+        has_defaults[row] = Some(def.default.is_some() && def.identity.is_none());
+        identities[row] = Some(match def.identity {
+            Some(foam_catalog::model::Identity::Always) => "a".into(),
+            Some(foam_catalog::model::Identity::ByDefault) => "d".into(),
+            None => String::new(),
+        });
         if let Some((type_oid, modifier)) = declared(&def.sql_type) {
             (type_oids[row], modifiers[row], lengths[row]) = (Some(type_oid), Some(modifier), Some(-1));
         }
     }
-    let replaced: [(&str, ArrayRef); 3] = [
+    let replaced: [(&str, ArrayRef); 5] = [
+        ("attidentity", Arc::new(StringArray::from(identities))),
         ("atttypid", Arc::new(Int32Array::from(type_oids))),
         ("atttypmod", Arc::new(Int32Array::from(modifiers))),
         ("attlen", Arc::new(Int16Array::from(lengths))),
+        ("atthasdef", Arc::new(arrow::array::BooleanArray::from(has_defaults))),
     ];
     let schema = batch.schema();
     let mut columns = batch.columns().to_vec();

@@ -461,7 +461,9 @@ fn worker_template(runtime: Arc<RuntimeEnv>) -> Result<datafusion::execution::Se
 /// task's state is a copy of [`worker_template`] with the config
 /// datafusion-distributed made for the task.
 pub fn worker(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>) -> Result<Worker> {
-    let template = Arc::new(worker_template(runtime.clone())?);
+    let mut template = worker_template(runtime.clone())?;
+    datafusion::execution::FunctionRegistry::register_udf(&mut template, Arc::new(crate::exec::sequences::worker_udf(node.clone())))?;
+    let template = Arc::new(template);
     Ok(Worker::from_session_builder(move |mut ctx: WorkerQueryContext| {
         let (node, template) = (node.clone(), template.clone());
         async move {

@@ -10,3 +10,4 @@ pub mod panic_safe;
 pub mod replica_join;
 pub mod route;
 pub mod scan;
+pub mod sequences;

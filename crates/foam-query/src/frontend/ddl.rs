@@ -4,13 +4,14 @@
 //! (`statement.rs` splits them); the parsed CREATE TABLE and the clause
 //! become a catalog command.
 
-use datafusion::sql::sqlparser::ast::{AlterTableOperation, ColumnOption, Expr, ObjectName, Statement, TableConstraint};
+use datafusion::sql::sqlparser::ast::{AlterTableOperation, ColumnOption, Expr, GeneratedAs, ObjectName, Statement, TableConstraint};
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
-use foam_catalog::model::{DistributionSpec, UniqueKeyDef};
+use foam_catalog::model::{DistributionSpec, Identity, UniqueKeyDef};
 use foam_catalog::types::DECIMAL_PRECISION_MAX;
 use foam_catalog::{CatalogCommand, ColumnDef, SqlType};
 use foam_common::{FoamError, FoamResult, SqlState};
 
+use crate::frontend::sequence_ddl;
 use crate::frontend::statement::keyword_is;
 
 /// Where a top-level `DISTRIBUTED ...` / `PARTITIONS n` tail of CREATE
@@ -187,12 +188,32 @@ pub fn create_table_command(statement: &Statement, distribution: Option<Distribu
     let name = table_name(&create.name)?;
     let mut columns = Vec::with_capacity(create.columns.len());
     let mut unique_keys = Vec::new();
+    let mut sequences = Vec::new();
     for column in &create.columns {
         let column_name = normalize_ident(&column.name.value, column.name.quote_style);
-        let sql_type = parse_sql_type(&column.data_type.to_string()).map_err(|message| {
-            FoamError::FeatureNotSupported { feature: format!("type {} of column \"{column_name}\" ({message})", column.data_type) }
-        })?;
+        let serial = sequence_ddl::serial_type(&column.data_type);
+        let sql_type = match &serial {
+            Some(sql_type) => sql_type.clone(),
+            None => parse_sql_type(&column.data_type.to_string()).map_err(|message| {
+                FoamError::FeatureNotSupported { feature: format!("type {} of column \"{column_name}\" ({message})", column.data_type) }
+            })?,
+        };
         let mut nullable = true;
+        let mut default = None;
+        let mut identity = None;
+        let mut draws_from = |options: &[datafusion::sql::sqlparser::ast::SequenceOptions], default: &mut Option<String>| -> FoamResult<()> {
+            if default.is_some() {
+                return Err(multiple_defaults(&column_name, &name));
+            }
+            let sequence = sequence_ddl::column_sequence(&name, &column_name, &sql_type, options)?;
+            *default = Some(sequence_ddl::nextval_default(&sequence.name));
+            sequences.push(sequence);
+            Ok(())
+        };
+        if serial.is_some() {
+            draws_from(&[], &mut default)?;
+            nullable = false;
+        }
         for option in &column.options {
             let named = option.name.as_ref().map(|n| normalize_ident(&n.value, n.quote_style));
             match &option.option {
@@ -207,10 +228,22 @@ pub fn create_table_command(statement: &Statement, distribution: Option<Distribu
                     let key_name = named.unwrap_or(format!("{name}_{column_name}_key"));
                     unique_keys.push(UniqueKeyDef { name: key_name, columns: vec![column_name.clone()], primary: false, validating: false });
                 }
+                ColumnOption::Default(expr) => {
+                    crate::frontend::column_defaults::check(&column_name, expr)?;
+                    if default.is_some() {
+                        return Err(multiple_defaults(&column_name, &name));
+                    }
+                    default = Some(expr.to_string());
+                }
+                ColumnOption::Generated { generated_as: as_ @ (GeneratedAs::Always | GeneratedAs::ByDefault), sequence_options, generation_expr: None, .. } => {
+                    draws_from(sequence_options.as_deref().unwrap_or_default(), &mut default)?;
+                    nullable = false;
+                    identity = Some(if matches!(as_, GeneratedAs::Always) { Identity::Always } else { Identity::ByDefault });
+                }
                 other => return Err(FoamError::FeatureNotSupported { feature: not_enforced(&format!("column option {other}")) }),
             }
         }
-        columns.push(ColumnDef { name: column_name, sql_type, nullable });
+        columns.push(ColumnDef { name: column_name, sql_type, nullable, default, identity });
     }
     for constraint in &create.constraints {
         let key = key_of_constraint(&name, constraint)?;
@@ -222,7 +255,12 @@ pub fn create_table_command(statement: &Statement, distribution: Option<Distribu
         unique_keys.push(key);
     }
     let distribution = distribution.unwrap_or(DistributionSpec::Hash { key_columns: vec![], partitions: None, replicas: None });
-    Ok(CatalogCommand::CreateTable { name, columns, distribution, if_not_exists: create.if_not_exists, unique_keys, owner: None })
+    Ok(CatalogCommand::CreateTable { name, columns, distribution, if_not_exists: create.if_not_exists, unique_keys, owner: None, sequences })
+}
+
+/// 42601 for a column given two defaults (`SERIAL ... DEFAULT 1`).
+fn multiple_defaults(column: &str, table: &str) -> FoamError {
+    FoamError::Query { message: format!("multiple default values specified for column \"{column}\" of table \"{table}\""), sqlstate: SqlState::SyntaxError }
 }
 
 /// A PRIMARY KEY or UNIQUE table constraint of table `table`, named as

@@ -5,6 +5,7 @@
 pub mod array_subquery;
 pub mod block_ddl;
 pub mod char_columns;
+pub mod column_defaults;
 pub mod copy_statement;
 pub mod cursors;
 pub mod ddl;
@@ -21,6 +22,7 @@ pub mod returning;
 pub mod roles;
 pub mod scalar_subquery;
 pub mod select_names;
+pub mod sequence_ddl;
 pub mod setting_functions;
 pub mod statement;
 pub mod session;

@@ -278,7 +278,7 @@ pub fn quoted(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-fn parse_query(sql: &str) -> FoamResult<Statement> {
+pub(crate) fn parse_query(sql: &str) -> FoamResult<Statement> {
     let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| FoamError::Syntax { message: e.to_string() })?;
     match statements.pop() {
         Some(statement) if statements.is_empty() => Ok(statement),

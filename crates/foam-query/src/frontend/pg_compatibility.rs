@@ -15,7 +15,8 @@
 //! with the outer query (a column of a table outside its own FROM clauses)
 //! in a query that reads nothing but the catalog. Client catalog queries
 //! (psql's `\d`) hold such subqueries, over catalogs FoamDB keeps empty
-//! (defaults, collations), which DataFusion cannot plan; NULL is their answer.
+//! (collations), which DataFusion cannot plan; NULL is their answer. Those
+//! over `pg_attrdef`, which holds column defaults, are planned.
 
 use std::collections::HashSet;
 use std::ops::ControlFlow;
@@ -94,6 +95,18 @@ fn correlated(query: &Query) -> bool {
     outer
 }
 
+/// Whether `query` reads `pg_attrdef`, which FoamDB fills with column
+/// defaults (`pg_defaults.rs`): its correlated subqueries are planned, not
+/// answered NULL.
+fn reads_defaults(query: &Query) -> bool {
+    let mut found = false;
+    let _ = datafusion::sql::sqlparser::ast::visit_relations(query, |name| {
+        found |= name.0.last().and_then(|p| p.as_ident()).is_some_and(|i| i.value.eq_ignore_ascii_case("pg_attrdef"));
+        ControlFlow::<()>::Continue(())
+    });
+    found
+}
+
 /// Puts each select-list subquery in parentheses the rule does not look
 /// into (`lift: false`), or takes it out again (`lift: true`); in a query
 /// of the catalog only, a correlated one is left to the rule.
@@ -110,7 +123,9 @@ impl VisitorMut for Shield {
         for item in &mut select.projection {
             let (SelectItem::UnnamedExpr(expr) | SelectItem::ExprWithAlias { expr, .. }) = item else { continue };
             match (self.lift, &*expr) {
-                (false, Expr::Subquery(query)) if !(self.catalog_only && correlated(query)) => *expr = Expr::Nested(Box::new(expr.clone())),
+                (false, Expr::Subquery(query)) if !(self.catalog_only && correlated(query) && !reads_defaults(query)) => {
+                    *expr = Expr::Nested(Box::new(expr.clone()))
+                }
                 (true, Expr::Nested(inner)) if matches!(inner.as_ref(), Expr::Subquery(_)) => *expr = inner.as_ref().clone(),
                 _ => {}
             }
@@ -137,8 +152,11 @@ mod tests {
         let correlated = "SELECT u.name, (SELECT count(*) FROM o WHERE o.k = u.k) AS n FROM u WHERE u.name LIKE 'pg_%'";
         assert_eq!(rewritten(correlated), correlated);
         // Correlated in a query of the catalog only: NULL, as clients' need.
-        let catalog = "SELECT a.attname, (SELECT d.adsrc FROM pg_catalog.pg_attrdef AS d WHERE d.adrelid = a.attrelid) FROM pg_catalog.pg_attribute AS a";
+        let catalog = "SELECT a.attname, (SELECT c.collname FROM pg_catalog.pg_collation AS c WHERE c.oid = a.attcollation) FROM pg_catalog.pg_attribute AS a";
         assert_eq!(rewritten(catalog), "SELECT a.attname, NULL FROM pg_catalog.pg_attribute AS a");
+        // Except over the defaults, which FoamDB keeps.
+        let defaults = "SELECT a.attname, (SELECT d.adbin FROM pg_catalog.pg_attrdef AS d WHERE d.adrelid = a.attrelid) FROM pg_catalog.pg_attribute AS a";
+        assert_eq!(rewritten(defaults), defaults);
         // The other rules still apply: a regclass cast becomes a lookup.
         assert!(rewritten("SELECT 'pg_proc'::regclass").contains("parse_ident"), "{}", rewritten("SELECT 'pg_proc'::regclass"));
     }

@@ -228,7 +228,7 @@ fn do_update(insert: &datafusion::sql::sqlparser::ast::Insert) -> Option<&datafu
 pub fn own_needs(statement: &Statement) -> Vec<Need> {
     let names = |names: &[ObjectName]| names.iter().filter_map(|n| ddl::table_name(n).ok()).collect::<Vec<_>>();
     match statement {
-        Statement::CreateTable(_) => vec![Need::Create],
+        Statement::CreateTable(_) | Statement::CreateSequence { .. } => vec![Need::Create],
         Statement::CreateView(view) => {
             let mut needs = vec![Need::Create];
             if view.or_replace {
@@ -535,11 +535,12 @@ mod tests {
                 catalog,
                 CatalogCommand::CreateTable {
                     name: table.into(),
-                    columns: vec![ColumnDef { name: "a".into(), sql_type: SqlType::Int, nullable: true }],
+                    columns: vec![ColumnDef { name: "a".into(), sql_type: SqlType::Int, nullable: true, default: None, identity: None }],
                     distribution: DistributionSpec::Replicated,
                     if_not_exists: false,
                     unique_keys: Vec::new(),
                     owner: Some(owner.into()),
+                    sequences: Vec::new(),
                 },
             );
         }

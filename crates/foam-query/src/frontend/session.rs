@@ -492,6 +492,10 @@ impl FoamSession {
         } else if let Err(error) = crate::catalog::pg_columns::declare_types(&ctx, node.clone(), viewer) {
             tracing::warn!(%error, "pg_attribute without declared types");
         }
+        ctx.register_udf(crate::catalog::pg_defaults::pg_get_expr_udf());
+        for udf in crate::exec::sequences::session_udfs(node.clone(), Default::default()) {
+            ctx.register_udf(udf);
+        }
         for udf in crate::frontend::pg_access::udfs(&node, user, &role, insecure) {
             ctx.register_udf(udf);
         }
@@ -658,6 +662,7 @@ impl FoamSession {
         // (`'t'::regclass`, `OPERATOR(pg_catalog.~)`); rewrite those, and only
         // those, into forms DataFusion plans. The compatibility parser reads
         // the text again: it matches whole queries by their tokens.
+        crate::frontend::sequence_ddl::names_as_text(&mut statement);
         if text.contains("pg_") {
             crate::frontend::pg_compatibility::rewrite(&mut statement, &text);
             crate::catalog::pg_missing::rewrite_catalog_query(&mut statement);
@@ -668,6 +673,10 @@ impl FoamSession {
         // client reads `prsstart::oid` by the name `prsstart`).
         crate::frontend::select_names::name_select_items(&mut statement);
         crate::frontend::grouping_sets::deduplicate(&mut statement);
+        // A default may be pg_dump's `nextval('s'::regclass)`.
+        if crate::frontend::column_defaults::fill(&mut statement, &self.node.catalog.current())? {
+            crate::frontend::sequence_ddl::names_as_text(&mut statement);
+        }
         crate::frontend::numeric_literals::rewrite(&mut statement);
         crate::frontend::array_subquery::rewrite(&mut statement)?;
         crate::optimizer::logical::boolean_literals::distinct_from_as_equality(&mut statement);
@@ -696,6 +705,7 @@ impl FoamSession {
             Statement::CreateTable(_)
                 | Statement::CreateView(_)
                 | Statement::Drop { .. }
+                | Statement::CreateSequence { .. }
                 | Statement::Copy { .. }
                 | Statement::StartTransaction { .. }
                 | Statement::Commit { .. }
@@ -1478,14 +1488,86 @@ impl FoamSession {
         self.cursors.schema(name).await
     }
 
+    /// The plan of one row holding a column default cast to the column's type.
+    async fn default_plan(&self, default: &str, sql_type: &foam_catalog::SqlType) -> FoamResult<LogicalPlan> {
+        let mut probe = crate::frontend::modify::parse_query(&format!("SELECT CAST(({default}) AS {})", sql_type.cast_name()))?;
+        crate::frontend::numeric_literals::rewrite(&mut probe);
+        crate::frontend::sequence_ddl::names_as_text(&mut probe);
+        self.plan(&probe).await
+    }
+
+    /// A column's default is a value the column can take: it plans as a
+    /// cast to the column's type, without aggregates or windows (42804 or
+    /// 42803 where PostgreSQL refuses it as well).
+    async fn check_default(&self, column: &foam_catalog::model::ColumnDef) -> FoamResult<()> {
+        let Some(default) = &column.default else { return Ok(()) };
+        let plan = self.default_plan(default, &column.sql_type).await.map_err(|error| FoamError::Query {
+            message: format!("column \"{}\" is of type {} but its default {default} is not: {error}", column.name, column.sql_type.sql_name()),
+            sqlstate: foam_common::SqlState::DatatypeMismatch,
+        })?;
+        let mut grouped = false;
+        datafusion::common::tree_node::TreeNode::apply(&plan, |node| {
+            grouped |= matches!(node, LogicalPlan::Aggregate(_) | LogicalPlan::Window(_));
+            Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+        })?;
+        if grouped {
+            return Err(FoamError::Query {
+                message: format!("aggregate and window functions are not allowed in the default of column \"{}\"", column.name),
+                sqlstate: foam_common::SqlState::GroupingError,
+            });
+        }
+        // Evaluated once, as PostgreSQL folds a constant default: `DEFAULT
+        // 'abc'` for an integer is refused here, not at the first INSERT.
+        // A default that draws from a sequence is not run (it would use a value).
+        if !default.to_lowercase().contains("nextval") {
+            let frame = self.ctx.execute_logical_plan(plan).await.map_err(FoamError::from)?;
+            frame.collect().await.map_err(FoamError::from)?;
+        }
+        Ok(())
+    }
+
+    /// The values COPY gives the columns of `table` its data leaves out
+    /// (`filled` are those it has), one per column with a default,
+    /// evaluated once. A volatile default (one PostgreSQL evaluates per row,
+    /// `random()`) is refused rather than repeated on every row.
+    async fn copy_defaults(&self, table: &foam_catalog::TableDef, filled: &[usize]) -> FoamResult<Vec<(usize, datafusion::common::ScalarValue)>> {
+        let mut values = Vec::new();
+        for (at, column) in table.columns.iter().enumerate() {
+            let Some(default) = column.default.as_ref().filter(|_| !filled.contains(&at)) else { continue };
+            let plan = self.default_plan(default, &column.sql_type).await?;
+            let mut volatile = false;
+            datafusion::common::tree_node::TreeNode::apply(&plan, |node| {
+                for expr in node.expressions() {
+                    volatile |= expr.is_volatile();
+                }
+                Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+            })?;
+            if volatile {
+                return Err(FoamError::FeatureNotSupported {
+                    feature: format!("COPY that leaves out column \"{}\", whose default {default} is volatile (name the column, or INSERT)", column.name),
+                });
+            }
+            let batches = self.ctx.execute_logical_plan(plan).await.map_err(FoamError::from)?.collect().await.map_err(FoamError::from)?;
+            let value = match batches.iter().find(|b| b.num_rows() > 0) {
+                Some(batch) => datafusion::common::ScalarValue::try_from_array(batch.column(0), 0).map_err(FoamError::from)?,
+                None => return Err(FoamError::internal("a column default gave no row")),
+            };
+            values.push((at, value));
+        }
+        Ok(values)
+    }
+
     async fn execute_own(&self, statement: &Statement, distribution: &Option<foam_catalog::model::DistributionSpec>) -> FoamResult<StatementOutput> {
         let command = |tag: &str| Ok(StatementOutput::Command { tag: tag.into(), rows: None });
         match statement {
             Statement::CreateTable(_) => {
                 let mut create = ddl::create_table_command(statement, distribution.clone())?;
-                if let CatalogCommand::CreateTable { name, owner, .. } = &mut create {
+                if let CatalogCommand::CreateTable { name, owner, columns, .. } = &mut create {
                     check_not_system_table(name)?;
                     *owner = Some(self.current_user());
+                    for column in columns.iter() {
+                        self.check_default(column).await?;
+                    }
                 }
                 // The default partition count depends on this node's worker threads.
                 if let CatalogCommand::CreateTable { distribution: foam_catalog::model::DistributionSpec::Hash { partitions: partitions @ None, .. }, .. } = &mut create {
@@ -1526,6 +1608,16 @@ impl FoamSession {
             Statement::Lock(lock) => {
                 crate::frontend::lock_table::check(lock, &self.node.catalog.current(), self.open.get().is_some())?;
                 command("LOCK TABLE")
+            }
+            Statement::CreateSequence { .. } | Statement::Drop { object_type: ObjectType::Sequence, .. } => {
+                if self.open.get().is_some() {
+                    return Err(FoamError::FeatureNotSupported { feature: "CREATE or DROP SEQUENCE inside a transaction block".into() });
+                }
+                let commands = crate::frontend::sequence_ddl::commands(statement, &self.current_user())?.unwrap_or_default();
+                for command in commands {
+                    self.node.catalog.apply(command).await?;
+                }
+                command(if matches!(statement, Statement::CreateSequence { .. }) { "CREATE SEQUENCE" } else { "DROP SEQUENCE" })
             }
             Statement::Drop { object_type, names, if_exists, .. } => {
                 let (tag, is_table) = match object_type {
@@ -1945,6 +2037,7 @@ impl FoamSession {
                 }
                 positions.push(position);
             }
+            options.defaults = self.copy_defaults(&table, &positions).await?;
             options.columns = Some(positions);
         }
         let path = match target {

@@ -185,10 +185,14 @@ impl StatementTokens {
         }
         let is_role = roles::is_role_statement(&words);
         let is_copy = keyword_is(words[0], "copy");
+        let is_create_sequence = words.len() > 2 && keyword_is(words[0], "create") && keyword_is(words[1], "sequence");
         let mut tokens = self.tokens;
         let user = is_role && roles::user_as_role(&mut tokens);
         if is_copy {
             copy_booleans_as_literals(&mut tokens);
+        }
+        if is_create_sequence {
+            crate::frontend::sequence_ddl::order_options(&mut tokens);
         }
         let mut parsed = Parser::new(&PostgreSqlDialect {})
             .with_recursion_limit(recursion_limit)

@@ -167,7 +167,7 @@ pub fn as_query(statement: &Statement, catalog: &Catalog) -> FoamResult<Option<(
 }
 
 /// The table columns an INSERT writes, in the order its values come.
-fn target_columns(insert: &Insert, table: &TableDef) -> FoamResult<Vec<usize>> {
+pub(crate) fn target_columns(insert: &Insert, table: &TableDef) -> FoamResult<Vec<usize>> {
     if insert.columns.is_empty() {
         return Ok((0..table.columns.len()).collect());
     }

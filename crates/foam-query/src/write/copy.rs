@@ -53,11 +53,14 @@ pub struct CopyOptions {
     /// `COPY t (columns) FROM ...`: the table's columns (positions) the
     /// data's fields fill, in the data's order; the others are NULL.
     pub columns: Option<Vec<usize>>,
+    /// The value of each column (position) left out of `columns` that has
+    /// a default, evaluated once for the statement.
+    pub defaults: Vec<(usize, datafusion::common::ScalarValue)>,
 }
 
 impl Default for CopyOptions {
     fn default() -> Self {
-        CopyOptions { format: CopyFormat::Text, header: false, delimiter: b'\t', quote: b'"', escape: None, null: Some("\\N".into()), columns: None }
+        CopyOptions { format: CopyFormat::Text, header: false, delimiter: b'\t', quote: b'"', escape: None, null: Some("\\N".into()), columns: None, defaults: Vec::new() }
     }
 }
 
@@ -194,7 +197,7 @@ fn send_typed(
         let ended = record.is_none();
         batch.extend(record);
         if batch.len() == BATCH_ROWS || (ended && !batch.is_empty()) {
-            let typed = typed_batch(&batch, schema, table, options.columns.as_deref())?;
+            let typed = typed_batch(&batch, schema, table, options.columns.as_deref(), &options.defaults)?;
             batch.clear();
             if sender.blocking_send(Ok(typed)).is_err() {
                 return Ok(()); // the writer failed and reports its own error

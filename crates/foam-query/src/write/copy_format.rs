@@ -221,7 +221,13 @@ fn unescape(raw: &[u8]) -> Vec<u8> {
 /// its line, as is a record with too few or too many fields and a NULL in a
 /// NOT NULL column. With `columns`, the fields fill those columns of the
 /// table (in that order) and the others are NULL.
-pub fn typed_batch(records: &[Record], schema: &SchemaRef, table: &TableDef, columns: Option<&[usize]>) -> FoamResult<RecordBatch> {
+pub fn typed_batch(
+    records: &[Record],
+    schema: &SchemaRef,
+    table: &TableDef,
+    columns: Option<&[usize]>,
+    defaults: &[(usize, datafusion::common::ScalarValue)],
+) -> FoamResult<RecordBatch> {
     let error = |line: u64, column: Option<&str>, message: String| FoamError::CopyData {
         table: table.name.clone(),
         line,
@@ -240,6 +246,17 @@ pub fn typed_batch(records: &[Record], schema: &SchemaRef, table: &TableDef, col
     }
     let mut arrays: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
     for (index, field) in schema.fields().iter().enumerate() {
+        if !filled.contains(&index)
+            && let Some((_, value)) = defaults.iter().find(|(at, _)| *at == index)
+        {
+            if value.is_null() && !field.is_nullable() && !records.is_empty() {
+                let message = format!("null value in column \"{}\" violates not-null constraint", field.name());
+                return Err(error(records[0].0, Some(field.name()), message));
+            }
+            let array = value.to_array_of_size(records.len()).map_err(|e| FoamError::DataException { message: e.to_string() })?;
+            arrays.push(arrow::compute::cast(&array, field.data_type()).map_err(|e| FoamError::DataException { message: e.to_string() })?);
+            continue;
+        }
         let text: StringArray = match filled.iter().position(|c| *c == index) {
             Some(at) => records.iter().map(|(_, fields)| fields[at].as_deref()).collect(),
             None => records.iter().map(|_| None::<&str>).collect(),
@@ -296,7 +313,7 @@ mod tests {
     }
 
     fn csv() -> CopyOptions {
-        CopyOptions { format: CopyFormat::Csv, header: false, delimiter: b',', quote: b'"', escape: None, null: None, columns: None }
+        CopyOptions { format: CopyFormat::Csv, header: false, delimiter: b',', quote: b'"', escape: None, null: None, columns: None, defaults: Vec::new() }
     }
 
     #[test]

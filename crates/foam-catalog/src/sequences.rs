@@ -1,0 +1,220 @@
+//! Sequences: `CREATE SEQUENCE`, and the ones behind `SERIAL` and identity
+//! columns. The catalog keeps each sequence's parameters and the next value
+//! no node has been handed. A node draws a block of values with one Raft
+//! command ([`SequenceDef::allocate`]) and hands them out itself, so values
+//! are unique across the cluster and increase in the order blocks were
+//! drawn; a block unused when its node stops is a gap, as PostgreSQL's
+//! `CACHE` leaves one. `setval` starts a new epoch: blocks of an older one
+//! are dropped by the nodes holding them.
+
+use serde::{Deserialize, Serialize};
+
+use foam_common::{FoamError, FoamResult, SqlState};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SequenceDef {
+    pub name: String,
+    pub increment: i64,
+    pub min: i64,
+    pub max: i64,
+    pub start: i64,
+    pub cycle: bool,
+    /// Values a node draws at once beyond those a statement needs.
+    pub cache: i64,
+    /// The next value to hand out.
+    pub next: i64,
+    /// The sequence has handed out its last value (no CYCLE).
+    #[serde(default)]
+    pub exhausted: bool,
+    /// Bumped by `setval`: blocks drawn before are void.
+    #[serde(default)]
+    pub epoch: u64,
+    /// The column whose default draws from it (`SERIAL`, identity): dropped
+    /// with its table.
+    #[serde(default)]
+    pub owned_by: Option<(String, String)>,
+    #[serde(default)]
+    pub owner: Option<String>,
+}
+
+/// Values handed to a node: `first`, `first + increment`, ... (`count` of them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SequenceBlock {
+    pub first: i64,
+    pub count: u64,
+    pub increment: i64,
+    pub epoch: u64,
+}
+
+impl SequenceDef {
+    /// A sequence with PostgreSQL's defaults for what `options` leave out
+    /// (`INCREMENT 1`, `MINVALUE 1`, `MAXVALUE` the type's largest, `START`
+    /// the minimum, or the maximum of a descending one); 22023 for
+    /// parameters PostgreSQL refuses.
+    pub fn new(name: &str, options: SequenceOptions, type_max: i64) -> FoamResult<SequenceDef> {
+        let increment = options.increment.unwrap_or(1);
+        if increment == 0 {
+            return Err(invalid("INCREMENT must not be zero".into()));
+        }
+        let type_min = if type_max == i64::MAX { i64::MIN } else { -type_max - 1 };
+        let (min, max) = match increment > 0 {
+            true => (options.min.unwrap_or(1), options.max.unwrap_or(type_max)),
+            false => (options.min.unwrap_or(type_min), options.max.unwrap_or(-1)),
+        };
+        if min >= max {
+            return Err(invalid(format!("MINVALUE ({min}) must be less than MAXVALUE ({max})")));
+        }
+        if min < type_min || max > type_max {
+            return Err(invalid(format!("MINVALUE ({min}) and MAXVALUE ({max}) must be within the sequence's type")));
+        }
+        let start = options.start.unwrap_or(if increment > 0 { min } else { max });
+        if start < min || start > max {
+            return Err(invalid(format!("START value ({start}) cannot be outside MINVALUE ({min}) and MAXVALUE ({max})")));
+        }
+        let cache = options.cache.unwrap_or(1);
+        if cache < 1 {
+            return Err(invalid(format!("CACHE ({cache}) must be greater than zero")));
+        }
+        Ok(SequenceDef {
+            name: name.to_string(),
+            increment,
+            min,
+            max,
+            start,
+            cycle: options.cycle,
+            cache,
+            next: start,
+            exhausted: false,
+            epoch: 0,
+            owned_by: None,
+            owner: None,
+        })
+    }
+
+    /// Hands out up to `count` values from `next` on (at least one): fewer
+    /// when the bound comes first, after which a cycling sequence starts
+    /// again at its other end. 2200H when a sequence without CYCLE is done.
+    pub fn allocate(&mut self, count: u64) -> FoamResult<SequenceBlock> {
+        if self.exhausted {
+            if !self.cycle {
+                let bound = if self.increment > 0 { ("maximum", self.max) } else { ("minimum", self.min) };
+                return Err(FoamError::Query {
+                    message: format!("nextval: reached {} value of sequence \"{}\" ({})", bound.0, self.name, bound.1),
+                    sqlstate: SqlState::SequenceGeneratorLimitExceeded,
+                });
+            }
+            self.next = if self.increment > 0 { self.min } else { self.max };
+            self.exhausted = false;
+        }
+        // Values left before the bound, counting `next`.
+        let step = i128::from(self.increment).unsigned_abs();
+        let room = match self.increment > 0 {
+            true => (i128::from(self.max) - i128::from(self.next)) as u128 / step + 1,
+            false => (i128::from(self.next) - i128::from(self.min)) as u128 / step + 1,
+        };
+        let taken = u128::from(count.max(1)).min(room);
+        let block = SequenceBlock { first: self.next, count: taken as u64, increment: self.increment, epoch: self.epoch };
+        let after = i128::from(self.next) + i128::from(self.increment) * taken as i128;
+        if taken == room {
+            self.exhausted = true;
+        } else {
+            self.next = after as i64;
+        }
+        Ok(block)
+    }
+
+    /// `setval(name, value, is_called)`: the next value is `value` (not
+    /// called) or the one after it. 22003 outside the bounds.
+    pub fn set(&mut self, value: i64, is_called: bool) -> FoamResult<()> {
+        if value < self.min || value > self.max {
+            return Err(FoamError::Query {
+                message: format!("setval: value {value} is out of bounds for sequence \"{}\" ({}..{})", self.name, self.min, self.max),
+                sqlstate: SqlState::NumericValueOutOfRange,
+            });
+        }
+        self.exhausted = false;
+        self.next = value;
+        if is_called {
+            let after = i128::from(value) + i128::from(self.increment);
+            if after > i128::from(self.max) || after < i128::from(self.min) {
+                self.exhausted = true;
+            } else {
+                self.next = after as i64;
+            }
+        }
+        self.epoch += 1;
+        Ok(())
+    }
+}
+
+/// What `CREATE SEQUENCE` (or `GENERATED ... AS IDENTITY (...)`) sets;
+/// `None` takes PostgreSQL's default.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SequenceOptions {
+    pub increment: Option<i64>,
+    pub min: Option<i64>,
+    pub max: Option<i64>,
+    pub start: Option<i64>,
+    pub cache: Option<i64>,
+    pub cycle: bool,
+}
+
+fn invalid(message: String) -> FoamError {
+    FoamError::Query { message, sqlstate: SqlState::InvalidParameterValue }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(sequence: &mut SequenceDef, mut wanted: u64) -> FoamResult<Vec<i64>> {
+        let mut out = Vec::new();
+        while wanted > 0 {
+            let block = sequence.allocate(wanted)?;
+            out.extend((0..block.count as i64).map(|i| block.first + i * block.increment));
+            wanted -= block.count;
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn ascending_descending_and_bounds_as_postgresql() {
+        let mut s = SequenceDef::new("s", SequenceOptions::default(), i64::from(i32::MAX)).unwrap();
+        assert_eq!(values(&mut s, 3).unwrap(), vec![1, 2, 3]);
+        assert_eq!((s.min, s.max), (1, i64::from(i32::MAX)));
+        let options = SequenceOptions { increment: Some(-2), ..Default::default() };
+        let mut down = SequenceDef::new("d", options, i64::MAX).unwrap();
+        assert_eq!(values(&mut down, 3).unwrap(), vec![-1, -3, -5]);
+        let options = SequenceOptions { start: Some(8), max: Some(10), increment: Some(2), ..Default::default() };
+        let mut short = SequenceDef::new("x", options, i64::MAX).unwrap();
+        assert_eq!(values(&mut short, 2).unwrap(), vec![8, 10]);
+        let error = short.allocate(1).unwrap_err();
+        assert_eq!(error.sqlstate(), "2200H");
+        assert!(error.to_string().contains("reached maximum value of sequence \"x\" (10)"), "{error}");
+        let options = SequenceOptions { max: Some(3), cycle: true, ..Default::default() };
+        let mut cycling = SequenceDef::new("c", options, i64::MAX).unwrap();
+        assert_eq!(values(&mut cycling, 7).unwrap(), vec![1, 2, 3, 1, 2, 3, 1]);
+        let mut last = SequenceDef::new("l", SequenceOptions { start: Some(i64::MAX - 1), ..Default::default() }, i64::MAX).unwrap();
+        assert_eq!(values(&mut last, 2).unwrap(), vec![i64::MAX - 1, i64::MAX]);
+        assert!(last.allocate(1).is_err());
+    }
+
+    #[test]
+    fn setval_and_refused_parameters() {
+        let mut s = SequenceDef::new("s", SequenceOptions::default(), i64::MAX).unwrap();
+        s.set(41, true).unwrap();
+        assert_eq!((s.allocate(1).unwrap().first, s.epoch), (42, 1));
+        s.set(7, false).unwrap();
+        assert_eq!(s.allocate(1).unwrap().first, 7);
+        assert_eq!(s.set(0, true).unwrap_err().sqlstate(), "22003");
+        for options in [
+            SequenceOptions { increment: Some(0), ..Default::default() },
+            SequenceOptions { min: Some(5), max: Some(5), ..Default::default() },
+            SequenceOptions { start: Some(0), ..Default::default() },
+            SequenceOptions { cache: Some(0), ..Default::default() },
+            SequenceOptions { max: Some(i64::from(i32::MAX) + 1), ..Default::default() },
+        ] {
+            assert_eq!(SequenceDef::new("s", options.clone(), i64::from(i32::MAX)).unwrap_err().sqlstate(), "22023", "{options:?}");
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! `CREATE SEQUENCE` and `DROP SEQUENCE`, and the sequences behind `SERIAL`
+//! columns and identity columns (`GENERATED { ALWAYS | BY DEFAULT } AS
+//! IDENTITY`), which PostgreSQL makes as it creates their table: a sequence
+//! named `<table>_<column>_seq`, owned by the column, and the column's
+//! default `nextval('<sequence>')`. The catalog keeps sequences
+//! (foam-catalog `sequences.rs`); the functions that draw from them are in
+//! `exec/sequences.rs`.
+
+use datafusion::sql::sqlparser::ast::{DataType, Expr, ObjectName, SequenceOptions, Statement, UnaryOperator, Value};
+use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
+use foam_catalog::sequences::{self, SequenceDef};
+use foam_catalog::{CatalogCommand, SqlType};
+use foam_common::{FoamError, FoamResult, SqlState};
+
+use crate::frontend::ddl;
+use crate::frontend::statement::keyword_is;
+
+/// A `SERIAL`-family type name: the integer type the column gets.
+pub fn serial_type(data_type: &DataType) -> Option<SqlType> {
+    match data_type.to_string().to_lowercase().as_str() {
+        "serial" | "serial4" => Some(SqlType::Int),
+        "bigserial" | "serial8" => Some(SqlType::BigInt),
+        "smallserial" | "serial2" => Some(SqlType::SmallInt),
+        _ => None,
+    }
+}
+
+/// The largest value of an integer type a sequence can feed; 42P16 for any
+/// other type, as PostgreSQL refuses an identity column of it.
+pub fn type_max(sql_type: &SqlType, column: &str) -> FoamResult<i64> {
+    match sql_type {
+        SqlType::SmallInt => Ok(i64::from(i16::MAX)),
+        SqlType::Int => Ok(i64::from(i32::MAX)),
+        SqlType::BigInt => Ok(i64::MAX),
+        other => Err(FoamError::Query {
+            message: format!("identity column type must be smallint, integer, or bigint (column \"{column}\" is {})", other.sql_name()),
+            sqlstate: SqlState::InvalidTableDefinition,
+        }),
+    }
+}
+
+/// The sequence a `SERIAL` or identity column `column` of `table` draws from.
+pub fn column_sequence(table: &str, column: &str, sql_type: &SqlType, options: &[SequenceOptions]) -> FoamResult<SequenceDef> {
+    let mut sequence = SequenceDef::new(&format!("{table}_{column}_seq"), parsed_options(options)?, type_max(sql_type, column)?)?;
+    sequence.owned_by = Some((table.to_string(), column.to_string()));
+    Ok(sequence)
+}
+
+/// A column default that draws from `sequence`, as PostgreSQL writes it
+/// (the name quoted where it must be).
+pub fn nextval_default(sequence: &str) -> String {
+    let simple = sequence.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && sequence.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    let name = if simple { sequence.to_string() } else { format!("\"{}\"", sequence.replace('"', "\"\"")) };
+    format!("nextval('{}')", name.replace('\'', "''"))
+}
+
+/// The catalog command of `CREATE SEQUENCE` or `DROP SEQUENCE name[, ...]`
+/// (one command per name); `None` for any other statement.
+pub fn commands(statement: &Statement, owner: &str) -> FoamResult<Option<Vec<CatalogCommand>>> {
+    match statement {
+        Statement::CreateSequence { temporary, if_not_exists, name, data_type, sequence_options, owned_by } => {
+            if *temporary {
+                return Err(FoamError::FeatureNotSupported { feature: "CREATE TEMPORARY SEQUENCE".into() });
+            }
+            let sql_type = match data_type {
+                Some(data_type) => ddl::parse_sql_type(&data_type.to_string()).map_err(|message| FoamError::Query {
+                    message: format!("sequence type {data_type}: {message}"),
+                    sqlstate: SqlState::InvalidParameterValue,
+                })?,
+                None => SqlType::BigInt,
+            };
+            let name = ddl::table_name(name)?;
+            let mut sequence = SequenceDef::new(&name, parsed_options(sequence_options)?, type_max(&sql_type, &name)?)?;
+            sequence.owner = Some(owner.to_string());
+            if let Some(owned_by) = owned_by.as_ref().filter(|o| !o.to_string().eq_ignore_ascii_case("none")) {
+                sequence.owned_by = Some(owning_column(owned_by)?);
+            }
+            Ok(Some(vec![CatalogCommand::CreateSequence { sequence, if_not_exists: *if_not_exists }]))
+        }
+        Statement::Drop { object_type: datafusion::sql::sqlparser::ast::ObjectType::Sequence, if_exists, names, .. } => {
+            let mut commands = Vec::with_capacity(names.len());
+            for name in names {
+                commands.push(CatalogCommand::DropSequence { name: ddl::table_name(name)?, if_exists: *if_exists });
+            }
+            Ok(Some(commands))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// `OWNED BY table.column`.
+fn owning_column(name: &ObjectName) -> FoamResult<(String, String)> {
+    let parts: Vec<String> = name.0.iter().filter_map(|p| p.as_ident()).map(|i| ddl::normalize_ident(&i.value, i.quote_style)).collect();
+    match parts.as_slice() {
+        [.., table, column] => Ok((table.clone(), column.clone())),
+        _ => Err(FoamError::Query { message: "invalid OWNED BY option (specify OWNED BY table.column or OWNED BY NONE)".into(), sqlstate: SqlState::InvalidParameterValue }),
+    }
+}
+
+fn parsed_options(options: &[SequenceOptions]) -> FoamResult<sequences::SequenceOptions> {
+    let mut parsed = sequences::SequenceOptions::default();
+    for option in options {
+        match option {
+            SequenceOptions::IncrementBy(n, _) => parsed.increment = Some(integer(n)?),
+            SequenceOptions::MinValue(n) => parsed.min = n.as_ref().map(integer).transpose()?,
+            SequenceOptions::MaxValue(n) => parsed.max = n.as_ref().map(integer).transpose()?,
+            SequenceOptions::StartWith(n, _) => parsed.start = Some(integer(n)?),
+            SequenceOptions::Cache(n) => parsed.cache = Some(integer(n)?),
+            SequenceOptions::Cycle(no) => parsed.cycle = !no,
+        }
+    }
+    Ok(parsed)
+}
+
+/// An integer literal, signed.
+fn integer(expr: &Expr) -> FoamResult<i64> {
+    let invalid = || FoamError::Query { message: format!("sequence option {expr} is not an integer"), sqlstate: SqlState::InvalidParameterValue };
+    match expr {
+        Expr::Value(value) => match &value.value {
+            Value::Number(n, _) => n.parse().map_err(|_| invalid()),
+            _ => Err(invalid()),
+        },
+        Expr::UnaryOp { op: UnaryOperator::Minus, expr } => integer(expr)?.checked_neg().ok_or_else(invalid),
+        Expr::UnaryOp { op: UnaryOperator::Plus, expr } => integer(expr),
+        _ => Err(invalid()),
+    }
+}
+
+/// The options of `CREATE SEQUENCE` (`tokens` of the whole statement) put
+/// in the one order the SQL parser reads them in (AS, INCREMENT, MINVALUE,
+/// MAXVALUE, START, CACHE, CYCLE, OWNED BY); PostgreSQL takes any order,
+/// and pg_dump writes `START WITH` before `INCREMENT BY`.
+pub fn order_options(tokens: &mut Vec<TokenWithSpan>) {
+    const CLAUSES: [&str; 8] = ["as", "increment", "minvalue", "maxvalue", "start", "cache", "cycle", "owned"];
+    let rank = |word: &Token, next: Option<&Token>| -> Option<usize> {
+        let named = if keyword_is(word, "no") { next? } else { word };
+        CLAUSES.iter().position(|c| keyword_is(named, c))
+    };
+    let significant: Vec<usize> = (0..tokens.len()).filter(|&i| !matches!(tokens[i].token, Token::Whitespace(_))).collect();
+    // Clause starts: an option keyword (or NO before one) at the top level,
+    // past `CREATE SEQUENCE [IF NOT EXISTS] name`.
+    let mut starts: Vec<(usize, usize)> = Vec::new();
+    let mut depth = 0;
+    let mut after_no = false;
+    for (at, &i) in significant.iter().enumerate().skip(3) {
+        match &tokens[i].token {
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            word if depth == 0 && !after_no => {
+                let next = significant.get(at + 1).map(|&n| &tokens[n].token);
+                if let Some(r) = rank(word, next) {
+                    starts.push((i, r));
+                }
+            }
+            _ => {}
+        }
+        after_no = keyword_is(&tokens[i].token, "no");
+    }
+    if starts.windows(2).all(|w| w[0].1 <= w[1].1) {
+        return;
+    }
+    let end = tokens.iter().rposition(|t| !matches!(t.token, Token::Whitespace(_) | Token::SemiColon)).map_or(tokens.len(), |i| i + 1);
+    let mut clauses: Vec<(usize, Vec<TokenWithSpan>)> = Vec::with_capacity(starts.len());
+    for (n, &(start, r)) in starts.iter().enumerate() {
+        let stop = starts.get(n + 1).map_or(end, |next| next.0);
+        clauses.push((r, tokens[start..stop].to_vec()));
+    }
+    clauses.sort_by_key(|(r, _)| *r);
+    let mut ordered: Vec<TokenWithSpan> = tokens[..starts[0].0].to_vec();
+    for (_, mut clause) in clauses {
+        if !matches!(clause.last().map(|t| &t.token), Some(Token::Whitespace(_))) {
+            clause.push(TokenWithSpan::wrap(Token::Whitespace(datafusion::sql::sqlparser::tokenizer::Whitespace::Space)));
+        }
+        ordered.extend(clause);
+    }
+    ordered.extend(tokens[end..].iter().cloned());
+    *tokens = ordered;
+}
+
+/// `nextval('s'::regclass)` (pg_dump's form of a SERIAL default) as
+/// `nextval('s')`: the sequence functions take the name as text, and a
+/// cast to `regclass` would look it up among tables.
+pub fn names_as_text(statement: &mut Statement) {
+    use datafusion::sql::sqlparser::ast::{FunctionArg, FunctionArgExpr, FunctionArguments, VisitMut, VisitorMut};
+    struct Strip;
+    impl VisitorMut for Strip {
+        type Break = ();
+        fn pre_visit_expr(&mut self, expr: &mut Expr) -> std::ops::ControlFlow<()> {
+            let Expr::Function(function) = expr else { return std::ops::ControlFlow::Continue(()) };
+            let named = function.name.0.last().and_then(|p| p.as_ident()).map(|i| i.value.to_lowercase());
+            if !matches!(named.as_deref(), Some("nextval" | "currval" | "setval")) {
+                return std::ops::ControlFlow::Continue(());
+            }
+            if let FunctionArguments::List(list) = &mut function.args
+                && let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(first))) = list.args.first_mut()
+                && let Expr::Cast { expr: inner, data_type, .. } = first
+                && data_type.to_string().eq_ignore_ascii_case("regclass")
+            {
+                *first = inner.as_ref().clone();
+            }
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+    let _ = statement.visit(&mut Strip);
+}
