@@ -534,7 +534,7 @@ impl Catalog {
                     }
                 }
                 for sequence in sequences {
-                    self.sequences.insert(sequence.name.clone(), SequenceDef { owner: owner.clone(), ..sequence.clone() });
+                    self.sequences.insert(sequence.name.clone(), SequenceDef { owner: owner.clone(), created: self.version, ..sequence.clone() });
                 }
                 // A table with a primary key and no distribution key is
                 // distributed by its primary key.
@@ -592,12 +592,18 @@ impl Catalog {
             },
             CatalogCommand::RenameRelation { from, to } => {
                 check_identifier(to)?;
-                if self.tables.contains_key(to) || self.views.contains_key(to) {
+                if self.relation_exists(to) {
                     return Err(FoamError::DuplicateTable { name: to.clone() });
                 }
                 if let Some(mut table) = self.tables.remove(from) {
                     table.name = to.clone();
                     self.tables.insert(to.clone(), table);
+                    // Its SERIAL and identity sequences go with it.
+                    for sequence in self.sequences.values_mut() {
+                        if let Some((owner, _)) = sequence.owned_by.as_mut().filter(|(owner, _)| owner == from) {
+                            *owner = to.clone();
+                        }
+                    }
                 } else if let Some(mut view) = self.views.remove(from) {
                     view.name = to.clone();
                     self.views.insert(to.clone(), view);
@@ -881,13 +887,22 @@ impl Catalog {
                     }
                     return Err(FoamError::DuplicateTable { name: sequence.name.clone() });
                 }
-                self.sequences.insert(sequence.name.clone(), sequence.clone());
+                if let Some((table, column)) = &sequence.owned_by
+                    && !self.tables.get(table).is_some_and(|t| t.columns.iter().any(|c| &c.name == column))
+                {
+                    return Err(FoamError::UndefinedColumn { table: table.clone(), column: column.clone() });
+                }
+                self.sequences.insert(sequence.name.clone(), SequenceDef { created: self.version, ..sequence.clone() });
                 Ok(CommandOutcome::Applied)
             }
             CatalogCommand::DropSequence { name, if_exists } => {
-                if let Some((table, column)) = self.sequences.get(name).and_then(|s| s.owned_by.clone())
-                    && self.tables.contains_key(&table)
-                {
+                let quoted = format!("'{}'", name.replace('\'', "''"));
+                let used_by = self.sequences.get(name).and_then(|s| s.owned_by.clone()).filter(|(table, _)| self.tables.contains_key(table)).or_else(|| {
+                    self.tables.values().find_map(|t| {
+                        t.columns.iter().find(|c| c.default.as_ref().is_some_and(|d| d.contains("nextval") && d.contains(&quoted))).map(|c| (t.name.clone(), c.name.clone()))
+                    })
+                });
+                if let Some((table, column)) = used_by {
                     return Err(FoamError::Query {
                         message: format!("cannot drop sequence {name} because other objects depend on it (the default of column {column} of table {table})"),
                         sqlstate: SqlState::DependentObjectsStillExist,

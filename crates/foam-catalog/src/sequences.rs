@@ -35,6 +35,10 @@ pub struct SequenceDef {
     pub owned_by: Option<(String, String)>,
     #[serde(default)]
     pub owner: Option<String>,
+    /// The catalog version it was created at: a block a node drew from an
+    /// older sequence of the same name is not one of its values.
+    #[serde(default)]
+    pub created: u64,
 }
 
 /// Values handed to a node: `first`, `first + increment`, ... (`count` of them).
@@ -44,6 +48,7 @@ pub struct SequenceBlock {
     pub count: u64,
     pub increment: i64,
     pub epoch: u64,
+    pub created: u64,
 }
 
 impl SequenceDef {
@@ -88,6 +93,7 @@ impl SequenceDef {
             epoch: 0,
             owned_by: None,
             owner: None,
+            created: 0,
         })
     }
 
@@ -113,7 +119,7 @@ impl SequenceDef {
             false => (i128::from(self.next) - i128::from(self.min)) as u128 / step + 1,
         };
         let taken = u128::from(count.max(1)).min(room);
-        let block = SequenceBlock { first: self.next, count: taken as u64, increment: self.increment, epoch: self.epoch };
+        let block = SequenceBlock { first: self.next, count: taken as u64, increment: self.increment, epoch: self.epoch, created: self.created };
         let after = i128::from(self.next) + i128::from(self.increment) * taken as i128;
         if taken == room {
             self.exhausted = true;

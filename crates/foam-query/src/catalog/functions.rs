@@ -8,8 +8,6 @@
 //! NULL OID, as in PostgreSQL; they do not look the OID up, so an OID of
 //! no object reads as visible too, where PostgreSQL answers NULL); `obj_description` and `col_description`,
 //! NULL for every object, as FoamDB refuses `COMMENT ON` (0A000);
-//! `pg_get_serial_sequence`, NULL for every column, as FoamDB has no
-//! sequences (SERIAL and IDENTITY are refused);
 //! `to_regtype`, the OID of a built-in type by any of its names;
 //! `pg_get_triggerdef`, NULL for every OID, as FoamDB has no triggers
 //! (CREATE TRIGGER is refused); `pg_is_in_recovery()`, false: every node
@@ -92,7 +90,6 @@ pub fn catalog_inquiry_udfs() -> Vec<ScalarUDF> {
             answer: Answer::Null,
         }),
         udf("col_description", 2, Answer::Null),
-        udf("pg_get_serial_sequence", 2, Answer::Null),
         ScalarUDF::new_from_impl(CatalogInquiry {
             name: "pg_get_triggerdef",
             signature: Signature::one_of(vec![TypeSignature::Any(1), TypeSignature::Any(2)], Volatility::Stable),

@@ -34,6 +34,7 @@ struct Block {
     left: u64,
     increment: i64,
     epoch: u64,
+    created: u64,
 }
 
 impl SequenceBlocks {
@@ -47,11 +48,11 @@ impl SequenceBlocks {
         let Some(sequence) = catalog.sequences.get(name) else {
             return Err(FoamError::Query { message: format!("relation \"{name}\" does not exist"), sqlstate: SqlState::UndefinedTable });
         };
-        let (epoch, cache) = (sequence.epoch, sequence.cache.max(1) as u64);
+        let (epoch, created, cache) = (sequence.epoch, sequence.created, sequence.cache.max(1) as u64);
         while values.len() < count {
             {
                 let mut blocks = self.blocks.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(block) = blocks.get_mut(name).filter(|b| b.epoch >= epoch) {
+                if let Some(block) = blocks.get_mut(name).filter(|b| b.created == created && b.epoch >= epoch) {
                     while block.left > 0 && values.len() < count {
                         values.push(block.next);
                         block.left -= 1;
@@ -67,17 +68,39 @@ impl SequenceBlocks {
             let CommandOutcome::SequenceValues { block } = node.catalog.apply(command).await?.1 else {
                 return Err(FoamError::internal("the catalog answered a sequence allocation without values"));
             };
-            let drawn = Block { next: block.first, left: block.count, increment: block.increment, epoch: block.epoch };
+            let drawn = Block { next: block.first, left: block.count, increment: block.increment, epoch: block.epoch, created: block.created };
             self.blocks.lock().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), drawn);
         }
         Ok(values)
     }
 }
 
-/// What this session drew last, for `currval` and `lastval`.
-#[derive(Debug, Default)]
+/// What this session drew last, for `currval` and `lastval`, and who it
+/// acts as, for `setval` (an owner's or a superuser's).
+#[derive(Debug)]
 pub struct SessionSequences {
     last: Mutex<(HashMap<String, i64>, Option<String>)>,
+    session_user: String,
+    /// The session's `SET ROLE`, shared with it.
+    role: Arc<Mutex<Option<String>>>,
+    insecure: bool,
+}
+
+impl SessionSequences {
+    pub fn new(session_user: &str, role: Arc<Mutex<Option<String>>>, insecure: bool) -> Self {
+        SessionSequences { last: Mutex::default(), session_user: session_user.to_string(), role, insecure }
+    }
+
+    /// 42501 unless the session's role may change sequence `name`.
+    fn check_owner(&self, catalog: &foam_catalog::Catalog, name: &str) -> FoamResult<()> {
+        let acting = self.role.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_else(|| self.session_user.clone());
+        let superuser = self.insecure || catalog.roles.get(&acting).is_some_and(|r| r.superuser);
+        let owner = catalog.sequences.get(name).and_then(|s| s.owner.as_deref()) == Some(acting.as_str());
+        if superuser || owner {
+            return Ok(());
+        }
+        Err(FoamError::InsufficientPrivilege { message: format!("permission denied for sequence {name} (setval is its owner's)") })
+    }
 }
 
 /// A sequence named in a string, as PostgreSQL reads `nextval('name')`:
@@ -99,6 +122,12 @@ fn wait<T>(future: impl std::future::Future<Output = T>) -> Result<T> {
         return Err(DataFusionError::Execution("sequence functions need a multi-threaded runtime".into()));
     }
     Ok(tokio::task::block_in_place(|| handle.block_on(future)))
+}
+
+/// [`SequenceBlocks::draw`] from synchronous code on a runtime's thread
+/// (COPY's reader).
+pub fn draw_blocking(node: &NodeContext, name: &str, count: usize) -> FoamResult<Vec<i64>> {
+    wait(node.sequences.draw(node, name, count)).map_err(FoamError::from)?
 }
 
 fn foam(error: FoamError) -> DataFusionError {
@@ -216,12 +245,15 @@ impl ScalarUDFImpl for SequenceFunction {
                         values.push(None);
                         continue;
                     };
+                    if let Some(session) = &self.session {
+                        session.check_owner(&self.node.catalog.current(), &name).map_err(foam)?;
+                    }
                     let value = targets.value(row);
                     let is_called = called.as_ref().is_none_or(|c| !c.is_valid(row) || c.value(row));
                     let command = CatalogCommand::SetSequence { name: name.clone(), value, is_called };
                     wait(self.node.catalog.apply(command))?.map_err(foam)?;
                     if is_called {
-                        self.remember(&name, Some(value));
+                        self.remember_current(&name, value);
                     }
                     values.push(Some(value));
                 }
@@ -239,6 +271,13 @@ impl SequenceFunction {
         let mut last = session.last.lock().unwrap_or_else(|p| p.into_inner());
         last.0.insert(name.to_string(), value);
         last.1 = Some(name.to_string());
+    }
+
+    /// `setval(..., true)`: `currval` answers the value, `lastval` is unchanged.
+    fn remember_current(&self, name: &str, value: i64) {
+        if let Some(session) = &self.session {
+            session.last.lock().unwrap_or_else(|p| p.into_inner()).0.insert(name.to_string(), value);
+        }
     }
 
     fn current(&self, name: &str) -> Result<i64> {
@@ -262,6 +301,64 @@ impl SequenceFunction {
         last.ok_or_else(|| {
             foam(FoamError::Query { message: "lastval is not yet defined in this session".into(), sqlstate: SqlState::ObjectNotInPrerequisiteState })
         })
+    }
+}
+
+/// `pg_get_serial_sequence(table, column)`: `public.<sequence>` of the
+/// SERIAL or identity column, NULL for any other. The table is read as an
+/// identifier, the column as it is written (PostgreSQL's rules).
+pub fn serial_sequence_udf(node: Arc<NodeContext>) -> ScalarUDF {
+    let signature = Signature::exact(vec![DataType::Utf8, DataType::Utf8], Volatility::Stable);
+    ScalarUDF::new_from_impl(SerialSequence { node, signature })
+}
+
+#[derive(Debug)]
+struct SerialSequence {
+    node: Arc<NodeContext>,
+    signature: Signature,
+}
+
+impl PartialEq for SerialSequence {
+    fn eq(&self, _other: &Self) -> bool {
+        true
+    }
+}
+impl Eq for SerialSequence {}
+impl std::hash::Hash for SerialSequence {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        "pg_get_serial_sequence".hash(state)
+    }
+}
+
+impl ScalarUDFImpl for SerialSequence {
+    fn name(&self) -> &str {
+        "pg_get_serial_sequence"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let rows = args.number_rows;
+        let scalar = args.args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let arrays: Vec<ArrayRef> = args.args.iter().map(|a| a.to_array(if scalar { 1 } else { rows })).collect::<Result<_>>()?;
+        let (tables, columns) = (arrays[0].as_string::<i32>(), arrays[1].as_string::<i32>());
+        let catalog = self.node.catalog.current();
+        let answer: datafusion::arrow::array::StringArray = (0..tables.len())
+            .map(|row| {
+                if tables.is_null(row) || columns.is_null(row) {
+                    return None;
+                }
+                let (table, column) = (sequence_name(tables.value(row)), columns.value(row));
+                catalog.sequences.values().find(|s| s.owned_by.as_ref().is_some_and(|(t, c)| *t == table && c == column)).map(|s| format!("public.{}", s.name))
+            })
+            .collect();
+        crate::exec::function_values::answered(Arc::new(answer), scalar)
     }
 }
 

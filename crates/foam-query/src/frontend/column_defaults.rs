@@ -21,7 +21,7 @@
 //! holds a subquery, an aggregate or a window, or is not of a type the
 //! column can take (`check`).
 
-use datafusion::sql::sqlparser::ast::{Expr, Ident, ObjectName, Parens, Query, SetExpr, Statement, TableObject, Value, Values};
+use datafusion::sql::sqlparser::ast::{Expr, Ident, ObjectName, Parens, Query, SelectItem, SetExpr, Statement, TableObject, Value, Values};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use foam_catalog::model::Identity;
@@ -39,6 +39,9 @@ const SOURCE: &str = "foam_source";
 /// INSERT the planner will refuse (an unknown table or column), is left
 /// as it is. True when defaults were put in.
 pub fn fill(statement: &mut Statement, catalog: &Catalog) -> FoamResult<bool> {
+    if let Statement::Explain { statement: explained, .. } = statement {
+        return fill(explained, catalog);
+    }
     let Statement::Insert(insert) = statement else { return Ok(false) };
     let TableObject::TableName(name) = &insert.table else { return Ok(false) };
     let Ok(table) = ddl::table_name(name).and_then(|name| catalog.table(&name).cloned()) else { return Ok(false) };
@@ -50,20 +53,32 @@ pub fn fill(statement: &mut Statement, catalog: &Catalog) -> FoamResult<bool> {
         insert.source = Some(Box::new(values_query(vec![row])));
         return Ok(true);
     };
+    // Without a column list, a source narrower than the table fills the
+    // first columns, as in PostgreSQL; the width of `SELECT *` is not known here.
+    let width = match source.body.as_ref() {
+        SetExpr::Values(values) => values.rows.first().map(|row| row.content.len()),
+        SetExpr::Select(select) if !select.projection.iter().any(|item| matches!(item, SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..))) => {
+            Some(select.projection.len())
+        }
+        _ => None,
+    };
+    match width {
+        Some(width) if width > targets.len() => return Ok(false), // the planner's error
+        Some(width) if insert.columns.is_empty() => targets.truncate(width),
+        None if insert.columns.is_empty() => return Ok(false), // a query for every column, in order
+        _ => {}
+    }
     check_generated_always(&table, &targets, source)?;
     let has_defaults = table.columns.iter().any(|c| c.default.is_some());
     match source.body.as_mut() {
         SetExpr::Values(values) => {
-            let width = values.rows.first().map_or(0, |row| row.content.len());
-            if width > targets.len() || values.rows.iter().any(|row| row.content.len() != width) {
+            if values.rows.iter().any(|row| Some(row.content.len()) != width) {
                 return Ok(false); // the planner's error
-            }
-            if insert.columns.is_empty() {
-                targets.truncate(width);
             }
             let uses_default = values.rows.iter().flat_map(|row| &row.content).any(is_default);
             if !has_defaults && !uses_default {
-                return check_not_null(&table, &targets, &values.rows).map(|()| false);
+                check_not_null(&table, &targets, &values.rows)?;
+                return Ok(name_narrow_targets(insert, &table, &targets));
             }
             let omitted = omitted(&table, &targets);
             for row in &mut values.rows {
@@ -80,11 +95,10 @@ pub fn fill(statement: &mut Statement, catalog: &Catalog) -> FoamResult<bool> {
             check_not_null(&table, &targets, &values.rows)?;
             insert.columns = names(&table, targets);
         }
-        _ if insert.columns.is_empty() => return Ok(false), // a query for every column, in order
         _ => {
             let omitted = omitted(&table, &targets);
             if omitted.is_empty() {
-                return Ok(false);
+                return Ok(name_narrow_targets(insert, &table, &targets));
             }
             let inner = (0..targets.len()).map(|i| format!("c{i}")).collect::<Vec<_>>();
             let mut items: Vec<String> = inner.iter().map(|c| format!("{SOURCE}.{c}")).collect();
@@ -136,6 +150,16 @@ fn check_not_null(table: &TableDef, targets: &[usize], rows: &[Parens<Vec<Expr>>
         }
     }
     Ok(())
+}
+
+/// An INSERT without a column list whose source is narrower than the table
+/// names the columns it fills (the rest are NULL); true when it did.
+fn name_narrow_targets(insert: &mut datafusion::sql::sqlparser::ast::Insert, table: &TableDef, targets: &[usize]) -> bool {
+    let narrow = insert.columns.is_empty() && targets.len() < table.columns.len();
+    if narrow {
+        insert.columns = names(table, targets.iter().copied());
+    }
+    narrow
 }
 
 /// The parsed default of a column, NULL without one.

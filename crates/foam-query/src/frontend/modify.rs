@@ -42,7 +42,8 @@ use crate::frontend::ddl;
 pub enum Modify {
     Delete { table: String },
     Update { table: String },
-    Truncate { table: String },
+    /// `restart`: RESTART IDENTITY, the table's sequences start again.
+    Truncate { table: String, restart: bool },
     /// INSERT ... ON CONFLICT (`upsert.rs`).
     Upsert(crate::frontend::upsert::Upsert),
 }
@@ -50,7 +51,7 @@ pub enum Modify {
 impl Modify {
     pub fn table(&self) -> &str {
         match self {
-            Modify::Delete { table } | Modify::Update { table } | Modify::Truncate { table } => table,
+            Modify::Delete { table } | Modify::Update { table } | Modify::Truncate { table, .. } => table,
             Modify::Upsert(upsert) => &upsert.table,
         }
     }
@@ -113,7 +114,8 @@ pub fn as_query(statement: &Statement, catalog: &Catalog) -> FoamResult<Option<(
             Ok(Some((parse_query(&query)?, Modify::Update { table })))
         }
         Statement::Truncate(truncate) => {
-            // Without foreign keys or sequences, CASCADE and RESTART IDENTITY change nothing more.
+            // Without foreign keys, CASCADE changes nothing more; RESTART IDENTITY
+            // starts the table's sequences again once the TRUNCATE commits.
             // Several tables are emptied one by one in one transaction (the session's truncate_tables).
             let [target] = truncate.table_names.as_slice() else { return Ok(None) };
             if truncate.partitions.is_some() || truncate.on_cluster.is_some() {
@@ -122,7 +124,8 @@ pub fn as_query(statement: &Statement, catalog: &Catalog) -> FoamResult<Option<(
             let table = ddl::table_name(&target.name)?;
             catalog.table(&table)?;
             let query = format!("SELECT * FROM {}", quoted(&table));
-            Ok(Some((parse_query(&query)?, Modify::Truncate { table })))
+            let restart = matches!(truncate.identity, Some(datafusion::sql::sqlparser::ast::TruncateIdentityOption::Restart));
+            Ok(Some((parse_query(&query)?, Modify::Truncate { table, restart })))
         }
         Statement::Insert(_) => match crate::frontend::upsert::as_query(statement, catalog)? {
             Some((query, upsert)) => Ok(Some((parse_query(&query)?, Modify::Upsert(upsert)))),
@@ -250,6 +253,12 @@ pub(crate) fn new_row(
         };
         let column = name.0.last().and_then(|part| part.as_ident()).map(|i| ddl::normalize_ident(&i.value, i.quote_style)).unwrap_or_default();
         let index = column_index(table, &column)?;
+        if table.columns[index].identity == Some(foam_catalog::model::Identity::Always) {
+            return Err(FoamError::Query {
+                message: format!("column \"{column}\" can only be updated to DEFAULT (it is an identity column defined as GENERATED ALWAYS)"),
+                sqlstate: SqlState::GeneratedAlways,
+            });
+        }
         let cast = format!("CAST(({}) AS {})", value(&assignment.value)?, table.columns[index].sql_type.cast_name());
         if values[index].replace(cast).is_some() {
             return Err(FoamError::Query { message: format!("multiple assignments to same column \"{column}\""), sqlstate: SqlState::SyntaxError });

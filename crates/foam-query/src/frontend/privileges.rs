@@ -319,7 +319,10 @@ pub fn check(needs: &[Need], catalog: &Catalog, acting: &Acting) -> FoamResult<(
             Need::Superuser(_) => false,
             // A relation that does not exist is the statement's own error.
             Need::Privilege { relation, privilege } => catalog.acl(relation).is_none_or(|acl| acl.allows(role, *privilege)),
-            Need::Owner(relation) => catalog.acl(relation).is_none_or(|acl| acl.is_owner(role)),
+            Need::Owner(relation) => match (catalog.acl(relation), catalog.sequences.get(relation)) {
+                (None, Some(sequence)) => sequence.owner.as_deref() == Some(role),
+                (acl, _) => acl.is_none_or(|acl| acl.is_owner(role)),
+            },
             Need::Create => catalog.creators.contains(role) || catalog.creators.contains(PUBLIC),
             Need::OwnRole(name) | Need::MemberOf(name) => name == role,
         };

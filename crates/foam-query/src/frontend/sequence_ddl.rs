@@ -41,9 +41,46 @@ pub fn type_max(sql_type: &SqlType, column: &str) -> FoamResult<i64> {
 
 /// The sequence a `SERIAL` or identity column `column` of `table` draws from.
 pub fn column_sequence(table: &str, column: &str, sql_type: &SqlType, options: &[SequenceOptions]) -> FoamResult<SequenceDef> {
-    let mut sequence = SequenceDef::new(&format!("{table}_{column}_seq"), parsed_options(options)?, type_max(sql_type, column)?)?;
+    let mut sequence = SequenceDef::new(&sequence_name_for(table, column, ""), parsed_options(options)?, type_max(sql_type, column)?)?;
     sequence.owned_by = Some((table.to_string(), column.to_string()));
     Ok(sequence)
+}
+
+/// `<table>_<column>_seq<suffix>` as PostgreSQL makes it: the longer of the
+/// table and column parts shortened until the name fits in
+/// `IDENTIFIER_BYTES_MAX` bytes.
+fn sequence_name_for(table: &str, column: &str, suffix: &str) -> String {
+    let (mut table, mut column) = (table.to_string(), column.to_string());
+    let label = format!("seq{suffix}");
+    while table.len() + column.len() + label.len() + 2 > foam_common::limits::IDENTIFIER_BYTES_MAX {
+        let longer = if table.len() >= column.len() { &mut table } else { &mut column };
+        longer.pop();
+    }
+    format!("{table}_{column}_{label}")
+}
+
+/// The sequences a CREATE TABLE makes renamed, as PostgreSQL does, where
+/// their names are taken (`t_id_seq1`, `t_id_seq2`, ...), the columns'
+/// defaults with them.
+pub fn choose_names(command: &mut CatalogCommand, taken: impl Fn(&str) -> bool) {
+    let CatalogCommand::CreateTable { columns, sequences, .. } = command else { return };
+    let mut chosen: Vec<String> = Vec::new();
+    for sequence in sequences.iter_mut() {
+        let Some((table, column)) = sequence.owned_by.clone() else { continue };
+        let mut name = sequence.name.clone();
+        let mut n = 0;
+        while taken(&name) || chosen.contains(&name) {
+            n += 1;
+            name = sequence_name_for(&table, &column, &n.to_string());
+        }
+        if name != sequence.name {
+            if let Some(def) = columns.iter_mut().find(|c| c.name == column) {
+                def.default = Some(nextval_default(&name));
+            }
+            sequence.name = name.clone();
+        }
+        chosen.push(name);
+    }
 }
 
 /// A column default that draws from `sequence`, as PostgreSQL writes it
@@ -52,7 +89,7 @@ pub fn nextval_default(sequence: &str) -> String {
     let simple = sequence.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
         && sequence.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
     let name = if simple { sequence.to_string() } else { format!("\"{}\"", sequence.replace('"', "\"\"")) };
-    format!("nextval('{}')", name.replace('\'', "''"))
+    format!("nextval('{}'::regclass)", name.replace('\'', "''"))
 }
 
 /// The catalog command of `CREATE SEQUENCE` or `DROP SEQUENCE name[, ...]`
@@ -127,23 +164,67 @@ fn integer(expr: &Expr) -> FoamResult<i64> {
     }
 }
 
-/// The options of `CREATE SEQUENCE` (`tokens` of the whole statement) put
-/// in the one order the SQL parser reads them in (AS, INCREMENT, MINVALUE,
+/// The options of `CREATE SEQUENCE` (`tokens` of the whole statement), and
+/// those of identity columns in CREATE TABLE (`AS IDENTITY (...)`), put in
+/// the one order the SQL parser reads them in (AS, INCREMENT, MINVALUE,
 /// MAXVALUE, START, CACHE, CYCLE, OWNED BY); PostgreSQL takes any order,
 /// and pg_dump writes `START WITH` before `INCREMENT BY`.
 pub fn order_options(tokens: &mut Vec<TokenWithSpan>) {
+    let is_sequence = tokens.iter().filter(|t| !matches!(t.token, Token::Whitespace(_))).nth(1).is_some_and(|t| keyword_is(&t.token, "sequence"));
+    if is_sequence {
+        let end = tokens.iter().rposition(|t| !matches!(t.token, Token::Whitespace(_) | Token::SemiColon)).map_or(tokens.len(), |i| i + 1);
+        if let Some(ordered) = ordered_clauses(&tokens[..end], 3) {
+            tokens.splice(..end, ordered);
+        }
+        return;
+    }
+    // `AS IDENTITY ( options )` in CREATE TABLE.
+    let mut at = 0;
+    let mut previous: Option<usize> = None;
+    while at < tokens.len() {
+        if matches!(tokens[at].token, Token::Whitespace(_)) {
+            at += 1;
+            continue;
+        }
+        let next = (at + 1..tokens.len()).find(|&i| !matches!(tokens[i].token, Token::Whitespace(_)));
+        if keyword_is(&tokens[at].token, "identity")
+            && previous.is_some_and(|p| keyword_is(&tokens[p].token, "as"))
+            && let Some(open) = next.filter(|&i| tokens[i].token == Token::LParen)
+        {
+            let mut depth = 0;
+            let close = (open..tokens.len()).find(|&i| {
+                match tokens[i].token {
+                    Token::LParen => depth += 1,
+                    Token::RParen => depth -= 1,
+                    _ => {}
+                }
+                depth == 0
+            });
+            if let Some(close) = close
+                && let Some(ordered) = ordered_clauses(&tokens[open + 1..close], 0)
+            {
+                tokens.splice(open + 1..close, ordered);
+            }
+        }
+        previous = Some(at);
+        at += 1;
+    }
+}
+
+/// `tokens` with their option clauses (after the first `skip` significant
+/// tokens) in the parser's order; `None` when they are in it already.
+fn ordered_clauses(tokens: &[TokenWithSpan], skip: usize) -> Option<Vec<TokenWithSpan>> {
     const CLAUSES: [&str; 8] = ["as", "increment", "minvalue", "maxvalue", "start", "cache", "cycle", "owned"];
     let rank = |word: &Token, next: Option<&Token>| -> Option<usize> {
         let named = if keyword_is(word, "no") { next? } else { word };
         CLAUSES.iter().position(|c| keyword_is(named, c))
     };
     let significant: Vec<usize> = (0..tokens.len()).filter(|&i| !matches!(tokens[i].token, Token::Whitespace(_))).collect();
-    // Clause starts: an option keyword (or NO before one) at the top level,
-    // past `CREATE SEQUENCE [IF NOT EXISTS] name`.
+    // Clause starts: an option keyword, or NO before one, at the top level.
     let mut starts: Vec<(usize, usize)> = Vec::new();
     let mut depth = 0;
     let mut after_no = false;
-    for (at, &i) in significant.iter().enumerate().skip(3) {
+    for (at, &i) in significant.iter().enumerate().skip(skip) {
         match &tokens[i].token {
             Token::LParen => depth += 1,
             Token::RParen => depth -= 1,
@@ -158,12 +239,11 @@ pub fn order_options(tokens: &mut Vec<TokenWithSpan>) {
         after_no = keyword_is(&tokens[i].token, "no");
     }
     if starts.windows(2).all(|w| w[0].1 <= w[1].1) {
-        return;
+        return None;
     }
-    let end = tokens.iter().rposition(|t| !matches!(t.token, Token::Whitespace(_) | Token::SemiColon)).map_or(tokens.len(), |i| i + 1);
     let mut clauses: Vec<(usize, Vec<TokenWithSpan>)> = Vec::with_capacity(starts.len());
     for (n, &(start, r)) in starts.iter().enumerate() {
-        let stop = starts.get(n + 1).map_or(end, |next| next.0);
+        let stop = starts.get(n + 1).map_or(tokens.len(), |next| next.0);
         clauses.push((r, tokens[start..stop].to_vec()));
     }
     clauses.sort_by_key(|(r, _)| *r);
@@ -174,8 +254,7 @@ pub fn order_options(tokens: &mut Vec<TokenWithSpan>) {
         }
         ordered.extend(clause);
     }
-    ordered.extend(tokens[end..].iter().cloned());
-    *tokens = ordered;
+    Some(ordered)
 }
 
 /// `nextval('s'::regclass)` (pg_dump's form of a SERIAL default) as
@@ -204,3 +283,25 @@ pub fn names_as_text(statement: &mut Statement) {
     }
     let _ = statement.visit(&mut Strip);
 }
+
+/// The sequence a default draws from when it is just `nextval('name')`
+/// (`::regclass` or not), as SERIAL and identity columns have it.
+pub fn nextval_of(default: &str) -> Option<String> {
+    use datafusion::sql::sqlparser::ast::{FunctionArg, FunctionArgExpr, FunctionArguments};
+    let Ok(Expr::Function(function)) = crate::frontend::column_defaults::parse_expr(default) else { return None };
+    let named = function.name.0.last().and_then(|p| p.as_ident()).map(|i| i.value.to_lowercase());
+    let FunctionArguments::List(list) = &function.args else { return None };
+    let ([FunctionArg::Unnamed(FunctionArgExpr::Expr(argument))], Some("nextval")) = (list.args.as_slice(), named.as_deref()) else { return None };
+    let literal = match argument {
+        Expr::Cast { expr, data_type, .. } if data_type.to_string().eq_ignore_ascii_case("regclass") => expr.as_ref(),
+        other => other,
+    };
+    match literal {
+        Expr::Value(value) => match &value.value {
+            Value::SingleQuotedString(name) => Some(crate::exec::sequences::sequence_name(name)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+

@@ -326,6 +326,21 @@ const NAME_RESOLUTION_SETTINGS: [&str; 2] = ["datafusion.sql_parser.enable_ident
 
 /// Refuses a `SET` or `RESET` of a node's setting with 42501, and of a
 /// name-resolution setting with 0A000.
+/// Whether any node of `plan` is one `test` accepts.
+fn plan_holds(plan: &LogicalPlan, test: impl Fn(&LogicalPlan) -> bool) -> FoamResult<bool> {
+    let mut found = false;
+    datafusion::common::tree_node::TreeNode::apply(plan, |node| {
+        found |= test(node);
+        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+    })?;
+    Ok(found)
+}
+
+/// Whether `plan` calls a volatile function.
+fn is_volatile(plan: &LogicalPlan) -> FoamResult<bool> {
+    plan_holds(plan, |node| node.expressions().iter().any(|e| e.is_volatile()))
+}
+
 fn check_not_node_setting(statement: &Statement) -> FoamResult<()> {
     let text = match statement {
         Statement::Set(_) | Statement::Reset(_) => statement.to_string().to_lowercase(),
@@ -493,9 +508,11 @@ impl FoamSession {
             tracing::warn!(%error, "pg_attribute without declared types");
         }
         ctx.register_udf(crate::catalog::pg_defaults::pg_get_expr_udf());
-        for udf in crate::exec::sequences::session_udfs(node.clone(), Default::default()) {
+        let sequences = crate::exec::sequences::SessionSequences::new(user, role.clone(), insecure);
+        for udf in crate::exec::sequences::session_udfs(node.clone(), Arc::new(sequences)) {
             ctx.register_udf(udf);
         }
+        ctx.register_udf(crate::exec::sequences::serial_sequence_udf(node.clone()));
         for udf in crate::frontend::pg_access::udfs(&node, user, &role, insecure) {
             ctx.register_udf(udf);
         }
@@ -1193,7 +1210,35 @@ impl FoamSession {
         plan: LogicalPlan,
         returning: Option<(LogicalPlan, &[Option<u32>])>,
     ) -> FoamResult<StatementOutput> {
-        self.run_modify_in(modify, plan, self.open.get(), returning).await
+        let restart = matches!(modify, crate::frontend::modify::Modify::Truncate { restart: true, .. });
+        if restart {
+            self.refuse_restart_in_block()?;
+        }
+        let output = self.run_modify_in(modify, plan, self.open.get(), returning).await?;
+        if restart {
+            self.restart_identity(&[modify.table()]).await?;
+        }
+        Ok(output)
+    }
+
+    /// `TRUNCATE ... RESTART IDENTITY` sets sequences, which a block's
+    /// ROLLBACK could not undo.
+    fn refuse_restart_in_block(&self) -> FoamResult<()> {
+        match self.open.get() {
+            Some(_) => Err(FoamError::FeatureNotSupported { feature: "TRUNCATE ... RESTART IDENTITY inside a transaction block".into() }),
+            None => Ok(()),
+        }
+    }
+
+    /// The sequences of `tables`' SERIAL and identity columns start again.
+    async fn restart_identity(&self, tables: &[&str]) -> FoamResult<()> {
+        let catalog = self.node.catalog.current();
+        let owned = catalog.sequences.values().filter(|s| s.owned_by.as_ref().is_some_and(|(t, _)| tables.contains(&t.as_str())));
+        for sequence in owned {
+            let command = CatalogCommand::SetSequence { name: sequence.name.clone(), value: sequence.start, is_called: false };
+            self.node.catalog.apply(command).await?;
+        }
+        Ok(())
     }
 
     /// [`Self::run_modify`] as a statement of `transaction` (committed by
@@ -1333,6 +1378,10 @@ impl FoamSession {
                 each.push((query, modify));
             }
         }
+        let restart = matches!(truncate.identity, Some(datafusion::sql::sqlparser::ast::TruncateIdentityOption::Restart));
+        if restart {
+            self.refuse_restart_in_block()?;
+        }
         let block = self.open.get();
         let transaction = block.clone().unwrap_or_else(|| {
             let own = Transaction::begin(self.node.clone());
@@ -1350,6 +1399,9 @@ impl FoamSession {
         }
         if block.is_none() {
             transaction.commit().await?;
+        }
+        if restart {
+            self.restart_identity(&each.iter().map(|(_, m)| m.table()).collect::<Vec<_>>()).await?;
         }
         Ok(StatementOutput::Command { tag: "TRUNCATE TABLE".into(), rows: None })
     }
@@ -1505,11 +1557,7 @@ impl FoamSession {
             message: format!("column \"{}\" is of type {} but its default {default} is not: {error}", column.name, column.sql_type.sql_name()),
             sqlstate: foam_common::SqlState::DatatypeMismatch,
         })?;
-        let mut grouped = false;
-        datafusion::common::tree_node::TreeNode::apply(&plan, |node| {
-            grouped |= matches!(node, LogicalPlan::Aggregate(_) | LogicalPlan::Window(_));
-            Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
-        })?;
+        let (grouped, volatile) = (plan_holds(&plan, |node| matches!(node, LogicalPlan::Aggregate(_) | LogicalPlan::Window(_)))?, is_volatile(&plan)?);
         if grouped {
             return Err(FoamError::Query {
                 message: format!("aggregate and window functions are not allowed in the default of column \"{}\"", column.name),
@@ -1518,8 +1566,8 @@ impl FoamSession {
         }
         // Evaluated once, as PostgreSQL folds a constant default: `DEFAULT
         // 'abc'` for an integer is refused here, not at the first INSERT.
-        // A default that draws from a sequence is not run (it would use a value).
-        if !default.to_lowercase().contains("nextval") {
+        // A volatile one (`nextval`, `setval`, `random()`) is not run.
+        if !volatile {
             let frame = self.ctx.execute_logical_plan(plan).await.map_err(FoamError::from)?;
             frame.collect().await.map_err(FoamError::from)?;
         }
@@ -1527,22 +1575,20 @@ impl FoamSession {
     }
 
     /// The values COPY gives the columns of `table` its data leaves out
-    /// (`filled` are those it has), one per column with a default,
-    /// evaluated once. A volatile default (one PostgreSQL evaluates per row,
+    /// (`filled` are those it has), one per column with a default: a
+    /// sequence's values (`nextval('s')`, SERIAL), or a value evaluated
+    /// once. Any other volatile default (one PostgreSQL evaluates per row,
     /// `random()`) is refused rather than repeated on every row.
-    async fn copy_defaults(&self, table: &foam_catalog::TableDef, filled: &[usize]) -> FoamResult<Vec<(usize, datafusion::common::ScalarValue)>> {
+    async fn copy_defaults(&self, table: &foam_catalog::TableDef, filled: &[usize]) -> FoamResult<Vec<(usize, crate::write::copy::ColumnFill)>> {
         let mut values = Vec::new();
         for (at, column) in table.columns.iter().enumerate() {
             let Some(default) = column.default.as_ref().filter(|_| !filled.contains(&at)) else { continue };
+            if let Some(name) = crate::frontend::sequence_ddl::nextval_of(default) {
+                values.push((at, crate::write::copy::ColumnFill::Sequence { name, node: self.node.clone() }));
+                continue;
+            }
             let plan = self.default_plan(default, &column.sql_type).await?;
-            let mut volatile = false;
-            datafusion::common::tree_node::TreeNode::apply(&plan, |node| {
-                for expr in node.expressions() {
-                    volatile |= expr.is_volatile();
-                }
-                Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
-            })?;
-            if volatile {
+            if is_volatile(&plan)? {
                 return Err(FoamError::FeatureNotSupported {
                     feature: format!("COPY that leaves out column \"{}\", whose default {default} is volatile (name the column, or INSERT)", column.name),
                 });
@@ -1552,7 +1598,7 @@ impl FoamSession {
                 Some(batch) => datafusion::common::ScalarValue::try_from_array(batch.column(0), 0).map_err(FoamError::from)?,
                 None => return Err(FoamError::internal("a column default gave no row")),
             };
-            values.push((at, value));
+            values.push((at, crate::write::copy::ColumnFill::Value(value)));
         }
         Ok(values)
     }
@@ -1562,6 +1608,8 @@ impl FoamSession {
         match statement {
             Statement::CreateTable(_) => {
                 let mut create = ddl::create_table_command(statement, distribution.clone())?;
+                let catalog = self.node.catalog.current();
+                crate::frontend::sequence_ddl::choose_names(&mut create, |name| catalog.relation_exists(name));
                 if let CatalogCommand::CreateTable { name, owner, columns, .. } = &mut create {
                     check_not_system_table(name)?;
                     *owner = Some(self.current_user());
@@ -1614,6 +1662,16 @@ impl FoamSession {
                     return Err(FoamError::FeatureNotSupported { feature: "CREATE or DROP SEQUENCE inside a transaction block".into() });
                 }
                 let commands = crate::frontend::sequence_ddl::commands(statement, &self.current_user())?.unwrap_or_default();
+                // Every name is checked before any is dropped (owners are
+                // checked with the statement's privileges).
+                let catalog = self.node.catalog.current();
+                for command in &commands {
+                    if let CatalogCommand::DropSequence { name, if_exists: false } = command
+                        && !catalog.sequences.contains_key(name)
+                    {
+                        return Err(FoamError::Query { message: format!("sequence \"{name}\" does not exist"), sqlstate: foam_common::SqlState::UndefinedTable });
+                    }
+                }
                 for command in commands {
                     self.node.catalog.apply(command).await?;
                 }

@@ -180,18 +180,23 @@ impl StatementTokens {
         if words.len() >= 2 && keyword_is(words[0], "alter") && keyword_is(words[1], "cluster") {
             return cluster_command(&words).map(FoamStatement::AlterCluster);
         }
+        if words.len() >= 2 && keyword_is(words[0], "alter") && keyword_is(words[1], "sequence") {
+            return Err(FoamError::FeatureNotSupported { feature: "ALTER SEQUENCE (setval sets the next value)".into() });
+        }
         if roles::is_role_membership(&words) {
             return Err(FoamError::FeatureNotSupported { feature: "GRANT or REVOKE of role membership (grant privileges on tables instead)".into() });
         }
         let is_role = roles::is_role_statement(&words);
         let is_copy = keyword_is(words[0], "copy");
-        let is_create_sequence = words.len() > 2 && keyword_is(words[0], "create") && keyword_is(words[1], "sequence");
+        // CREATE SEQUENCE, or CREATE TABLE with an identity column.
+        let has_sequence_options = keyword_is(words[0], "create")
+            && (words.get(1).is_some_and(|w| keyword_is(w, "sequence")) || words.iter().any(|w| keyword_is(w, "identity")));
         let mut tokens = self.tokens;
         let user = is_role && roles::user_as_role(&mut tokens);
         if is_copy {
             copy_booleans_as_literals(&mut tokens);
         }
-        if is_create_sequence {
+        if has_sequence_options {
             crate::frontend::sequence_ddl::order_options(&mut tokens);
         }
         let mut parsed = Parser::new(&PostgreSqlDialect {})

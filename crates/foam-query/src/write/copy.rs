@@ -53,9 +53,32 @@ pub struct CopyOptions {
     /// `COPY t (columns) FROM ...`: the table's columns (positions) the
     /// data's fields fill, in the data's order; the others are NULL.
     pub columns: Option<Vec<usize>>,
-    /// The value of each column (position) left out of `columns` that has
-    /// a default, evaluated once for the statement.
-    pub defaults: Vec<(usize, datafusion::common::ScalarValue)>,
+    /// What fills each column (position) left out of `columns` that has a
+    /// default.
+    pub defaults: Vec<(usize, ColumnFill)>,
+}
+
+/// A default COPY gives a column its data leaves out.
+#[derive(Debug, Clone)]
+pub enum ColumnFill {
+    /// The default's value, evaluated once for the statement.
+    Value(datafusion::common::ScalarValue),
+    /// `nextval('sequence')`: a value of the sequence for every row, drawn
+    /// through this node (`exec/sequences.rs`).
+    Sequence { name: String, node: std::sync::Arc<crate::context::NodeContext> },
+}
+
+impl ColumnFill {
+    /// The column's values for `rows` rows.
+    pub fn values(&self, rows: usize) -> FoamResult<datafusion::arrow::array::ArrayRef> {
+        match self {
+            ColumnFill::Value(value) => value.to_array_of_size(rows).map_err(|e| FoamError::DataException { message: e.to_string() }),
+            ColumnFill::Sequence { name, node } => {
+                let drawn = crate::exec::sequences::draw_blocking(node, name, rows)?;
+                Ok(std::sync::Arc::new(datafusion::arrow::array::Int64Array::from(drawn)))
+            }
+        }
+    }
 }
 
 impl Default for CopyOptions {

@@ -226,7 +226,7 @@ pub fn typed_batch(
     schema: &SchemaRef,
     table: &TableDef,
     columns: Option<&[usize]>,
-    defaults: &[(usize, datafusion::common::ScalarValue)],
+    defaults: &[(usize, crate::write::copy::ColumnFill)],
 ) -> FoamResult<RecordBatch> {
     let error = |line: u64, column: Option<&str>, message: String| FoamError::CopyData {
         table: table.name.clone(),
@@ -247,14 +247,16 @@ pub fn typed_batch(
     let mut arrays: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
     for (index, field) in schema.fields().iter().enumerate() {
         if !filled.contains(&index)
-            && let Some((_, value)) = defaults.iter().find(|(at, _)| *at == index)
+            && let Some((_, fill)) = defaults.iter().find(|(at, _)| *at == index)
         {
-            if value.is_null() && !field.is_nullable() && !records.is_empty() {
+            let array = fill.values(records.len())?;
+            if array.null_count() > 0 && !field.is_nullable() && !records.is_empty() {
                 let message = format!("null value in column \"{}\" violates not-null constraint", field.name());
                 return Err(error(records[0].0, Some(field.name()), message));
             }
-            let array = value.to_array_of_size(records.len()).map_err(|e| FoamError::DataException { message: e.to_string() })?;
-            arrays.push(arrow::compute::cast(&array, field.data_type()).map_err(|e| FoamError::DataException { message: e.to_string() })?);
+            let options = arrow::compute::CastOptions { safe: false, ..Default::default() };
+            let cast = arrow::compute::cast_with_options(&array, field.data_type(), &options);
+            arrays.push(cast.map_err(|e| error(records[0].0, Some(field.name()), format!("default out of range: {e}")))?);
             continue;
         }
         let text: StringArray = match filled.iter().position(|c| *c == index) {
