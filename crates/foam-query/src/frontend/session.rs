@@ -1610,11 +1610,19 @@ impl FoamSession {
                 let mut create = ddl::create_table_command(statement, distribution.clone())?;
                 let catalog = self.node.catalog.current();
                 crate::frontend::sequence_ddl::choose_names(&mut create, |name| catalog.relation_exists(name));
-                if let CatalogCommand::CreateTable { name, owner, columns, .. } = &mut create {
+                if let CatalogCommand::CreateTable { name, owner, columns, sequences, .. } = &mut create {
                     check_not_system_table(name)?;
                     *owner = Some(self.current_user());
                     for column in columns.iter() {
                         self.check_default(column).await?;
+                        // As PostgreSQL resolves `nextval('s'::regclass)` when the
+                        // table is made: the sequence must exist (or come with it).
+                        if let Some(sequence) = column.default.as_deref().and_then(crate::frontend::sequence_ddl::nextval_of)
+                            && !catalog.sequences.contains_key(&sequence)
+                            && !sequences.iter().any(|s| s.name == sequence)
+                        {
+                            return Err(FoamError::Query { message: format!("relation \"{sequence}\" does not exist"), sqlstate: foam_common::SqlState::UndefinedTable });
+                        }
                     }
                 }
                 // The default partition count depends on this node's worker threads.
