@@ -48,7 +48,7 @@ impl SequenceBlocks {
         let Some(sequence) = catalog.sequences.get(name) else {
             return Err(FoamError::Query { message: format!("relation \"{name}\" does not exist"), sqlstate: SqlState::UndefinedTable });
         };
-        let (epoch, created, cache) = (sequence.epoch, sequence.created, sequence.cache.max(1) as u64);
+        let (mut epoch, mut created, cache) = (sequence.epoch, sequence.created, sequence.cache.max(1) as u64);
         while values.len() < count {
             {
                 let mut blocks = self.blocks.lock().unwrap_or_else(|p| p.into_inner());
@@ -68,6 +68,9 @@ impl SequenceBlocks {
             let CommandOutcome::SequenceValues { block } = node.catalog.apply(command).await?.1 else {
                 return Err(FoamError::internal("the catalog answered a sequence allocation without values"));
             };
+            // The leader's catalog is the newest: this node's may lag behind
+            // a re-created sequence or a setval.
+            (created, epoch) = (block.created, epoch.max(block.epoch));
             let drawn = Block { next: block.first, left: block.count, increment: block.increment, epoch: block.epoch, created: block.created };
             self.blocks.lock().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), drawn);
         }
@@ -93,6 +96,9 @@ impl SessionSequences {
 
     /// 42501 unless the session's role may change sequence `name`.
     fn check_owner(&self, catalog: &foam_catalog::Catalog, name: &str) -> FoamResult<()> {
+        if !catalog.sequences.contains_key(name) {
+            return Err(FoamError::Query { message: format!("relation \"{name}\" does not exist"), sqlstate: SqlState::UndefinedTable });
+        }
         let acting = self.role.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_else(|| self.session_user.clone());
         let superuser = self.insecure || catalog.roles.get(&acting).is_some_and(|r| r.superuser);
         let owner = catalog.sequences.get(name).and_then(|s| s.owner.as_deref()) == Some(acting.as_str());
@@ -355,7 +361,11 @@ impl ScalarUDFImpl for SerialSequence {
                     return None;
                 }
                 let (table, column) = (sequence_name(tables.value(row)), columns.value(row));
-                catalog.sequences.values().find(|s| s.owned_by.as_ref().is_some_and(|(t, c)| *t == table && c == column)).map(|s| format!("public.{}", s.name))
+                catalog
+                    .sequences
+                    .values()
+                    .find(|s| s.owned_by.as_ref().is_some_and(|(t, c)| *t == table && c == column))
+                    .map(|s| format!("public.{}", crate::frontend::sequence_ddl::quoted_name(&s.name)))
             })
             .collect();
         crate::exec::function_values::answered(Arc::new(answer), scalar)

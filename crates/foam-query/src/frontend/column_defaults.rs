@@ -65,7 +65,11 @@ pub fn fill(statement: &mut Statement, catalog: &Catalog) -> FoamResult<bool> {
     match width {
         Some(width) if width > targets.len() => return Ok(false), // the planner's error
         Some(width) if insert.columns.is_empty() => targets.truncate(width),
-        None if insert.columns.is_empty() => return Ok(false), // a query for every column, in order
+        None if insert.columns.is_empty() => {
+            // A query for every column, in order.
+            check_generated_always(&table, &targets, source)?;
+            return Ok(false);
+        }
         _ => {}
     }
     check_generated_always(&table, &targets, source)?;

@@ -86,10 +86,15 @@ pub fn choose_names(command: &mut CatalogCommand, taken: impl Fn(&str) -> bool) 
 /// A column default that draws from `sequence`, as PostgreSQL writes it
 /// (the name quoted where it must be).
 pub fn nextval_default(sequence: &str) -> String {
+    format!("nextval('{}'::regclass)", quoted_name(sequence).replace('\'', "''"))
+}
+
+/// A sequence's name as PostgreSQL prints it: double-quoted unless it is
+/// lowercase letters, digits and underscores.
+pub fn quoted_name(sequence: &str) -> String {
     let simple = sequence.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
         && sequence.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    let name = if simple { sequence.to_string() } else { format!("\"{}\"", sequence.replace('"', "\"\"")) };
-    format!("nextval('{}'::regclass)", name.replace('\'', "''"))
+    if simple { sequence.to_string() } else { format!("\"{}\"", sequence.replace('"', "\"\"")) }
 }
 
 /// The catalog command of `CREATE SEQUENCE` or `DROP SEQUENCE name[, ...]`
@@ -224,11 +229,13 @@ fn ordered_clauses(tokens: &[TokenWithSpan], skip: usize) -> Option<Vec<TokenWit
     let mut starts: Vec<(usize, usize)> = Vec::new();
     let mut depth = 0;
     let mut after_no = false;
+    let mut after_name_part = false;
     for (at, &i) in significant.iter().enumerate().skip(skip) {
         match &tokens[i].token {
             Token::LParen => depth += 1,
             Token::RParen => depth -= 1,
-            word if depth == 0 && !after_no => {
+            // A word after `.` or `BY` is a name (`OWNED BY t.start`).
+            word if depth == 0 && !after_no && !after_name_part => {
                 let next = significant.get(at + 1).map(|&n| &tokens[n].token);
                 if let Some(r) = rank(word, next) {
                     starts.push((i, r));
@@ -237,6 +244,7 @@ fn ordered_clauses(tokens: &[TokenWithSpan], skip: usize) -> Option<Vec<TokenWit
             _ => {}
         }
         after_no = keyword_is(&tokens[i].token, "no");
+        after_name_part = tokens[i].token == Token::Period || keyword_is(&tokens[i].token, "by");
     }
     if starts.windows(2).all(|w| w[0].1 <= w[1].1) {
         return None;
