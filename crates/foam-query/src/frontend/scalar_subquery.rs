@@ -94,6 +94,12 @@ pub fn rewrite(statement: &mut Statement, is_aggregate: &dyn Fn(&str) -> bool) {
 /// could give more than one row; whether it did.
 fn single_valued(query: &mut Query, is_aggregate: &dyn Fn(&str) -> bool) -> bool {
     if let SetExpr::Select(select) = query.body.as_mut()
+        && matches!(&select.group_by, GroupByExpr::Expressions(keys, _) if !keys.is_empty())
+        && groups_fixed_by_filter(select)
+    {
+        constants_to_having(select);
+    }
+    if let SetExpr::Select(select) = query.body.as_mut()
         && matches!(select.distinct, Some(datafusion::sql::sqlparser::ast::Distinct::Distinct))
         && matches!(&select.group_by, GroupByExpr::Expressions(keys, _) if keys.is_empty())
         && groups_fixed_by_filter(select)
@@ -259,6 +265,53 @@ fn groups_fixed_by_filter(select: &Select) -> bool {
         }
     }
     keys.iter().all(|key| fixed.contains(&key.to_string()))
+}
+
+/// A GROUP BY subquery left as it stands stays correlated only while its
+/// WHERE holds the keys equal to outer columns: DataFusion's simplifier
+/// folds `u.k = t.k AND false` to `false`, after which the plan fails
+/// DataFusion's own check ("A GROUP BY clause in a scalar correlated
+/// subquery cannot contain non-correlated columns"; fuzz seed 59391 w37).
+/// A conjunct that reads no column (nor calls a function, which could be
+/// volatile) keeps every row or none, before grouping or after alike: it
+/// moves to HAVING.
+fn constants_to_having(select: &mut Select) {
+    let Some(filter) = select.selection.take() else { return };
+    let mut conjuncts = vec![filter];
+    let (mut kept, mut moved) = (Vec::new(), Vec::new());
+    while let Some(conjunct) = conjuncts.pop() {
+        match conjunct {
+            Expr::BinaryOp { left, op: BinaryOperator::And, right } => conjuncts.extend([*right, *left]),
+            Expr::Nested(inner) if matches!(inner.as_ref(), Expr::BinaryOp { op: BinaryOperator::And, .. } | Expr::Nested(_)) => conjuncts.push(*inner),
+            conjunct if reads_nothing(&conjunct) => moved.push(conjunct),
+            conjunct => kept.push(conjunct),
+        }
+    }
+    let and_all = |exprs: Vec<Expr>| {
+        exprs.into_iter().reduce(|left, right| Expr::BinaryOp { left: Box::new(left), op: BinaryOperator::And, right: Box::new(right) })
+    };
+    select.selection = and_all(kept);
+    if !moved.is_empty() {
+        select.having = and_all(select.having.take().into_iter().chain(moved.into_iter().map(|e| Expr::Nested(Box::new(e)))).collect());
+    }
+}
+
+/// Whether `expr` reads no column and calls no function or subquery.
+fn reads_nothing(expr: &Expr) -> bool {
+    struct Reads;
+    impl Visitor for Reads {
+        type Break = ();
+        fn pre_visit_query(&mut self, _query: &Query) -> ControlFlow<()> {
+            ControlFlow::Break(())
+        }
+        fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
+            match expr {
+                Expr::Identifier(_) | Expr::CompoundIdentifier(_) | Expr::Function(_) => ControlFlow::Break(()),
+                _ => ControlFlow::Continue(()),
+            }
+        }
+    }
+    expr.visit(&mut Reads).is_continue()
 }
 
 /// Whether `expr` calls an aggregate (not as a window function) outside a
@@ -484,6 +537,12 @@ mod tests {
         ] {
             assert_eq!(rewritten(same), same);
         }
+        // A conjunct that reads nothing goes to HAVING, where folding it
+        // leaves the correlation in place.
+        assert_eq!(
+            rewritten("SELECT a FROM t WHERE a = (SELECT count(*) FROM u AS x WHERE x.d = t.d AND 1 IN (2, 3) AND ((x.c > 0 AND NOT true)) GROUP BY x.d)"),
+            "SELECT a FROM t WHERE a = (SELECT count(*) FROM u AS x WHERE x.d = t.d AND x.c > 0 GROUP BY x.d HAVING (1 IN (2, 3)) AND (NOT true))"
+        );
         assert_eq!(rewritten("SELECT (SELECT DISTINCT x.d FROM u AS x WHERE x.d = t.d) FROM t"), "SELECT (SELECT min(x.d) FROM u AS x WHERE x.d = t.d) FROM t");
         // A key equal to a column of the subquery's own is not fixed.
         assert!(rewritten("SELECT (SELECT count(*) FROM u AS x JOIN v ON true WHERE x.d = v.d GROUP BY x.d) FROM t").contains(SINGLE_VALUE));
