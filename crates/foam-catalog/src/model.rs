@@ -378,6 +378,15 @@ pub enum CatalogCommand {
     AllocateSequence { name: String, count: u64 },
     /// `setval`.
     SetSequence { name: String, value: i64, is_called: bool },
+    /// `ALTER SEQUENCE name OWNED BY table.column | NONE`: dropped with the
+    /// column's table, or with nothing.
+    SetSequenceOwnedBy { name: String, owned_by: Option<(String, String)> },
+    /// `ALTER TABLE t ALTER COLUMN c SET DEFAULT expr` (SQL text) or `DROP
+    /// DEFAULT` (`None`).
+    SetColumnDefault { table: String, column: String, default: Option<String> },
+    /// `ALTER TABLE t ALTER COLUMN c ADD GENERATED ... AS IDENTITY`: the
+    /// column draws from `sequence`, made with it and owned by it.
+    AddIdentity { table: String, column: String, identity: Identity, sequence: crate::sequences::SequenceDef },
     CreateView {
         name: String,
         query_sql: String,
@@ -465,6 +474,25 @@ impl Catalog {
     /// namespace of relations) is named `name`.
     pub fn relation_exists(&self, name: &str) -> bool {
         self.tables.contains_key(name) || self.views.contains_key(name) || self.sequences.contains_key(name)
+    }
+
+    /// The first column (table, column) whose default draws from sequence
+    /// `name`: `nextval('name')` in any of the ways the name may be spelled.
+    fn default_using(&self, name: &str) -> Option<(String, String)> {
+        let spellings: Vec<String> = [name.to_string(), crate::sequences::quoted_name(name)]
+            .iter()
+            .flat_map(|n| [n.clone(), format!("public.{n}")])
+            .map(|n| format!("'{}'", n.replace('\'', "''")))
+            .collect();
+        let uses = |d: &String| d.contains("nextval") && spellings.iter().any(|s| d.contains(s.as_str()));
+        self.tables.values().find_map(|t| t.columns.iter().find(|c| c.default.as_ref().is_some_and(uses)).map(|c| (t.name.clone(), c.name.clone())))
+    }
+
+    /// Column `column` of table `table`, to change: 42P01 or 42703 when
+    /// there is no such table or column.
+    fn column_mut(&mut self, table: &str, column: &str) -> FoamResult<&mut ColumnDef> {
+        let def = self.tables.get_mut(table).ok_or_else(|| FoamError::UndefinedTable { name: table.to_string() })?;
+        def.columns.iter_mut().find(|c| c.name == column).ok_or_else(|| FoamError::UndefinedColumn { table: table.to_string(), column: column.to_string() })
     }
 
     pub fn table(&self, name: &str) -> FoamResult<&TableDef> {
@@ -566,6 +594,16 @@ impl Catalog {
             }
             CatalogCommand::DropTable { name, if_exists } => match self.tables.remove(name) {
                 Some(table) => {
+                    let owned = self.sequences.values().filter(|s| s.owned_by.as_ref().is_some_and(|(owner, _)| owner == name));
+                    if let Some((sequence, (user, column))) = owned.filter_map(|s| Some((s.name.clone(), self.default_using(&s.name)?))).next() {
+                        return Err(FoamError::Query {
+                            message: format!(
+                                "cannot drop table {name} because other objects depend on it (the default of column {column} of table {user} \
+                                 draws from its sequence {sequence})"
+                            ),
+                            sqlstate: SqlState::DependentObjectsStillExist,
+                        });
+                    }
                     self.sequences.retain(|_, s| s.owned_by.as_ref().is_none_or(|(owner, _)| owner != name));
                     Ok(CommandOutcome::TableDropped { table })
                 }
@@ -616,14 +654,28 @@ impl Catalog {
                 if !self.roles.contains_key(owner) {
                     return Err(undefined_role(owner));
                 }
+                let linked = self.sequences.get(relation).filter(|s| s.owner.as_ref() != Some(owner)).and_then(|s| s.owned_by.as_ref());
+                if let Some((table, _)) = linked.filter(|(t, _)| self.tables.contains_key(t)) {
+                    return Err(FoamError::Query {
+                        message: format!("cannot change owner of sequence \"{relation}\": it is linked to table \"{table}\", whose owner it has"),
+                        sqlstate: SqlState::FeatureNotSupported,
+                    });
+                }
                 let acl = match self.tables.get_mut(relation) {
                     Some(table) => &mut table.acl,
-                    None => match self.views.get_mut(relation) {
-                        Some(view) => &mut view.acl,
-                        None => return Err(FoamError::UndefinedTable { name: relation.clone() }),
+                    None => match (self.views.get_mut(relation), self.sequences.get_mut(relation)) {
+                        (Some(view), _) => &mut view.acl,
+                        (None, Some(sequence)) => {
+                            sequence.owner = Some(owner.clone());
+                            return Ok(CommandOutcome::Applied);
+                        }
+                        (None, None) => return Err(FoamError::UndefinedTable { name: relation.clone() }),
                     },
                 };
                 acl.owner = Some(owner.clone());
+                for sequence in self.sequences.values_mut().filter(|s| s.owned_by.as_ref().is_some_and(|(table, _)| table == relation)) {
+                    sequence.owner = Some(owner.clone());
+                }
                 Ok(CommandOutcome::Applied)
             }
             CatalogCommand::RegisterNode { id, node_addr, sql_addr } => {
@@ -896,12 +948,7 @@ impl Catalog {
                 Ok(CommandOutcome::Applied)
             }
             CatalogCommand::DropSequence { name, if_exists } => {
-                let quoted = format!("'{}'", name.replace('\'', "''"));
-                let used_by = self.sequences.get(name).and_then(|s| s.owned_by.clone()).filter(|(table, _)| self.tables.contains_key(table)).or_else(|| {
-                    self.tables.values().find_map(|t| {
-                        t.columns.iter().find(|c| c.default.as_ref().is_some_and(|d| d.contains("nextval") && d.contains(&quoted))).map(|c| (t.name.clone(), c.name.clone()))
-                    })
-                });
+                let used_by = self.default_using(name);
                 if let Some((table, column)) = used_by {
                     return Err(FoamError::Query {
                         message: format!("cannot drop sequence {name} because other objects depend on it (the default of column {column} of table {table})"),
@@ -920,6 +967,62 @@ impl Catalog {
             }
             CatalogCommand::SetSequence { name, value, is_called } => {
                 self.sequences.get_mut(name).ok_or_else(|| undefined_sequence(name))?.set(*value, *is_called)?;
+                Ok(CommandOutcome::Applied)
+            }
+            CatalogCommand::SetSequenceOwnedBy { name, owned_by } => {
+                let sequence = self.sequences.get(name).ok_or_else(|| undefined_sequence(name))?;
+                let identity = sequence.owned_by.as_ref().and_then(|(table, column)| self.tables.get(table)?.columns.iter().find(|c| &c.name == column));
+                if identity.is_some_and(|c| c.identity.is_some()) {
+                    return Err(FoamError::Query { message: format!("cannot change ownership of identity sequence \"{name}\""), sqlstate: SqlState::FeatureNotSupported });
+                }
+                if let Some((table, column)) = owned_by {
+                    let owner = sequence.owner.clone();
+                    self.column_mut(table, column)?;
+                    if self.tables.get(table).is_some_and(|t| t.acl.owner != owner) {
+                        return Err(FoamError::Query {
+                            message: format!("sequence \"{name}\" must have the same owner as table \"{table}\" it is linked to"),
+                            sqlstate: SqlState::ObjectNotInPrerequisiteState,
+                        });
+                    }
+                }
+                self.sequences.get_mut(name).ok_or_else(|| undefined_sequence(name))?.owned_by = owned_by.clone();
+                Ok(CommandOutcome::Applied)
+            }
+            CatalogCommand::SetColumnDefault { table, column, default } => {
+                let def = self.column_mut(table, column)?;
+                if def.identity.is_some() {
+                    return Err(FoamError::Query {
+                        message: format!("column \"{column}\" of relation \"{table}\" is an identity column"),
+                        sqlstate: SqlState::SyntaxError,
+                    });
+                }
+                def.default = default.clone();
+                Ok(CommandOutcome::Applied)
+            }
+            CatalogCommand::AddIdentity { table, column, identity, sequence } => {
+                check_identifier(&sequence.name)?;
+                let exists = self.relation_exists(&sequence.name);
+                let def = self.column_mut(table, column)?;
+                let refused = |what: &str, sqlstate| {
+                    Err(FoamError::Query { message: format!("column \"{column}\" of relation \"{table}\" {what}"), sqlstate })
+                };
+                if def.nullable {
+                    return refused("must be declared NOT NULL before identity can be added", SqlState::ObjectNotInPrerequisiteState);
+                }
+                if def.identity.is_some() {
+                    return refused("is already an identity column", SqlState::ObjectNotInPrerequisiteState);
+                }
+                if def.default.is_some() {
+                    return refused("already has a default value", SqlState::ObjectNotInPrerequisiteState);
+                }
+                if exists {
+                    return Err(FoamError::DuplicateTable { name: sequence.name.clone() });
+                }
+                def.identity = Some(*identity);
+                def.default = Some(crate::sequences::nextval_default(&sequence.name));
+                let owner = self.tables.get(table).and_then(|t| t.acl.owner.clone());
+                let sequence = SequenceDef { created: self.version, owned_by: Some((table.clone(), column.clone())), owner, ..sequence.clone() };
+                self.sequences.insert(sequence.name.clone(), sequence);
                 Ok(CommandOutcome::Applied)
             }
             CatalogCommand::ReserveTimestamps { upper } => {

@@ -39,6 +39,31 @@ pub struct SequenceDef {
     /// older sequence of the same name is not one of its values.
     #[serde(default)]
     pub created: u64,
+    /// The largest value of its type (`AS smallint | integer | bigint`).
+    #[serde(default = "bigint_max")]
+    pub type_max: i64,
+    /// `next` was set, not reached by handing out values: by CREATE,
+    /// `setval(.., false)` or RESTART (PostgreSQL's `is_called` false).
+    #[serde(default)]
+    pub uncalled: bool,
+}
+
+fn bigint_max() -> i64 {
+    i64::MAX
+}
+
+/// A column default that draws from `sequence`, as PostgreSQL writes it
+/// (the name quoted where it must be).
+pub fn nextval_default(sequence: &str) -> String {
+    format!("nextval('{}'::regclass)", quoted_name(sequence).replace('\'', "''"))
+}
+
+/// A sequence's name as PostgreSQL prints it: double-quoted unless it is
+/// lowercase letters, digits and underscores.
+pub fn quoted_name(sequence: &str) -> String {
+    let simple = sequence.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && sequence.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if simple { sequence.to_string() } else { format!("\"{}\"", sequence.replace('"', "\"\"")) }
 }
 
 /// Values handed to a node: `first`, `first + increment`, ... (`count` of them).
@@ -94,7 +119,30 @@ impl SequenceDef {
             owned_by: None,
             owner: None,
             created: 0,
+            type_max,
+            uncalled: true,
         })
+    }
+
+    /// `last_value` and `is_called` as PostgreSQL shows them when the
+    /// sequence is read as a relation (`SELECT last_value, is_called FROM
+    /// s`, which pg_dump restores with `setval`): the last value handed to
+    /// a node, or the next one, not yet called, after CREATE, RESTART or
+    /// `setval(.., false)`.
+    pub fn state(&self) -> (i64, bool) {
+        let step = i128::from(self.increment);
+        if self.exhausted {
+            let room = match self.increment > 0 {
+                true => (i128::from(self.max) - i128::from(self.next)) / step,
+                false => (i128::from(self.next) - i128::from(self.min)) / -step,
+            };
+            return ((i128::from(self.next) + room * step) as i64, true);
+        }
+        let before = i128::from(self.next) - step;
+        match !self.uncalled && before >= i128::from(self.min) && before <= i128::from(self.max) {
+            true => (before as i64, true),
+            false => (self.next, false),
+        }
     }
 
     /// Hands out up to `count` values from `next` on (at least one): fewer
@@ -119,6 +167,7 @@ impl SequenceDef {
             false => (i128::from(self.next) - i128::from(self.min)) as u128 / step + 1,
         };
         let taken = u128::from(count.max(1)).min(room);
+        self.uncalled = false;
         let block = SequenceBlock { first: self.next, count: taken as u64, increment: self.increment, epoch: self.epoch, created: self.created };
         let after = i128::from(self.next) + i128::from(self.increment) * taken as i128;
         if taken == room {
@@ -140,6 +189,7 @@ impl SequenceDef {
         }
         self.exhausted = false;
         self.next = value;
+        self.uncalled = !is_called;
         if is_called {
             let after = i128::from(value) + i128::from(self.increment);
             if after > i128::from(self.max) || after < i128::from(self.min) {
@@ -221,6 +271,49 @@ mod tests {
             SequenceOptions { max: Some(i64::from(i32::MAX) + 1), ..Default::default() },
         ] {
             assert_eq!(SequenceDef::new("s", options.clone(), i64::from(i32::MAX)).unwrap_err().sqlstate(), "22023", "{options:?}");
+        }
+    }
+
+    #[test]
+    fn state_is_postgresqls() {
+        let mut s = SequenceDef::new("s", SequenceOptions { start: Some(10), increment: Some(5), ..Default::default() }, i64::MAX).unwrap();
+        assert_eq!(s.state(), (10, false));
+        assert_eq!(values(&mut s, 2).unwrap(), vec![10, 15]);
+        assert_eq!(s.state(), (15, true));
+        s.set(50, false).unwrap();
+        assert_eq!(s.state(), (50, false));
+        s.set(50, true).unwrap();
+        assert_eq!(s.state(), (50, true));
+        let mut extreme = SequenceDef::new("e", SequenceOptions { increment: Some(i64::MAX), min: Some(i64::MIN), ..Default::default() }, i64::MAX).unwrap();
+        assert_eq!(values(&mut extreme, 2).unwrap(), vec![i64::MIN, -1]);
+        assert_eq!(extreme.state(), (-1, true));
+        assert_eq!(values(&mut extreme, 1).unwrap(), vec![i64::MAX - 1]);
+        assert_eq!(extreme.state(), (i64::MAX - 1, true));
+    }
+
+    /// A sequence's `(last_value, is_called)` given to `setval` on a fresh
+    /// copy (as a pg_dump restore does) leaves the copy handing out what
+    /// the original would next, or failing as it would.
+    #[test]
+    fn state_restores_through_setval() {
+        let ascending = SequenceOptions { max: Some(10), ..Default::default() };
+        let descending = SequenceOptions { increment: Some(-3), min: Some(-10), ..Default::default() };
+        let cycling = SequenceOptions { max: Some(4), cycle: true, start: Some(2), ..Default::default() };
+        for options in [ascending, descending, cycling] {
+            for drawn in 0..12 {
+                for setval in [None, Some((3, false)), Some((3, true)), Some((-4, false))] {
+                    let mut original = SequenceDef::new("s", options.clone(), i64::MAX).unwrap();
+                    if let Some((value, called)) = setval {
+                        let _ = original.set(value, called);
+                    }
+                    let _ = values(&mut original, drawn);
+                    let (last, called) = original.state();
+                    let mut copy = SequenceDef::new("s", options.clone(), i64::MAX).unwrap();
+                    copy.set(last, called).unwrap();
+                    let next = |s: &mut SequenceDef| s.allocate(1).map(|b| b.first).map_err(|e| e.sqlstate());
+                    assert_eq!(next(&mut copy), next(&mut original), "{options:?} drawn {drawn} setval {setval:?}: state ({last}, {called})");
+                }
+            }
         }
     }
 }

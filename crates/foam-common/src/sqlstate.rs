@@ -91,6 +91,7 @@ sqlstates! {
     DuplicateColumn = "42701",
     InvalidColumnReference = "42P10",
     InvalidTableDefinition = "42P16",
+    WrongObjectType = "42809",
     InvalidObjectDefinition = "42P17",
     OutOfMemory = "53200",
     ObjectNotInPrerequisiteState = "55000",

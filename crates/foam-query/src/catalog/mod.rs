@@ -10,6 +10,7 @@ pub mod pg_keys;
 pub mod pg_stat_activity;
 pub mod pg_missing;
 pub mod pg_owners;
+pub mod pg_sequences;
 pub mod pg_sizes;
 pub mod provider;
 pub mod statistics;

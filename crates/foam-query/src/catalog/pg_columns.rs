@@ -18,8 +18,8 @@
 //! stand-in adds `pg_stat_activity` (`pg_stat_activity.rs`), which
 //! datafusion-pg-catalog lacks, column defaults and identity columns
 //! (`pg_defaults.rs`, `atthasdef`, `attidentity`), each catalog table's `tableoid`
-//! (`pg_missing.rs`), FoamDB's keys (`pg_keys.rs`), and owners and views
-//! (`pg_owners.rs`). PostgreSQL's catalog tables keep its fixed OIDs in
+//! (`pg_missing.rs`), FoamDB's keys (`pg_keys.rs`), sequences
+//! (`pg_sequences.rs`), and owners and views (`pg_owners.rs`). PostgreSQL's catalog tables keep its fixed OIDs in
 //! `pg_class.oid` and `pg_attribute.attrelid` ([`Relations`]), which
 //! `tableoid` and `pg_init_privs` name them by.
 
@@ -39,7 +39,7 @@ use datafusion::physical_plan::collect;
 use foam_catalog::types::SqlType;
 
 use crate::catalog::pg_stat_activity::{self, Viewer};
-use crate::catalog::{pg_defaults, pg_keys, pg_missing, pg_owners};
+use crate::catalog::{pg_defaults, pg_keys, pg_missing, pg_owners, pg_sequences};
 use crate::catalog::provider::{CATALOG_NAME, SCHEMA_NAME};
 use crate::context::NodeContext;
 
@@ -143,6 +143,7 @@ impl SchemaProvider for DeclaredTypes {
         let table = table.map(|table| pg_owners::with_owners(name, table, self.inner.clone(), self.node.clone()));
         let table = table.map(|table| pg_keys::with_keys(name, table, self.inner.clone(), self.node.clone()));
         let table = table.map(|table| pg_defaults::with_defaults(name, table, self.inner.clone(), self.node.clone()));
+        let table = table.map(|table| pg_sequences::with_sequences(name, table, self.inner.clone(), self.node.clone()));
         Ok(table.map(|table| pg_missing::with_system_columns(name, table)))
     }
 

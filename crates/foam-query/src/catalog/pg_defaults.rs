@@ -30,6 +30,12 @@ const PG_ATTRDEF: &str = "pg_attrdef";
 const DEFAULT_OID_BASE: i64 = 1 << 29;
 const COLUMNS_PER_TABLE: i64 = 1 << 11;
 
+/// The `pg_attrdef` OID of the default of column `at` (from 0) of the
+/// table with OID `table_oid`.
+pub(crate) fn default_oid(table_oid: i64, at: usize) -> i32 {
+    (DEFAULT_OID_BASE + table_oid * COLUMNS_PER_TABLE + at as i64 + 1) as i32
+}
+
 /// `pg_attrdef` with FoamDB's defaults; any other table as it is.
 pub fn with_defaults(name: &str, table: Arc<dyn TableProvider>, pg_catalog: Arc<dyn SchemaProvider>, node: Arc<NodeContext>) -> Arc<dyn TableProvider> {
     if name.eq_ignore_ascii_case(PG_ATTRDEF) {
@@ -66,7 +72,7 @@ impl TableProvider for Defaults {
             let Some(table) = catalog.tables.get(name) else { continue };
             for (at, column) in table.columns.iter().enumerate() {
                 let Some(default) = column.default.as_ref().filter(|_| column.identity.is_none()) else { continue };
-                oids.push((DEFAULT_OID_BASE + oid * COLUMNS_PER_TABLE + at as i64 + 1) as i32);
+                oids.push(default_oid(*oid, at));
                 tables.push(*oid as i32);
                 numbers.push(at as i16 + 1);
                 texts.push(default.clone());

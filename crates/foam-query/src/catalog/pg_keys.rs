@@ -194,7 +194,7 @@ fn with_indexes_flagged(batch: &RecordBatch, keys: &[Key]) -> Result<RecordBatch
 /// Rows of `schema` made from one map of values per row; a column not in a
 /// row's map is that row's `template` value where there is one, else
 /// empty (NULL, or zero, false or '' where the column takes no NULL).
-fn rows_of(schema: &SchemaRef, values: Vec<(HashMap<&str, ScalarValue>, Option<(&RecordBatch, usize)>)>) -> Result<Vec<RecordBatch>> {
+pub(crate) fn rows_of(schema: &SchemaRef, values: Vec<(HashMap<&str, ScalarValue>, Option<(&RecordBatch, usize)>)>) -> Result<Vec<RecordBatch>> {
     if values.is_empty() {
         return Ok(Vec::new());
     }
@@ -232,7 +232,7 @@ fn empty_value(field: &Field) -> Result<ScalarValue> {
     })
 }
 
-fn text(value: &str) -> ScalarValue {
+pub(crate) fn text(value: &str) -> ScalarValue {
     ScalarValue::Utf8(Some(value.to_string()))
 }
 

@@ -86,8 +86,9 @@ const MISSING_COLUMNS: [(&str, &str, DataType); 2] = [("pg_class", "relacl", Dat
 /// array, NULL in every row it has: given their array type (an `unnest`,
 /// `array_to_string` or `= ANY` over them plans), and checked to be NULL
 /// when read.
-const RETYPED_COLUMNS: [(&str, &str, DataType); 5] = [
+const RETYPED_COLUMNS: [(&str, &str, DataType); 6] = [
     ("pg_attribute", "attoptions", DataType::Utf8),
+    ("pg_partitioned_table", "partclass", DataType::Int32),
     ("pg_attribute", "attfdwoptions", DataType::Utf8),
     ("pg_event_trigger", "evttags", DataType::Utf8),
     ("pg_policy", "polroles", DataType::Int32),

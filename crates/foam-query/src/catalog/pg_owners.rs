@@ -70,15 +70,20 @@ pub fn role_oid(catalog: &Catalog, name: &str) -> i32 {
     if bootstrap_role(catalog) == Some(name) {
         return BOOTSTRAP_ROLE_OID;
     }
-    // FNV-1a, folded to 29 bits: stable across nodes and restarts.
-    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3));
-    ROLE_OID_BASE + (hash % (1 << 29)) as i32
+    ROLE_OID_BASE + (stable_hash(name) % (1 << 29)) as i32
+}
+
+/// FNV-1a of `name`: the same on every node and after restarts, for OIDs
+/// made from names.
+pub(crate) fn stable_hash(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// The owner's name of relation `name` (its catalog owner, or the
 /// bootstrap role for one only superusers own).
-fn owner_name<'a>(catalog: &'a Catalog, name: &str) -> Option<&'a str> {
-    catalog.acl(name).and_then(|acl| acl.owner.as_deref()).or_else(|| bootstrap_role(catalog))
+pub(crate) fn owner_name<'a>(catalog: &'a Catalog, name: &str) -> Option<&'a str> {
+    let sequence_owner = || catalog.sequences.get(name).and_then(|s| s.owner.as_deref());
+    catalog.acl(name).and_then(|acl| acl.owner.as_deref()).or_else(sequence_owner).or_else(|| bootstrap_role(catalog))
 }
 
 /// The `pg_catalog` tables this module changes.

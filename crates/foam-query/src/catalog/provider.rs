@@ -88,11 +88,14 @@ impl SchemaProvider for FoamSchemaProvider {
             let plan = ctx.state().create_logical_plan(&view.query_sql).await?;
             return Ok(Some(Arc::new(ViewTable::new(plan, Some(view.query_sql.clone())))));
         }
+        if let Some(sequence) = catalog.sequences.get(name) {
+            return crate::catalog::pg_sequences::relation(sequence).map(Some);
+        }
         system_tables::build(name, &self.node).await.map_err(DataFusionError::from)
     }
 
     fn table_exist(&self, name: &str) -> bool {
         let catalog = self.node.catalog.current();
-        catalog.tables.contains_key(name) || catalog.views.contains_key(name) || system_tables::NAMES.contains(&name)
+        catalog.relation_exists(name) || system_tables::NAMES.contains(&name)
     }
 }

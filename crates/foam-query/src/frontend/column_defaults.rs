@@ -196,11 +196,10 @@ fn values_query(rows: Vec<Vec<Expr>>) -> Query {
 }
 
 fn parse_query(sql: &str) -> FoamResult<Query> {
-    Parser::new(&PostgreSqlDialect {})
-        .try_with_sql(sql)
-        .and_then(|mut parser| parser.parse_query())
-        .map(|query| *query)
-        .map_err(|e| FoamError::Syntax { message: e.to_string() })
+    match crate::frontend::modify::parse_query(sql)? {
+        Statement::Query(query) => Ok(*query),
+        _ => Err(FoamError::internal(format!("not a query: {sql}"))),
+    }
 }
 
 /// A default's SQL text, parsed.

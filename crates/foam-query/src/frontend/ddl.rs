@@ -304,6 +304,43 @@ pub fn alter_table_key(statement: &Statement) -> FoamResult<(String, bool, Uniqu
     }
 }
 
+/// What `ALTER TABLE ... ALTER [COLUMN] c` changes, in the forms FoamDB runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ColumnChange {
+    /// `SET DEFAULT expr`: the expression's SQL text.
+    SetDefault(String),
+    DropDefault,
+    /// `ADD GENERATED { ALWAYS | BY DEFAULT } AS IDENTITY [(options)]`.
+    AddIdentity { identity: foam_catalog::model::Identity, options: Vec<datafusion::sql::sqlparser::ast::SequenceOptions> },
+}
+
+/// `ALTER TABLE [IF EXISTS] [ONLY] t ALTER [COLUMN] c SET DEFAULT expr |
+/// DROP DEFAULT | ADD GENERATED ... AS IDENTITY` (pg_dump writes the first
+/// and last): the table, IF EXISTS, the column and the change; `None` for
+/// another statement. Another change of a column is refused.
+pub fn alter_column(statement: &Statement) -> FoamResult<Option<(String, bool, String, ColumnChange)>> {
+    use datafusion::sql::sqlparser::ast::AlterColumnOperation;
+    let Statement::AlterTable(alter) = statement else { return Ok(None) };
+    let [AlterTableOperation::AlterColumn { column_name, op }] = alter.operations.as_slice() else { return Ok(None) };
+    let column = normalize_ident(&column_name.value, column_name.quote_style);
+    let change = match op {
+        AlterColumnOperation::SetDefault { value } => {
+            crate::frontend::column_defaults::check(&column, value)?;
+            ColumnChange::SetDefault(value.to_string())
+        }
+        AlterColumnOperation::DropDefault => ColumnChange::DropDefault,
+        AlterColumnOperation::AddGenerated { generated_as, sequence_options } => ColumnChange::AddIdentity {
+            identity: match generated_as {
+                Some(GeneratedAs::ByDefault) => foam_catalog::model::Identity::ByDefault,
+                _ => foam_catalog::model::Identity::Always,
+            },
+            options: sequence_options.clone().unwrap_or_default(),
+        },
+        other => return Err(FoamError::FeatureNotSupported { feature: format!("ALTER TABLE ... ALTER COLUMN ... {other}") }),
+    };
+    Ok(Some((table_name(&alter.name)?, alter.if_exists, column, change)))
+}
+
 /// `ALTER TABLE [IF EXISTS] relation OWNER TO role` (pg_dump writes one
 /// for every table and view): the relation and the new owner, with
 /// `CURRENT_USER`, `CURRENT_ROLE` and `SESSION_USER` read as `current_user`
@@ -333,7 +370,7 @@ pub fn alter_schema_owner(statement: &Statement, current_user: &str, session_use
 
 /// The role an `OWNER TO` names, with `CURRENT_USER`, `CURRENT_ROLE` and
 /// `SESSION_USER` read as `current_user` and `session_user`.
-fn owner_named(owner: &datafusion::sql::sqlparser::ast::Owner, current_user: &str, session_user: &str) -> String {
+pub(crate) fn owner_named(owner: &datafusion::sql::sqlparser::ast::Owner, current_user: &str, session_user: &str) -> String {
     use datafusion::sql::sqlparser::ast::Owner;
     match owner {
         Owner::Ident(ident) => normalize_ident(&ident.value, ident.quote_style),

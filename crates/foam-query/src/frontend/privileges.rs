@@ -94,14 +94,14 @@ pub fn read_needs(statement: &Statement, catalog: &Catalog) -> Vec<Need> {
     needs.into_iter().collect()
 }
 
-/// SELECT on each of `relations` the catalog has; superuser for the
+/// SELECT on each of `relations` the catalog has (sequences too); superuser for the
 /// system tables that read every row of every table.
 fn names_read(relations: Vec<String>, catalog: &Catalog) -> BTreeSet<Need> {
     let mut needs = BTreeSet::new();
     for relation in relations {
         if SUPERUSER_SYSTEM_TABLES.contains(&relation.as_str()) && catalog.acl(&relation).is_none() {
             needs.insert(Need::Superuser("read the digests of every partition (foam_partition_digests)"));
-        } else if catalog.acl(&relation).is_some() {
+        } else if catalog.acl(&relation).is_some() || catalog.sequences.contains_key(&relation) {
             needs.insert(Need::Privilege { relation, privilege: Privilege::Select });
         }
     }
@@ -268,6 +268,11 @@ pub fn command_needs(command: &CatalogCommand) -> Vec<Need> {
         CatalogCommand::Grant { object: GrantObject::Relations { names, .. }, .. } => names.iter().cloned().map(Need::Owner).collect(),
         CatalogCommand::Grant { object: GrantObject::Create, .. } => vec![Need::Superuser("grant CREATE on the database")],
         CatalogCommand::AlterOwner { relation, owner } => vec![Need::Owner(relation.clone()), Need::MemberOf(owner.clone())],
+        CatalogCommand::SetSequenceOwnedBy { name, owned_by } => {
+            std::iter::once(name).chain(owned_by.as_ref().map(|(table, _)| table)).cloned().map(Need::Owner).collect()
+        }
+        CatalogCommand::SetSequence { name, .. } => vec![Need::Owner(name.clone())],
+        CatalogCommand::SetColumnDefault { table, .. } | CatalogCommand::AddIdentity { table, .. } => vec![Need::Owner(table.clone())],
         CatalogCommand::AlterRole { name, password: Some(_), login: None, superuser: None } => vec![Need::OwnRole(name.clone())],
         CatalogCommand::CreateRole { .. } | CatalogCommand::AlterRole { .. } | CatalogCommand::DropRole { .. } => {
             vec![Need::Superuser("create, alter or drop roles")]
@@ -318,7 +323,7 @@ pub fn check(needs: &[Need], catalog: &Catalog, acting: &Acting) -> FoamResult<(
         let holds = match need {
             Need::Superuser(_) => false,
             // A relation that does not exist is the statement's own error.
-            Need::Privilege { relation, privilege } => catalog.acl(relation).is_none_or(|acl| acl.allows(role, *privilege)),
+            Need::Privilege { relation, privilege } => holds(catalog, role, relation, *privilege),
             Need::Owner(relation) => match (catalog.acl(relation), catalog.sequences.get(relation)) {
                 (None, Some(sequence)) => sequence.owner.as_deref() == Some(role),
                 (acl, _) => acl.is_none_or(|acl| acl.is_owner(role)),
@@ -331,6 +336,16 @@ pub fn check(needs: &[Need], catalog: &Catalog, acting: &Acting) -> FoamResult<(
         }
     }
     Ok(())
+}
+
+/// Whether `role` (not a superuser) holds `privilege` on `relation`; a
+/// relation that does not exist is the statement's own error. A sequence
+/// has no grants yet: it is its owner's.
+fn holds(catalog: &Catalog, role: &str, relation: &str, privilege: Privilege) -> bool {
+    match (catalog.acl(relation), catalog.sequences.get(relation)) {
+        (None, Some(sequence)) => sequence.owner.as_deref() == Some(role),
+        (acl, _) => acl.is_none_or(|acl| acl.allows(role, privilege)),
+    }
 }
 
 /// The view's owner can read what the view reads, and so on for each view
@@ -346,7 +361,7 @@ fn check_view_reads(catalog: &Catalog, view: &str, checked: &mut BTreeSet<String
         let owner = def.acl.owner.as_deref().map(|owner| Acting::of(catalog, owner, false));
         for relation in view_relations(def)? {
             if let Some(Acting::Role(owner)) = &owner
-                && !catalog.acl(&relation).is_none_or(|acl| acl.allows(owner, Privilege::Select))
+                && !holds(catalog, owner, &relation, Privilege::Select)
             {
                 return Err(denied(&Need::Privilege { relation, privilege: Privilege::Select }, catalog));
             }
@@ -357,7 +372,11 @@ fn check_view_reads(catalog: &Catalog, view: &str, checked: &mut BTreeSet<String
 }
 
 fn denied(need: &Need, catalog: &Catalog) -> FoamError {
-    let kind = |relation: &str| if catalog.views.contains_key(relation) { "view" } else { "table" };
+    let kind = |relation: &str| match (catalog.views.contains_key(relation), catalog.sequences.contains_key(relation)) {
+        (true, _) => "view",
+        (false, true) => "sequence",
+        (false, false) => "table",
+    };
     let message = match need {
         Need::Superuser(what) => format!("must be superuser to {what}"),
         Need::Privilege { relation, privilege } => {

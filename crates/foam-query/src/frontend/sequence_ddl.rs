@@ -6,9 +6,13 @@
 //! (foam-catalog `sequences.rs`); the functions that draw from them are in
 //! `exec/sequences.rs`.
 
-use datafusion::sql::sqlparser::ast::{DataType, Expr, ObjectName, SequenceOptions, Statement, UnaryOperator, Value};
+use datafusion::sql::sqlparser::ast::{DataType, Expr, ObjectName, Owner, SequenceOptions, Statement, UnaryOperator, Value};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::keywords::Keyword;
+use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
 use foam_catalog::sequences::{self, SequenceDef};
+pub use foam_catalog::sequences::{nextval_default, quoted_name};
 use foam_catalog::{CatalogCommand, SqlType};
 use foam_common::{FoamError, FoamResult, SqlState};
 
@@ -59,6 +63,18 @@ fn sequence_name_for(table: &str, column: &str, suffix: &str) -> String {
     format!("{table}_{column}_{label}")
 }
 
+/// The first of `<table>_<column>_seq`, `<table>_<column>_seq1`, ... not
+/// `taken`, as PostgreSQL names the sequence of a SERIAL or identity column.
+pub fn free_name(table: &str, column: &str, taken: impl Fn(&str) -> bool) -> String {
+    let mut name = sequence_name_for(table, column, "");
+    let mut n = 0;
+    while taken(&name) {
+        n += 1;
+        name = sequence_name_for(table, column, &n.to_string());
+    }
+    name
+}
+
 /// The sequences a CREATE TABLE makes renamed, as PostgreSQL does, where
 /// their names are taken (`t_id_seq1`, `t_id_seq2`, ...), the columns'
 /// defaults with them.
@@ -67,12 +83,7 @@ pub fn choose_names(command: &mut CatalogCommand, taken: impl Fn(&str) -> bool) 
     let mut chosen: Vec<String> = Vec::new();
     for sequence in sequences.iter_mut() {
         let Some((table, column)) = sequence.owned_by.clone() else { continue };
-        let mut name = sequence.name.clone();
-        let mut n = 0;
-        while taken(&name) || chosen.contains(&name) {
-            n += 1;
-            name = sequence_name_for(&table, &column, &n.to_string());
-        }
+        let name = free_name(&table, &column, |name| taken(name) || chosen.iter().any(|c| c == name));
         if name != sequence.name {
             if let Some(def) = columns.iter_mut().find(|c| c.name == column) {
                 def.default = Some(nextval_default(&name));
@@ -81,20 +92,6 @@ pub fn choose_names(command: &mut CatalogCommand, taken: impl Fn(&str) -> bool) 
         }
         chosen.push(name);
     }
-}
-
-/// A column default that draws from `sequence`, as PostgreSQL writes it
-/// (the name quoted where it must be).
-pub fn nextval_default(sequence: &str) -> String {
-    format!("nextval('{}'::regclass)", quoted_name(sequence).replace('\'', "''"))
-}
-
-/// A sequence's name as PostgreSQL prints it: double-quoted unless it is
-/// lowercase letters, digits and underscores.
-pub fn quoted_name(sequence: &str) -> String {
-    let simple = sequence.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
-        && sequence.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if simple { sequence.to_string() } else { format!("\"{}\"", sequence.replace('"', "\"\"")) }
 }
 
 /// The catalog command of `CREATE SEQUENCE` or `DROP SEQUENCE name[, ...]`
@@ -129,6 +126,97 @@ pub fn commands(statement: &Statement, owner: &str) -> FoamResult<Option<Vec<Cat
         }
         _ => Ok(None),
     }
+}
+
+/// What `ALTER SEQUENCE` changes, in the forms FoamDB runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SequenceChange {
+    /// `OWNED BY table.column | NONE`.
+    OwnedBy(Option<(String, String)>),
+    /// `OWNER TO role`.
+    OwnerTo(Owner),
+    /// `RESTART [[WITH] n]`: the next value is `n`, or the start.
+    Restart(Option<i64>),
+}
+
+/// `ALTER SEQUENCE [IF EXISTS] name OWNED BY table.column | OWNED BY NONE |
+/// OWNER TO role | RESTART [[WITH] n]`, parsed from its tokens (the SQL
+/// parser has no ALTER SEQUENCE): the sequence, IF EXISTS and the change.
+/// Changing its parameters (INCREMENT, MAXVALUE, ...) is 0A000.
+pub fn alter_sequence(tokens: Vec<TokenWithSpan>) -> FoamResult<(String, bool, SequenceChange)> {
+    let syntax = |e: ParserError| FoamError::Syntax { message: e.to_string().trim_start_matches("sql parser error: ").to_string() };
+    let mut parser = Parser::new(&PostgreSqlDialect {}).with_tokens_with_locations(tokens);
+    parser.expect_keywords(&[Keyword::ALTER, Keyword::SEQUENCE]).map_err(syntax)?;
+    let if_exists = parser.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+    let name = ddl::table_name(&parser.parse_object_name(false).map_err(syntax)?)?;
+    let change = if parser.parse_keywords(&[Keyword::OWNED, Keyword::BY]) {
+        SequenceChange::OwnedBy(match parser.parse_keyword(Keyword::NONE) {
+            true => None,
+            false => Some(owning_column(&parser.parse_object_name(false).map_err(syntax)?)?),
+        })
+    } else if parser.parse_keywords(&[Keyword::OWNER, Keyword::TO]) {
+        SequenceChange::OwnerTo(parser.parse_owner().map_err(syntax)?)
+    } else if parser.parse_keyword(Keyword::RESTART) {
+        let with = parser.parse_keyword(Keyword::WITH);
+        SequenceChange::Restart(match parser.peek_token().token {
+            Token::EOF if !with => None,
+            _ => Some(integer(&parser.parse_number().map_err(syntax)?)?),
+        })
+    } else {
+        return Err(FoamError::FeatureNotSupported {
+            feature: format!("ALTER SEQUENCE ... {} (FoamDB changes a sequence's OWNED BY, owner and RESTART; setval sets its next value)", parser.peek_token()),
+        });
+    };
+    match parser.peek_token().token {
+        Token::EOF => Ok((name, if_exists, change)),
+        other => Err(FoamError::Syntax { message: format!("syntax error at or near \"{other}\" in ALTER SEQUENCE") }),
+    }
+}
+
+/// Takes `SEQUENCE NAME name` out of the options of `AS IDENTITY (...)`
+/// (pg_dump writes it in `ALTER TABLE ... ADD GENERATED`), which the SQL
+/// parser does not read: the sequence's name, if given. Parentheses left
+/// empty go too.
+pub fn take_sequence_name(tokens: &mut Vec<TokenWithSpan>) -> FoamResult<Option<String>> {
+    let significant = |tokens: &[TokenWithSpan], from: usize| (from..tokens.len()).find(|&i| !matches!(tokens[i].token, Token::Whitespace(_)));
+    // `AS IDENTITY (`: the option list (a table or column may be named `identity`).
+    let words: Vec<usize> = (0..tokens.len()).filter(|&i| !matches!(tokens[i].token, Token::Whitespace(_))).collect();
+    let found = words.windows(3).find(|w| keyword_is(&tokens[w[0]].token, "as") && keyword_is(&tokens[w[1]].token, "identity") && tokens[w[2]].token == Token::LParen);
+    let Some(open) = found.map(|w| w[2]) else { return Ok(None) };
+    let mut at = open + 1;
+    while let Some(word) = significant(tokens, at) {
+        if tokens[word].token == Token::RParen {
+            break;
+        }
+        let next = significant(tokens, word + 1);
+        if !(keyword_is(&tokens[word].token, "sequence") && next.is_some_and(|n| keyword_is(&tokens[n].token, "name"))) {
+            at = word + 1;
+            continue;
+        }
+        // The name: words joined by periods.
+        let mut parts = Vec::new();
+        let mut end = next.unwrap_or(word);
+        loop {
+            let Some(part) = significant(tokens, end + 1) else { break };
+            let Token::Word(w) = &tokens[part].token else { break };
+            parts.push(w.to_ident(tokens[part].span));
+            end = part;
+            match significant(tokens, end + 1) {
+                Some(period) if tokens[period].token == Token::Period => end = period,
+                _ => break,
+            }
+        }
+        if parts.is_empty() {
+            return Err(FoamError::Syntax { message: "a sequence name is missing after SEQUENCE NAME".into() });
+        }
+        let name = ddl::table_name(&ObjectName::from(parts))?;
+        tokens.drain(word..=end);
+        if let Some(close) = significant(tokens, open + 1).filter(|&i| tokens[i].token == Token::RParen) {
+            tokens.drain(open..=close);
+        }
+        return Ok(Some(name));
+    }
+    Ok(None)
 }
 
 /// `OWNED BY table.column`.
@@ -275,16 +363,14 @@ pub fn names_as_text(statement: &mut Statement) {
         type Break = ();
         fn pre_visit_expr(&mut self, expr: &mut Expr) -> std::ops::ControlFlow<()> {
             let Expr::Function(function) = expr else { return std::ops::ControlFlow::Continue(()) };
-            let named = function.name.0.last().and_then(|p| p.as_ident()).map(|i| i.value.to_lowercase());
-            if !matches!(named.as_deref(), Some("nextval" | "currval" | "setval")) {
+            if !matches!(function_name(function).as_deref(), Some("nextval" | "currval" | "setval")) {
                 return std::ops::ControlFlow::Continue(());
             }
             if let FunctionArguments::List(list) = &mut function.args
                 && let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(first))) = list.args.first_mut()
-                && let Expr::Cast { expr: inner, data_type, .. } = first
-                && data_type.to_string().eq_ignore_ascii_case("regclass")
+                && let Some(inner) = through_regclass(first)
             {
-                *first = inner.as_ref().clone();
+                *first = inner.clone();
             }
             std::ops::ControlFlow::Continue(())
         }
@@ -292,19 +378,29 @@ pub fn names_as_text(statement: &mut Statement) {
     let _ = statement.visit(&mut Strip);
 }
 
+/// A function's name, lower-cased, without its schema.
+fn function_name(function: &datafusion::sql::sqlparser::ast::Function) -> Option<String> {
+    function.name.0.last().and_then(|p| p.as_ident()).map(|i| i.value.to_lowercase())
+}
+
+/// What `expr` casts to `regclass`, if it is such a cast.
+fn through_regclass(expr: &Expr) -> Option<&Expr> {
+    match expr {
+        Expr::Cast { expr, data_type, .. } if data_type.to_string().eq_ignore_ascii_case("regclass") => Some(expr),
+        _ => None,
+    }
+}
+
 /// The sequence a default draws from when it is just `nextval('name')`
 /// (`::regclass` or not), as SERIAL and identity columns have it.
 pub fn nextval_of(default: &str) -> Option<String> {
     use datafusion::sql::sqlparser::ast::{FunctionArg, FunctionArgExpr, FunctionArguments};
     let Ok(Expr::Function(function)) = crate::frontend::column_defaults::parse_expr(default) else { return None };
-    let named = function.name.0.last().and_then(|p| p.as_ident()).map(|i| i.value.to_lowercase());
     let FunctionArguments::List(list) = &function.args else { return None };
-    let ([FunctionArg::Unnamed(FunctionArgExpr::Expr(argument))], Some("nextval")) = (list.args.as_slice(), named.as_deref()) else { return None };
-    let literal = match argument {
-        Expr::Cast { expr, data_type, .. } if data_type.to_string().eq_ignore_ascii_case("regclass") => expr.as_ref(),
-        other => other,
+    let ([FunctionArg::Unnamed(FunctionArgExpr::Expr(argument))], Some("nextval")) = (list.args.as_slice(), function_name(&function).as_deref()) else {
+        return None;
     };
-    match literal {
+    match through_regclass(argument).unwrap_or(argument) {
         Expr::Value(value) => match &value.value {
             Value::SingleQuotedString(name) => Some(crate::exec::sequences::sequence_name(name)),
             _ => None,
@@ -312,4 +408,3 @@ pub fn nextval_of(default: &str) -> Option<String> {
         _ => None,
     }
 }
-

@@ -673,6 +673,11 @@ impl FoamSession {
             FoamStatement::Maintenance { tag, tables } => return prepared(Kind::Maintenance { tag, tables }),
             FoamStatement::AlterCluster(command) => return prepared(Kind::Catalog { command, tag: "ALTER CLUSTER" }),
             FoamStatement::Role { command, tag } => return prepared(Kind::Catalog { command, tag }),
+            FoamStatement::AlterSequence { name, if_exists, change } => return prepared(self.alter_sequence(name, if_exists, change)?),
+            FoamStatement::AddIdentity { statement, sequence } => {
+                let kind = self.alter_column(&statement, Some(sequence)).await?;
+                return prepared(kind.ok_or_else(|| FoamError::FeatureNotSupported { feature: "SEQUENCE NAME outside ALTER TABLE ... ADD GENERATED".into() })?);
+            }
             FoamStatement::Sql { statement, distribution } => (statement, distribution),
         };
         // Catalog queries from psql and drivers use PostgreSQL-only forms
@@ -750,7 +755,7 @@ impl FoamSession {
             *statement = query.clone();
         }
         if let Some((relation, if_exists, owner)) = crate::frontend::ddl::alter_owner(&statement, &self.current_user(), &self.session_user)? {
-            if if_exists && catalog.acl(&relation).is_none() {
+            if if_exists && !catalog.relation_exists(&relation) {
                 // Nothing to do, as for a missing relation under IF EXISTS.
                 return prepared(Kind::Maintenance { tag: "ALTER TABLE", tables: Vec::new() });
             }
@@ -764,6 +769,9 @@ impl FoamSession {
                     feature: format!("changing the owner of schema public (it belongs to {})", current.unwrap_or("the first superuser")),
                 }),
             };
+        }
+        if let Some(kind) = self.alter_column(&statement, None).await? {
+            return prepared(kind);
         }
         if let Statement::AlterTable(_) = *statement {
             let (table, if_exists, key) = crate::frontend::ddl::alter_table_key(&statement)?;
@@ -1540,6 +1548,83 @@ impl FoamSession {
         self.cursors.schema(name).await
     }
 
+    /// `ALTER SEQUENCE` as the catalog command it is.
+    fn alter_sequence(&self, name: String, if_exists: bool, change: crate::frontend::sequence_ddl::SequenceChange) -> FoamResult<Kind> {
+        use crate::frontend::sequence_ddl::SequenceChange;
+        let catalog = self.node.catalog.current();
+        let Some(sequence) = catalog.sequences.get(&name) else {
+            if if_exists {
+                return Ok(Kind::Maintenance { tag: "ALTER SEQUENCE", tables: Vec::new() });
+            }
+            return Err(FoamError::Query { message: format!("relation \"{name}\" does not exist"), sqlstate: foam_common::SqlState::UndefinedTable });
+        };
+        let command = match change {
+            SequenceChange::OwnedBy(owned_by) => CatalogCommand::SetSequenceOwnedBy { name, owned_by },
+            SequenceChange::OwnerTo(owner) => {
+                CatalogCommand::AlterOwner { relation: name, owner: ddl::owner_named(&owner, &self.current_user(), &self.session_user) }
+            }
+            SequenceChange::Restart(value) => CatalogCommand::SetSequence { value: value.unwrap_or(sequence.start), name, is_called: false },
+        };
+        Ok(Kind::Catalog { command, tag: "ALTER SEQUENCE" })
+    }
+
+    /// `ALTER TABLE ... ALTER COLUMN c SET DEFAULT | DROP DEFAULT | ADD
+    /// GENERATED ... AS IDENTITY` as the catalog command it is, the default
+    /// checked as CREATE TABLE checks one; `None` for another statement.
+    /// `sequence` names an identity column's sequence (`SEQUENCE NAME`).
+    async fn alter_column(&self, statement: &Statement, sequence: Option<String>) -> FoamResult<Option<Kind>> {
+        use crate::frontend::ddl::ColumnChange;
+        let Some((table, if_exists, column, change)) = ddl::alter_column(statement)? else { return Ok(None) };
+        let catalog = self.node.catalog.current();
+        let Some(def) = catalog.tables.get(&table) else {
+            if if_exists {
+                return Ok(Some(Kind::Maintenance { tag: "ALTER TABLE", tables: Vec::new() }));
+            }
+            return Err(FoamError::UndefinedTable { name: table });
+        };
+        let Some(column_def) = def.columns.iter().find(|c| c.name == column) else {
+            return Err(FoamError::UndefinedColumn { table, column });
+        };
+        // The owner's alone, before a default is planned or run.
+        self.check_privileges(&[Need::Owner(table.clone())])?;
+        let command = match change {
+            ColumnChange::SetDefault(default) => {
+                let default = self.checked_default(&catalog, foam_catalog::model::ColumnDef { default: Some(default), ..column_def.clone() }, &[]).await?;
+                CatalogCommand::SetColumnDefault { table, column, default: default.default }
+            }
+            ColumnChange::DropDefault => CatalogCommand::SetColumnDefault { table, column, default: None },
+            ColumnChange::AddIdentity { identity, options } => {
+                let mut new = crate::frontend::sequence_ddl::column_sequence(&table, &column, &column_def.sql_type, &options)?;
+                new.name = match sequence {
+                    Some(name) => name,
+                    None => crate::frontend::sequence_ddl::free_name(&table, &column, |name| catalog.relation_exists(name)),
+                };
+                check_not_system_table(&new.name)?;
+                CatalogCommand::AddIdentity { table, column, identity, sequence: new }
+            }
+        };
+        Ok(Some(Kind::Catalog { command, tag: "ALTER TABLE" }))
+    }
+
+    /// `column` with its default checked (see [`Self::check_default`]) and,
+    /// where it is just `nextval('s')`, written as PostgreSQL prints it: the
+    /// sequence must exist, or be among `coming` (made with the table).
+    async fn checked_default(
+        &self,
+        catalog: &foam_catalog::Catalog,
+        mut column: foam_catalog::model::ColumnDef,
+        coming: &[foam_catalog::sequences::SequenceDef],
+    ) -> FoamResult<foam_catalog::model::ColumnDef> {
+        self.check_default(&column).await?;
+        if let Some(sequence) = column.default.as_deref().and_then(crate::frontend::sequence_ddl::nextval_of) {
+            if !catalog.sequences.contains_key(&sequence) && !coming.iter().any(|s| s.name == sequence) {
+                return Err(FoamError::Query { message: format!("relation \"{sequence}\" does not exist"), sqlstate: foam_common::SqlState::UndefinedTable });
+            }
+            column.default = Some(crate::frontend::sequence_ddl::nextval_default(&sequence));
+        }
+        Ok(column)
+    }
+
     /// The plan of one row holding a column default cast to the column's type.
     async fn default_plan(&self, default: &str, sql_type: &foam_catalog::SqlType) -> FoamResult<LogicalPlan> {
         let mut probe = crate::frontend::modify::parse_query(&format!("SELECT CAST(({default}) AS {})", sql_type.cast_name()))?;
@@ -1613,16 +1698,10 @@ impl FoamSession {
                 if let CatalogCommand::CreateTable { name, owner, columns, sequences, .. } = &mut create {
                     check_not_system_table(name)?;
                     *owner = Some(self.current_user());
-                    for column in columns.iter() {
-                        self.check_default(column).await?;
-                        // As PostgreSQL resolves `nextval('s'::regclass)` when the
-                        // table is made: the sequence must exist (or come with it).
-                        if let Some(sequence) = column.default.as_deref().and_then(crate::frontend::sequence_ddl::nextval_of)
-                            && !catalog.sequences.contains_key(&sequence)
-                            && !sequences.iter().any(|s| s.name == sequence)
-                        {
-                            return Err(FoamError::Query { message: format!("relation \"{sequence}\" does not exist"), sqlstate: foam_common::SqlState::UndefinedTable });
-                        }
+                    // As PostgreSQL resolves `nextval('s'::regclass)` when the
+                    // table is made: the sequence must exist (or come with it).
+                    for column in columns.iter_mut() {
+                        *column = self.checked_default(&catalog, column.clone(), sequences).await?;
                     }
                 }
                 // The default partition count depends on this node's worker threads.
@@ -1670,6 +1749,9 @@ impl FoamSession {
                     return Err(FoamError::FeatureNotSupported { feature: "CREATE or DROP SEQUENCE inside a transaction block".into() });
                 }
                 let commands = crate::frontend::sequence_ddl::commands(statement, &self.current_user())?.unwrap_or_default();
+                if let Some(CatalogCommand::CreateSequence { sequence, .. }) = commands.first() {
+                    check_not_system_table(&sequence.name)?;
+                }
                 // Every name is checked before any is dropped (owners are
                 // checked with the statement's privileges).
                 let catalog = self.node.catalog.current();

@@ -7,7 +7,7 @@
 //!   "CREATE TABLE t (k INT) DISTRIBUTED BY (k); SELECT ...; CHECKPOINT"
 //!     ─▶ tokens ─▶ split at `;` ─▶ one StatementTokens per statement
 //!          (the DISTRIBUTED clause cut from CREATE TABLE's tokens, typed)
-//!     ─▶ parse, statement by statement ─▶ FoamStatement::{Sql, AlterCluster, Role, Checkpoint, Empty}
+//!     ─▶ parse, statement by statement ─▶ FoamStatement::{Sql, AlterCluster, Role, Checkpoint, ...}
 //! ```
 //! Each statement is parsed when its turn comes, so a syntax error in a
 //! later statement stops the string there, after the earlier ones ran.
@@ -55,6 +55,12 @@ pub enum FoamStatement {
     /// `VACUUM` or `ANALYZE` (the tag) of some tables (their names in the
     /// catalog), all when none is named.
     Maintenance { tag: &'static str, tables: Vec<String> },
+    /// `ALTER SEQUENCE` (`sequence_ddl.rs`).
+    AlterSequence { name: String, if_exists: bool, change: crate::frontend::sequence_ddl::SequenceChange },
+    /// `ALTER TABLE ... ADD GENERATED ... AS IDENTITY (SEQUENCE NAME n, ...)`:
+    /// the statement without the `SEQUENCE NAME` its parser cannot read,
+    /// and that name.
+    AddIdentity { statement: Box<Statement>, sequence: String },
 }
 
 /// Splits `sql` into statements at top-level semicolons, tokenizing it
@@ -181,17 +187,21 @@ impl StatementTokens {
             return cluster_command(&words).map(FoamStatement::AlterCluster);
         }
         if words.len() >= 2 && keyword_is(words[0], "alter") && keyword_is(words[1], "sequence") {
-            return Err(FoamError::FeatureNotSupported { feature: "ALTER SEQUENCE (setval sets the next value)".into() });
+            let (name, if_exists, change) = crate::frontend::sequence_ddl::alter_sequence(self.tokens)?;
+            return Ok(FoamStatement::AlterSequence { name, if_exists, change });
         }
         if roles::is_role_membership(&words) {
             return Err(FoamError::FeatureNotSupported { feature: "GRANT or REVOKE of role membership (grant privileges on tables instead)".into() });
         }
         let is_role = roles::is_role_statement(&words);
         let is_copy = keyword_is(words[0], "copy");
-        // CREATE SEQUENCE, or CREATE TABLE with an identity column.
-        let has_sequence_options = keyword_is(words[0], "create")
-            && (words.get(1).is_some_and(|w| keyword_is(w, "sequence")) || words.iter().any(|w| keyword_is(w, "identity")));
+        // CREATE SEQUENCE, or CREATE or ALTER TABLE with an identity column.
+        let adds_identity = keyword_is(words[0], "alter") && words.iter().any(|w| keyword_is(w, "identity"));
+        let has_sequence_options = adds_identity
+            || keyword_is(words[0], "create")
+                && (words.get(1).is_some_and(|w| keyword_is(w, "sequence")) || words.iter().any(|w| keyword_is(w, "identity")));
         let mut tokens = self.tokens;
+        let sequence_name = if adds_identity { crate::frontend::sequence_ddl::take_sequence_name(&mut tokens)? } else { None };
         let user = is_role && roles::user_as_role(&mut tokens);
         if is_copy {
             copy_booleans_as_literals(&mut tokens);
@@ -212,6 +222,9 @@ impl StatementTokens {
         if is_role {
             let (command, tag) = roles::role_command(&statement, user)?;
             return Ok(FoamStatement::Role { command, tag });
+        }
+        if let Some(sequence) = sequence_name {
+            return Ok(FoamStatement::AddIdentity { statement: Box::new(statement), sequence });
         }
         if self.distribution.is_some() && !matches!(statement, Statement::CreateTable(_)) {
             return Err(FoamError::Syntax { message: "DISTRIBUTED applies only to CREATE TABLE".into() });
