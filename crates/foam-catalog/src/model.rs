@@ -11,7 +11,7 @@ use foam_common::limits::{IDENTIFIER_BYTES_MAX, PARTITIONS_PER_TABLE_MAX, REPLIC
 use foam_common::{FoamError, FoamResult, NodeId, PartitionId, SqlState, TableId};
 use serde::{Deserialize, Serialize};
 
-use crate::privileges::{Acl, GrantObject};
+use crate::privileges::{Acl, GrantObject, Privilege};
 use crate::roles::{RoleDef, ScramVerifier};
 use crate::sequences::SequenceDef;
 use crate::types::SqlType;
@@ -562,7 +562,7 @@ impl Catalog {
                     }
                 }
                 for sequence in sequences {
-                    self.sequences.insert(sequence.name.clone(), SequenceDef { owner: owner.clone(), created: self.version, ..sequence.clone() });
+                    self.sequences.insert(sequence.name.clone(), SequenceDef { acl: Acl { owner: owner.clone(), ..Acl::default() }, created: self.version, ..sequence.clone() });
                 }
                 // A table with a primary key and no distribution key is
                 // distributed by its primary key.
@@ -654,7 +654,7 @@ impl Catalog {
                 if !self.roles.contains_key(owner) {
                     return Err(undefined_role(owner));
                 }
-                let linked = self.sequences.get(relation).filter(|s| s.owner.as_ref() != Some(owner)).and_then(|s| s.owned_by.as_ref());
+                let linked = self.sequences.get(relation).filter(|s| s.acl.owner.as_ref() != Some(owner)).and_then(|s| s.owned_by.as_ref());
                 if let Some((table, _)) = linked.filter(|(t, _)| self.tables.contains_key(t)) {
                     return Err(FoamError::Query {
                         message: format!("cannot change owner of sequence \"{relation}\": it is linked to table \"{table}\", whose owner it has"),
@@ -665,16 +665,13 @@ impl Catalog {
                     Some(table) => &mut table.acl,
                     None => match (self.views.get_mut(relation), self.sequences.get_mut(relation)) {
                         (Some(view), _) => &mut view.acl,
-                        (None, Some(sequence)) => {
-                            sequence.owner = Some(owner.clone());
-                            return Ok(CommandOutcome::Applied);
-                        }
+                        (None, Some(sequence)) => &mut sequence.acl,
                         (None, None) => return Err(FoamError::UndefinedTable { name: relation.clone() }),
                     },
                 };
                 acl.owner = Some(owner.clone());
                 for sequence in self.sequences.values_mut().filter(|s| s.owned_by.as_ref().is_some_and(|(table, _)| table == relation)) {
-                    sequence.owner = Some(owner.clone());
+                    sequence.acl.owner = Some(owner.clone());
                 }
                 Ok(CommandOutcome::Applied)
             }
@@ -812,7 +809,7 @@ impl Catalog {
                 if !self.roles.contains_key(name) {
                     return if *if_exists { Ok(CommandOutcome::Skipped) } else { Err(undefined_role(name)) };
                 }
-                let acls = self.tables.iter().map(|(n, t)| (n, &t.acl)).chain(self.views.iter().map(|(n, v)| (n, &v.acl)));
+                let acls = self.tables.iter().map(|(n, t)| (n, &t.acl)).chain(self.views.iter().map(|(n, v)| (n, &v.acl))).chain(self.sequences.iter().map(|(n, s)| (n, &s.acl)));
                 let mut depending: Vec<String> = acls
                     .filter(|(_, acl)| acl.mentions(name))
                     .map(|(relation, acl)| format!("{} \"{relation}\"", if acl.is_owner(name) { "owner of" } else { "privileges for" }))
@@ -917,15 +914,30 @@ impl Catalog {
                         }
                     }
                     GrantObject::Relations { names, privileges } => {
-                        if let Some(missing) = names.iter().find(|n| !self.tables.contains_key(*n) && !self.views.contains_key(*n)) {
+                        if let Some(missing) = names.iter().find(|n| !self.relation_exists(n)) {
                             return Err(FoamError::UndefinedTable { name: missing.clone() });
                         }
                         for name in names {
-                            let acl = match self.tables.get_mut(name) {
-                                Some(table) => &mut table.acl,
-                                None => &mut self.views.get_mut(name).expect("checked above").acl,
-                            };
-                            acl.change(privileges, grantees, *revoke);
+                            match (self.tables.get_mut(name), self.views.get_mut(name), self.sequences.get_mut(name)) {
+                                (Some(table), _, _) => table.acl.change(privileges, grantees, *revoke),
+                                (None, Some(view), _) => view.acl.change(privileges, grantees, *revoke),
+                                // `ON TABLE s` names a sequence too: what of it a sequence takes.
+                                (None, None, Some(sequence)) => {
+                                    let taken: Vec<Privilege> = privileges.iter().copied().filter(|p| Privilege::SEQUENCE.contains(p)).collect();
+                                    sequence.acl.change(&taken, grantees, *revoke);
+                                }
+                                (None, None, None) => {}
+                            }
+                        }
+                    }
+                    GrantObject::Sequences { names, privileges } => {
+                        if let Some(missing) = names.iter().find(|n| !self.sequences.contains_key(*n)) {
+                            return Err(undefined_sequence(missing));
+                        }
+                        for name in names {
+                            if let Some(sequence) = self.sequences.get_mut(name) {
+                                sequence.acl.change(privileges, grantees, *revoke);
+                            }
                         }
                     }
                 }
@@ -976,7 +988,7 @@ impl Catalog {
                     return Err(FoamError::Query { message: format!("cannot change ownership of identity sequence \"{name}\""), sqlstate: SqlState::FeatureNotSupported });
                 }
                 if let Some((table, column)) = owned_by {
-                    let owner = sequence.owner.clone();
+                    let owner = sequence.acl.owner.clone();
                     self.column_mut(table, column)?;
                     if self.tables.get(table).is_some_and(|t| t.acl.owner != owner) {
                         return Err(FoamError::Query {
@@ -1020,8 +1032,8 @@ impl Catalog {
                 }
                 def.identity = Some(*identity);
                 def.default = Some(crate::sequences::nextval_default(&sequence.name));
-                let owner = self.tables.get(table).and_then(|t| t.acl.owner.clone());
-                let sequence = SequenceDef { created: self.version, owned_by: Some((table.clone(), column.clone())), owner, ..sequence.clone() };
+                let acl = Acl { owner: self.tables.get(table).and_then(|t| t.acl.owner.clone()), ..Acl::default() };
+                let sequence = SequenceDef { created: self.version, owned_by: Some((table.clone(), column.clone())), acl, ..sequence.clone() };
                 self.sequences.insert(sequence.name.clone(), sequence);
                 Ok(CommandOutcome::Applied)
             }
@@ -1241,7 +1253,7 @@ mod tests {
 
     #[test]
     fn grants_need_their_roles_and_relations_and_keep_their_roles_from_being_dropped() {
-        use crate::privileges::{GrantObject, PUBLIC, Privilege};
+        use crate::privileges::{GrantObject, PUBLIC};
         let catalog = cluster(1);
         let (catalog, _) = catalog.apply(&role("alice", false, Some("a"))).unwrap();
         let (catalog, _) = catalog.apply(&role("bob", false, Some("b"))).unwrap();

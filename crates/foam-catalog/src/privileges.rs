@@ -1,5 +1,5 @@
-//! Privileges: who owns each table and view, what other roles were granted
-//! on it, and who may create tables. The front end decides what a statement
+//! Privileges: who owns each table, view and sequence, what other roles
+//! were granted on it, and who may create tables. The front end decides what a statement
 //! needs (`foam-query`'s `frontend/privileges.rs`) and asks these; the
 //! catalog only records ownership and grants, through Raft like every other
 //! change, so every node answers alike.
@@ -26,11 +26,15 @@ pub enum Privilege {
     Update,
     Delete,
     Truncate,
+    /// On a sequence: `nextval` and `currval`.
+    Usage,
 }
 
 impl Privilege {
     /// What `GRANT ALL` grants.
     pub const ALL: [Privilege; 5] = [Privilege::Select, Privilege::Insert, Privilege::Update, Privilege::Delete, Privilege::Truncate];
+    /// What a sequence takes, and `GRANT ALL` on one grants.
+    pub const SEQUENCE: [Privilege; 3] = [Privilege::Usage, Privilege::Select, Privilege::Update];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -39,6 +43,7 @@ impl Privilege {
             Privilege::Update => "UPDATE",
             Privilege::Delete => "DELETE",
             Privilege::Truncate => "TRUNCATE",
+            Privilege::Usage => "USAGE",
         }
     }
 }
@@ -106,6 +111,8 @@ pub enum GrantObject {
     Relations { names: Vec<String>, privileges: Vec<Privilege> },
     /// `CREATE` on the database (or on schema `public`): creating tables and views.
     Create,
+    /// Sequences, by name.
+    Sequences { names: Vec<String>, privileges: Vec<Privilege> },
 }
 
 #[cfg(test)]

@@ -33,8 +33,9 @@ pub struct SequenceDef {
     /// with its table.
     #[serde(default)]
     pub owned_by: Option<(String, String)>,
-    #[serde(default)]
-    pub owner: Option<String>,
+    /// Its owner and grants (`owner` and `grants` in its JSON).
+    #[serde(flatten)]
+    pub acl: crate::privileges::Acl,
     /// The catalog version it was created at: a block a node drew from an
     /// older sequence of the same name is not one of its values.
     #[serde(default)]
@@ -117,7 +118,7 @@ impl SequenceDef {
             exhausted: false,
             epoch: 0,
             owned_by: None,
-            owner: None,
+            acl: crate::privileges::Acl::default(),
             created: 0,
             type_max,
             uncalled: true,
@@ -272,6 +273,18 @@ mod tests {
         ] {
             assert_eq!(SequenceDef::new("s", options.clone(), i64::from(i32::MAX)).unwrap_err().sqlstate(), "22023", "{options:?}");
         }
+    }
+
+    /// A sequence stored before grants existed (`"owner"` beside its other
+    /// fields) reads with that owner and no grants, and is stored alike.
+    #[test]
+    fn sequences_stored_before_grants_keep_their_owner() {
+        let old = r#"{"name":"s","increment":1,"min":1,"max":9,"start":1,"cycle":false,"cache":1,"next":3,"owner":"alice"}"#;
+        let read: SequenceDef = serde_json::from_str(old).unwrap();
+        assert_eq!((read.acl.owner.as_deref(), read.acl.grants.len(), read.type_max, read.uncalled), (Some("alice"), 0, i64::MAX, false));
+        let written = serde_json::to_value(&read).unwrap();
+        assert_eq!(written["owner"], "alice");
+        assert_eq!(serde_json::from_value::<SequenceDef>(written).unwrap(), read);
     }
 
     #[test]

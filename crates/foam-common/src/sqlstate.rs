@@ -73,6 +73,7 @@ sqlstates! {
     DuplicateCursor = "42P03",
     GeneratedAlways = "428C9",
     InsufficientPrivilege = "42501",
+    InvalidGrantOperation = "0LP01",
     InvalidPassword = "28P01",
     InvalidCatalogName = "3D000",
     InvalidSchemaName = "3F000",

@@ -82,7 +82,7 @@ pub(crate) fn stable_hash(name: &str) -> u64 {
 /// The owner's name of relation `name` (its catalog owner, or the
 /// bootstrap role for one only superusers own).
 pub(crate) fn owner_name<'a>(catalog: &'a Catalog, name: &str) -> Option<&'a str> {
-    let sequence_owner = || catalog.sequences.get(name).and_then(|s| s.owner.as_deref());
+    let sequence_owner = || catalog.sequences.get(name).and_then(|s| s.acl.owner.as_deref());
     catalog.acl(name).and_then(|acl| acl.owner.as_deref()).or_else(sequence_owner).or_else(|| bootstrap_role(catalog))
 }
 

@@ -94,18 +94,19 @@ impl SessionSequences {
         SessionSequences { last: Mutex::default(), session_user: session_user.to_string(), role, insecure }
     }
 
-    /// 42501 unless the session's role may change sequence `name`.
+    /// 42501 unless the session's role may change sequence `name` (its
+    /// owner, a superuser, or a role granted UPDATE on it).
     fn check_owner(&self, catalog: &foam_catalog::Catalog, name: &str) -> FoamResult<()> {
         if !catalog.sequences.contains_key(name) {
             return Err(FoamError::Query { message: format!("relation \"{name}\" does not exist"), sqlstate: SqlState::UndefinedTable });
         }
         let acting = self.role.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_else(|| self.session_user.clone());
         let superuser = self.insecure || catalog.roles.get(&acting).is_some_and(|r| r.superuser);
-        let owner = catalog.sequences.get(name).and_then(|s| s.owner.as_deref()) == Some(acting.as_str());
-        if superuser || owner {
+        let allowed = catalog.sequences.get(name).is_some_and(|s| s.acl.allows(&acting, foam_catalog::privileges::Privilege::Update));
+        if superuser || allowed {
             return Ok(());
         }
-        Err(FoamError::InsufficientPrivilege { message: format!("permission denied for sequence {name} (setval is its owner's)") })
+        Err(FoamError::InsufficientPrivilege { message: format!("permission denied for sequence {name} (setval needs UPDATE on it)") })
     }
 }
 

@@ -53,6 +53,9 @@ pub enum Need {
     /// Acting as the role, as giving it a relation does (PostgreSQL's
     /// membership; FoamDB has none, so the role itself or a superuser).
     MemberOf(String),
+    /// One of these privileges on a sequence (`nextval` takes USAGE or
+    /// UPDATE, `currval` SELECT or USAGE, `setval` UPDATE).
+    Sequence { name: String, any_of: &'static [Privilege] },
 }
 
 /// Who a statement runs as.
@@ -88,10 +91,50 @@ pub fn read_needs(statement: &Statement, catalog: &Catalog) -> Vec<Need> {
         other => relations_of(other),
     };
     let mut needs = names_read(relations, catalog);
+    needs.extend(sequence_needs(statement, catalog));
     if calls_function(statement, crate::catalog::system_tables::ClusterStatsReset::NAME) {
         needs.insert(Need::Superuser("reset the cluster's statistics"));
     }
     needs.into_iter().collect()
+}
+
+/// What the sequence functions a statement calls on a named sequence need
+/// (`nextval('s')`: USAGE or UPDATE; `currval`: SELECT or USAGE; `setval`:
+/// UPDATE), as the role running it. An INSERT's identity columns draw
+/// from their sequences without it, as in PostgreSQL. A name computed per
+/// row is checked when `setval` runs; `nextval` and `currval` of one are
+/// not checked.
+pub fn sequence_needs(statement: &Statement, catalog: &Catalog) -> Vec<Need> {
+    use datafusion::sql::sqlparser::ast::{FunctionArg, FunctionArgExpr, FunctionArguments, Value};
+    let identity_of_target = |name: &str| match statement {
+        Statement::Insert(insert) => catalog.sequences.get(name).and_then(|s| s.owned_by.as_ref()).is_some_and(|(table, column)| {
+            matches!(&insert.table, datafusion::sql::sqlparser::ast::TableObject::TableName(target) if ddl::table_name(target).ok().as_ref() == Some(table))
+                && catalog.tables.get(table).and_then(|t| t.columns.iter().find(|c| &c.name == column)).is_some_and(|c| c.identity.is_some())
+        }),
+        _ => false,
+    };
+    let mut needs = Vec::new();
+    let _ = datafusion::sql::sqlparser::ast::visit_expressions(statement, |expr| {
+        if let Expr::Function(function) = expr
+            && let FunctionArguments::List(list) = &function.args
+            && let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(value)))) = list.args.first()
+            && let Value::SingleQuotedString(literal) = &value.value
+        {
+            let name = crate::exec::sequences::sequence_name(literal);
+            let called = function.name.0.last().and_then(|p| p.as_ident()).map(|i| i.value.to_lowercase());
+            let any_of: &'static [Privilege] = match called.as_deref() {
+                Some("nextval") if !identity_of_target(&name) => &[Privilege::Usage, Privilege::Update],
+                Some("currval") => &[Privilege::Select, Privilege::Usage],
+                Some("setval") => &[Privilege::Update],
+                _ => return ControlFlow::<()>::Continue(()),
+            };
+            if catalog.sequences.contains_key(&name) {
+                needs.push(Need::Sequence { name, any_of });
+            }
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    needs
 }
 
 /// SELECT on each of `relations` the catalog has (sequences too); superuser for the
@@ -142,7 +185,9 @@ pub fn modify_read_needs(statement: &Statement, table: &str, catalog: &Catalog) 
     if modify_reads_table(statement) {
         relations.push(table.to_string());
     }
-    names_read(relations, catalog).into_iter().collect()
+    let mut needs = names_read(relations, catalog);
+    needs.extend(sequence_needs(statement, catalog));
+    needs.into_iter().collect()
 }
 
 /// Whether `statement` calls the function `name` anywhere.
@@ -265,7 +310,9 @@ pub fn own_needs(statement: &Statement) -> Vec<Need> {
 /// What running a catalog command FoamDB parsed itself needs.
 pub fn command_needs(command: &CatalogCommand) -> Vec<Need> {
     match command {
-        CatalogCommand::Grant { object: GrantObject::Relations { names, .. }, .. } => names.iter().cloned().map(Need::Owner).collect(),
+        CatalogCommand::Grant { object: GrantObject::Relations { names, .. } | GrantObject::Sequences { names, .. }, .. } => {
+            names.iter().cloned().map(Need::Owner).collect()
+        }
         CatalogCommand::Grant { object: GrantObject::Create, .. } => vec![Need::Superuser("grant CREATE on the database")],
         CatalogCommand::AlterOwner { relation, owner } => vec![Need::Owner(relation.clone()), Need::MemberOf(owner.clone())],
         CatalogCommand::SetSequenceOwnedBy { name, owned_by } => {
@@ -325,9 +372,10 @@ pub fn check(needs: &[Need], catalog: &Catalog, acting: &Acting) -> FoamResult<(
             // A relation that does not exist is the statement's own error.
             Need::Privilege { relation, privilege } => holds(catalog, role, relation, *privilege),
             Need::Owner(relation) => match (catalog.acl(relation), catalog.sequences.get(relation)) {
-                (None, Some(sequence)) => sequence.owner.as_deref() == Some(role),
+                (None, Some(sequence)) => sequence.acl.is_owner(role),
                 (acl, _) => acl.is_none_or(|acl| acl.is_owner(role)),
             },
+            Need::Sequence { name, any_of } => any_of.iter().any(|privilege| holds(catalog, role, name, *privilege)),
             Need::Create => catalog.creators.contains(role) || catalog.creators.contains(PUBLIC),
             Need::OwnRole(name) | Need::MemberOf(name) => name == role,
         };
@@ -338,12 +386,12 @@ pub fn check(needs: &[Need], catalog: &Catalog, acting: &Acting) -> FoamResult<(
     Ok(())
 }
 
-/// Whether `role` (not a superuser) holds `privilege` on `relation`; a
-/// relation that does not exist is the statement's own error. A sequence
-/// has no grants yet: it is its owner's.
+/// Whether `role` (not a superuser) holds `privilege` on `relation` (a
+/// table, view or sequence); a relation that does not exist is the
+/// statement's own error.
 fn holds(catalog: &Catalog, role: &str, relation: &str, privilege: Privilege) -> bool {
     match (catalog.acl(relation), catalog.sequences.get(relation)) {
-        (None, Some(sequence)) => sequence.owner.as_deref() == Some(role),
+        (None, Some(sequence)) => sequence.acl.allows(role, privilege),
         (acl, _) => acl.is_none_or(|acl| acl.allows(role, privilege)),
     }
 }
@@ -386,6 +434,10 @@ fn denied(need: &Need, catalog: &Catalog) -> FoamError {
         Need::Create => format!("permission denied for schema {SCHEMA_NAME} (GRANT CREATE ON DATABASE {DATABASE_NAME} to create tables and views)"),
         Need::OwnRole(name) => format!("permission denied to alter role \"{name}\": only a superuser or the role itself may change its password"),
         Need::MemberOf(name) => format!("must be member of role \"{name}\""),
+        Need::Sequence { name, any_of } => {
+            let names: Vec<&str> = any_of.iter().map(|p| p.name()).collect();
+            format!("permission denied for sequence {name} (needs {} privilege)", names.join(" or "))
+        }
     };
     FoamError::Query { message, sqlstate: SqlState::InsufficientPrivilege }
 }
@@ -436,6 +488,16 @@ pub fn grant_command(statement: &Statement, catalog: &Catalog) -> FoamResult<Opt
             };
             GrantObject::Relations { names, privileges: relation_privileges(actions)? }
         }
+        GrantObjects::Sequences(names) => {
+            let names = names.iter().map(ddl::table_name).collect::<FoamResult<Vec<_>>>()?;
+            GrantObject::Sequences { names, privileges: sequence_privileges(actions)? }
+        }
+        GrantObjects::AllSequencesInSchema { schemas } => {
+            for schema in schemas {
+                check_schema(schema)?;
+            }
+            GrantObject::Sequences { names: catalog.sequences.keys().cloned().collect(), privileges: sequence_privileges(actions)? }
+        }
         GrantObjects::Databases(names) | GrantObjects::Schemas(names) => {
             let on_database = matches!(objects, GrantObjects::Databases(_));
             for name in names {
@@ -469,6 +531,21 @@ fn relation_privileges(actions: Option<&[Action]>) -> FoamResult<Vec<Privilege>>
             Action::Truncate => Ok(Privilege::Truncate),
             Action::Select { .. } | Action::Insert { .. } | Action::Update { .. } => Err(unsupported("column privileges")),
             other => Err(unsupported(&format!("the {other} privilege on tables"))),
+        })
+        .collect()
+}
+
+/// USAGE, SELECT and UPDATE, what a sequence takes (ALL: the three);
+/// another privilege is 0LP01, as in PostgreSQL.
+fn sequence_privileges(actions: Option<&[Action]>) -> FoamResult<Vec<Privilege>> {
+    let Some(actions) = actions else { return Ok(Privilege::SEQUENCE.to_vec()) };
+    actions
+        .iter()
+        .map(|action| match action {
+            Action::Usage => Ok(Privilege::Usage),
+            Action::Select { columns: None } => Ok(Privilege::Select),
+            Action::Update { columns: None } => Ok(Privilege::Update),
+            other => Err(FoamError::Query { message: format!("invalid privilege type {other} for sequence"), sqlstate: SqlState::InvalidGrantOperation }),
         })
         .collect()
 }

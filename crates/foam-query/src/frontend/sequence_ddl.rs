@@ -111,7 +111,7 @@ pub fn commands(statement: &Statement, owner: &str) -> FoamResult<Option<Vec<Cat
             };
             let name = ddl::table_name(name)?;
             let mut sequence = SequenceDef::new(&name, parsed_options(sequence_options)?, type_max(&sql_type, &name)?)?;
-            sequence.owner = Some(owner.to_string());
+            sequence.acl.owner = Some(owner.to_string());
             if let Some(owned_by) = owned_by.as_ref().filter(|o| !o.to_string().eq_ignore_ascii_case("none")) {
                 sequence.owned_by = Some(owning_column(owned_by)?);
             }

@@ -1669,6 +1669,10 @@ impl FoamSession {
         for (at, column) in table.columns.iter().enumerate() {
             let Some(default) = column.default.as_ref().filter(|_| !filled.contains(&at)) else { continue };
             if let Some(name) = crate::frontend::sequence_ddl::nextval_of(default) {
+                // As INSERT: a SERIAL's sequence needs USAGE, an identity column's not.
+                if column.identity.is_none() {
+                    self.check_privileges(&[Need::Sequence { name: name.clone(), any_of: &[foam_catalog::privileges::Privilege::Usage, foam_catalog::privileges::Privilege::Update] }])?;
+                }
                 values.push((at, crate::write::copy::ColumnFill::Sequence { name, node: self.node.clone() }));
                 continue;
             }
