@@ -754,6 +754,12 @@ mod tests {
             Ok(Some((CatalogCommand::Grant { object: GrantObject::Relations { names, .. }, .. }, _))) if names.is_empty()
         ));
         assert!(command("SELECT 1").unwrap().is_none());
+        let Ok(Some((CatalogCommand::Grant { object: GrantObject::Sequences { names, privileges }, .. }, "GRANT"))) =
+            command("GRANT USAGE, UPDATE ON SEQUENCE s TO bob")
+        else {
+            panic!()
+        };
+        assert_eq!((names, privileges), (vec!["s".to_string()], vec![Privilege::Usage, Privilege::Update]));
         for (sql, state) in [
             ("GRANT SELECT ON t TO bob WITH GRANT OPTION", "0A000"),
             ("GRANT SELECT (a) ON t TO bob", "0A000"),
@@ -761,7 +767,7 @@ mod tests {
             ("GRANT CREATE ON DATABASE other TO bob", "3D000"),
             ("GRANT CREATE ON SCHEMA other TO bob", "3F000"),
             ("REVOKE USAGE ON SCHEMA public FROM PUBLIC", "0A000"),
-            ("GRANT SELECT ON SEQUENCE s TO bob", "0A000"),
+            ("GRANT INSERT ON SEQUENCE s TO bob", "0LP01"),
         ] {
             assert_eq!(command(sql).err().map(|e| e.sqlstate().to_string()).as_deref(), Some(state), "{sql}");
         }
