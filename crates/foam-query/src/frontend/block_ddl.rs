@@ -1,4 +1,5 @@
-//! CREATE and DROP of tables and views inside a transaction block.
+//! CREATE and DROP of tables, views and sequences inside a transaction
+//! block, and ALTERs of those it created.
 //!
 //! FoamDB's catalog changes through Raft, outside any transaction, so a
 //! block cannot hide its DDL from other sessions until COMMIT as
@@ -6,6 +7,8 @@
 //!
 //! ```text
 //!   in a block:  CREATE TABLE/VIEW t ─▶ created at once   undo: drop t
+//!                CREATE SEQUENCE s ─▶ created at once      undo: drop s
+//!                ALTER TABLE/SEQUENCE of one created here   undo: its drop
 //!                CREATE OR REPLACE VIEW v ─▶ replaced     undo: v's old query back
 //!                DROP TABLE/VIEW t ─▶ renamed aside        undo: named t again
 //!                   (t created in this block: dropped at once, its undo gone)
@@ -56,6 +59,13 @@ impl BlockDdl {
 
     pub fn created(&mut self, name: String) {
         self.undo.push(Undo::Created { name });
+    }
+
+    /// Whether `name` was created in this block since its last savepoint
+    /// and is still there: a change of it is undone by dropping it.
+    pub fn created_since_savepoint(&self, name: &str) -> bool {
+        let mark = self.savepoints.last().map_or(0, |(_, mark)| *mark);
+        self.undo.iter().skip(mark).any(|u| matches!(u, Undo::Created { name: n } if n == name))
     }
 
     pub fn replaced(&mut self, name: String, query_sql: String) {
@@ -136,11 +146,14 @@ pub fn aside_name(name: &str, txn: foam_common::TxnId) -> String {
     format!("{SET_ASIDE_PREFIX}{:x}_{name}", txn as u64)
 }
 
-/// Drops table or view `name` and, for a table, its data on every node.
+/// Drops table, view or sequence `name` and, for a table, its data on
+/// every node.
 pub async fn drop_relation(node: &Arc<NodeContext>, name: &str) {
     let catalog = node.catalog.current();
     let command = if catalog.views.contains_key(name) {
         CatalogCommand::DropView { name: name.to_string(), if_exists: true }
+    } else if catalog.sequences.contains_key(name) {
+        CatalogCommand::DropSequence { name: name.to_string(), if_exists: true }
     } else {
         CatalogCommand::DropTable { name: name.to_string(), if_exists: true }
     };

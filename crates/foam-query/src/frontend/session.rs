@@ -153,11 +153,14 @@ enum Kind {
 
 impl PreparedStatement {
     /// What the statement is to a transaction block: a write changes rows,
-    /// and what changes the catalog or a node is not transactional.
-    fn class(&self) -> StatementClass {
+    /// and what changes the catalog or a node is not transactional, except
+    /// a change of a table or sequence the block created (`created`), which
+    /// ROLLBACK takes back with it.
+    fn class(&self, created: &dyn Fn(&str) -> bool) -> StatementClass {
         match &self.kind {
             Kind::Plan { write: Some(_), .. } => StatementClass::Write,
             Kind::Plan { .. } | Kind::Empty => StatementClass::Read,
+            Kind::Catalog { command, .. } if changed_relation(command).is_some_and(created) => StatementClass::Write,
             Kind::Catalog { tag, .. } => StatementClass::NotTransactional(tag),
             Kind::AddKey { .. } => StatementClass::NotTransactional("ALTER TABLE"),
             Kind::CopyOut { .. } => StatementClass::Read,
@@ -897,7 +900,7 @@ impl FoamSession {
     /// Runs a statement if the session's transaction block admits it
     /// (transaction_block.rs), and moves the block on.
     async fn run(&self, prepared: &PreparedStatement, params: Option<ParamValues>, interrupt: &Interrupt) -> FoamResult<StatementOutput> {
-        let class = prepared.class();
+        let class = prepared.class(&|name| self.block_ddl().created_since_savepoint(name));
         let admission = self.block().admit(class);
         if let Admission::Refuse { sqlstate, message } = admission {
             self.statement_failed();
@@ -1749,12 +1752,20 @@ impl FoamSession {
                 command("LOCK TABLE")
             }
             Statement::CreateSequence { .. } | Statement::Drop { object_type: ObjectType::Sequence, .. } => {
-                if self.open.get().is_some() {
-                    return Err(FoamError::FeatureNotSupported { feature: "CREATE or DROP SEQUENCE inside a transaction block".into() });
-                }
                 let commands = crate::frontend::sequence_ddl::commands(statement, &self.current_user())?.unwrap_or_default();
                 if let Some(CatalogCommand::CreateSequence { sequence, .. }) = commands.first() {
                     check_not_system_table(&sequence.name)?;
+                }
+                // In a block, ROLLBACK drops what it created; what it did
+                // not create it may not drop (no undo for that).
+                let in_block = self.open.get().is_some();
+                if in_block
+                    && let Some(CatalogCommand::DropSequence { name, .. }) =
+                        commands.iter().find(|c| matches!(c, CatalogCommand::DropSequence { name, .. } if !self.block_ddl().created_since_savepoint(name)))
+                {
+                    return Err(FoamError::FeatureNotSupported {
+                        feature: format!("DROP SEQUENCE {name} inside a transaction block (only of a sequence the block created)"),
+                    });
                 }
                 // Every name is checked before any is dropped (owners are
                 // checked with the statement's privileges).
@@ -1767,7 +1778,21 @@ impl FoamSession {
                     }
                 }
                 for command in commands {
-                    self.node.catalog.apply(command).await?;
+                    let (created, dropped) = match &command {
+                        CatalogCommand::CreateSequence { sequence, .. } => (Some(sequence.name.clone()), None),
+                        CatalogCommand::DropSequence { name, .. } => (None, Some(name.clone())),
+                        _ => (None, None),
+                    };
+                    let (_, outcome) = self.node.catalog.apply(command).await?;
+                    if in_block && !matches!(outcome, CommandOutcome::Skipped) {
+                        match (created, dropped) {
+                            (Some(name), _) => self.block_ddl().created(name),
+                            (_, Some(name)) => {
+                                self.block_ddl().forget_created(&name);
+                            }
+                            _ => {}
+                        }
+                    }
                 }
                 command(if matches!(statement, Statement::CreateSequence { .. }) { "CREATE SEQUENCE" } else { "DROP SEQUENCE" })
             }
@@ -2284,6 +2309,17 @@ fn is_deallocate_all(statement: &Statement) -> bool {
 
 /// What running a statement of `kind` needs of its role, given what a
 /// planned statement reads.
+/// The one table or sequence a catalog command changes whose ROLLBACK is
+/// dropping it (ALTER TABLE or ALTER SEQUENCE of one a block created).
+fn changed_relation(command: &CatalogCommand) -> Option<&str> {
+    match command {
+        CatalogCommand::SetSequenceOwnedBy { name, .. } | CatalogCommand::SetSequence { name, .. } => Some(name),
+        CatalogCommand::SetColumnDefault { table, .. } | CatalogCommand::AddIdentity { table, .. } => Some(table),
+        CatalogCommand::AlterOwner { relation, .. } => Some(relation),
+        _ => None,
+    }
+}
+
 fn needs_of(kind: &Kind, reads: &[Need]) -> Vec<Need> {
     use foam_catalog::privileges::Privilege;
     match kind {
