@@ -309,6 +309,13 @@ fn sqlstate_from_message(message: &str) -> Option<SqlState> {
         ("overflow", NumericValueOutOfRange),
         ("Ambiguous reference", AmbiguousColumn),
         ("is not implemented", FeatureNotSupported),
+        // Correlated subqueries DataFusion cannot decorrelate (under OR,
+        // grouped by an uncorrelated key): its limits, not the statement's
+        // error (fuzz seed 59391 write 37).
+        ("correlated subquery", FeatureNotSupported),
+        ("Correlated column is not allowed", FeatureNotSupported),
+        ("Accessing outer reference columns is not allowed", FeatureNotSupported),
+        ("Physical plan does not support logical expression ScalarSubquery", FeatureNotSupported),
         ("Unsupported", FeatureNotSupported),
         ("sql parser error", SyntaxError),
     ];
@@ -391,6 +398,16 @@ mod tests {
         assert!(matches!(back, FoamError::Remote { sqlstate: SqlState::SerializationFailure, .. }), "{back:?}");
         assert!(back.is_placement_change());
         assert!(back.to_string().contains("copy moved"), "{back}");
+    }
+
+    #[test]
+    fn a_subquery_datafusion_cannot_decorrelate_is_not_supported() {
+        for message in [
+            "A GROUP BY clause in a scalar correlated subquery cannot contain non-correlated columns",
+            "Physical plan does not support logical expression ScalarSubquery(<subquery>)",
+        ] {
+            assert_eq!(FoamError::from(DataFusionError::Plan(message.into())).sqlstate(), "0A000", "{message}");
+        }
     }
 
     #[test]
