@@ -68,6 +68,9 @@ const PARTITION_COUNTS: &[Option<u32>] = &[None, Some(1), Some(2), Some(3), Some
 /// Percent of distributed tables whose distribution key is declared UNIQUE.
 const UNIQUE_PERCENT: u32 = 30;
 
+/// Percent of tables whose columns have defaults.
+const DEFAULTS_PERCENT: u32 = 35;
+
 /// Tables in one fuzz database, at most.
 pub const TABLES_MAX: u32 = 4;
 
@@ -94,8 +97,14 @@ pub struct Table {
     /// share a key without a NULL in it), so point reads through the key's
     /// index are compared too; the reference has no key.
     pub unique: bool,
+    /// Some columns have a DEFAULT ([`DEFAULTS`]), which INSERTs that leave
+    /// them out (or say DEFAULT) take, on FoamDB and on the write judge.
+    pub defaults: bool,
     pub rows: Vec<Vec<String>>,
 }
+
+/// The column defaults of a table with [`Table::defaults`].
+pub const DEFAULTS: &[(&str, &str)] = &[("b", "7"), ("d", "'dflt'"), ("g", "DATE '2024-01-05'"), ("h", "1.25")];
 
 impl Table {
     /// The column list of CREATE TABLE.
@@ -104,7 +113,11 @@ impl Table {
             .iter()
             .map(|c| {
                 let not_null = if c.name == "a" && self.a_not_null { " NOT NULL" } else { "" };
-                format!("{} {}{not_null}", c.name, c.sql_type)
+                let default = match DEFAULTS.iter().find(|(name, _)| *name == c.name).filter(|_| self.defaults) {
+                    Some((_, value)) => format!(" DEFAULT {value}"),
+                    None => String::new(),
+                };
+                format!("{} {}{not_null}{default}", c.name, c.sql_type)
             })
             .collect::<Vec<_>>()
             .join(", ")
@@ -141,9 +154,10 @@ impl Table {
         format!("CREATE TABLE {} ({}{unique})", self.name, self.columns_sql())
     }
 
-    /// CREATE TABLE for the reference (plain DataFusion, no layout).
+    /// CREATE TABLE for the reference (plain DataFusion, no layout), which
+    /// only reads: no defaults.
     pub fn create_reference(&self) -> String {
-        format!("CREATE TABLE {} ({})", self.name, self.columns_sql())
+        format!("CREATE TABLE {} ({})", self.name, Table { defaults: false, ..self.clone() }.columns_sql())
     }
 
     /// INSERT statements holding every row, `chunk` rows each.
@@ -211,7 +225,8 @@ pub fn generate(choices: &mut Choices, prefix: &str) -> Vec<Table> {
                 let mut seen = std::collections::HashSet::new();
                 rows.retain(|row| at.iter().any(|i| row[*i] == "NULL") || seen.insert(at.iter().map(|i| row[*i].clone()).collect::<Vec<_>>()));
             }
-            Table { name: format!("{prefix}{index}"), layout: Layout { keys, partitions }, a_not_null, unique, rows }
+            let defaults = choices.chance(DEFAULTS_PERCENT);
+            Table { name: format!("{prefix}{index}"), layout: Layout { keys, partitions }, a_not_null, unique, defaults, rows }
         })
         .collect()
 }
@@ -225,6 +240,7 @@ mod tests {
         let mut seen_replicated = false;
         let mut seen_empty = false;
         let mut seen_unique = false;
+        let mut seen_defaults = false;
         for seed in 0..200 {
             let tables = generate(&mut Choices::random(seed), "t");
             assert!((2..=TABLES_MAX as usize).contains(&tables.len()));
@@ -235,7 +251,9 @@ mod tests {
                 if table.a_not_null {
                     assert!(table.rows.iter().all(|r| r[0] != "NULL"), "a NOT NULL column got a NULL");
                 }
-                assert!(table.create_foam().starts_with(table.create_reference().trim_end_matches(')')), "the same columns");
+                let plain = Table { defaults: false, ..table.clone() };
+                assert!(plain.create_foam().starts_with(table.create_reference().trim_end_matches(')')), "the same columns");
+                seen_defaults |= table.defaults && table.create_foam().contains(" DEFAULT 'dflt'");
                 if table.unique {
                     let at: Vec<usize> = table.layout.keys.iter().map(|k| COLUMNS.iter().position(|c| c.name == *k).unwrap()).collect();
                     let keys: Vec<Vec<&String>> = table.rows.iter().map(|r| at.iter().map(|i| &r[*i]).collect::<Vec<_>>()).filter(|k| !k.contains(&&"NULL".to_string())).collect();
@@ -244,6 +262,6 @@ mod tests {
                 }
             }
         }
-        assert!(seen_replicated && seen_empty && seen_unique, "the generator covers replicated, empty and keyed tables");
+        assert!(seen_replicated && seen_empty && seen_unique && seen_defaults, "the generator covers replicated, empty, keyed and defaulted tables");
     }
 }

@@ -16,12 +16,17 @@
 //! does DO UPDATE assign the key.
 
 use super::{Col, Generator};
-use crate::schema::{COLUMNS, Ty};
+use crate::schema::{COLUMNS, ColumnDef, Ty};
 
 /// Statements in one transaction block, at most.
 const BLOCK_STATEMENTS_MAX: u32 = 3;
 /// Rows of one INSERT ... VALUES, at most.
 const VALUES_ROWS_MAX: u32 = 3;
+/// Percent of VALUES inserts with a column list leaving some columns out,
+/// that are `DEFAULT VALUES`, and of their values that are `DEFAULT`.
+const COLUMN_LIST_PERCENT: u32 = 30;
+const DEFAULT_VALUES_PERCENT: u32 = 4;
+const DEFAULT_KEYWORD_PERCENT: u32 = 8;
 /// Percent of writes that are upsert writes.
 const UPSERT_PERCENT: u32 = 20;
 /// Percent of write statements that return their rows.
@@ -176,10 +181,28 @@ impl Generator<'_> {
             let items: Vec<String> = COLUMNS.iter().map(|c| self.assigned(c.ty, &from)).collect();
             format!("INSERT INTO {table} SELECT {} FROM {source} AS {alias}{}", items.join(", "), self.write_filter(&from))
         } else {
+            if self.c.chance(DEFAULT_VALUES_PERCENT) {
+                return format!("INSERT INTO {table} DEFAULT VALUES");
+            }
+            // Now and then a column list that leaves columns to their
+            // defaults (or NULL), and DEFAULT among the values.
+            let listed: Vec<&ColumnDef> = match self.c.chance(COLUMN_LIST_PERCENT) {
+                true => COLUMNS.iter().filter(|_| !self.c.chance(30)).collect(),
+                false => COLUMNS.iter().collect(),
+            };
+            let listed = if listed.is_empty() { vec![&COLUMNS[0]] } else { listed };
             let rows: Vec<String> = (0..self.c.between(1, VALUES_ROWS_MAX))
-                .map(|_| format!("({})", COLUMNS.iter().map(|c| self.value(c.ty)).collect::<Vec<_>>().join(", ")))
+                .map(|_| {
+                    let values: Vec<String> =
+                        listed.iter().map(|c| if self.c.chance(DEFAULT_KEYWORD_PERCENT) { "DEFAULT".to_string() } else { self.value(c.ty) }).collect();
+                    format!("({})", values.join(", "))
+                })
                 .collect();
-            format!("INSERT INTO {table} VALUES {}", rows.join(", "))
+            let names = match listed.len() == COLUMNS.len() {
+                true => String::new(),
+                false => format!(" ({})", listed.iter().map(|c| c.name).collect::<Vec<_>>().join(", ")),
+            };
+            format!("INSERT INTO {table}{names} VALUES {}", rows.join(", "))
         }
     }
 
