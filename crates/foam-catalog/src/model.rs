@@ -378,6 +378,8 @@ pub enum CatalogCommand {
     AllocateSequence { name: String, count: u64 },
     /// `setval`.
     SetSequence { name: String, value: i64, is_called: bool },
+    /// `ALTER SEQUENCE name` of its parameters (INCREMENT, MAXVALUE, RESTART, ...).
+    AlterSequence { name: String, alter: crate::sequences::SequenceAlter },
     /// `ALTER SEQUENCE name OWNED BY table.column | NONE`: dropped with the
     /// column's table, or with nothing.
     SetSequenceOwnedBy { name: String, owned_by: Option<(String, String)> },
@@ -979,6 +981,10 @@ impl Catalog {
             }
             CatalogCommand::SetSequence { name, value, is_called } => {
                 self.sequences.get_mut(name).ok_or_else(|| undefined_sequence(name))?.set(*value, *is_called)?;
+                Ok(CommandOutcome::Applied)
+            }
+            CatalogCommand::AlterSequence { name, alter } => {
+                self.sequences.get_mut(name).ok_or_else(|| undefined_sequence(name))?.alter(alter)?;
                 Ok(CommandOutcome::Applied)
             }
             CatalogCommand::SetSequenceOwnedBy { name, owned_by } => {

@@ -204,6 +204,85 @@ impl SequenceDef {
     }
 }
 
+/// What `ALTER SEQUENCE` changes; `None` keeps what the sequence has.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SequenceAlter {
+    pub type_max: Option<i64>,
+    pub increment: Option<i64>,
+    pub min: Option<Setting>,
+    pub max: Option<Setting>,
+    pub start: Option<i64>,
+    pub restart: Option<Setting>,
+    pub cache: Option<i64>,
+    pub cycle: Option<bool>,
+}
+
+/// A bound or RESTART value: PostgreSQL's default (`NO MINVALUE`, `NO
+/// MAXVALUE`, RESTART at the start), or this value. (Not an `Option`:
+/// `Some(None)` would not survive JSON on its way to the Raft leader.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Setting {
+    Default,
+    To(i64),
+}
+
+impl SequenceDef {
+    /// `ALTER SEQUENCE`'s parameters, as PostgreSQL applies them: a bound
+    /// at its type's end follows a new type, an omitted bound its default
+    /// for the increment's direction, the next value is the last plus the
+    /// (new) increment unless RESTART sets it; 22023 for parameters
+    /// PostgreSQL refuses, the current value outside new bounds among
+    /// them. Blocks nodes hold become void (they count by the old
+    /// increment).
+    pub fn alter(&mut self, alter: &SequenceAlter) -> FoamResult<()> {
+        let (last, called) = self.state();
+        let type_min = |type_max: i64| if type_max == i64::MAX { i64::MIN } else { -type_max - 1 };
+        let type_max = alter.type_max.unwrap_or(self.type_max);
+        let increment = alter.increment.unwrap_or(self.increment);
+        if increment == 0 {
+            return Err(invalid("INCREMENT must not be zero".into()));
+        }
+        let max = match alter.max {
+            Some(Setting::To(max)) => max,
+            Some(Setting::Default) => if increment > 0 { type_max } else { -1 },
+            None if self.max == self.type_max => type_max,
+            None => self.max,
+        };
+        let min = match alter.min {
+            Some(Setting::To(min)) => min,
+            Some(Setting::Default) => if increment > 0 { 1 } else { type_min(type_max) },
+            None if self.min == type_min(self.type_max) => type_min(type_max),
+            None => self.min,
+        };
+        if max > type_max || min < type_min(type_max) {
+            return Err(invalid(format!("MINVALUE ({min}) and MAXVALUE ({max}) must be within the sequence's type")));
+        }
+        if min >= max {
+            return Err(invalid(format!("MINVALUE ({min}) must be less than MAXVALUE ({max})")));
+        }
+        let start = alter.start.unwrap_or(self.start);
+        if start < min || start > max {
+            return Err(invalid(format!("START value ({start}) cannot be outside MINVALUE ({min}) and MAXVALUE ({max})")));
+        }
+        let cache = alter.cache.unwrap_or(self.cache);
+        if cache < 1 {
+            return Err(invalid(format!("CACHE ({cache}) must be greater than zero")));
+        }
+        let (value, is_called) = match alter.restart {
+            Some(Setting::To(value)) => (value, false),
+            Some(Setting::Default) => (start, false),
+            None => (last, called),
+        };
+        if value < min || value > max {
+            return Err(invalid(format!("RESTART value ({value}) cannot be outside MINVALUE ({min}) and MAXVALUE ({max})")));
+        }
+        (self.type_max, self.increment, self.min, self.max, self.start, self.cache) = (type_max, increment, min, max, start, cache);
+        self.cycle = alter.cycle.unwrap_or(self.cycle);
+        // The value and whether it was called, under the new parameters.
+        self.set(value, is_called)
+    }
+}
+
 /// What `CREATE SEQUENCE` (or `GENERATED ... AS IDENTITY (...)`) sets;
 /// `None` takes PostgreSQL's default.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -285,6 +364,23 @@ mod tests {
         let written = serde_json::to_value(&read).unwrap();
         assert_eq!(written["owner"], "alice");
         assert_eq!(serde_json::from_value::<SequenceDef>(written).unwrap(), read);
+    }
+
+    /// ALTER SEQUENCE reaches the Raft leader as JSON: a default bound or
+    /// RESTART survives the trip, and applies as PostgreSQL's does.
+    #[test]
+    fn alter_survives_json_and_applies() {
+        let alter = SequenceAlter { restart: Some(Setting::Default), max: Some(Setting::Default), increment: Some(-1), ..Default::default() };
+        let back: SequenceAlter = serde_json::from_str(&serde_json::to_string(&alter).unwrap()).unwrap();
+        assert_eq!(back, alter);
+        let mut s = SequenceDef::new("s", SequenceOptions { start: Some(5), max: Some(10), ..Default::default() }, i64::MAX).unwrap();
+        assert_eq!(values(&mut s, 2).unwrap(), vec![5, 6]);
+        let alter = SequenceAlter { restart: Some(Setting::Default), max: Some(Setting::Default), ..Default::default() };
+        s.alter(&alter).unwrap();
+        assert_eq!((s.max, s.state()), (i64::MAX, (5, false)));
+        s.alter(&SequenceAlter { increment: Some(10), ..Default::default() }).unwrap();
+        assert_eq!(values(&mut s, 2).unwrap(), vec![5, 15]);
+        assert_eq!(s.alter(&SequenceAlter { min: Some(Setting::To(100)), ..Default::default() }).unwrap_err().sqlstate(), "22023");
     }
 
     #[test]

@@ -318,7 +318,7 @@ pub fn command_needs(command: &CatalogCommand) -> Vec<Need> {
         CatalogCommand::SetSequenceOwnedBy { name, owned_by } => {
             std::iter::once(name).chain(owned_by.as_ref().map(|(table, _)| table)).cloned().map(Need::Owner).collect()
         }
-        CatalogCommand::SetSequence { name, .. } => vec![Need::Owner(name.clone())],
+        CatalogCommand::AlterSequence { name, .. } => vec![Need::Owner(name.clone())],
         CatalogCommand::SetColumnDefault { table, .. } | CatalogCommand::AddIdentity { table, .. } => vec![Need::Owner(table.clone())],
         CatalogCommand::AlterRole { name, password: Some(_), login: None, superuser: None } => vec![Need::OwnRole(name.clone())],
         CatalogCommand::CreateRole { .. } | CatalogCommand::AlterRole { .. } | CatalogCommand::DropRole { .. } => {

@@ -135,14 +135,14 @@ pub enum SequenceChange {
     OwnedBy(Option<(String, String)>),
     /// `OWNER TO role`.
     OwnerTo(Owner),
-    /// `RESTART [[WITH] n]`: the next value is `n`, or the start.
-    Restart(Option<i64>),
+    /// Its parameters: `AS`, `INCREMENT`, `[NO] MINVALUE`, `[NO] MAXVALUE`,
+    /// `START`, `RESTART`, `CACHE`, `[NO] CYCLE`, in any order.
+    Alter(sequences::SequenceAlter),
 }
 
 /// `ALTER SEQUENCE [IF EXISTS] name OWNED BY table.column | OWNED BY NONE |
-/// OWNER TO role | RESTART [[WITH] n]`, parsed from its tokens (the SQL
-/// parser has no ALTER SEQUENCE): the sequence, IF EXISTS and the change.
-/// Changing its parameters (INCREMENT, MAXVALUE, ...) is 0A000.
+/// OWNER TO role | parameters`, parsed from its tokens (the SQL parser has
+/// no ALTER SEQUENCE): the sequence, IF EXISTS and the change.
 pub fn alter_sequence(tokens: Vec<TokenWithSpan>) -> FoamResult<(String, bool, SequenceChange)> {
     let syntax = |e: ParserError| FoamError::Syntax { message: e.to_string().trim_start_matches("sql parser error: ").to_string() };
     let mut parser = Parser::new(&PostgreSqlDialect {}).with_tokens_with_locations(tokens);
@@ -156,16 +156,49 @@ pub fn alter_sequence(tokens: Vec<TokenWithSpan>) -> FoamResult<(String, bool, S
         })
     } else if parser.parse_keywords(&[Keyword::OWNER, Keyword::TO]) {
         SequenceChange::OwnerTo(parser.parse_owner().map_err(syntax)?)
-    } else if parser.parse_keyword(Keyword::RESTART) {
-        let with = parser.parse_keyword(Keyword::WITH);
-        SequenceChange::Restart(match parser.peek_token().token {
-            Token::EOF if !with => None,
-            _ => Some(integer(&parser.parse_number().map_err(syntax)?)?),
-        })
     } else {
-        return Err(FoamError::FeatureNotSupported {
-            feature: format!("ALTER SEQUENCE ... {} (FoamDB changes a sequence's OWNED BY, owner and RESTART; setval sets its next value)", parser.peek_token()),
-        });
+        let mut alter = sequences::SequenceAlter::default();
+        let number = |parser: &mut Parser| -> FoamResult<i64> { integer(&parser.parse_number().map_err(syntax)?) };
+        loop {
+            if parser.parse_keyword(Keyword::AS) {
+                let data_type = parser.parse_data_type().map_err(syntax)?;
+                let sql_type = ddl::parse_sql_type(&data_type.to_string())
+                    .map_err(|message| FoamError::Query { message: format!("sequence type {data_type}: {message}"), sqlstate: SqlState::InvalidParameterValue })?;
+                alter.type_max = Some(type_max(&sql_type, &name)?);
+            } else if parser.parse_keyword(Keyword::INCREMENT) {
+                let _ = parser.parse_keyword(Keyword::BY);
+                alter.increment = Some(number(&mut parser)?);
+            } else if parser.parse_keywords(&[Keyword::NO, Keyword::MINVALUE]) {
+                alter.min = Some(sequences::Setting::Default);
+            } else if parser.parse_keywords(&[Keyword::NO, Keyword::MAXVALUE]) {
+                alter.max = Some(sequences::Setting::Default);
+            } else if parser.parse_keywords(&[Keyword::NO, Keyword::CYCLE]) {
+                alter.cycle = Some(false);
+            } else if parser.parse_keyword(Keyword::MINVALUE) {
+                alter.min = Some(sequences::Setting::To(number(&mut parser)?));
+            } else if parser.parse_keyword(Keyword::MAXVALUE) {
+                alter.max = Some(sequences::Setting::To(number(&mut parser)?));
+            } else if parser.parse_keyword(Keyword::START) {
+                let _ = parser.parse_keyword(Keyword::WITH);
+                alter.start = Some(number(&mut parser)?);
+            } else if parser.parse_keyword(Keyword::RESTART) {
+                let with = parser.parse_keyword(Keyword::WITH);
+                let value = matches!(parser.peek_token().token, Token::Number(..) | Token::Minus | Token::Plus) || with;
+                alter.restart = Some(if value { sequences::Setting::To(number(&mut parser)?) } else { sequences::Setting::Default });
+            } else if parser.parse_keyword(Keyword::CACHE) {
+                alter.cache = Some(number(&mut parser)?);
+            } else if parser.parse_keyword(Keyword::CYCLE) {
+                alter.cycle = Some(true);
+            } else {
+                break;
+            }
+        }
+        if alter == sequences::SequenceAlter::default() {
+            return Err(FoamError::FeatureNotSupported {
+                feature: format!("ALTER SEQUENCE ... {} (FoamDB changes a sequence's parameters, OWNED BY and owner)", parser.peek_token()),
+            });
+        }
+        SequenceChange::Alter(alter)
     };
     match parser.peek_token().token {
         Token::EOF => Ok((name, if_exists, change)),

@@ -1555,18 +1555,18 @@ impl FoamSession {
     fn alter_sequence(&self, name: String, if_exists: bool, change: crate::frontend::sequence_ddl::SequenceChange) -> FoamResult<Kind> {
         use crate::frontend::sequence_ddl::SequenceChange;
         let catalog = self.node.catalog.current();
-        let Some(sequence) = catalog.sequences.get(&name) else {
+        if !catalog.sequences.contains_key(&name) {
             if if_exists {
                 return Ok(Kind::Maintenance { tag: "ALTER SEQUENCE", tables: Vec::new() });
             }
             return Err(FoamError::Query { message: format!("relation \"{name}\" does not exist"), sqlstate: foam_common::SqlState::UndefinedTable });
-        };
+        }
         let command = match change {
             SequenceChange::OwnedBy(owned_by) => CatalogCommand::SetSequenceOwnedBy { name, owned_by },
             SequenceChange::OwnerTo(owner) => {
                 CatalogCommand::AlterOwner { relation: name, owner: ddl::owner_named(&owner, &self.current_user(), &self.session_user) }
             }
-            SequenceChange::Restart(value) => CatalogCommand::SetSequence { value: value.unwrap_or(sequence.start), name, is_called: false },
+            SequenceChange::Alter(alter) => CatalogCommand::AlterSequence { name, alter },
         };
         Ok(Kind::Catalog { command, tag: "ALTER SEQUENCE" })
     }
@@ -2313,7 +2313,7 @@ fn is_deallocate_all(statement: &Statement) -> bool {
 /// dropping it (ALTER TABLE or ALTER SEQUENCE of one a block created).
 fn changed_relation(command: &CatalogCommand) -> Option<&str> {
     match command {
-        CatalogCommand::SetSequenceOwnedBy { name, .. } | CatalogCommand::SetSequence { name, .. } => Some(name),
+        CatalogCommand::SetSequenceOwnedBy { name, .. } | CatalogCommand::AlterSequence { name, .. } => Some(name),
         CatalogCommand::SetColumnDefault { table, .. } | CatalogCommand::AddIdentity { table, .. } => Some(table),
         CatalogCommand::AlterOwner { relation, .. } => Some(relation),
         _ => None,
