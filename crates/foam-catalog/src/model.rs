@@ -925,7 +925,11 @@ impl Catalog {
                                 (None, Some(view), _) => view.acl.change(privileges, grantees, *revoke),
                                 // `ON TABLE s` names a sequence too: what of it a sequence takes.
                                 (None, None, Some(sequence)) => {
-                                    let taken: Vec<Privilege> = privileges.iter().copied().filter(|p| Privilege::SEQUENCE.contains(p)).collect();
+                                    let all = Privilege::ALL.iter().all(|p| privileges.contains(p));
+                                    let taken: Vec<Privilege> = match all {
+                                        true => Privilege::SEQUENCE.to_vec(),
+                                        false => privileges.iter().copied().filter(|p| Privilege::SEQUENCE.contains(p)).collect(),
+                                    };
                                     sequence.acl.change(&taken, grantees, *revoke);
                                 }
                                 (None, None, None) => {}

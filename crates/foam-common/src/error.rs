@@ -312,8 +312,8 @@ fn sqlstate_from_message(message: &str) -> Option<SqlState> {
         // Correlated subqueries DataFusion cannot decorrelate (under OR,
         // grouped by an uncorrelated key): its limits, not the statement's
         // error (fuzz seed 59391 write 37).
-        ("correlated subquery", FeatureNotSupported),
-        ("Correlated column is not allowed", FeatureNotSupported),
+        ("A GROUP BY clause in a scalar correlated subquery cannot contain non-correlated columns", FeatureNotSupported),
+        ("Correlated column is not allowed in predicate", FeatureNotSupported),
         ("Accessing outer reference columns is not allowed", FeatureNotSupported),
         ("Physical plan does not support logical expression ScalarSubquery", FeatureNotSupported),
         ("Unsupported", FeatureNotSupported),

@@ -94,20 +94,37 @@ impl SessionSequences {
         SessionSequences { last: Mutex::default(), session_user: session_user.to_string(), role, insecure }
     }
 
-    /// 42501 unless the session's role may change sequence `name` (its
-    /// owner, a superuser, or a role granted UPDATE on it).
-    fn check_owner(&self, catalog: &foam_catalog::Catalog, name: &str) -> FoamResult<()> {
-        if !catalog.sequences.contains_key(name) {
+    /// 42501 unless the session's role holds one of `any_of` on sequence
+    /// `name` (its owner and superusers hold them all), as `function`
+    /// needs. The functions check as they run what the statement's text
+    /// did not show (a name computed, bound, or read through a view);
+    /// an identity column's sequence, which an INSERT draws from without
+    /// a grant, `nextval` takes without one.
+    fn check(&self, catalog: &foam_catalog::Catalog, name: &str, function: Function) -> FoamResult<()> {
+        use foam_catalog::privileges::Privilege;
+        let Some(sequence) = catalog.sequences.get(name) else {
             return Err(FoamError::Query { message: format!("relation \"{name}\" does not exist"), sqlstate: SqlState::UndefinedTable });
-        }
+        };
+        let any_of: &[Privilege] = match function {
+            Function::Next if is_identity_sequence(catalog, sequence) => return Ok(()),
+            Function::Next => &[Privilege::Usage, Privilege::Update],
+            Function::Current => &[Privilege::Select, Privilege::Usage],
+            Function::Last | Function::Set => &[Privilege::Update],
+        };
         let acting = self.role.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_else(|| self.session_user.clone());
         let superuser = self.insecure || catalog.roles.get(&acting).is_some_and(|r| r.superuser);
-        let allowed = catalog.sequences.get(name).is_some_and(|s| s.acl.allows(&acting, foam_catalog::privileges::Privilege::Update));
-        if superuser || allowed {
+        if superuser || any_of.iter().any(|privilege| sequence.acl.allows(&acting, *privilege)) {
             return Ok(());
         }
-        Err(FoamError::InsufficientPrivilege { message: format!("permission denied for sequence {name} (setval needs UPDATE on it)") })
+        let names: Vec<&str> = any_of.iter().map(|p| p.name()).collect();
+        Err(FoamError::InsufficientPrivilege { message: format!("permission denied for sequence {name} (needs {} privilege)", names.join(" or ")) })
     }
+}
+
+/// Whether `sequence` is an identity column's.
+fn is_identity_sequence(catalog: &foam_catalog::Catalog, sequence: &foam_catalog::sequences::SequenceDef) -> bool {
+    let Some((table, column)) = &sequence.owned_by else { return false };
+    catalog.tables.get(table).and_then(|t| t.columns.iter().find(|c| &c.name == column)).is_some_and(|c| c.identity.is_some())
 }
 
 /// A sequence named in a string, as PostgreSQL reads `nextval('name')`:
@@ -223,6 +240,7 @@ impl ScalarUDFImpl for SequenceFunction {
                 // One sequence for the whole batch: its values at once.
                 ColumnarValue::Scalar(ScalarValue::Utf8(Some(name))) => {
                     let name = sequence_name(name);
+                    self.check(&name)?;
                     let drawn = wait(self.node.sequences.draw(&self.node, &name, rows))?.map_err(foam)?;
                     self.remember(&name, drawn.last().copied());
                     drawn.into_iter().map(Some).collect()
@@ -234,6 +252,7 @@ impl ScalarUDFImpl for SequenceFunction {
                             values.push(None);
                             continue;
                         };
+                        self.check(&name)?;
                         let drawn = wait(self.node.sequences.draw(&self.node, &name, 1))?.map_err(foam)?;
                         self.remember(&name, drawn.first().copied());
                         values.push(drawn.first().copied());
@@ -241,7 +260,16 @@ impl ScalarUDFImpl for SequenceFunction {
                     values
                 }
             },
-            Function::Current => (0..rows).map(|row| name_at(row).map(|name| self.current(&name)).transpose()).collect::<Result<_>>()?,
+            Function::Current => (0..rows)
+                .map(|row| {
+                    name_at(row)
+                        .map(|name| {
+                            self.check(&name)?;
+                            self.current(&name)
+                        })
+                        .transpose()
+                })
+                .collect::<Result<_>>()?,
             Function::Last => vec![Some(self.last()?); rows],
             Function::Set => {
                 let targets = arrays[1].as_primitive::<datafusion::arrow::datatypes::Int64Type>();
@@ -252,9 +280,7 @@ impl ScalarUDFImpl for SequenceFunction {
                         values.push(None);
                         continue;
                     };
-                    if let Some(session) = &self.session {
-                        session.check_owner(&self.node.catalog.current(), &name).map_err(foam)?;
-                    }
+                    self.check(&name)?;
                     let value = targets.value(row);
                     let is_called = called.as_ref().is_none_or(|c| !c.is_valid(row) || c.value(row));
                     let command = CatalogCommand::SetSequence { name: name.clone(), value, is_called };
@@ -273,6 +299,15 @@ impl ScalarUDFImpl for SequenceFunction {
 }
 
 impl SequenceFunction {
+    /// The session's privilege to run this function on `name` (a worker,
+    /// without a session, was sent a plan whose statement was checked).
+    fn check(&self, name: &str) -> Result<()> {
+        match &self.session {
+            Some(session) => session.check(&self.node.catalog.current(), name, self.function).map_err(foam),
+            None => Ok(()),
+        }
+    }
+
     fn remember(&self, name: &str, value: Option<i64>) {
         let (Some(session), Some(value)) = (&self.session, value) else { return };
         let mut last = session.last.lock().unwrap_or_else(|p| p.into_inner());

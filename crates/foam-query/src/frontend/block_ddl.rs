@@ -119,12 +119,17 @@ impl BlockDdl {
         }
     }
 
-    /// The block rolled back: undoes its DDL, newest first.
+    /// The block rolled back: undoes its DDL, newest first; what could not
+    /// be dropped then (a sequence a later-made table's default drew from)
+    /// is dropped again at the end.
     pub async fn undo(self, node: &Arc<NodeContext>) {
+        let mut again = Vec::new();
         for undo in self.undo.into_iter().rev() {
             let command = match &undo {
                 Undo::Created { name } => {
-                    drop_relation(node, name).await;
+                    if !drop_relation(node, name).await {
+                        again.push(name.clone());
+                    }
                     continue;
                 }
                 Undo::Replaced { name, query_sql } => {
@@ -134,6 +139,11 @@ impl BlockDdl {
             };
             if let Err(error) = node.catalog.apply(command).await {
                 tracing::warn!(?undo, %error, "a rolled-back block's DDL was not undone");
+            }
+        }
+        for name in again {
+            if !drop_relation(node, &name).await {
+                tracing::warn!(name, "a table, view or sequence a rolled-back block created stays");
             }
         }
     }
@@ -147,8 +157,8 @@ pub fn aside_name(name: &str, txn: foam_common::TxnId) -> String {
 }
 
 /// Drops table, view or sequence `name` and, for a table, its data on
-/// every node.
-pub async fn drop_relation(node: &Arc<NodeContext>, name: &str) {
+/// every node; whether it is gone.
+pub async fn drop_relation(node: &Arc<NodeContext>, name: &str) -> bool {
     let catalog = node.catalog.current();
     let command = if catalog.views.contains_key(name) {
         CatalogCommand::DropView { name: name.to_string(), if_exists: true }
@@ -160,8 +170,12 @@ pub async fn drop_relation(node: &Arc<NodeContext>, name: &str) {
     match node.catalog.apply(command).await {
         Ok((_, CommandOutcome::TableDropped { table })) => drop_table_data(node, table.id).await,
         Ok(_) => {}
-        Err(error) => tracing::warn!(name, %error, "a table or view a block dropped or created stays"),
+        Err(error) => {
+            tracing::debug!(name, %error, "a table, view or sequence a block dropped or created was not dropped");
+            return false;
+        }
     }
+    true
 }
 
 /// Deletes a dropped table's partitions on every node (a node that misses

@@ -106,7 +106,11 @@ pub fn read_needs(statement: &Statement, catalog: &Catalog) -> Vec<Need> {
 /// not checked.
 pub fn sequence_needs(statement: &Statement, catalog: &Catalog) -> Vec<Need> {
     use datafusion::sql::sqlparser::ast::{FunctionArg, FunctionArgExpr, FunctionArguments, Value};
-    let identity_of_target = |name: &str| match statement {
+    let target = match statement {
+        Statement::Explain { statement, .. } => statement.as_ref(),
+        other => other,
+    };
+    let identity_of_target = |name: &str| match target {
         Statement::Insert(insert) => catalog.sequences.get(name).and_then(|s| s.owned_by.as_ref()).is_some_and(|(table, column)| {
             matches!(&insert.table, datafusion::sql::sqlparser::ast::TableObject::TableName(target) if ddl::table_name(target).ok().as_ref() == Some(table))
                 && catalog.tables.get(table).and_then(|t| t.columns.iter().find(|c| &c.name == column)).is_some_and(|c| c.identity.is_some())
@@ -128,9 +132,8 @@ pub fn sequence_needs(statement: &Statement, catalog: &Catalog) -> Vec<Need> {
                 Some("setval") => &[Privilege::Update],
                 _ => return ControlFlow::<()>::Continue(()),
             };
-            if catalog.sequences.contains_key(&name) {
-                needs.push(Need::Sequence { name, any_of });
-            }
+            // One not there yet may be by EXECUTE; holding on nothing is free.
+            needs.push(Need::Sequence { name, any_of });
         }
         ControlFlow::<()>::Continue(())
     });

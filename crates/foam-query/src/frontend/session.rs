@@ -174,7 +174,7 @@ impl PreparedStatement {
                 Statement::Rollback { .. } => StatementClass::Rollback,
                 Statement::Savepoint { .. } | Statement::ReleaseSavepoint { .. } => StatementClass::Savepoint,
                 // A block undoes them on ROLLBACK (block_ddl.rs).
-                Statement::CreateTable(_) | Statement::CreateView(_) | Statement::Drop { .. } => StatementClass::Write,
+                Statement::CreateTable(_) | Statement::CreateView(_) | Statement::CreateSequence { .. } | Statement::Drop { .. } => StatementClass::Write,
                 Statement::Copy { to: false, .. } | Statement::Truncate(_) => StatementClass::Write,
                 Statement::Declare { .. } | Statement::Fetch { .. } | Statement::Close { .. } => StatementClass::Read,
                 Statement::Explain { analyze: true, statement, .. } if !matches!(statement.as_ref(), Statement::Query(_)) => {
@@ -1761,7 +1761,7 @@ impl FoamSession {
                 let in_block = self.open.get().is_some();
                 if in_block
                     && let Some(CatalogCommand::DropSequence { name, .. }) =
-                        commands.iter().find(|c| matches!(c, CatalogCommand::DropSequence { name, .. } if !self.block_ddl().created_since_savepoint(name)))
+                        commands.iter().find(|c| matches!(c, CatalogCommand::DropSequence { name, if_exists } if !self.block_ddl().created_since_savepoint(name) && !(*if_exists && !self.node.catalog.current().sequences.contains_key(name))))
                 {
                     return Err(FoamError::FeatureNotSupported {
                         feature: format!("DROP SEQUENCE {name} inside a transaction block (only of a sequence the block created)"),
