@@ -242,16 +242,21 @@ impl SequenceDef {
         if increment == 0 {
             return Err(invalid("INCREMENT must not be zero".into()));
         }
+        // A bound at the old type's end follows a new type, NO MAXVALUE too.
+        let (reset_max, reset_min) = match alter.type_max {
+            Some(_) => (self.max == self.type_max, self.min == type_min(self.type_max)),
+            None => (false, false),
+        };
         let max = match alter.max {
             Some(Setting::To(max)) => max,
-            Some(Setting::Default) => if increment > 0 { type_max } else { -1 },
-            None if self.max == self.type_max => type_max,
+            Some(Setting::Default) => if increment > 0 || reset_max { type_max } else { -1 },
+            None if reset_max => type_max,
             None => self.max,
         };
         let min = match alter.min {
             Some(Setting::To(min)) => min,
-            Some(Setting::Default) => if increment > 0 { 1 } else { type_min(type_max) },
-            None if self.min == type_min(self.type_max) => type_min(type_max),
+            Some(Setting::Default) => if increment < 0 || reset_min { type_min(type_max) } else { 1 },
+            None if reset_min => type_min(type_max),
             None => self.min,
         };
         if max > type_max || min < type_min(type_max) {
@@ -381,6 +386,11 @@ mod tests {
         s.alter(&SequenceAlter { increment: Some(10), ..Default::default() }).unwrap();
         assert_eq!(values(&mut s, 2).unwrap(), vec![5, 15]);
         assert_eq!(s.alter(&SequenceAlter { min: Some(Setting::To(100)), ..Default::default() }).unwrap_err().sqlstate(), "22023");
+        // An ascending smallint sequence made bigint with NO MAXVALUE: its
+        // bound at the old type's end follows the new type.
+        let mut small = SequenceDef::new("m", SequenceOptions::default(), i64::from(i16::MAX)).unwrap();
+        small.alter(&SequenceAlter { type_max: Some(i64::MAX), max: Some(Setting::Default), ..Default::default() }).unwrap();
+        assert_eq!((small.min, small.max), (1, i64::MAX));
     }
 
     #[test]

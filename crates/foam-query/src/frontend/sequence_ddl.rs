@@ -159,39 +159,56 @@ pub fn alter_sequence(tokens: Vec<TokenWithSpan>) -> FoamResult<(String, bool, S
     } else {
         let mut alter = sequences::SequenceAlter::default();
         let number = |parser: &mut Parser| -> FoamResult<i64> { integer(&parser.parse_number().map_err(syntax)?) };
+        let mut given: Vec<&str> = Vec::new();
         loop {
-            if parser.parse_keyword(Keyword::AS) {
+            let option = if parser.parse_keyword(Keyword::AS) {
                 let data_type = parser.parse_data_type().map_err(syntax)?;
                 let sql_type = ddl::parse_sql_type(&data_type.to_string())
                     .map_err(|message| FoamError::Query { message: format!("sequence type {data_type}: {message}"), sqlstate: SqlState::InvalidParameterValue })?;
                 alter.type_max = Some(type_max(&sql_type, &name)?);
+                "AS"
             } else if parser.parse_keyword(Keyword::INCREMENT) {
                 let _ = parser.parse_keyword(Keyword::BY);
                 alter.increment = Some(number(&mut parser)?);
+                "INCREMENT"
             } else if parser.parse_keywords(&[Keyword::NO, Keyword::MINVALUE]) {
                 alter.min = Some(sequences::Setting::Default);
+                "MINVALUE"
             } else if parser.parse_keywords(&[Keyword::NO, Keyword::MAXVALUE]) {
                 alter.max = Some(sequences::Setting::Default);
+                "MAXVALUE"
             } else if parser.parse_keywords(&[Keyword::NO, Keyword::CYCLE]) {
                 alter.cycle = Some(false);
+                "CYCLE"
             } else if parser.parse_keyword(Keyword::MINVALUE) {
                 alter.min = Some(sequences::Setting::To(number(&mut parser)?));
+                "MINVALUE"
             } else if parser.parse_keyword(Keyword::MAXVALUE) {
                 alter.max = Some(sequences::Setting::To(number(&mut parser)?));
+                "MAXVALUE"
             } else if parser.parse_keyword(Keyword::START) {
                 let _ = parser.parse_keyword(Keyword::WITH);
                 alter.start = Some(number(&mut parser)?);
+                "START"
             } else if parser.parse_keyword(Keyword::RESTART) {
                 let with = parser.parse_keyword(Keyword::WITH);
                 let value = matches!(parser.peek_token().token, Token::Number(..) | Token::Minus | Token::Plus) || with;
                 alter.restart = Some(if value { sequences::Setting::To(number(&mut parser)?) } else { sequences::Setting::Default });
+                "RESTART"
             } else if parser.parse_keyword(Keyword::CACHE) {
                 alter.cache = Some(number(&mut parser)?);
+                "CACHE"
             } else if parser.parse_keyword(Keyword::CYCLE) {
                 alter.cycle = Some(true);
+                "CYCLE"
             } else {
                 break;
+            };
+            // As PostgreSQL: an option given twice is an error, not the last one winning.
+            if given.contains(&option) {
+                return Err(FoamError::Syntax { message: format!("conflicting or redundant options ({option} given twice)") });
             }
+            given.push(option);
         }
         if alter == sequences::SequenceAlter::default() {
             return Err(FoamError::FeatureNotSupported {

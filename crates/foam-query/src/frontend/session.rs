@@ -1555,6 +1555,9 @@ impl FoamSession {
     fn alter_sequence(&self, name: String, if_exists: bool, change: crate::frontend::sequence_ddl::SequenceChange) -> FoamResult<Kind> {
         use crate::frontend::sequence_ddl::SequenceChange;
         let catalog = self.node.catalog.current();
+        if catalog.tables.contains_key(&name) || catalog.views.contains_key(&name) {
+            return Err(FoamError::Query { message: format!("\"{name}\" is not a sequence"), sqlstate: foam_common::SqlState::WrongObjectType });
+        }
         if !catalog.sequences.contains_key(&name) {
             if if_exists {
                 return Ok(Kind::Maintenance { tag: "ALTER SEQUENCE", tables: Vec::new() });
