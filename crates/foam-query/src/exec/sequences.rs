@@ -18,6 +18,7 @@ use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature, Volatility};
 use foam_catalog::model::CommandOutcome;
 use foam_catalog::CatalogCommand;
+use foam_catalog::privileges::Privilege;
 use foam_common::{FoamError, FoamResult, SqlState};
 
 use crate::context::NodeContext;
@@ -101,16 +102,13 @@ impl SessionSequences {
     /// an identity column's sequence, which an INSERT draws from without
     /// a grant, `nextval` takes without one.
     fn check(&self, catalog: &foam_catalog::Catalog, name: &str, function: Function) -> FoamResult<()> {
-        use foam_catalog::privileges::Privilege;
         let Some(sequence) = catalog.sequences.get(name) else {
             return Err(FoamError::Query { message: format!("relation \"{name}\" does not exist"), sqlstate: SqlState::UndefinedTable });
         };
-        let any_of: &[Privilege] = match function {
-            Function::Next if is_identity_sequence(catalog, sequence) => return Ok(()),
-            Function::Next => &[Privilege::Usage, Privilege::Update],
-            Function::Current => &[Privilege::Select, Privilege::Usage],
-            Function::Last | Function::Set => &[Privilege::Update],
-        };
+        if function == Function::Next && is_identity_sequence(catalog, sequence) {
+            return Ok(());
+        }
+        let Some(any_of) = privileges_needed(function.sql_name()) else { return Ok(()) };
         let acting = self.role.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_else(|| self.session_user.clone());
         let superuser = self.insecure || catalog.roles.get(&acting).is_some_and(|r| r.superuser);
         if superuser || any_of.iter().any(|privilege| sequence.acl.allows(&acting, *privilege)) {
@@ -121,8 +119,21 @@ impl SessionSequences {
     }
 }
 
+/// The privileges on its sequence, any one of them, that PostgreSQL's
+/// sequence function `function` needs: `nextval` USAGE or UPDATE,
+/// `currval` SELECT or USAGE, `setval` UPDATE; `None` for another name
+/// (`lastval` reads what the session drew).
+pub fn privileges_needed(function: &str) -> Option<&'static [Privilege]> {
+    match function {
+        "nextval" => Some(&[Privilege::Usage, Privilege::Update]),
+        "currval" => Some(&[Privilege::Select, Privilege::Usage]),
+        "setval" => Some(&[Privilege::Update]),
+        _ => None,
+    }
+}
+
 /// Whether `sequence` is an identity column's.
-fn is_identity_sequence(catalog: &foam_catalog::Catalog, sequence: &foam_catalog::sequences::SequenceDef) -> bool {
+pub fn is_identity_sequence(catalog: &foam_catalog::Catalog, sequence: &foam_catalog::sequences::SequenceDef) -> bool {
     let Some((table, column)) = &sequence.owned_by else { return false };
     catalog.tables.get(table).and_then(|t| t.columns.iter().find(|c| &c.name == column)).is_some_and(|c| c.identity.is_some())
 }
@@ -164,6 +175,17 @@ enum Function {
     Current,
     Last,
     Set,
+}
+
+impl Function {
+    fn sql_name(self) -> &'static str {
+        match self {
+            Function::Next => "nextval",
+            Function::Current => "currval",
+            Function::Last => "lastval",
+            Function::Set => "setval",
+        }
+    }
 }
 
 /// One of the sequence functions, bound to this node and, on a session,
@@ -212,12 +234,7 @@ fn udf(function: Function, node: Arc<NodeContext>, session: Option<Arc<SessionSe
 
 impl ScalarUDFImpl for SequenceFunction {
     fn name(&self) -> &str {
-        match self.function {
-            Function::Next => "nextval",
-            Function::Current => "currval",
-            Function::Last => "lastval",
-            Function::Set => "setval",
-        }
+        self.function.sql_name()
     }
 
     fn signature(&self) -> &Signature {

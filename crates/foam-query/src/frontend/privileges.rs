@@ -110,12 +110,17 @@ pub fn sequence_needs(statement: &Statement, catalog: &Catalog) -> Vec<Need> {
         Statement::Explain { statement, .. } => statement.as_ref(),
         other => other,
     };
-    let identity_of_target = |name: &str| match target {
-        Statement::Insert(insert) => catalog.sequences.get(name).and_then(|s| s.owned_by.as_ref()).is_some_and(|(table, column)| {
-            matches!(&insert.table, datafusion::sql::sqlparser::ast::TableObject::TableName(target) if ddl::table_name(target).ok().as_ref() == Some(table))
-                && catalog.tables.get(table).and_then(|t| t.columns.iter().find(|c| &c.name == column)).is_some_and(|c| c.identity.is_some())
-        }),
-        _ => false,
+    let target_table = match target {
+        Statement::Insert(insert) => match &insert.table {
+            datafusion::sql::sqlparser::ast::TableObject::TableName(name) => ddl::table_name(name).ok(),
+            _ => None,
+        },
+        _ => None,
+    };
+    let identity_of_target = |name: &str| {
+        catalog.sequences.get(name).is_some_and(|s| {
+            crate::exec::sequences::is_identity_sequence(catalog, s) && s.owned_by.as_ref().map(|(table, _)| table) == target_table.as_ref()
+        })
     };
     let mut needs = Vec::new();
     let _ = datafusion::sql::sqlparser::ast::visit_expressions(statement, |expr| {
@@ -125,13 +130,11 @@ pub fn sequence_needs(statement: &Statement, catalog: &Catalog) -> Vec<Need> {
             && let Value::SingleQuotedString(literal) = &value.value
         {
             let name = crate::exec::sequences::sequence_name(literal);
-            let called = function.name.0.last().and_then(|p| p.as_ident()).map(|i| i.value.to_lowercase());
-            let any_of: &'static [Privilege] = match called.as_deref() {
-                Some("nextval") if !identity_of_target(&name) => &[Privilege::Usage, Privilege::Update],
-                Some("currval") => &[Privilege::Select, Privilege::Usage],
-                Some("setval") => &[Privilege::Update],
-                _ => return ControlFlow::<()>::Continue(()),
-            };
+            let called = function.name.0.last().and_then(|p| p.as_ident()).map(|i| i.value.to_lowercase()).unwrap_or_default();
+            let Some(any_of) = crate::exec::sequences::privileges_needed(&called) else { return ControlFlow::<()>::Continue(()) };
+            if called == "nextval" && identity_of_target(&name) {
+                return ControlFlow::<()>::Continue(());
+            }
             // One not there yet may be by EXECUTE; holding on nothing is free.
             needs.push(Need::Sequence { name, any_of });
         }

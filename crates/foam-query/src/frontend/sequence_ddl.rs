@@ -229,10 +229,7 @@ pub fn alter_sequence(tokens: Vec<TokenWithSpan>) -> FoamResult<(String, bool, S
 /// empty go too.
 pub fn take_sequence_name(tokens: &mut Vec<TokenWithSpan>) -> FoamResult<Option<String>> {
     let significant = |tokens: &[TokenWithSpan], from: usize| (from..tokens.len()).find(|&i| !matches!(tokens[i].token, Token::Whitespace(_)));
-    // `AS IDENTITY (`: the option list (a table or column may be named `identity`).
-    let words: Vec<usize> = (0..tokens.len()).filter(|&i| !matches!(tokens[i].token, Token::Whitespace(_))).collect();
-    let found = words.windows(3).find(|w| keyword_is(&tokens[w[0]].token, "as") && keyword_is(&tokens[w[1]].token, "identity") && tokens[w[2]].token == Token::LParen);
-    let Some(open) = found.map(|w| w[2]) else { return Ok(None) };
+    let Some(&open) = identity_option_lists(tokens).first() else { return Ok(None) };
     let mut at = open + 1;
     while let Some(word) = significant(tokens, at) {
         if tokens[word].token == Token::RParen {
@@ -321,37 +318,35 @@ pub fn order_options(tokens: &mut Vec<TokenWithSpan>) {
         }
         return;
     }
-    // `AS IDENTITY ( options )` in CREATE TABLE.
-    let mut at = 0;
-    let mut previous: Option<usize> = None;
-    while at < tokens.len() {
-        if matches!(tokens[at].token, Token::Whitespace(_)) {
-            at += 1;
-            continue;
-        }
-        let next = (at + 1..tokens.len()).find(|&i| !matches!(tokens[i].token, Token::Whitespace(_)));
-        if keyword_is(&tokens[at].token, "identity")
-            && previous.is_some_and(|p| keyword_is(&tokens[p].token, "as"))
-            && let Some(open) = next.filter(|&i| tokens[i].token == Token::LParen)
-        {
-            let mut depth = 0;
-            let close = (open..tokens.len()).find(|&i| {
-                match tokens[i].token {
-                    Token::LParen => depth += 1,
-                    Token::RParen => depth -= 1,
-                    _ => {}
-                }
-                depth == 0
-            });
-            if let Some(close) = close
-                && let Some(ordered) = ordered_clauses(&tokens[open + 1..close], 0)
-            {
-                tokens.splice(open + 1..close, ordered);
+    // `AS IDENTITY ( options )` in CREATE or ALTER TABLE, the last first so
+    // that reordering one leaves the places of those before it.
+    for open in identity_option_lists(tokens).into_iter().rev() {
+        let mut depth = 0;
+        let close = (open..tokens.len()).find(|&i| {
+            match tokens[i].token {
+                Token::LParen => depth += 1,
+                Token::RParen => depth -= 1,
+                _ => {}
             }
+            depth == 0
+        });
+        if let Some(close) = close
+            && let Some(ordered) = ordered_clauses(&tokens[open + 1..close], 0)
+        {
+            tokens.splice(open + 1..close, ordered);
         }
-        previous = Some(at);
-        at += 1;
     }
+}
+
+/// Where each `AS IDENTITY (` option list opens: the `(`'s place (a table
+/// or column may be named `identity`; only the word after `AS` counts).
+fn identity_option_lists(tokens: &[TokenWithSpan]) -> Vec<usize> {
+    let words: Vec<usize> = (0..tokens.len()).filter(|&i| !matches!(tokens[i].token, Token::Whitespace(_))).collect();
+    words
+        .windows(3)
+        .filter(|w| keyword_is(&tokens[w[0]].token, "as") && keyword_is(&tokens[w[1]].token, "identity") && tokens[w[2]].token == Token::LParen)
+        .map(|w| w[2])
+        .collect()
 }
 
 /// `tokens` with their option clauses (after the first `skip` significant
