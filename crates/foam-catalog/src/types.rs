@@ -6,6 +6,9 @@ use serde::{Deserialize, Serialize};
 /// Largest DECIMAL precision; Arrow's Decimal128 holds 38 digits.
 pub const DECIMAL_PRECISION_MAX: u8 = 38;
 
+/// The zone a `timestamptz` column's Arrow type names: its values are UTC.
+pub const UTC: &str = "UTC";
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum SqlType {
@@ -21,6 +24,9 @@ pub enum SqlType {
     Char { length: u32 },
     Date,
     Timestamp,
+    /// `timestamp with time zone`: an instant, kept in UTC and shown in
+    /// the session's TimeZone.
+    TimestampTz,
 }
 
 impl SqlType {
@@ -36,6 +42,7 @@ impl SqlType {
             SqlType::Varchar { .. } | SqlType::Text | SqlType::Char { .. } => DataType::Utf8View,
             SqlType::Date => DataType::Date32,
             SqlType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
+            SqlType::TimestampTz => DataType::Timestamp(TimeUnit::Microsecond, Some(UTC.into())),
         }
     }
 
@@ -55,6 +62,7 @@ impl SqlType {
             SqlType::Char { length } => format!("character({length})"),
             SqlType::Date => "date".into(),
             SqlType::Timestamp => "timestamp without time zone".into(),
+            SqlType::TimestampTz => "timestamp with time zone".into(),
         }
     }
 

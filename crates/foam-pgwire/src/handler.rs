@@ -317,8 +317,22 @@ impl SimpleQueryHandler for FoamPgHandler {
                 Err(other) => return Err(other),
             }
         }
+        report_changes(client, &session).await?;
         Ok(responses)
     }
+}
+
+/// A ParameterStatus for each reported setting a statement changed
+/// (`SET TIME ZONE`), as PostgreSQL sends them before ReadyForQuery.
+async fn report_changes<C>(client: &mut C, session: &FoamSession) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    for (name, value) in session.changed_reports() {
+        client.send(PgWireBackendMessage::ParameterStatus(pgwire::messages::startup::ParameterStatus::new(name.to_string(), value))).await?;
+    }
+    Ok(())
 }
 
 /// A panic while a statement was planned or run (DataFusion's, or a bug of
@@ -483,6 +497,7 @@ impl ExtendedQueryHandler for FoamPgHandler {
         self.record(&output, &prepared.text);
         let output = output.map_err(|e| user_error(&e))?;
         forget_statements(client, &output);
+        report_changes(client, &session).await?;
         self.respond(client, output, &portal.result_column_format, &running)
     }
 }

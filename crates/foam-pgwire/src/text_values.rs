@@ -22,11 +22,11 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, StringArray};
 use arrow::datatypes::{
-    DataType, Date32Type, Decimal128Type, DecimalType, DurationMicrosecondType, DurationMillisecondType, DurationNanosecondType, DurationSecondType, Float32Type, IntervalDayTimeType, IntervalMonthDayNanoType, IntervalUnit, IntervalYearMonthType, Float64Type, Schema, Time64MicrosecondType, Time64NanosecondType, TimeUnit, TimestampMicrosecondType,
-    TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType,
+    DataType, Date32Type, Decimal128Type, DecimalType, DurationMicrosecondType, DurationMillisecondType, DurationNanosecondType, DurationSecondType, Float32Type, IntervalDayTimeType, IntervalMonthDayNanoType, IntervalUnit, IntervalYearMonthType, Float64Type, Schema, Time64MicrosecondType, Time64NanosecondType, TimeUnit,
 };
 use arrow::record_batch::RecordBatch;
-use chrono::{Datelike, NaiveDate, NaiveDateTime, NaiveTime, Timelike};
+use chrono::{Datelike, NaiveDate, NaiveTime, Timelike};
+use foam_query::exec::timestamp_text::{fraction, timestamps_as_text};
 use pgwire::api::results::{FieldFormat, FieldInfo};
 
 /// `batch` with its text-format float, date, timestamp and time columns turned
@@ -64,15 +64,7 @@ fn as_postgres_text(column: &ArrayRef) -> Option<ArrayRef> {
     match column.data_type() {
         DataType::Float64 => text(column.as_primitive::<Float64Type>().iter().map(|v| v.map(|v| float8(v, 15))).collect()),
         DataType::Float32 => text(column.as_primitive::<Float32Type>().iter().map(|v| v.map(float4)).collect()),
-        DataType::Timestamp(unit, None) => {
-            let at = |v: Option<i64>, to: fn(i64) -> Option<NaiveDateTime>| v.and_then(to).map(timestamp);
-            text(match unit {
-                TimeUnit::Second => column.as_primitive::<TimestampSecondType>().iter().map(|v| at(v, |v| chrono::DateTime::from_timestamp(v, 0).map(|d| d.naive_utc()))).collect(),
-                TimeUnit::Millisecond => column.as_primitive::<TimestampMillisecondType>().iter().map(|v| at(v, |v| chrono::DateTime::from_timestamp_millis(v).map(|d| d.naive_utc()))).collect(),
-                TimeUnit::Microsecond => column.as_primitive::<TimestampMicrosecondType>().iter().map(|v| at(v, |v| chrono::DateTime::from_timestamp_micros(v).map(|d| d.naive_utc()))).collect(),
-                TimeUnit::Nanosecond => column.as_primitive::<TimestampNanosecondType>().iter().map(|v| at(v, |v| Some(chrono::DateTime::from_timestamp_nanos(v).naive_utc()))).collect(),
-            })
-        }
+        DataType::Timestamp(..) => timestamps_as_text(column).map(|text| Arc::new(text) as ArrayRef),
         DataType::Interval(IntervalUnit::MonthDayNano) => text(
             column.as_primitive::<IntervalMonthDayNanoType>().iter().map(|v| v.map(|v| interval(i64::from(v.months), i64::from(v.days), v.nanoseconds / 1000))).collect(),
         ),
@@ -137,19 +129,6 @@ fn shortest(scientific: String, plain: impl FnOnce() -> String, zero: bool, expo
     }
 }
 
-/// The fraction of a second, `.5` for half, empty for none.
-fn fraction(nanos: u32) -> String {
-    if nanos == 0 {
-        return String::new();
-    }
-    // PostgreSQL keeps microseconds; nanoseconds round to them.
-    let micros = (nanos as u64 + 500) / 1000;
-    if micros == 0 || micros >= 1_000_000 {
-        return String::new();
-    }
-    format!(".{micros:06}").trim_end_matches('0').to_string()
-}
-
 const DAY_MICROS: i64 = 86_400_000_000;
 
 /// An interval as PostgreSQL prints it (IntervalStyle `postgres`): years
@@ -187,15 +166,6 @@ fn interval(months: i64, days: i64, micros: i64) -> String {
     parts.join(" ")
 }
 
-fn timestamp(at: NaiveDateTime) -> String {
-    let time = format!("{:02}:{:02}:{:02}{}", at.hour(), at.minute(), at.second(), fraction(at.nanosecond()));
-    if at.year() <= 0 {
-        format!("{:04}-{:02}-{:02} {time} BC", 1 - at.year(), at.month(), at.day())
-    } else {
-        format!("{:04}-{:02}-{:02} {time}", at.year(), at.month(), at.day())
-    }
-}
-
 /// A date as PostgreSQL prints it: at least four digits of year, `BC`
 /// before year 1.
 fn date(day: NaiveDate) -> String {
@@ -222,6 +192,8 @@ fn time(at: NaiveTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::NaiveDateTime;
+    use foam_query::exec::timestamp_text::timestamp;
 
     #[test]
     fn floats_print_as_postgresql_prints_them() {

@@ -101,7 +101,13 @@ fn violation(key: &UniqueKey, batch: &RecordBatch, row: usize) -> StorageError {
     let values: Vec<String> = key
         .columns
         .iter()
-        .map(|c| arrow::util::display::array_value_to_string(batch.column(*c), row).unwrap_or_else(|_| "?".into()))
+        .map(|c| {
+            // Timestamps as PostgreSQL prints them (a timestamptz in UTC).
+            let options = arrow::util::display::FormatOptions::new()
+                .with_timestamp_format(Some("%Y-%m-%d %H:%M:%S%.f"))
+                .with_timestamp_tz_format(Some("%Y-%m-%d %H:%M:%S%.f%:::z"));
+            arrow::util::display::ArrayFormatter::try_new(batch.column(*c).as_ref(), &options).map_or_else(|_| "?".into(), |f| f.value(row).to_string())
+        })
         .collect();
     StorageError::UniqueViolation { constraint: key.name.clone(), key: format!("({})=({})", key.column_names.join(", "), values.join(", ")) }
 }

@@ -95,3 +95,34 @@ def test_returning_rows_names_and_tags(conninfo, table):
         with conn.cursor(binary=True) as binary:
             binary.execute(f"UPDATE {table} SET note = %s WHERE k = 3 RETURNING k, note", ("bin",))
             assert binary.fetchall() == [(3, "bin")]
+
+
+def test_timestamptz_in_the_session_time_zone(conninfo, table):
+    """timestamptz values are instants: written with any offset (text,
+    binary, COPY), read back as the same instant in the session's zone;
+    SET TIME ZONE is reported to the driver (ParameterStatus)."""
+    from datetime import datetime, timedelta, timezone
+    from zoneinfo import ZoneInfo
+
+    instant = datetime(2024, 3, 10, 6, 30, 15, 250000, tzinfo=timezone.utc)
+    with psycopg.connect(conninfo) as conn:
+        assert conn.info.parameter_status("TimeZone") == "Etc/UTC"
+        conn.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, at TIMESTAMPTZ)")
+        tokyo = instant.astimezone(timezone(timedelta(hours=9)))
+        conn.execute(f"INSERT INTO {table} VALUES (%s, %s)", (1, tokyo))
+        with conn.cursor() as cur:
+            with cur.copy(f"COPY {table} FROM STDIN") as copy:
+                copy.write_row((2, instant.astimezone(timezone(timedelta(hours=-3)))))
+        conn.commit()
+        conn.execute("SET TIME ZONE 'America/New_York'")
+        assert conn.info.parameter_status("TimeZone") == "America/New_York"
+        for binary in (False, True):
+            with conn.cursor(binary=binary) as cur:
+                rows = cur.execute(f"SELECT id, at, at::text FROM {table} ORDER BY id").fetchall()
+            assert [r[1] for r in rows] == [instant, instant], f"binary={binary}"
+            # Shown in the session's zone: 01:30 in New York (EST, before DST).
+            assert rows[0][2] == "2024-03-10 01:30:15.25-05", f"binary={binary}"
+            assert rows[0][1].astimezone(ZoneInfo("America/New_York")).hour == 1
+        # A value without a zone is New York's local time.
+        got = conn.execute("SELECT extract(epoch FROM '2024-03-10 01:30:15.25'::timestamptz)").fetchone()[0]
+        assert abs(float(got) - instant.timestamp()) < 1e-3

@@ -16,10 +16,11 @@
 //!           yesterday, allballs (midnight)
 //! ```
 //!
-//! A zone in the input moves a timestamp to UTC, as PostgreSQL's
-//! `timestamptz` with TimeZone UTC: FoamDB's timestamps are UTC instants
-//! (`timestamptz` is held as `timestamp`), where PostgreSQL's `timestamp`
-//! would ignore the zone. A date ignores it, as PostgreSQL's. Fractions are
+//! A zone in the input moves a timestamp to UTC; without one, a
+//! `timestamptz` is local time in its type's zone (the session's TimeZone,
+//! `frontend/time_zone.rs`), as PostgreSQL reads it. A `timestamp` with a
+//! zone in its text is moved to UTC too, where PostgreSQL's would ignore
+//! the zone. A date ignores it, as PostgreSQL's. Fractions are
 //! rounded to microseconds, PostgreSQL's precision. `infinity` has no Arrow
 //! value and is refused (0A000) rather than stored as some far date.
 

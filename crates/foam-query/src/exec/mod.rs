@@ -11,3 +11,4 @@ pub mod replica_join;
 pub mod route;
 pub mod scan;
 pub mod sequences;
+pub mod timestamp_text;

@@ -430,7 +430,8 @@ pub fn parse_sql_type(text: &str) -> Result<SqlType, String> {
         "char" | "character" | "bpchar" => SqlType::Char { length: length(&args, Some(1))?.unwrap_or(1) },
         "date" => SqlType::Date,
         "timestamp" | "timestamp without time zone" | "datetime" => SqlType::Timestamp,
-        _ => return Err("supported types: BOOLEAN, SMALLINT, INT, BIGINT, REAL, DOUBLE PRECISION, DECIMAL(p,s), VARCHAR(n), TEXT, CHAR(n), DATE, TIMESTAMP".into()),
+        "timestamptz" | "timestamp with time zone" => SqlType::TimestampTz,
+        _ => return Err("supported types: BOOLEAN, SMALLINT, INT, BIGINT, REAL, DOUBLE PRECISION, DECIMAL(p,s), VARCHAR(n), TEXT, CHAR(n), DATE, TIMESTAMP, TIMESTAMPTZ".into()),
     })
 }
 

@@ -25,6 +25,7 @@ pub mod select_names;
 pub mod sequence_ddl;
 pub mod setting_functions;
 pub mod statement;
+pub mod time_zone;
 pub mod session;
 pub mod transaction_block;
 pub mod upsert;

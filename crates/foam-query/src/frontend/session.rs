@@ -271,6 +271,16 @@ fn cast_parameter_types(plan: &LogicalPlan) -> std::collections::HashMap<String,
 /// The setting's name (lowercase) and value (a string literal's text) of
 /// `SET [SESSION|LOCAL] name = value, ...` or `... TO value`.
 fn set_name_and_value(set: &Set) -> Option<(String, String)> {
+    if let Set::SetTimeZone { value, .. } = set {
+        let value = match value {
+            Expr::Value(literal) => match &literal.value {
+                Value::SingleQuotedString(text) => text.clone(),
+                other => other.to_string(),
+            },
+            other => other.to_string(),
+        };
+        return Some((crate::frontend::time_zone::TIME_ZONE.to_string(), value));
+    }
     let Set::SingleAssignment { variable, values, .. } = set else { return None };
     let value = values
         .iter()
@@ -400,6 +410,8 @@ pub struct FoamSession {
     /// Client settings FoamDB accepts but that do not change its behaviour
     /// (client_encoding, DateStyle, ...), so `SHOW` can answer them.
     settings: Mutex<BTreeMap<String, String>>,
+    /// The TimeZone the client was last told of (ParameterStatus).
+    reported_zone: Mutex<String>,
     /// Whether the session is inside `BEGIN ... COMMIT` (transaction_block.rs).
     block: Mutex<Block>,
     /// The block's transaction (`write/transaction.rs`); also in the
@@ -549,11 +561,15 @@ impl FoamSession {
             ("client_encoding".to_string(), "UTF8".to_string()),
             ("datestyle".to_string(), "ISO, MDY".to_string()),
             (STATEMENT_TIMEOUT.to_string(), show_statement_timeout(0)),
+            (crate::frontend::time_zone::TIME_ZONE.to_string(), crate::frontend::time_zone::DEFAULT_ZONE.to_string()),
             (crate::frontend::setting_functions::SESSION_AUTHORIZATION.to_string(), user.to_string()),
         ])
         .into_iter()
         .chain(FIXED_SETTINGS.iter().map(|(name, value)| (name.to_string(), value.to_string())))
         .collect::<BTreeMap<_, _>>();
+        if let Ok(zone) = crate::frontend::time_zone::parse(crate::frontend::time_zone::DEFAULT_ZONE) {
+            ctx.state_ref().write().config_mut().options_mut().execution.time_zone = Some(zone.datafusion);
+        }
         let initial_options = ctx.state().config().options().as_ref().clone();
         FoamSession {
             node,
@@ -565,6 +581,7 @@ impl FoamSession {
             block_ddl: Default::default(),
             cursors: Default::default(),
             settings: Mutex::new(settings),
+            reported_zone: Mutex::new(crate::frontend::time_zone::DEFAULT_ZONE.to_string()),
             block: Mutex::new(Block::Idle),
             open,
             read_only: Default::default(),
@@ -868,7 +885,7 @@ impl FoamSession {
             _ => return false,
         };
         let name = name.to_lowercase();
-        !(name.contains("datafusion.") || name.contains("distributed.") || name.starts_with("set time zone") || name.contains("timezone"))
+        !(name.contains("datafusion.") || name.contains("distributed."))
     }
 
     /// Executes a statement prepared earlier (extended protocol's Execute):
@@ -1367,7 +1384,14 @@ impl FoamSession {
         let frame = self.ctx.execute_logical_plan(plan).await.map_err(FoamError::from)?;
         let physical = frame.clone().create_physical_plan().await.map_err(FoamError::from)?;
         let schema = physical.schema();
-        let batches = datafusion::physical_plan::collect(physical, Arc::new(frame.task_ctx())).await.map_err(FoamError::from)?;
+        let mut batches = datafusion::physical_plan::collect(physical, Arc::new(frame.task_ctx())).await.map_err(FoamError::from)?;
+        let schema = match self.session_zone().and_then(|zone| crate::frontend::time_zone::session_schema(&schema, &zone)) {
+            Some(zoned) => {
+                batches = batches.into_iter().map(|batch| crate::frontend::time_zone::in_session_zone(&zoned, batch)).collect::<Result<_, _>>().map_err(|e| FoamError::internal(e.to_string()))?;
+                zoned
+            }
+            None => schema,
+        };
         let schema = crate::frontend::char_columns::mark(&schema, chars).unwrap_or(schema);
         let stream = futures::stream::iter(batches.into_iter().map(Ok)).boxed();
         Ok(StatementOutput::Returned { tag, schema: schema.clone(), stream: Box::pin(RecordBatchStreamAdapter::new(schema, stream)) })
@@ -1463,12 +1487,19 @@ impl FoamSession {
             Some(Err(error)) => return Err(FoamError::from(error)),
             None => None,
         };
-        // CHAR(n) columns leave padded, described as such.
+        // CHAR(n) columns leave padded, described as such; timestamptz
+        // columns in the session's TimeZone.
+        let zoned = self.session_zone().and_then(|zone| crate::frontend::time_zone::session_schema(&schema, &zone));
+        let schema = zoned.clone().unwrap_or(schema);
         let chars = crate::frontend::char_columns::mark(&schema, &char_widths);
         let schema = chars.clone().unwrap_or(schema);
         // The query counts as active until its rows are consumed or dropped.
         let stream = futures::stream::iter(first).chain(stream).map(move |batch| {
             let _ = &running;
+            let batch = match &zoned {
+                Some(zoned) => batch.and_then(|batch| crate::frontend::time_zone::in_session_zone(zoned, batch).map_err(Into::into)),
+                None => batch,
+            };
             match &chars {
                 Some(marked) => batch.and_then(|batch| crate::frontend::char_columns::pad(marked, batch).map_err(Into::into)),
                 None => batch,
@@ -1910,7 +1941,10 @@ impl FoamSession {
             }
             Statement::Set(set) => {
                 if let Some((name, value)) = set_name_and_value(set) {
-                    let local = matches!(set, Set::SingleAssignment { scope: Some(datafusion::sql::sqlparser::ast::ContextModifier::Local), .. });
+                    let local = matches!(
+                        set,
+                        Set::SingleAssignment { scope: Some(datafusion::sql::sqlparser::ast::ContextModifier::Local), .. } | Set::SetTimeZone { local: true, .. }
+                    );
                     if self.note_block_setting(&name, local) {
                         self.set_setting(name, value)?;
                     }
@@ -1921,16 +1955,36 @@ impl FoamSession {
                 let name = variable.iter().map(|i| i.value.to_lowercase()).collect::<Vec<_>>().join(".");
                 let name = match name.as_str() {
                     "transaction.isolation.level" => TRANSACTION_ISOLATION.to_string(),
+                    "time.zone" => crate::frontend::time_zone::TIME_ZONE.to_string(),
                     _ => name,
                 };
                 let value = self.setting(&name)?;
-                let schema = Arc::new(Schema::new(vec![Field::new(name, DataType::Utf8, false)]));
+                let column = if name == crate::frontend::time_zone::TIME_ZONE { crate::frontend::time_zone::TIME_ZONE_SHOWN.to_string() } else { name };
+                let schema = Arc::new(Schema::new(vec![Field::new(column, DataType::Utf8, false)]));
                 let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(vec![value])) as ArrayRef])
                     .map_err(|e| FoamError::internal(e.to_string()))?;
                 Ok(rows_output(schema, vec![batch]))
             }
             other => Err(FoamError::internal(format!("statement not handled: {other}"))),
         }
+    }
+
+    /// The reported settings (PostgreSQL's `GUC_REPORT` ones FoamDB changes:
+    /// TimeZone) whose value changed since the client was last told, with
+    /// their new values, for a ParameterStatus message each.
+    pub fn changed_reports(&self) -> Vec<(&'static str, String)> {
+        let Ok(zone) = self.setting(crate::frontend::time_zone::TIME_ZONE) else { return Vec::new() };
+        let mut reported = self.reported_zone.lock().unwrap_or_else(|p| p.into_inner());
+        if *reported == zone {
+            return Vec::new();
+        }
+        *reported = zone.clone();
+        vec![(crate::frontend::time_zone::TIME_ZONE_SHOWN, zone)]
+    }
+
+    /// The session's TimeZone as DataFusion names it.
+    fn session_zone(&self) -> Option<String> {
+        self.ctx.state_ref().read().config().options().execution.time_zone.clone()
     }
 
     /// A setting's value as `SHOW` and `current_setting` give it; 42704 for
@@ -1967,6 +2021,12 @@ impl FoamSession {
         }
         if name == crate::frontend::setting_functions::SESSION_AUTHORIZATION || name == "is_superuser" {
             return Err(FoamError::Query { message: format!("parameter \"{name}\" cannot be set (use SET ROLE)"), sqlstate: foam_common::SqlState::InsufficientPrivilege });
+        }
+        if name == crate::frontend::time_zone::TIME_ZONE {
+            let zone = crate::frontend::time_zone::parse(&value)?;
+            self.ctx.state_ref().write().config_mut().options_mut().execution.time_zone = Some(zone.datafusion);
+            self.settings.lock().unwrap_or_else(|p| p.into_inner()).insert(name, zone.shown);
+            return Ok(());
         }
         if name == EXCHANGE_BATCH_ROWS {
             self.set_exchange_batch_rows(&value)?;
@@ -2218,6 +2278,7 @@ impl FoamSession {
                 positions.push(position);
             }
             options.defaults = self.copy_defaults(&table, &positions).await?;
+            options.time_zone = self.session_zone();
             options.columns = Some(positions);
         }
         let path = match target {

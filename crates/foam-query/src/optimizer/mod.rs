@@ -32,13 +32,15 @@ pub fn logical_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
     rules
 }
 
-/// DataFusion's analyzer rules, with quoted literals compared with booleans
+/// DataFusion's analyzer rules, with `timestamptz` columns read in the
+/// session's TimeZone first (`session_zone.rs`), quoted literals compared with booleans
 /// read as booleans (`boolean_literals.rs`), and decimal division and
 /// float-decimal comparisons made PostgreSQL's (`numeric_operators.rs`),
 /// before its type coercion. A
 /// session's analyzer is these, then [`analyzer_rules`].
 pub fn datafusion_analyzer_rules() -> Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> {
     let mut rules = datafusion::optimizer::Analyzer::new().rules;
+    rules.insert(0, Arc::new(logical::session_zone::SessionZone));
     let at = rules.iter().position(|rule| rule.name() == logical::boolean_literals::TYPE_COERCION_RULE).unwrap_or(0);
     rules.insert(at, Arc::new(logical::boolean_literals::BooleanLiterals));
     rules.insert(at + 1, Arc::new(logical::numeric_operators::NumericOperators));
@@ -141,6 +143,7 @@ pub fn worker_udfs() -> Vec<ScalarUDF> {
         logical::pg_casts::RoundForInt::udf(),
         logical::pg_casts::NumericOfFloat::udf(),
         logical::text_casts::DatetimeOfText::udf(),
+        crate::exec::timestamp_text::TimestampText::udf(),
         logical::numeric_operators::NumericArithmetic::divide_udf(),
         logical::numeric_operators::NumericArithmetic::multiply_udf(),
         physical::count_ones::FoamOnes::udf(),

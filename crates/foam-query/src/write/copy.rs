@@ -56,6 +56,10 @@ pub struct CopyOptions {
     /// What fills each column (position) left out of `columns` that has a
     /// default.
     pub defaults: Vec<(usize, ColumnFill)>,
+    /// The session's TimeZone (as DataFusion names it): a `timestamptz`
+    /// value written without a zone is local time there, as PostgreSQL
+    /// reads it; `None` reads it as UTC.
+    pub time_zone: Option<String>,
 }
 
 /// A default COPY gives a column its data leaves out.
@@ -83,7 +87,7 @@ impl ColumnFill {
 
 impl Default for CopyOptions {
     fn default() -> Self {
-        CopyOptions { format: CopyFormat::Text, header: false, delimiter: b'\t', quote: b'"', escape: None, null: Some("\\N".into()), columns: None, defaults: Vec::new() }
+        CopyOptions { format: CopyFormat::Text, header: false, delimiter: b'\t', quote: b'"', escape: None, null: Some("\\N".into()), columns: None, defaults: Vec::new(), time_zone: None }
     }
 }
 
@@ -220,7 +224,7 @@ fn send_typed(
         let ended = record.is_none();
         batch.extend(record);
         if batch.len() == BATCH_ROWS || (ended && !batch.is_empty()) {
-            let typed = typed_batch(&batch, schema, table, options.columns.as_deref(), &options.defaults)?;
+            let typed = typed_batch(&batch, schema, table, options)?;
             batch.clear();
             if sender.blocking_send(Ok(typed)).is_err() {
                 return Ok(()); // the writer failed and reports its own error

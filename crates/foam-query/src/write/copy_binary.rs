@@ -163,11 +163,13 @@ fn value_text(value: &[u8], data_type: &DataType) -> Result<String, String> {
             let date = arrow::temporal_conversions::date32_to_datetime(days).ok_or_else(|| "date out of range".to_string())?;
             date.format("%Y-%m-%d").to_string()
         }
-        DataType::Timestamp(TimeUnit::Microsecond, None) => {
+        DataType::Timestamp(TimeUnit::Microsecond, zone) => {
             let micros = i64::from_be_bytes(value.try_into().map_err(|_| wrong())?);
             let micros = micros.checked_add(POSTGRES_EPOCH_DAYS * 86_400_000_000).ok_or_else(|| "timestamp out of range".to_string())?;
             let at = arrow::temporal_conversions::timestamp_us_to_datetime(micros).ok_or_else(|| "timestamp out of range".to_string())?;
-            at.format("%Y-%m-%d %H:%M:%S%.6f").to_string()
+            // A timestamptz is sent as microseconds of UTC.
+            let utc = if zone.is_some() { "+00" } else { "" };
+            format!("{}{utc}", at.format("%Y-%m-%d %H:%M:%S%.6f"))
         }
         DataType::Decimal128(..) => numeric_text(value).ok_or_else(wrong)?,
         other => return Err(format!("binary COPY into a column of type {other} is not supported")),
@@ -244,6 +246,7 @@ mod tests {
         assert_eq!(value_text(&8825i32.to_be_bytes(), &DataType::Date32).unwrap(), "2024-02-29");
         let micros: i64 = -(1_000_000 + 876_544); // 1999-12-31 23:59:58.123456
         assert_eq!(value_text(&micros.to_be_bytes(), &DataType::Timestamp(TimeUnit::Microsecond, None)).unwrap(), "1999-12-31 23:59:58.123456");
+        assert_eq!(value_text(&micros.to_be_bytes(), &DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))).unwrap(), "1999-12-31 23:59:58.123456+00");
         assert!(value_text(&[1, 2, 3], &DataType::Int32).is_err());
         assert!(value_text(&[0xff], &DataType::Utf8View).is_err());
     }

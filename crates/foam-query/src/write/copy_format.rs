@@ -221,13 +221,8 @@ fn unescape(raw: &[u8]) -> Vec<u8> {
 /// its line, as is a record with too few or too many fields and a NULL in a
 /// NOT NULL column. With `columns`, the fields fill those columns of the
 /// table (in that order) and the others are NULL.
-pub fn typed_batch(
-    records: &[Record],
-    schema: &SchemaRef,
-    table: &TableDef,
-    columns: Option<&[usize]>,
-    defaults: &[(usize, crate::write::copy::ColumnFill)],
-) -> FoamResult<RecordBatch> {
+pub fn typed_batch(records: &[Record], schema: &SchemaRef, table: &TableDef, options: &crate::write::copy::CopyOptions) -> FoamResult<RecordBatch> {
+    let (columns, defaults) = (options.columns.as_deref(), options.defaults.as_slice());
     let error = |line: u64, column: Option<&str>, message: String| FoamError::CopyData {
         table: table.name.clone(),
         line,
@@ -276,11 +271,16 @@ pub fn typed_batch(
         }
         if crate::exec::datetime_input::is_datetime(field.data_type()) {
             let now = crate::exec::datetime_input::now_utc();
-            let typed = crate::exec::datetime_input::cast_texts(&text, field.data_type(), now).map_err(|(row, input)| {
+            // A timestamptz without a zone is local time in the session's.
+            let read_as = match (field.data_type(), &options.time_zone) {
+                (DataType::Timestamp(unit, Some(_)), Some(zone)) => DataType::Timestamp(*unit, Some(zone.as_str().into())),
+                (other, _) => other.clone(),
+            };
+            let typed = crate::exec::datetime_input::cast_texts(&text, &read_as, now).map_err(|(row, input)| {
                 let value = text.as_any().downcast_ref::<StringArray>().map(|t| t.value(row).to_string()).unwrap_or_default();
                 error(records[row].0, Some(field.name()), input.to_error(&value, field.data_type()).to_string())
             })?;
-            arrays.push(typed);
+            arrays.push(if &read_as == field.data_type() { typed } else { arrow::compute::cast(&typed, field.data_type()).map_err(|e| FoamError::internal(e.to_string()))? });
             continue;
         }
         // The safe cast turns a bad value into NULL: the first NULL that was
@@ -315,7 +315,7 @@ mod tests {
     }
 
     fn csv() -> CopyOptions {
-        CopyOptions { format: CopyFormat::Csv, header: false, delimiter: b',', quote: b'"', escape: None, null: None, columns: None, defaults: Vec::new() }
+        CopyOptions { format: CopyFormat::Csv, header: false, delimiter: b',', quote: b'"', escape: None, null: None, columns: None, defaults: Vec::new(), time_zone: None }
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod null_equal_joins;
 pub mod numeric_operators;
 pub mod outer_reference_types;
 pub mod pg_casts;
+pub mod session_zone;
 pub mod set_multiplicity;
 pub mod text_casts;
 pub(crate) mod plan_shape;

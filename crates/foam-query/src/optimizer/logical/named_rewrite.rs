@@ -11,7 +11,7 @@ use datafusion::logical_expr::{Expr, LogicalPlan};
 
 /// `plan` with `rewrite` applied bottom-up to every expression, given the
 /// node's input columns; an expression `rewrite` changed keeps its name.
-pub fn rewrite_expressions(plan: LogicalPlan, rewrite: fn(Expr, &DFSchema) -> Result<Transformed<Expr>>) -> Result<LogicalPlan> {
+pub fn rewrite_expressions(plan: LogicalPlan, rewrite: impl Fn(Expr, &DFSchema) -> Result<Transformed<Expr>>) -> Result<LogicalPlan> {
     plan.transform_up_with_subqueries(|plan| {
         let mut schema = DFSchema::empty();
         for input in plan.inputs() {

@@ -1,4 +1,6 @@
-//! PostgreSQL's rounding for casts to integer and numeric types.
+//! PostgreSQL's rounding for casts to integer and numeric types, its
+//! `timestamptz::timestamp` (local time, not UTC's) and its text of a
+//! timestamp (`exec/timestamp_text.rs`).
 //!
 //! To an integer type PostgreSQL rounds:
 //! a numeric half away from zero (`CAST(2.5 AS INT)` is 3, `-2.5` gives -3),
@@ -24,6 +26,8 @@
 //! ```text
 //!   CAST(x AS INT)            ─▶  CAST(foam_round_for_int(x) AS INT)      x: DECIMAL(p,s), s > 0, or FLOAT
 //!   CAST(x AS DECIMAL(p,s))   ─▶  foam_numeric_of_float(x, NULL::DECIMAL(p,s))   x: FLOAT
+//!   CAST(x AS TIMESTAMP)      ─▶  CAST(to_local_time(x) AS TIMESTAMP)     x: TIMESTAMPTZ
+//!   CAST(x AS TEXT)           ─▶  foam_timestamp_text(x)                  x: TIMESTAMP[TZ]
 //! ```
 
 use std::sync::Arc;
@@ -68,6 +72,17 @@ impl AnalyzerRule for PostgresCasts {
 fn postgres_cast(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     let Expr::Cast(Cast { expr: inner, field }) = expr else { return Ok(Transformed::no(expr)) };
     let inner_type = inner.get_type(schema);
+    // A timestamp made text is PostgreSQL's text, not Arrow's ISO 8601.
+    if let (DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8, Ok(DataType::Timestamp(..))) = (field.data_type(), &inner_type) {
+        let text = Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(crate::exec::timestamp_text::TimestampText::udf()), vec![*inner]));
+        return Ok(Transformed::yes(if field.data_type() == &DataType::Utf8 { text } else { Expr::Cast(Cast { expr: Box::new(text), field }) }));
+    }
+    // A timestamptz made a timestamp is its local time in the zone it is
+    // in (the session's, `session_zone.rs`); Arrow's cast keeps UTC's.
+    if let (DataType::Timestamp(_, None), Ok(DataType::Timestamp(_, Some(_)))) = (field.data_type(), &inner_type) {
+        let local = Expr::ScalarFunction(ScalarFunction::new_udf(datafusion::functions::datetime::to_local_time(), vec![*inner]));
+        return Ok(Transformed::yes(Expr::Cast(Cast { expr: Box::new(local), field })));
+    }
     if let (DataType::Decimal128(precision, scale), Ok(DataType::Float32 | DataType::Float64)) = (field.data_type(), &inner_type) {
         // The target type rides on a typed NULL: the function's result type.
         let target = Expr::Literal(ScalarValue::Decimal128(None, *precision, *scale), None);

@@ -41,20 +41,32 @@ impl AnalyzerRule for TextCasts {
         "foam_text_casts"
     }
 
-    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        rewrite_expressions(plan, text_cast)
+    fn analyze(&self, plan: LogicalPlan, config: &ConfigOptions) -> Result<LogicalPlan> {
+        let zone = config.execution.time_zone.as_deref();
+        rewrite_expressions(plan, |expr, schema| text_cast(expr, schema, zone))
     }
 }
 
-fn text_cast(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+/// `zone` is the session's TimeZone: a `timestamptz` written without a
+/// zone is local time there (a `timestamptz` column's own type says UTC).
+fn text_cast(expr: Expr, schema: &DFSchema, zone: Option<&str>) -> Result<Transformed<Expr>> {
     let Expr::Cast(Cast { expr: inner, field }) = expr else { return Ok(Transformed::no(expr)) };
     let text = matches!(inner.get_type(schema), Ok(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View));
     if !text || !is_datetime(field.data_type()) {
         return Ok(Transformed::no(Expr::Cast(Cast { expr: inner, field })));
     }
+    let read_as = match (field.data_type(), zone) {
+        (DataType::Timestamp(unit, Some(_)), Some(zone)) => DataType::Timestamp(*unit, Some(zone.into())),
+        (other, _) => other.clone(),
+    };
     // The target type rides on a typed NULL: the function's result type.
-    let target = Expr::Literal(ScalarValue::try_from(field.data_type())?, None);
-    Ok(Transformed::yes(Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(DatetimeOfText::udf()), vec![*inner, target]))))
+    let target = Expr::Literal(ScalarValue::try_from(&read_as)?, None);
+    let read = Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(DatetimeOfText::udf()), vec![*inner, target]));
+    if &read_as == field.data_type() {
+        return Ok(Transformed::yes(read));
+    }
+    // The same instants, in the type's zone.
+    Ok(Transformed::yes(Expr::Cast(Cast { expr: Box::new(read), field })))
 }
 
 /// `foam_datetime_of_text(x, NULL::T)`: the text `x` read as a value of

@@ -1,0 +1,69 @@
+//! `timestamptz` columns read in the session's TimeZone, as PostgreSQL
+//! computes with them: `extract(hour FROM t)`, `date_trunc('day', t)` and
+//! `t::timestamp` give local time where the client set its zone.
+//!
+//! A `timestamptz` column holds UTC instants and its Arrow type names UTC
+//! (`foam_catalog::types::UTC`); DataFusion computes on a timestamp in the
+//! zone its type names. An analyzer rule, before type coercion, names the
+//! session's zone on each scan's such columns:
+//!
+//! ```text
+//!   Scan t (c: Timestamp(µs, UTC))  ─▶  Projection CAST(t.c AS Timestamp(µs, zone)) AS t.c
+//!                                         └─ Scan t
+//! ```
+//!
+//! The cast keeps every value (only the zone's name changes). A session in
+//! UTC, the default, plans as before: no projection is added.
+
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field};
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{Column, Result};
+use datafusion::logical_expr::expr::Cast;
+use datafusion::logical_expr::{Expr, LogicalPlan, Projection};
+use datafusion::optimizer::AnalyzerRule;
+
+/// The analyzer rule (see the module documentation).
+#[derive(Debug, Default)]
+pub struct SessionZone;
+
+impl AnalyzerRule for SessionZone {
+    fn name(&self) -> &str {
+        "foam_session_zone"
+    }
+
+    fn analyze(&self, plan: LogicalPlan, config: &ConfigOptions) -> Result<LogicalPlan> {
+        let Some(zone) = config.execution.time_zone.as_deref() else { return Ok(plan) };
+        let zoned = |data_type: &DataType| matches!(data_type, DataType::Timestamp(_, Some(z)) if z.as_ref() != zone);
+        let needed = plan.exists(|node| Ok(matches!(node, LogicalPlan::TableScan(scan) if scan.projected_schema.fields().iter().any(|f| zoned(f.data_type())))))?;
+        if !needed {
+            return Ok(plan);
+        }
+        plan.transform_up_with_subqueries(|node| {
+            let scan_needs = matches!(&node, LogicalPlan::TableScan(scan) if scan.projected_schema.fields().iter().any(|f| zoned(f.data_type())));
+            if scan_needs {
+                let schema = node.schema().clone();
+                let input = Arc::new(node);
+                let exprs = schema
+                    .iter()
+                    .map(|(qualifier, field)| {
+                        let column = Expr::Column(Column::new(qualifier.cloned(), field.name()));
+                        match field.data_type() {
+                            DataType::Timestamp(unit, Some(z)) if z.as_ref() != zone => {
+                                let target = Arc::new(Field::new(field.name(), DataType::Timestamp(*unit, Some(zone.into())), field.is_nullable()));
+                                Expr::Cast(Cast { expr: Box::new(column), field: target }).alias_qualified(qualifier.cloned(), field.name())
+                            }
+                            _ => column,
+                        }
+                    })
+                    .collect();
+                return Ok(Transformed::yes(LogicalPlan::Projection(Projection::try_new(exprs, input)?)));
+            }
+            // Nodes above a changed scan take their columns' new types.
+            Ok(Transformed::yes(node.recompute_schema()?))
+        })
+        .map(|rewritten| rewritten.data)
+    }
+}
