@@ -267,11 +267,23 @@ fn rows_response<C: ClientInfo>(
 
 /// The fields a result's RowDescription gives: arrow-pg's for the Arrow
 /// types, with CHAR(n) columns (`char_columns.rs`) as `bpchar` of their
-/// length, as PostgreSQL describes them.
+/// length, as PostgreSQL describes them; `json` columns as `json`, and
+/// `int2vector`/`oidvector` ones as `text`, their values as PostgreSQL
+/// prints them.
 fn pg_fields(schema: &datafusion::arrow::datatypes::Schema, format: &Format, options: Option<Arc<FormatOptions>>) -> PgWireResult<Vec<FieldInfo>> {
     use foam_query::frontend::char_columns::marked_width;
     let mut fields = arrow_schema_to_pg_fields(&foam_query::frontend::select_names::client_schema(schema), format, options)?;
     for (info, field) in fields.iter_mut().zip(schema.fields()) {
+        let marked = match field.metadata().get(foam_query::exec::json_build::PG_TYPE_METADATA).map(String::as_str) {
+            Some("json") => Some(Type::JSON),
+            // Sent as text (`1 2`): pgwire quotes a text value of a
+            // vector type (an array kind) as an array element ("1 2").
+            Some("int2vector" | "oidvector") => Some(Type::TEXT),
+            _ => None,
+        };
+        if let Some(pg_type) = marked {
+            *info = FieldInfo::new(info.name().to_string(), info.table_id(), info.column_id(), pg_type, info.format()).with_format_options(info.format_options().clone());
+        }
         if let Some(n) = marked_width(field) {
             *info = FieldInfo::new(info.name().to_string(), info.table_id(), info.column_id(), Type::BPCHAR, info.format())
                 .with_format_options(info.format_options().clone())
@@ -348,8 +360,20 @@ fn statement_panicked(payload: &(dyn std::any::Any + Send)) -> FoamError {
 fn session_of<C: ClientInfo>(client: &C, node: &Arc<NodeContext>, runtime: &Arc<RuntimeEnv>, insecure: bool) -> Arc<FoamSession> {
     client.session_extensions().get_or_insert_with(|| {
         let user = client.metadata().get(pgwire::api::METADATA_USER).cloned().unwrap_or_default();
-        FoamSession::new(node.clone(), runtime.clone(), &user, insecure)
+        let mut session = FoamSession::new(node.clone(), runtime.clone(), &user, insecure);
+        // pgjdbc sends its JVM's zone, libpq PGTZ's, as PostgreSQL takes them.
+        if let Some(zone) = startup_time_zone(client)
+            && let Err(error) = session.start_in_time_zone(&zone)
+        {
+            tracing::debug!(%error, "startup TimeZone not taken");
+        }
+        session
     })
+}
+
+/// The TimeZone a client asked for in its startup message.
+fn startup_time_zone<C: ClientInfo>(client: &C) -> Option<String> {
+    client.metadata().iter().find(|(name, _)| name.eq_ignore_ascii_case(foam_query::frontend::time_zone::TIME_ZONE)).map(|(_, value)| value.clone())
 }
 
 /// A prepared statement as pgwire stores it.
@@ -481,7 +505,10 @@ impl ExtendedQueryHandler for FoamPgHandler {
         let params = if types.is_empty() && portal.parameter_len() == 0 {
             None
         } else {
-            if types.iter().any(|t| t.is_none()) {
+            // A parameter neither the plan nor the client types (Parse's
+            // OIDs; psycopg 3 declares its booleans) cannot be read.
+            let declared = |i: usize| portal.statement.parameter_types.get(i).cloned().flatten().is_some_and(|t| t != Type::UNKNOWN);
+            if types.iter().enumerate().any(|(i, t)| t.is_none() && !declared(i)) {
                 return Err(user_error(&FoamError::InvalidParameter {
                     message: "could not determine the type of every parameter; add casts such as $1::int".into(),
                 }));

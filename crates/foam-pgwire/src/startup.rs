@@ -170,6 +170,12 @@ impl ServerParameterProvider for RoleParameters {
         // which clients compare with their own version: pg_dump refuses a
         // server newer than itself.
         parameters.insert("server_version".into(), format!("{} (FoamDB)", foam_query::catalog::functions::POSTGRES_VERSION));
+        // The zone the client asked for, if FoamDB knows it (the session
+        // starts in it), as PostgreSQL reports it.
+        let asked = client.metadata().iter().find(|(name, _)| name.eq_ignore_ascii_case(foam_query::frontend::time_zone::TIME_ZONE)).map(|(_, v)| v.clone());
+        if let Some(zone) = asked.and_then(|zone| foam_query::frontend::time_zone::parse(&zone).ok()) {
+            parameters.insert(foam_query::frontend::time_zone::TIME_ZONE_SHOWN.into(), zone.shown);
+        }
         Some(parameters)
     }
 }

@@ -7,7 +7,7 @@
 //! trailing zeros; a difference of timestamps in days and time).
 //!
 //! ```text
-//!   batch ─▶ each text-format FLOAT4/FLOAT8/NUMERIC/DATE/TIMESTAMP/TIME/INTERVAL column as PostgreSQL's text ─▶ arrow-pg
+//!   batch ─▶ each text-format FLOAT4/FLOAT8/NUMERIC/DATE/TIMESTAMP/TIME/INTERVAL/INT2VECTOR/OIDVECTOR column as PostgreSQL's text ─▶ arrow-pg
 //! ```
 //!
 //! PostgreSQL (extra_float_digits 1, its default) prints a float with the
@@ -27,6 +27,7 @@ use arrow::datatypes::{
 use arrow::record_batch::RecordBatch;
 use chrono::{Datelike, NaiveDate, NaiveTime, Timelike};
 use foam_query::exec::timestamp_text::{fraction, timestamps_as_text};
+use pgwire::api::Type;
 use pgwire::api::results::{FieldFormat, FieldInfo};
 
 /// `batch` with its text-format float, date, timestamp and time columns turned
@@ -36,7 +37,12 @@ pub fn postgres_text(batch: RecordBatch, fields: &[FieldInfo]) -> RecordBatch {
         .columns()
         .iter()
         .zip(fields)
-        .map(|(column, field)| if field.format() == FieldFormat::Text { as_postgres_text(column) } else { None })
+        .map(|(column, field)| match field.format() {
+            // A list described as text is an int2vector or oidvector.
+            _ if *field.datatype() == Type::TEXT && matches!(column.data_type(), DataType::List(_)) => vector_text(column),
+            FieldFormat::Text => as_postgres_text(column),
+            _ => None,
+        })
         .collect();
     if converted.iter().all(Option::is_none) {
         return batch;
@@ -93,6 +99,25 @@ fn as_postgres_text(column: &ArrayRef) -> Option<ArrayRef> {
         DataType::Time64(TimeUnit::Nanosecond) => text(column.as_primitive::<Time64NanosecondType>().iter().map(|v| v.and_then(time_of_nanos)).collect()),
         _ => None,
     }
+}
+
+/// A list column described as text (an `int2vector` or `oidvector`), as
+/// PostgreSQL prints those: the values with a space between (`1 2`).
+fn vector_text(column: &ArrayRef) -> Option<ArrayRef> {
+    let lists = column.as_list_opt::<i32>()?;
+    let texts: StringArray = (0..lists.len())
+        .map(|row| {
+            if lists.is_null(row) {
+                return None;
+            }
+            let values = lists.value(row);
+            let texts: Vec<String> = (0..values.len())
+                .map(|i| arrow::util::display::array_value_to_string(&values, i).unwrap_or_default())
+                .collect();
+            Some(texts.join(" "))
+        })
+        .collect();
+    Some(Arc::new(texts))
 }
 
 /// A `double precision` as PostgreSQL prints it; exponent form from

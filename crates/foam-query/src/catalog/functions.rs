@@ -2,9 +2,10 @@
 //! as PostgreSQL-compatible databases do ("PostgreSQL x.y (FoamDB v)"), since
 //! drivers and ORMs read the PostgreSQL version from it (SQLAlchemy refuses
 //! to connect when it finds none there); `pg_function_is_visible` and
-//! `pg_type_is_visible`, which psql's `\df` and `\dT` filter by (FoamDB's
+//! `pg_type_is_visible` and `pg_collation_is_visible`, which psql's `\df`
+//! and `\dT` and SQLAlchemy's reflection filter by (FoamDB's
 //! search path is `pg_catalog, public`, the only schemas that hold
-//! functions and types, so every one that exists is visible; NULL for a
+//! functions, types and collations, so every one that exists is visible; NULL for a
 //! NULL OID, as in PostgreSQL; they do not look the OID up, so an OID of
 //! no object reads as visible too, where PostgreSQL answers NULL); `obj_description` and `col_description`,
 //! NULL for every object, as FoamDB refuses `COMMENT ON` (0A000);
@@ -84,6 +85,7 @@ pub fn catalog_inquiry_udfs() -> Vec<ScalarUDF> {
     vec![
         udf("pg_function_is_visible", 1, Answer::Visible),
         udf("pg_type_is_visible", 1, Answer::Visible),
+        udf("pg_collation_is_visible", 1, Answer::Visible),
         ScalarUDF::new_from_impl(CatalogInquiry {
             name: "obj_description",
             signature: Signature::one_of(vec![TypeSignature::Any(1), TypeSignature::Any(2)], Volatility::Stable),

@@ -15,14 +15,17 @@
 //! `conkey` and `confkey` are `smallint[]` in PostgreSQL; datafusion-pg-
 //! catalog holds them as text (`[1, 2]`), on which `unnest(conkey)` and
 //! `attnum = ANY(conkey)` fail, so [`WithKeys`] gives them as lists of
-//! Int16. `indkey` stays text: an `int2vector` prints as `1 2`, which is
-//! how pg_dump reads it.
+//! Int16. pg_index's `indkey` and `indoption` (`int2vector`) and `indclass`
+//! and `indcollation` (`oidvector`) are lists too, marked with their
+//! PostgreSQL type, which the protocol layer prints as PostgreSQL does
+//! (`1 2`, how pg_dump reads them), so `unnest(indkey)` and `attnum =
+//! ANY(indkey)` (SQLAlchemy's reflection, psql) work.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, ListArray, RecordBatch};
-use arrow::datatypes::{DataType, Field, Int16Type, Schema, SchemaRef};
+use arrow::datatypes::{DataType, Field, Int16Type, Int32Type, Schema, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::{MemTable, SchemaProvider, Session, TableProvider};
 use datafusion::common::ScalarValue;
@@ -88,6 +91,11 @@ pub fn with_keys(name: &str, table: Arc<dyn TableProvider>, pg_catalog: Arc<dyn 
         .iter()
         .map(|f| match (catalog, f.name().as_str()) {
             (Catalog::Constraint, "conkey" | "confkey") => Field::new(f.name(), int2_list(), true),
+            (Catalog::Index, name) => match vector_type(name) {
+                Some((element, pg_type)) => Field::new(name, list_of(element), true)
+                    .with_metadata(HashMap::from([(crate::exec::json_build::PG_TYPE_METADATA.to_string(), pg_type.to_string())])),
+                None => f.as_ref().clone(),
+            },
             _ => f.as_ref().clone(),
         })
         .collect();
@@ -96,7 +104,21 @@ pub fn with_keys(name: &str, table: Arc<dyn TableProvider>, pg_catalog: Arc<dyn 
 }
 
 fn int2_list() -> DataType {
-    DataType::List(Arc::new(Field::new_list_field(DataType::Int16, true)))
+    list_of(DataType::Int16)
+}
+
+fn list_of(element: DataType) -> DataType {
+    DataType::List(Arc::new(Field::new_list_field(element, true)))
+}
+
+/// pg_index's vector columns: their element type and PostgreSQL type
+/// (`int2vector` of attnums, `oidvector` of OIDs).
+fn vector_type(column: &str) -> Option<(DataType, &'static str)> {
+    match column {
+        "indkey" | "indoption" => Some((DataType::Int16, "int2vector")),
+        "indclass" | "indcollation" => Some((DataType::Int32, "oidvector")),
+        _ => None,
+    }
 }
 
 #[derive(Debug)]
@@ -147,7 +169,7 @@ impl TableProvider for WithKeys {
             batches.push(match self.catalog {
                 Catalog::Constraint => with_int2_lists(&batch, &self.schema)?,
                 Catalog::Class => with_indexes_flagged(&batch, &keys)?,
-                Catalog::Index => batch,
+                Catalog::Index => with_vectors(&batch, &self.schema)?,
             });
         }
         let added = match self.catalog {
@@ -175,6 +197,28 @@ fn with_int2_lists(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatc
             })
             .collect();
         columns[at] = Arc::new(ListArray::from_iter_primitive::<Int16Type, _, _>(lists));
+    }
+    Ok(RecordBatch::try_new(schema.clone(), columns)?)
+}
+
+/// `batch` of pg_index with its vector columns as lists, parsed from their
+/// text (`1 2`).
+fn with_vectors(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+    let mut columns = batch.columns().to_vec();
+    for (at, field) in schema.fields().iter().enumerate() {
+        let Some((element, _)) = vector_type(field.name()) else { continue };
+        let Some(texts) = columns[at].as_string_opt::<i32>() else { continue };
+        let values = |text: &str| -> Vec<Option<i64>> {
+            text.trim_matches(|c| c == '{' || c == '}' || c == '[' || c == ']').split([' ', ',']).filter(|v| !v.is_empty()).map(|v| v.parse().ok()).collect()
+        };
+        columns[at] = match element {
+            DataType::Int16 => Arc::new(ListArray::from_iter_primitive::<Int16Type, _, _>(
+                texts.iter().map(|t| t.map(|t| values(t).into_iter().map(|v| v.and_then(|v| i16::try_from(v).ok())).collect::<Vec<_>>())),
+            )),
+            _ => Arc::new(ListArray::from_iter_primitive::<Int32Type, _, _>(
+                texts.iter().map(|t| t.map(|t| values(t).into_iter().map(|v| v.and_then(|v| i32::try_from(v).ok())).collect::<Vec<_>>())),
+            )),
+        };
     }
     Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
@@ -268,7 +312,7 @@ fn constraint_rows(schema: &SchemaRef, keys: &[Key], namespace: Option<i64>) -> 
 }
 
 fn index_rows(schema: &SchemaRef, keys: &[Key]) -> Result<Vec<RecordBatch>> {
-    let vector = |values: Vec<String>| text(&values.join(" "));
+    let oids = |n: usize| ScalarValue::List(Arc::new(ListArray::from_iter_primitive::<Int32Type, _, _>([Some(vec![Some(0); n])])));
     let rows = keys
         .iter()
         .map(|key| {
@@ -284,10 +328,10 @@ fn index_rows(schema: &SchemaRef, keys: &[Key]) -> Result<Vec<RecordBatch>> {
                 ("indisvalid", ScalarValue::Boolean(Some(!key.def.validating))),
                 ("indisready", ScalarValue::Boolean(Some(true))),
                 ("indislive", ScalarValue::Boolean(Some(true))),
-                ("indkey", vector(key.columns.iter().map(|c| c.to_string()).collect())),
-                ("indcollation", vector(vec!["0".into(); n])),
-                ("indclass", vector(vec!["0".into(); n])),
-                ("indoption", vector(vec!["0".into(); n])),
+                ("indkey", int2_list_value(&key.columns)),
+                ("indcollation", oids(n)),
+                ("indclass", oids(n)),
+                ("indoption", int2_list_value(&vec![0; n])),
             ]);
             (row, None)
         })

@@ -234,6 +234,8 @@ fn parse_fields(text: &str, now: NaiveDateTime) -> Result<Fields, InputError> {
                 "now" => {
                     set(&mut fields.date, now.date())?;
                     set(&mut fields.time, micros_of_day(&now.time()))?;
+                    // `now` is UTC's: an instant in any session zone.
+                    set(&mut fields.zone, Zone::Fixed(0))?;
                 }
                 "today" => set(&mut fields.date, now.date())?,
                 "tomorrow" => set(&mut fields.date, now.date().succ_opt().ok_or(InputError::TypeRange)?)?,

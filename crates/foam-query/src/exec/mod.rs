@@ -5,7 +5,9 @@
 
 pub mod datetime_format;
 pub mod datetime_input;
+pub mod at_time_zone;
 pub mod function_values;
+pub mod json_build;
 pub mod panic_safe;
 pub mod replica_join;
 pub mod route;

@@ -3,6 +3,7 @@
 //! around them.
 
 pub mod array_subquery;
+pub mod at_time_zone;
 pub mod block_ddl;
 pub mod char_columns;
 pub mod column_defaults;
@@ -25,7 +26,22 @@ pub mod select_names;
 pub mod sequence_ddl;
 pub mod setting_functions;
 pub mod statement;
+pub mod subscripts;
 pub mod time_zone;
 pub mod session;
 pub mod transaction_block;
 pub mod upsert;
+
+/// The arguments of a call written without names (`f(a, b)`); a named or
+/// wildcard argument is left out, so a caller compares the count with the
+/// list's own.
+pub(crate) fn plain_arguments(list: &datafusion::sql::sqlparser::ast::FunctionArgumentList) -> Vec<&datafusion::sql::sqlparser::ast::Expr> {
+    use datafusion::sql::sqlparser::ast::{FunctionArg, FunctionArgExpr};
+    list.args
+        .iter()
+        .filter_map(|arg| match arg {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e),
+            _ => None,
+        })
+        .collect()
+}

@@ -296,6 +296,20 @@ fn set_name_and_value(set: &Set) -> Option<(String, String)> {
     Some((variable.to_string().to_lowercase(), value))
 }
 
+/// Remakes the functions that read the session's options when they are
+/// made (`now()` takes its zone so), as DataFusion's own SET does.
+fn refresh_config_functions(ctx: &SessionContext) {
+    let state = ctx.state_ref();
+    let mut state = state.write();
+    let options = state.config().options().clone();
+    let updated: Vec<_> = state.scalar_functions().values().filter_map(|udf| udf.inner().with_updated_config(&options).map(Arc::new)).collect();
+    for udf in updated {
+        if let Err(error) = datafusion::execution::FunctionRegistry::register_udf(&mut *state, udf) {
+            tracing::warn!(%error, "a function not remade for the session's options");
+        }
+    }
+}
+
 /// `statement` as DataFusion's planner takes it. `RESET name` is DataFusion's
 /// own statement (its parser, not sqlparser's, reads it from text).
 fn datafusion_statement(statement: Statement) -> DataFusionStatement {
@@ -487,11 +501,20 @@ impl crate::frontend::setting_functions::SessionSettings for FoamSession {
     fn set(&self, name: String, value: String, local: bool) -> FoamResult<()> {
         if self.note_block_setting(&name, local) { self.set_setting(name, value) } else { Ok(()) }
     }
+    fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.settings.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
+        names.extend([TRANSACTION_ISOLATION, DEFAULT_TRANSACTION_ISOLATION, "transaction_read_only", ROLE_SETTING, "is_superuser"].map(String::from));
+        names.sort();
+        names.dedup();
+        names
+    }
 }
 
 /// Settings FoamDB has one value of: SET to another is refused (0A000),
-/// not taken and ignored.
-const FIXED_SETTINGS: [(&str, &str); 3] = [("standard_conforming_strings", "on"), ("integer_datetimes", "on"), ("server_encoding", "UTF8")];
+/// not taken and ignored. FoamDB's tables have one storage (SQLAlchemy's
+/// reflection asks for `default_table_access_method`).
+const FIXED_SETTINGS: [(&str, &str); 4] =
+    [("standard_conforming_strings", "on"), ("integer_datetimes", "on"), ("server_encoding", "UTF8"), ("default_table_access_method", "heap")];
 
 impl FoamSession {
     /// A session of the role `user`, authenticated already (or anyone's,
@@ -544,6 +567,9 @@ impl FoamSession {
             ctx.register_udf(udf);
         }
         ctx.register_udf(crate::frontend::setting_functions::set_config_of_rows_udf());
+        ctx.register_udf(crate::frontend::setting_functions::unknown_setting_udf());
+        ctx.register_udf(crate::exec::json_build::json_build_object_udf());
+        ctx.register_udf(crate::exec::at_time_zone::at_time_zone_udf());
         for udf in crate::catalog::pg_keys::definition_udfs(node.clone()) {
             ctx.register_udf(udf);
         }
@@ -569,6 +595,7 @@ impl FoamSession {
         .collect::<BTreeMap<_, _>>();
         if let Ok(zone) = crate::frontend::time_zone::parse(crate::frontend::time_zone::DEFAULT_ZONE) {
             ctx.state_ref().write().config_mut().options_mut().execution.time_zone = Some(zone.datafusion);
+            refresh_config_functions(&ctx);
         }
         let initial_options = ctx.state().config().options().as_ref().clone();
         FoamSession {
@@ -721,6 +748,8 @@ impl FoamSession {
         }
         crate::frontend::numeric_literals::rewrite(&mut statement);
         crate::frontend::array_subquery::rewrite(&mut statement)?;
+        crate::frontend::subscripts::rewrite(&mut statement)?;
+        crate::frontend::at_time_zone::rewrite(&mut statement);
         crate::optimizer::logical::boolean_literals::distinct_from_as_equality(&mut statement);
         {
             // Read in place: `state()` would copy the whole session state.
@@ -1910,8 +1939,16 @@ impl FoamSession {
                 self.reset_all();
                 command("RESET")
             }
-            Statement::Reset(_) => {
-                self.set_role(None)?;
+            Statement::Reset(reset) => {
+                let time_zone = matches!(&reset.reset, datafusion::sql::sqlparser::ast::Reset::ConfigurationParameter(name) if name.to_string().to_lowercase() != ROLE_SETTING);
+                if time_zone {
+                    let zone = self.initial_settings.get(crate::frontend::time_zone::TIME_ZONE).cloned().unwrap_or_else(|| crate::frontend::time_zone::DEFAULT_ZONE.into());
+                    if self.note_block_setting(crate::frontend::time_zone::TIME_ZONE, false) {
+                        self.set_setting(crate::frontend::time_zone::TIME_ZONE.to_string(), zone)?;
+                    }
+                } else {
+                    self.set_role(None)?;
+                }
                 command("RESET")
             }
             // Only DEALLOCATE ALL is FoamDB's own; DataFusion deallocates by name.
@@ -1967,6 +2004,17 @@ impl FoamSession {
             }
             other => Err(FoamError::internal(format!("statement not handled: {other}"))),
         }
+    }
+
+    /// Makes `value` the zone the session starts in (and RESET goes back
+    /// to), as a TimeZone in the startup message does.
+    pub fn start_in_time_zone(&mut self, value: &str) -> FoamResult<()> {
+        self.set_setting(crate::frontend::time_zone::TIME_ZONE.to_string(), value.to_string())?;
+        let shown = self.setting(crate::frontend::time_zone::TIME_ZONE)?;
+        self.initial_settings.insert(crate::frontend::time_zone::TIME_ZONE.to_string(), shown.clone());
+        self.initial_options = self.ctx.state().config().options().as_ref().clone();
+        *self.reported_zone.lock().unwrap_or_else(|p| p.into_inner()) = shown;
+        Ok(())
     }
 
     /// The reported settings (PostgreSQL's `GUC_REPORT` ones FoamDB changes:
@@ -2025,6 +2073,7 @@ impl FoamSession {
         if name == crate::frontend::time_zone::TIME_ZONE {
             let zone = crate::frontend::time_zone::parse(&value)?;
             self.ctx.state_ref().write().config_mut().options_mut().execution.time_zone = Some(zone.datafusion);
+            refresh_config_functions(&self.ctx);
             self.settings.lock().unwrap_or_else(|p| p.into_inner()).insert(name, zone.shown);
             return Ok(());
         }
@@ -2158,6 +2207,7 @@ impl FoamSession {
     fn restore_settings(&self, settings: BTreeMap<String, String>, options: datafusion::config::ConfigOptions) {
         *self.settings.lock().unwrap_or_else(|p| p.into_inner()) = settings;
         *self.ctx.state_ref().write().config_mut().options_mut() = options;
+        refresh_config_functions(&self.ctx);
     }
 
     /// Deallocates every SQL-level prepared statement.
@@ -2278,9 +2328,9 @@ impl FoamSession {
                 positions.push(position);
             }
             options.defaults = self.copy_defaults(&table, &positions).await?;
-            options.time_zone = self.session_zone();
             options.columns = Some(positions);
         }
+        options.time_zone = self.session_zone();
         let path = match target {
             CopyTarget::File { filename } => crate::write::copy::server_file(self.node.copy_dir.as_deref(), filename)?.display().to_string(),
             CopyTarget::Stdin => return Ok(StatementOutput::CopyIn(CopyInTarget { table, options })),
@@ -2352,7 +2402,10 @@ fn is_reset_foamdb_runs(statement: &Statement) -> bool {
     match statement {
         Statement::Reset(reset) => match &reset.reset {
             Reset::ALL => true,
-            Reset::ConfigurationParameter(name) => name.to_string().eq_ignore_ascii_case(ROLE_SETTING),
+            Reset::ConfigurationParameter(name) => {
+                let name = name.to_string().to_lowercase();
+                name == ROLE_SETTING || name == crate::frontend::time_zone::TIME_ZONE || name == "time zone"
+            }
         },
         _ => false,
     }

@@ -12,7 +12,9 @@
 //! Settings live in the session, not in DataFusion, so the calls are
 //! evaluated when the statement is planned, as PostgreSQL evaluates stable
 //! functions once per statement, and each is replaced by its text result.
-//! Only literal arguments are taken; a `set_config` of a column is left
+//! Literal arguments are read then; a `current_setting` of a parameter is
+//! a choice among the settings as they are then (`current_setting_of_expr`);
+//! a `set_config` of a column is left
 //! to [`set_config_of_rows_udf`], which gets 0A000 as soon as a row would
 //! call it rather than a value read at the wrong time, and answers no rows
 //! where there are none to call it for: pg_dump 15 sends `SELECT
@@ -44,6 +46,8 @@ pub trait SessionSettings {
     /// `SET name = value`, or with `local` `SET LOCAL` (until the block
     /// ends; nothing outside a block).
     fn set(&self, name: String, value: String, local: bool) -> FoamResult<()>;
+    /// The names `get` knows.
+    fn names(&self) -> Vec<String>;
 }
 
 /// Whether `statement` calls `set_config`, which changes a setting as the
@@ -65,6 +69,15 @@ pub fn evaluate(statement: &mut Statement, settings: &dyn SessionSettings) -> Fo
     let outcome = visit_expressions_mut(statement, |expr| {
         let result = match call_of(expr) {
             Some((_, Call::SetConfig(args))) if literal_args(args, "set_config").is_err() => return ControlFlow::Continue(()),
+            Some((_, Call::CurrentSetting(args))) if literal_args(args, "current_setting").is_err() => {
+                match current_setting_of_expr(args, settings) {
+                    Ok(rewritten) => {
+                        *expr = rewritten;
+                        return ControlFlow::Continue(());
+                    }
+                    Err(error) => return ControlFlow::Break(error),
+                }
+            }
             Some((_, call)) => value_of(call, settings),
             None => return ControlFlow::Continue(()),
         };
@@ -198,6 +211,7 @@ fn literal_args(args: &FunctionArguments, function: &str) -> FoamResult<Vec<Arg>
         .iter()
         .map(|arg| match arg {
             FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(value))) => match &value.value {
+                Value::Placeholder(_) => Err(FoamError::FeatureNotSupported { feature: format!("{function}() of a parameter ({value})") }),
                 Value::SingleQuotedString(text) => Ok(Arg::Text(text.clone())),
                 Value::Boolean(flag) => Ok(Arg::Bool(*flag)),
                 other => Ok(Arg::Text(other.to_string())),
@@ -266,6 +280,60 @@ fn current_setting(args: &[Arg], settings: &dyn SessionSettings) -> FoamResult<O
     }
 }
 
+/// `current_setting(e [, missing_ok])` of a name that is not a literal (a
+/// bound parameter: psycopg 3 binds SQLAlchemy's `current_setting(%s)`):
+/// a choice among the session's settings as they are now, made when the
+/// statement runs; a name it does not know is 42704 there
+/// (`foam_unknown_setting`), or NULL with `missing_ok`.
+fn current_setting_of_expr(args: &FunctionArguments, settings: &dyn SessionSettings) -> FoamResult<Expr> {
+    let FunctionArguments::List(list) = args else { return Err(wrong_arguments("current_setting")) };
+    let exprs = crate::frontend::plain_arguments(list);
+    let (name, missing_ok) = match exprs.as_slice() {
+        [name] if list.args.len() == 1 => (name, false),
+        [name, Expr::Value(flag)] if list.args.len() == 2 => match flag.value {
+            Value::Boolean(flag) => (name, flag),
+            _ => return Err(FoamError::FeatureNotSupported { feature: format!("current_setting() of a non-literal argument ({})", flag) }),
+        },
+        [_, other] => return Err(FoamError::FeatureNotSupported { feature: format!("current_setting() of a non-literal argument ({other})") }),
+        _ => return Err(wrong_arguments("current_setting")),
+    };
+    let quote = |text: &str| format!("'{}'", text.replace('\'', "''"));
+    let mut sql = format!("CASE lower(CAST(({name}) AS TEXT))");
+    for setting in settings.names() {
+        if let Ok(value) = settings.get(&setting) {
+            sql.push_str(&format!(" WHEN {} THEN {}", quote(&setting), quote(&value)));
+        }
+    }
+    let otherwise = if missing_ok { "CAST(NULL AS TEXT)".to_string() } else { format!("{UNKNOWN_SETTING}(CAST(({name}) AS TEXT))") };
+    sql.push_str(&format!(" ELSE {otherwise} END"));
+    datafusion::sql::sqlparser::parser::Parser::new(&datafusion::sql::sqlparser::dialect::PostgreSqlDialect {})
+        .try_with_sql(&sql)
+        .and_then(|mut parser| parser.parse_expr())
+        .map_err(|error| FoamError::internal(format!("current_setting rewrite: {error}")))
+}
+
+/// The function a [`current_setting_of_expr`] choice calls for a name the
+/// session does not know: 42704, as `current_setting` answers.
+pub const UNKNOWN_SETTING: &str = "foam_unknown_setting";
+
+/// `foam_unknown_setting(name)` (see [`UNKNOWN_SETTING`]).
+pub fn unknown_setting_udf() -> datafusion::logical_expr::ScalarUDF {
+    use datafusion::arrow::datatypes::DataType;
+    use datafusion::logical_expr::{ColumnarValue, Volatility, create_udf};
+    let refuse = |args: &[ColumnarValue]| -> datafusion::common::Result<ColumnarValue> {
+        let arrays = ColumnarValue::values_to_arrays(args)?;
+        let names = datafusion::common::cast::as_string_array(&arrays[0])?;
+        match names.iter().flatten().next() {
+            Some(name) => Err(datafusion::error::DataFusionError::from(FoamError::Query {
+                message: format!("unrecognized configuration parameter \"{name}\""),
+                sqlstate: foam_common::SqlState::UndefinedObject,
+            })),
+            None => Ok(ColumnarValue::Scalar(datafusion::common::ScalarValue::Utf8(None))),
+        }
+    };
+    create_udf(UNKNOWN_SETTING, vec![DataType::Utf8], DataType::Utf8, Volatility::Immutable, std::sync::Arc::new(refuse))
+}
+
 /// `set_config(name, value, is_local)`: the value set, as `SET` or (with
 /// `is_local`) `SET LOCAL` would set it.
 fn set_config(args: &[Arg], settings: &dyn SessionSettings) -> FoamResult<Option<String>> {
@@ -286,6 +354,9 @@ mod tests {
     struct Fake(RefCell<BTreeMap<String, String>>, bool);
 
     impl SessionSettings for Fake {
+        fn names(&self) -> Vec<String> {
+            self.0.borrow().keys().cloned().collect()
+        }
         fn get(&self, name: &str) -> FoamResult<String> {
             self.0.borrow().get(name).cloned().ok_or_else(|| FoamError::Query {
                 message: format!("unrecognized configuration parameter \"{name}\""),
@@ -319,8 +390,15 @@ mod tests {
         // A local change outside a block changes nothing.
         assert_eq!(rewrite("SELECT set_config('application_name', 'x', true) = 'x'", &settings).unwrap(), "SELECT 'x' = 'x'");
         assert!(settings.get("application_name").is_err());
-        // Arguments must be literals, and as many as the function takes.
-        assert_eq!(rewrite("SELECT current_setting(t.name) FROM t", &settings).unwrap_err().sqlstate(), "0A000");
+        // A name that is not a literal is chosen among the settings when
+        // the statement runs; a missing_ok that is not one is refused.
+        assert_eq!(
+            rewrite("SELECT current_setting($1)", &settings).unwrap(),
+            "SELECT CASE lower(CAST(($1) AS TEXT)) WHEN 'datestyle' THEN 'ISO, MDY' WHEN 'search_path' THEN '' ELSE foam_unknown_setting(CAST(($1) AS TEXT)) END AS current_setting"
+        );
+        assert!(rewrite("SELECT current_setting(t.name, true) FROM t", &settings).unwrap().contains("ELSE CAST(NULL AS TEXT) END"));
+        assert_eq!(rewrite("SELECT current_setting(t.name, t.ok) FROM t", &settings).unwrap_err().sqlstate(), "0A000");
+        // Arguments are as many as the function takes.
         assert_eq!(rewrite("SELECT set_config('a', 'b')", &settings).unwrap_err().sqlstate(), "42883");
         assert_eq!(rewrite("SELECT set_config('a', 'b', 'maybe')", &settings).unwrap_err().sqlstate(), "22P02");
     }

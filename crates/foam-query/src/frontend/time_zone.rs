@@ -58,7 +58,8 @@ pub fn parse(value: &str) -> FoamResult<Zone> {
     if let Some(offset) = value.strip_prefix('<').and_then(|rest| rest.split_once('>')).map(|(offset, _)| offset) {
         let (hours, minutes) = offset.split_once(':').unwrap_or((offset, "0"));
         let (Ok(hours), Ok(minutes)) = (hours.parse::<i64>(), minutes.parse::<i64>()) else { return Err(invalid()) };
-        let minutes = hours * 60 + hours.signum() * minutes;
+        let sign = if offset.starts_with('-') { -1 } else { 1 };
+        let minutes = hours * 60 + sign * minutes;
         return parse(&(minutes as f64 / 60.0).to_string());
     }
     if let Ok(hours) = value.parse::<f64>() {
@@ -127,6 +128,7 @@ mod tests {
         assert!(parse("Z").is_err());
         assert_eq!(parse("<-07>+07").unwrap(), parse("-7").unwrap());
         assert_eq!(parse("<+05:30>-05:30").unwrap(), parse("5.5").unwrap());
+        assert_eq!(parse("<-00:30>+00:30").unwrap(), parse("-0.5").unwrap());
         assert!(matches!(parse("Mars/Olympus"), Err(FoamError::Query { sqlstate: foam_common::SqlState::InvalidParameterValue, .. })));
         assert!(parse("100").is_err());
     }

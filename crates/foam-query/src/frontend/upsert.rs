@@ -304,7 +304,16 @@ pub fn changes(upsert: &Upsert, table: &TableDef, batches: &[RecordBatch]) -> Fo
         converters
             .iter()
             .map(|(converter, key)| {
-                let columns: Vec<ArrayRef> = key.iter().map(|i| batch.column(*i).clone()).collect();
+                // In the table's types: a proposed value may be of another
+                // unit or zone (a timestamptz in the session's zone).
+                let columns: Vec<ArrayRef> = key
+                    .iter()
+                    .map(|i| {
+                        let (column, data_type) = (batch.column(*i), schema.field(*i).data_type());
+                        if column.data_type() == data_type { Ok(column.clone()) } else { arrow::compute::cast(column, data_type) }
+                    })
+                    .collect::<Result<_, _>>()
+                    .map_err(internal)?;
                 converter.convert_columns(&columns).map(|rows| (rows, columns)).map_err(internal)
             })
             .collect()

@@ -123,12 +123,13 @@ pub fn guarded_datafusion_rules() -> Vec<Arc<dyn PhysicalOptimizerRule + Send + 
 }
 
 /// Adds FoamDB's SQL-planner hooks after DataFusion's: quoted literals
-/// compared with booleans (`logical/boolean_literals.rs`) and integer
-/// literals beside INTs (`logical/integer_literals.rs`). Sessions and the
+/// compared with booleans (`logical/boolean_literals.rs`), integer
+/// literals beside INTs (`logical/integer_literals.rs`) and the difference
+/// of timestamptz values of two zones (`logical/session_zone.rs`). Sessions and the
 /// fuzzer's single-process reference plan with them.
 pub fn add_sql_planners(builder: &mut datafusion::execution::SessionStateBuilder) {
-    let planners: [Arc<dyn datafusion::logical_expr::planner::ExprPlanner>; 2] =
-        [Arc::new(logical::boolean_literals::BooleanLiteralPlanner), Arc::new(logical::integer_literals::IntegerLiteralPlanner)];
+    let planners: [Arc<dyn datafusion::logical_expr::planner::ExprPlanner>; 3] =
+        [Arc::new(logical::boolean_literals::BooleanLiteralPlanner), Arc::new(logical::integer_literals::IntegerLiteralPlanner), Arc::new(logical::session_zone::ZoneArithmeticPlanner)];
     builder.expr_planners().get_or_insert_with(Vec::new).extend(planners);
 }
 
@@ -144,6 +145,8 @@ pub fn worker_udfs() -> Vec<ScalarUDF> {
         logical::pg_casts::NumericOfFloat::udf(),
         logical::text_casts::DatetimeOfText::udf(),
         crate::exec::timestamp_text::TimestampText::udf(),
+        crate::exec::json_build::json_build_object_udf(),
+        crate::exec::at_time_zone::at_time_zone_udf(),
         logical::numeric_operators::NumericArithmetic::divide_udf(),
         logical::numeric_operators::NumericArithmetic::multiply_udf(),
         physical::count_ones::FoamOnes::udf(),

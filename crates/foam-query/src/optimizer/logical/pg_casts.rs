@@ -27,6 +27,7 @@
 //!   CAST(x AS INT)            ─▶  CAST(foam_round_for_int(x) AS INT)      x: DECIMAL(p,s), s > 0, or FLOAT
 //!   CAST(x AS DECIMAL(p,s))   ─▶  foam_numeric_of_float(x, NULL::DECIMAL(p,s))   x: FLOAT
 //!   CAST(x AS TIMESTAMP)      ─▶  CAST(to_local_time(x) AS TIMESTAMP)     x: TIMESTAMPTZ
+//!   CAST(x AS TIMESTAMPTZ z)  ─▶  CAST(CAST(x AS TIMESTAMPTZ session) AS TIMESTAMPTZ z)   x: TIMESTAMP or DATE
 //!   CAST(x AS TEXT)           ─▶  foam_timestamp_text(x)                  x: TIMESTAMP[TZ]
 //! ```
 
@@ -64,14 +65,27 @@ impl AnalyzerRule for PostgresCasts {
         "foam_postgres_casts"
     }
 
-    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        rewrite_expressions(plan, postgres_cast)
+    fn analyze(&self, plan: LogicalPlan, config: &ConfigOptions) -> Result<LogicalPlan> {
+        let zone = config.execution.time_zone.as_deref();
+        rewrite_expressions(plan, |expr, schema| postgres_cast(expr, schema, zone))
     }
 }
 
-fn postgres_cast(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+/// `zone` is the session's TimeZone.
+fn postgres_cast(expr: Expr, schema: &DFSchema, zone: Option<&str>) -> Result<Transformed<Expr>> {
     let Expr::Cast(Cast { expr: inner, field }) = expr else { return Ok(Transformed::no(expr)) };
     let inner_type = inner.get_type(schema);
+    // A timestamp or date made a timestamptz is local time in the
+    // session's zone (an INSERT into a timestamptz column casts to the
+    // column's UTC); Arrow reads it in the target's zone.
+    if let (DataType::Timestamp(unit, Some(target)), Ok(DataType::Timestamp(_, None) | DataType::Date32 | DataType::Date64), Some(zone)) =
+        (field.data_type(), &inner_type, zone)
+        && target.as_ref() != zone
+    {
+        let cast = |expr: Expr, data_type: DataType| Expr::Cast(Cast { expr: Box::new(expr), field: Arc::new(arrow::datatypes::Field::new("", data_type, true)) });
+        let local = cast(cast(*inner, DataType::Timestamp(*unit, None)), DataType::Timestamp(*unit, Some(zone.into())));
+        return Ok(Transformed::yes(Expr::Cast(Cast { expr: Box::new(local), field })));
+    }
     // A timestamp made text is PostgreSQL's text, not Arrow's ISO 8601.
     if let (DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8, Ok(DataType::Timestamp(..))) = (field.data_type(), &inner_type) {
         let text = Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(crate::exec::timestamp_text::TimestampText::udf()), vec![*inner]));

@@ -14,6 +14,12 @@
 //!
 //! The cast keeps every value (only the zone's name changes). A session in
 //! UTC, the default, plans as before: no projection is added.
+//!
+//! A column still names UTC while the SQL is planned, where `now()` and
+//! `'...'::timestamptz` name the session's zone, and DataFusion cannot
+//! subtract timestamps of two zones; an SQL-planner hook
+//! ([`ZoneArithmeticPlanner`]) casts both sides of such a subtraction to
+//! UTC (the same instants; a difference is the same in every zone).
 
 use std::sync::Arc;
 
@@ -22,7 +28,9 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Column, Result};
 use datafusion::logical_expr::expr::Cast;
-use datafusion::logical_expr::{Expr, LogicalPlan, Projection};
+use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawBinaryExpr};
+use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan, Projection};
+use datafusion::sql::sqlparser::ast::BinaryOperator;
 use datafusion::optimizer::AnalyzerRule;
 
 /// The analyzer rule (see the module documentation).
@@ -61,9 +69,40 @@ impl AnalyzerRule for SessionZone {
                     .collect();
                 return Ok(Transformed::yes(LogicalPlan::Projection(Projection::try_new(exprs, input)?)));
             }
-            // Nodes above a changed scan take their columns' new types.
-            Ok(Transformed::yes(node.recompute_schema()?))
+            // Nodes above a changed scan take their columns' new types; a
+            // UNION's schema is remade from its inputs (recompute_schema
+            // keeps a UNION's own).
+            match node {
+                LogicalPlan::Union(union) => Ok(Transformed::yes(LogicalPlan::Union(datafusion::logical_expr::Union::try_new_with_loose_types(union.inputs)?))),
+                node => Ok(Transformed::yes(node.recompute_schema()?)),
+            }
         })
         .map(|rewritten| rewritten.data)
+    }
+}
+
+/// The SQL-planner hook (see the module documentation).
+#[derive(Debug, Default)]
+pub struct ZoneArithmeticPlanner;
+
+impl ExprPlanner for ZoneArithmeticPlanner {
+    fn plan_binary_op(&self, expr: RawBinaryExpr, schema: &datafusion::common::DFSchema) -> Result<PlannerResult<RawBinaryExpr>> {
+        if expr.op != BinaryOperator::Minus {
+            return Ok(PlannerResult::Original(expr));
+        }
+        let RawBinaryExpr { op, left, right } = expr;
+        let (left, right) = match (left.get_type(schema), right.get_type(schema)) {
+            (Ok(DataType::Timestamp(_, Some(zone))), Ok(DataType::Timestamp(_, Some(other)))) if zone != other => {
+                // Both sides, so that the scans' columns this rule later
+                // names in the session's zone stay under a cast to UTC.
+                let utc = |expr: Expr| {
+                    let target = Arc::new(Field::new("", DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, Some(foam_catalog::types::UTC.into())), true));
+                    Expr::Cast(Cast { expr: Box::new(expr), field: target })
+                };
+                (utc(left), utc(right))
+            }
+            _ => (left, right),
+        };
+        Ok(PlannerResult::Original(RawBinaryExpr { op, left, right }))
     }
 }

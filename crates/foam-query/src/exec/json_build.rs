@@ -1,0 +1,135 @@
+//! `json_build_object(key, value, ...)`, as PostgreSQL writes it
+//! (`{"a" : 1, "b" : "x"}`): keys are text, values keep their JSON kind
+//! (numbers, booleans, `null`; anything else a string of its text).
+//! FoamDB has no `json` type of its own: the value is text, described to
+//! the client as `json` (OID 114, through the [`PG_TYPE_METADATA`] mark on
+//! its field) where a result column is the call itself, so drivers parse it
+//! (SQLAlchemy's reflection reads identity options and collations so).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, StringBuilder};
+use arrow::datatypes::{DataType, Field, FieldRef};
+use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::logical_expr::{ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature, Volatility};
+
+use crate::exec::function_values::answered;
+
+/// The field metadata key that names a result column's PostgreSQL type
+/// where its Arrow type would name another (`json`, `int2vector`,
+/// `oidvector`); read by the protocol layer.
+pub const PG_TYPE_METADATA: &str = "foam.pg_type";
+
+/// `json_build_object` (see the module documentation); workers run it too.
+pub fn json_build_object_udf() -> ScalarUDF {
+    let signature = Signature::one_of(vec![TypeSignature::VariadicAny, TypeSignature::Nullary], Volatility::Immutable);
+    ScalarUDF::new_from_impl(JsonBuildObject { signature })
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct JsonBuildObject {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for JsonBuildObject {
+    fn name(&self) -> &str {
+        "json_build_object"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
+        if args.arg_fields.len() % 2 != 0 {
+            return Err(DataFusionError::Execution("argument list must have even number of elements".into()));
+        }
+        let metadata = HashMap::from([(PG_TYPE_METADATA.to_string(), "json".to_string())]);
+        Ok(Arc::new(Field::new(self.name(), DataType::Utf8, false).with_metadata(metadata)))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let scalar = args.args.iter().all(|arg| matches!(arg, ColumnarValue::Scalar(_)));
+        let rows = if scalar { 1 } else { args.number_rows };
+        let arrays: Vec<ArrayRef> = args.args.iter().map(|arg| arg.to_array(rows)).collect::<Result<_>>()?;
+        let mut built = StringBuilder::new();
+        for row in 0..rows {
+            let mut members = Vec::with_capacity(arrays.len() / 2);
+            for pair in arrays.chunks(2) {
+                let [key, value] = pair else { return Err(DataFusionError::Execution("argument list must have even number of elements".into())) };
+                if key.is_null(row) {
+                    return Err(DataFusionError::Execution("null value not allowed for object key".into()));
+                }
+                let key = text_of(&ScalarValue::try_from_array(key, row)?);
+                members.push(format!("{} : {}", json_string(&key), json_value(&ScalarValue::try_from_array(value, row)?)));
+            }
+            built.append_value(format!("{{{}}}", members.join(", ")));
+        }
+        answered(Arc::new(built.finish()), scalar)
+    }
+}
+
+/// A value's text as PostgreSQL's output function writes it.
+fn text_of(value: &ScalarValue) -> String {
+    match value {
+        ScalarValue::Utf8(Some(text)) | ScalarValue::Utf8View(Some(text)) | ScalarValue::LargeUtf8(Some(text)) => text.clone(),
+        ScalarValue::Boolean(Some(b)) => if *b { "true" } else { "false" }.to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// A value as a JSON value: numbers and booleans as themselves, NULL as
+/// `null`, a float that JSON cannot hold and anything else as a string.
+fn json_value(value: &ScalarValue) -> String {
+    if value.is_null() {
+        return "null".into();
+    }
+    match value {
+        ScalarValue::Boolean(Some(b)) => b.to_string(),
+        ScalarValue::Int8(_) | ScalarValue::Int16(_) | ScalarValue::Int32(_) | ScalarValue::Int64(_) => value.to_string(),
+        ScalarValue::UInt8(_) | ScalarValue::UInt16(_) | ScalarValue::UInt32(_) | ScalarValue::UInt64(_) => value.to_string(),
+        ScalarValue::Decimal128(..) => value.to_string(),
+        ScalarValue::Float32(Some(f)) if f.is_finite() => value.to_string(),
+        ScalarValue::Float64(Some(f)) if f.is_finite() => value.to_string(),
+        other => json_string(&text_of(other)),
+    }
+}
+
+/// `text` as a JSON string literal.
+fn json_string(text: &str) -> String {
+    serde_json::Value::String(text.to_string()).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn build(args: Vec<ScalarValue>) -> Result<String> {
+        let arg_fields = args.iter().map(|a| Arc::new(Field::new("a", a.data_type(), true))).collect();
+        let args = ScalarFunctionArgs {
+            args: args.into_iter().map(ColumnarValue::Scalar).collect(),
+            arg_fields,
+            number_rows: 1,
+            return_field: Arc::new(Field::new("json_build_object", DataType::Utf8, false)),
+            config_options: Arc::new(Default::default()),
+        };
+        match json_build_object_udf().invoke_with_args(args)? {
+            ColumnarValue::Scalar(ScalarValue::Utf8(Some(text))) => Ok(text),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn objects_are_written_as_postgresql_writes_them() {
+        let text = |s: &str| ScalarValue::Utf8(Some(s.into()));
+        let built = build(vec![text("a"), ScalarValue::Int64(Some(1)), text("b"), text("x\"y"), text("c"), ScalarValue::Boolean(Some(true)), text("d"), ScalarValue::Int32(None)]).unwrap();
+        assert_eq!(built, r#"{"a" : 1, "b" : "x\"y", "c" : true, "d" : null}"#);
+        assert_eq!(build(vec![]).unwrap(), "{}");
+        assert!(build(vec![ScalarValue::Utf8(None), ScalarValue::Int64(Some(1))]).is_err());
+    }
+}
