@@ -595,7 +595,12 @@ impl TemplateFunction {
         match self.kind {
             Kind::ToChar => datafusion::functions::datetime::to_char(),
             Kind::ToDate => datafusion::functions::datetime::to_date(),
-            Kind::ToTimestamp => datafusion::functions::datetime::to_timestamp(&datafusion::common::config::ConfigOptions::default()),
+            // `to_timestamp(seconds)` is an instant, PostgreSQL's timestamptz.
+            Kind::ToTimestamp => {
+                let mut options = datafusion::common::config::ConfigOptions::default();
+                options.execution.time_zone = Some(foam_catalog::types::UTC.to_string());
+                datafusion::functions::datetime::to_timestamp(&options)
+            }
         }
     }
 

@@ -147,6 +147,7 @@ pub fn worker_udfs() -> Vec<ScalarUDF> {
         crate::exec::timestamp_text::TimestampText::udf(),
         crate::exec::json_build::json_build_object_udf(),
         crate::exec::at_time_zone::at_time_zone_udf(),
+        crate::frontend::setting_functions::unknown_setting_udf(),
         logical::numeric_operators::NumericArithmetic::divide_udf(),
         logical::numeric_operators::NumericArithmetic::multiply_udf(),
         physical::count_ones::FoamOnes::udf(),

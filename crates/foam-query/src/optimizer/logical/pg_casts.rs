@@ -86,6 +86,16 @@ fn postgres_cast(expr: Expr, schema: &DFSchema, zone: Option<&str>) -> Result<Tr
         let local = cast(cast(*inner, DataType::Timestamp(*unit, None)), DataType::Timestamp(*unit, Some(zone.into())));
         return Ok(Transformed::yes(Expr::Cast(Cast { expr: Box::new(local), field })));
     }
+    // An int2vector or oidvector made text is PostgreSQL's `1 3`, not
+    // Arrow's `[1, 3]` (SQLAlchemy 1.4 reads `indkey::varchar` so).
+    if matches!(field.data_type(), DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8)
+        && let Ok((_, source)) = inner.to_field(schema)
+        && matches!(source.metadata().get(crate::exec::json_build::PG_TYPE_METADATA).map(String::as_str), Some("int2vector" | "oidvector"))
+    {
+        let space = Expr::Literal(ScalarValue::Utf8(Some(" ".into())), None);
+        let text = Expr::ScalarFunction(ScalarFunction::new_udf(datafusion::functions_nested::string::array_to_string_udf(), vec![*inner, space]));
+        return Ok(Transformed::yes(Expr::Cast(Cast { expr: Box::new(text), field })));
+    }
     // A timestamp made text is PostgreSQL's text, not Arrow's ISO 8601.
     if let (DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8, Ok(DataType::Timestamp(..))) = (field.data_type(), &inner_type) {
         let text = Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(crate::exec::timestamp_text::TimestampText::udf()), vec![*inner]));
