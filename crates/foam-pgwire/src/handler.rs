@@ -362,18 +362,13 @@ fn session_of<C: ClientInfo>(client: &C, node: &Arc<NodeContext>, runtime: &Arc<
         let user = client.metadata().get(pgwire::api::METADATA_USER).cloned().unwrap_or_default();
         let mut session = FoamSession::new(node.clone(), runtime.clone(), &user, insecure);
         // pgjdbc sends its JVM's zone, libpq PGTZ's, as PostgreSQL takes them.
-        if let Some(zone) = startup_time_zone(client)
+        if let Some(zone) = crate::startup::startup_time_zone(client)
             && let Err(error) = session.start_in_time_zone(&zone)
         {
             tracing::debug!(%error, "startup TimeZone not taken");
         }
         session
     })
-}
-
-/// The TimeZone a client asked for in its startup message.
-fn startup_time_zone<C: ClientInfo>(client: &C) -> Option<String> {
-    client.metadata().iter().find(|(name, _)| name.eq_ignore_ascii_case(foam_query::frontend::time_zone::TIME_ZONE)).map(|(_, value)| value.clone())
 }
 
 /// A prepared statement as pgwire stores it.

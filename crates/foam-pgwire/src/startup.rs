@@ -172,12 +172,17 @@ impl ServerParameterProvider for RoleParameters {
         parameters.insert("server_version".into(), format!("{} (FoamDB)", foam_query::catalog::functions::POSTGRES_VERSION));
         // The zone the client asked for, if FoamDB knows it (the session
         // starts in it), as PostgreSQL reports it.
-        let asked = client.metadata().iter().find(|(name, _)| name.eq_ignore_ascii_case(foam_query::frontend::time_zone::TIME_ZONE)).map(|(_, v)| v.clone());
-        if let Some(zone) = asked.and_then(|zone| foam_query::frontend::time_zone::parse(&zone).ok()) {
+        if let Some(zone) = startup_time_zone(client).and_then(|zone| foam_query::frontend::time_zone::parse(&zone).ok()) {
             parameters.insert(foam_query::frontend::time_zone::TIME_ZONE_SHOWN.into(), zone.shown);
         }
         Some(parameters)
     }
+}
+
+/// The TimeZone a client asked for in its startup message (the session
+/// starts in it, and the startup reply names it).
+pub(crate) fn startup_time_zone<C: ClientInfo>(client: &C) -> Option<String> {
+    client.metadata().iter().find(|(name, _)| name.eq_ignore_ascii_case(foam_query::frontend::time_zone::TIME_ZONE)).map(|(_, value)| value.clone())
 }
 
 /// The catalog's roles, as the SCRAM exchange asks for them.

@@ -84,19 +84,28 @@ pub fn parse(value: &str) -> FoamResult<Zone> {
     Ok(Zone { shown: zone.name().to_string(), datafusion: zone.name().to_string() })
 }
 
+/// `data_type` named in `zone` (DataFusion's name for it) when it is a
+/// `timestamptz` of another zone: the same instants, read and shown in
+/// `zone`; `None` for any other type.
+pub fn in_zone(data_type: &DataType, zone: &str) -> Option<DataType> {
+    match data_type {
+        DataType::Timestamp(unit, Some(z)) if z.as_ref() != zone => Some(DataType::Timestamp(*unit, Some(zone.into()))),
+        _ => None,
+    }
+}
+
 /// `schema` with its `timestamptz` columns in `zone` (DataFusion's name for
 /// it); `None` when none has another zone.
 pub fn session_schema(schema: &SchemaRef, zone: &str) -> Option<SchemaRef> {
-    let moved = |field: &Field| matches!(field.data_type(), DataType::Timestamp(_, Some(z)) if z.as_ref() != zone);
-    if !schema.fields().iter().any(|f| moved(f)) {
+    if !schema.fields().iter().any(|f| in_zone(f.data_type(), zone).is_some()) {
         return None;
     }
     let fields: Vec<Field> = schema
         .fields()
         .iter()
-        .map(|field| match field.data_type() {
-            DataType::Timestamp(unit, Some(_)) => field.as_ref().clone().with_data_type(DataType::Timestamp(*unit, Some(zone.into()))),
-            _ => field.as_ref().clone(),
+        .map(|field| match in_zone(field.data_type(), zone) {
+            Some(zoned) => field.as_ref().clone().with_data_type(zoned),
+            None => field.as_ref().clone(),
         })
         .collect();
     Some(Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone())))

@@ -272,10 +272,11 @@ pub fn typed_batch(records: &[Record], schema: &SchemaRef, table: &TableDef, opt
         if crate::exec::datetime_input::is_datetime(field.data_type()) {
             let now = crate::exec::datetime_input::now_utc();
             // A timestamptz without a zone is local time in the session's.
-            let read_as = match (field.data_type(), &options.time_zone) {
-                (DataType::Timestamp(unit, Some(_)), Some(zone)) => DataType::Timestamp(*unit, Some(zone.as_str().into())),
-                (other, _) => other.clone(),
-            };
+            let read_as = options
+                .time_zone
+                .as_deref()
+                .and_then(|zone| crate::frontend::time_zone::in_zone(field.data_type(), zone))
+                .unwrap_or_else(|| field.data_type().clone());
             let typed = crate::exec::datetime_input::cast_texts(&text, &read_as, now).map_err(|(row, input)| {
                 let value = text.as_any().downcast_ref::<StringArray>().map(|t| t.value(row).to_string()).unwrap_or_default();
                 error(records[row].0, Some(field.name()), input.to_error(&value, field.data_type()).to_string())

@@ -44,7 +44,7 @@ impl AnalyzerRule for SessionZone {
 
     fn analyze(&self, plan: LogicalPlan, config: &ConfigOptions) -> Result<LogicalPlan> {
         let Some(zone) = config.execution.time_zone.as_deref() else { return Ok(plan) };
-        let zoned = |data_type: &DataType| matches!(data_type, DataType::Timestamp(_, Some(z)) if z.as_ref() != zone);
+        let zoned = |data_type: &DataType| crate::frontend::time_zone::in_zone(data_type, zone).is_some();
         let needed = plan.exists(|node| Ok(matches!(node, LogicalPlan::TableScan(scan) if scan.projected_schema.fields().iter().any(|f| zoned(f.data_type())))))?;
         if !needed {
             return Ok(plan);
@@ -58,12 +58,12 @@ impl AnalyzerRule for SessionZone {
                     .iter()
                     .map(|(qualifier, field)| {
                         let column = Expr::Column(Column::new(qualifier.cloned(), field.name()));
-                        match field.data_type() {
-                            DataType::Timestamp(unit, Some(z)) if z.as_ref() != zone => {
-                                let target = Arc::new(Field::new(field.name(), DataType::Timestamp(*unit, Some(zone.into())), field.is_nullable()));
+                        match crate::frontend::time_zone::in_zone(field.data_type(), zone) {
+                            Some(zoned) => {
+                                let target = Arc::new(Field::new(field.name(), zoned, field.is_nullable()));
                                 Expr::Cast(Cast { expr: Box::new(column), field: target }).alias_qualified(qualifier.cloned(), field.name())
                             }
-                            _ => column,
+                            None => column,
                         }
                     })
                     .collect();

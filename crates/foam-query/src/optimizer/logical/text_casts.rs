@@ -55,10 +55,7 @@ fn text_cast(expr: Expr, schema: &DFSchema, zone: Option<&str>) -> Result<Transf
     if !text || !is_datetime(field.data_type()) {
         return Ok(Transformed::no(Expr::Cast(Cast { expr: inner, field })));
     }
-    let read_as = match (field.data_type(), zone) {
-        (DataType::Timestamp(unit, Some(_)), Some(zone)) => DataType::Timestamp(*unit, Some(zone.into())),
-        (other, _) => other.clone(),
-    };
+    let read_as = zone.and_then(|zone| crate::frontend::time_zone::in_zone(field.data_type(), zone)).unwrap_or_else(|| field.data_type().clone());
     // The target type rides on a typed NULL: the function's result type.
     let target = Expr::Literal(ScalarValue::try_from(&read_as)?, None);
     let read = Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(DatetimeOfText::udf()), vec![*inner, target]));
