@@ -66,7 +66,10 @@ impl ScalarUDFImpl for AtTimeZone {
         let scalar = args.args.iter().all(|arg| matches!(arg, ColumnarValue::Scalar(_)));
         let rows = if scalar { 1 } else { args.number_rows };
         let values = value.to_array(rows)?;
-        let zones = zone.to_array(rows)?;
+        let zones = match zone {
+            ColumnarValue::Scalar(one) => one.to_array_of_size(1)?,
+            ColumnarValue::Array(zones) => Arc::clone(zones),
+        };
         let to_local = matches!(values.data_type(), DataType::Timestamp(_, Some(_)));
         // The values as microseconds, of UTC (timestamptz) or local time.
         let micros = match values.data_type() {
@@ -75,17 +78,27 @@ impl ScalarUDFImpl for AtTimeZone {
             _ => arrow::compute::cast(&values, &DataType::Timestamp(TimeUnit::Microsecond, None))?,
         };
         let micros = micros.as_primitive::<TimestampMicrosecondType>();
+        let zone_named = |row: usize| -> Result<arrow::array::timezone::Tz> {
+            zone_of(&match ScalarValue::try_from_array(&zones, row)? {
+                ScalarValue::Utf8(Some(z)) | ScalarValue::Utf8View(Some(z)) | ScalarValue::LargeUtf8(Some(z)) => z,
+                other => other.to_string(),
+            })
+        };
+        // One zone for every row (a cast's, the session's) is looked up once.
+        let one_zone = match zone {
+            ColumnarValue::Scalar(_) if !zones.is_null(0) => Some(zone_named(0)?),
+            _ => None,
+        };
         let mut out = Vec::with_capacity(rows);
         for row in 0..rows {
-            if micros.is_null(row) || zones.is_null(row) {
+            if micros.is_null(row) || zones.is_null(if one_zone.is_some() { 0 } else { row }) {
                 out.push(None);
                 continue;
             }
-            let name = match ScalarValue::try_from_array(&zones, row)? {
-                ScalarValue::Utf8(Some(z)) | ScalarValue::Utf8View(Some(z)) | ScalarValue::LargeUtf8(Some(z)) => z,
-                other => other.to_string(),
+            let zone = match one_zone {
+                Some(zone) => zone,
+                None => zone_named(row)?,
             };
-            let zone = zone_of(&name)?;
             let value = micros.value(row);
             let naive = chrono::DateTime::from_timestamp_micros(value).ok_or_else(out_of_range)?.naive_utc();
             let offset_seconds = if to_local {

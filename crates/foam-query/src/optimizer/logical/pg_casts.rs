@@ -27,7 +27,7 @@
 //!   CAST(x AS INT)            ─▶  CAST(foam_round_for_int(x) AS INT)      x: DECIMAL(p,s), s > 0, or FLOAT
 //!   CAST(x AS DECIMAL(p,s))   ─▶  foam_numeric_of_float(x, NULL::DECIMAL(p,s))   x: FLOAT
 //!   CAST(x AS TIMESTAMP)      ─▶  CAST(to_local_time(x) AS TIMESTAMP)     x: TIMESTAMPTZ
-//!   CAST(x AS TIMESTAMPTZ z)  ─▶  CAST(CAST(x AS TIMESTAMPTZ session) AS TIMESTAMPTZ z)   x: TIMESTAMP or DATE
+//!   CAST(x AS TIMESTAMPTZ z)  ─▶  CAST(foam_at_time_zone(x, session) AS TIMESTAMPTZ z)   x: TIMESTAMP or DATE, session not UTC
 //!   CAST(x AS TEXT)           ─▶  foam_timestamp_text(x)                  x: TIMESTAMP[TZ]
 //! ```
 
@@ -77,14 +77,23 @@ fn postgres_cast(expr: Expr, schema: &DFSchema, zone: Option<&str>) -> Result<Tr
     let inner_type = inner.get_type(schema);
     // A timestamp or date made a timestamptz is local time in the
     // session's zone (an INSERT into a timestamptz column casts to the
-    // column's UTC); Arrow reads it in the target's zone.
-    if let (DataType::Timestamp(unit, Some(target)), Ok(DataType::Timestamp(_, None) | DataType::Date32 | DataType::Date64), Some(zone)) =
-        (field.data_type(), &inner_type, zone)
-        && target.as_ref() != zone
-    {
-        let cast = |expr: Expr, data_type: DataType| Expr::Cast(Cast { expr: Box::new(expr), field: Arc::new(arrow::datatypes::Field::new("", data_type, true)) });
-        let local = cast(cast(*inner, DataType::Timestamp(*unit, None)), DataType::Timestamp(*unit, Some(zone.into())));
-        return Ok(Transformed::yes(Expr::Cast(Cast { expr: Box::new(local), field })));
+    // column's UTC); Arrow reads it in the target's zone. Outside UTC the
+    // instant is `foam_at_time_zone`'s, not a cast's: DataFusion's
+    // simplifier takes such a cast for a relabelling and moves it to the
+    // other side of a comparison, where it compares the local time with
+    // UTC's (`ts::timestamptz >= now()` in New York missed five hours).
+    if let (DataType::Timestamp(unit, Some(target)), Ok(DataType::Timestamp(_, None) | DataType::Date32 | DataType::Date64)) = (field.data_type(), &inner_type) {
+        let reading = zone.unwrap_or(target.as_ref());
+        if !matches!(reading, "UTC" | "+00:00") {
+            let zone = Expr::Literal(ScalarValue::Utf8(Some(reading.to_string())), None);
+            let instant = Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(crate::exec::at_time_zone::at_time_zone_udf()), vec![*inner, zone]));
+            return Ok(Transformed::yes(Expr::Cast(Cast { expr: Box::new(instant), field })));
+        }
+        if target.as_ref() != reading {
+            let cast = |expr: Expr, data_type: DataType| Expr::Cast(Cast { expr: Box::new(expr), field: Arc::new(arrow::datatypes::Field::new("", data_type, true)) });
+            let local = cast(cast(*inner, DataType::Timestamp(*unit, None)), DataType::Timestamp(*unit, Some(reading.into())));
+            return Ok(Transformed::yes(Expr::Cast(Cast { expr: Box::new(local), field })));
+        }
     }
     // An int2vector or oidvector made text is PostgreSQL's `1 3`, not
     // Arrow's `[1, 3]` (SQLAlchemy 1.4 reads `indkey::varchar` so).
