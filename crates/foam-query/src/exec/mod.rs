@@ -7,6 +7,7 @@ pub mod datetime_format;
 pub mod datetime_input;
 pub mod at_time_zone;
 pub mod function_values;
+pub mod interval_scale;
 pub mod json_build;
 pub mod panic_safe;
 pub mod replica_join;

@@ -128,8 +128,12 @@ pub fn guarded_datafusion_rules() -> Vec<Arc<dyn PhysicalOptimizerRule + Send + 
 /// of timestamptz values of two zones (`logical/session_zone.rs`). Sessions and the
 /// fuzzer's single-process reference plan with them.
 pub fn add_sql_planners(builder: &mut datafusion::execution::SessionStateBuilder) {
-    let planners: [Arc<dyn datafusion::logical_expr::planner::ExprPlanner>; 3] =
-        [Arc::new(logical::boolean_literals::BooleanLiteralPlanner), Arc::new(logical::integer_literals::IntegerLiteralPlanner), Arc::new(logical::session_zone::ZoneArithmeticPlanner)];
+    let planners: [Arc<dyn datafusion::logical_expr::planner::ExprPlanner>; 4] = [
+        Arc::new(logical::boolean_literals::BooleanLiteralPlanner),
+        Arc::new(logical::integer_literals::IntegerLiteralPlanner),
+        Arc::new(logical::session_zone::ZoneArithmeticPlanner),
+        Arc::new(logical::numeric_operators::IntervalArithmeticPlanner),
+    ];
     builder.expr_planners().get_or_insert_with(Vec::new).extend(planners);
 }
 
@@ -150,6 +154,8 @@ pub fn worker_udfs() -> Vec<ScalarUDF> {
         crate::frontend::setting_functions::unknown_setting_udf(),
         logical::numeric_operators::NumericArithmetic::divide_udf(),
         logical::numeric_operators::NumericArithmetic::multiply_udf(),
+        crate::exec::interval_scale::IntervalScale::multiply_udf(),
+        crate::exec::interval_scale::IntervalScale::divide_udf(),
         physical::count_ones::FoamOnes::udf(),
         crate::catalog::functions::version_udf(),
         crate::catalog::functions::pg_typeof_udf(),

@@ -38,6 +38,11 @@
 //! beyond the decimal's digits failed the query (`f < 1e10` with `f` =
 //! 1e300: numeric field overflow). PostgreSQL compares the two as floats;
 //! the same rule casts the NUMERIC side to `double precision`.
+//!
+//! Intervals: DataFusion refuses an interval times or divided by a number
+//! (`3 * INTERVAL '1 day'`) as it plans the SQL, before any analyzer rule;
+//! a SQL-planner hook ([`IntervalArithmeticPlanner`]) writes those as
+//! `foam_interval_mul`/`foam_interval_div` (`exec/interval_scale.rs`).
 
 use std::sync::Arc;
 
@@ -48,8 +53,12 @@ use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DFSchema, DataFusionError, Result, ScalarValue};
 use datafusion::logical_expr::expr::{BinaryExpr, ScalarFunction};
 use datafusion::logical_expr::{ColumnarValue, Expr, ExprSchemable, LogicalPlan, Operator, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
+use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawBinaryExpr};
 use datafusion::optimizer::AnalyzerRule;
+use datafusion::sql::sqlparser::ast::BinaryOperator;
 use foam_common::{FoamError, SqlState};
+
+use crate::exec::interval_scale::IntervalScale;
 
 use super::named_rewrite::rewrite_expressions;
 
@@ -134,6 +143,32 @@ fn floats_beside(value: Expr, others: Vec<Expr>, schema: &DFSchema) -> (Expr, Ve
     }
     let as_float = |expr: Expr| if is(&expr, false) { Expr::Cast(datafusion::logical_expr::expr::Cast::new(Box::new(expr), DataType::Float64)) } else { expr };
     (as_float(value), others.into_iter().map(as_float).collect(), true)
+}
+
+/// The SQL-planner hook for an interval times or divided by a number (see
+/// the module documentation).
+#[derive(Debug, Default)]
+pub struct IntervalArithmeticPlanner;
+
+impl ExprPlanner for IntervalArithmeticPlanner {
+    fn plan_binary_op(&self, expr: RawBinaryExpr, schema: &DFSchema) -> Result<PlannerResult<RawBinaryExpr>> {
+        let divide = match expr.op {
+            BinaryOperator::Multiply => false,
+            BinaryOperator::Divide => true,
+            _ => return Ok(PlannerResult::Original(expr)),
+        };
+        let is_number = |t: &DataType| t.is_numeric() || t.is_null();
+        let RawBinaryExpr { op, left, right } = expr;
+        let (interval, number) = match (left.get_type(schema), right.get_type(schema)) {
+            (Ok(DataType::Interval(_)), Ok(n)) if is_number(&n) => (left, right),
+            (Ok(n), Ok(DataType::Interval(_))) if is_number(&n) && !divide => (right, left),
+            _ => return Ok(PlannerResult::Original(RawBinaryExpr { op, left, right })),
+        };
+        let cast = |expr: Expr, to: DataType| Expr::Cast(datafusion::logical_expr::expr::Cast::new(Box::new(expr), to));
+        let udf = if divide { IntervalScale::divide_udf() } else { IntervalScale::multiply_udf() };
+        let args = vec![cast(interval, crate::exec::interval_scale::INTERVAL), cast(number, DataType::Float64)];
+        Ok(PlannerResult::Planned(Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(udf), args))))
+    }
 }
 
 fn numeric_arithmetic(left: Box<Expr>, op: Operator, right: Box<Expr>, schema: &DFSchema) -> Result<Transformed<Expr>> {
