@@ -92,10 +92,10 @@ async fn three_nodes_write_as_one_node_does() {
 async fn the_reference_process_answers_and_outlives_a_query_that_overruns() {
     use foam_fuzz::engines::Outcome;
     use foam_fuzz::reference::Reference;
-    let (tables, _) = foam_fuzz::run::seed_database(7, "rp");
+    let database = foam_fuzz::run::seed_database(7, "rp");
     let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_foam"));
-    let child = Reference::new(&tables, Some(&exe)).await.expect("reference process");
-    let local = Reference::new(&tables, None).await.expect("in-process reference");
+    let child = Reference::new(&database.tables, database.time_zone, Some(&exe)).await.expect("reference process");
+    let local = Reference::new(&database.tables, database.time_zone, None).await.expect("in-process reference");
     let counts = "SELECT count(*), count(a), sum(b) FROM rp0";
     let answer = |outcome: Outcome| match outcome {
         Outcome::Rows(rows) => rows,

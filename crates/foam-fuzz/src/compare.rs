@@ -6,7 +6,11 @@
 //! text per cell, by the reference's column type: booleans as `t`/`f`,
 //! floating point and decimal numbers rounded to
 //! [`SIGNIFICANT_DIGITS`] (engines may add floating point in different
-//! orders), everything else as printed. Answers without a defined order are
+//! orders), timestamps as one text of their date and time (an instant,
+//! one with a zone: `2024-01-01T03:00:00-05:00` as Arrow prints it in the
+//! column's zone and `2024-01-01 03:00:00-05` as PostgreSQL prints it in
+//! the session's are both `2024-01-01 08:00:00Z`), everything else as
+//! printed. Answers without a defined order are
 //! compared as multisets (both sorted), ordered ones row by row.
 
 use datafusion::arrow::array::RecordBatch;
@@ -58,10 +62,46 @@ pub fn canonical(cell: &Option<String>, data_type: Option<&DataType>) -> String 
         Some(t) if t.is_floating() || matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..)) => {
             number(text).unwrap_or_else(|| text.clone())
         }
+        Some(DataType::Timestamp(..)) => canonical_timestamp(text).unwrap_or_else(|| text.clone()),
         Some(_) => text.clone(),
         // No type known (the reference failed): two servers' texts.
         None => boolean(text).map(str::to_string).or_else(|| number(text)).unwrap_or_else(|| text.clone()),
     }
+}
+
+/// A timestamp as Arrow (`2024-01-01T03:00:00.500`, `...-05:00`, `...Z`)
+/// or PostgreSQL (`2024-01-01 03:00:00.5`, `...-05`, `...+05:30`) prints
+/// it: its date and time, in UTC with a `Z` when it has an offset.
+pub(crate) fn canonical_timestamp(text: &str) -> Option<String> {
+    use chrono::{Duration, NaiveDateTime};
+    let text = text.trim();
+    let (local, offset) = match text.strip_suffix('Z') {
+        Some(local) => (local, Some(0)),
+        None => match text.get(11..)?.rfind(['+', '-']) {
+            Some(at) => {
+                let (local, offset) = text.split_at(11 + at);
+                (local, Some(offset_seconds(offset)?))
+            }
+            None => (text, None),
+        },
+    };
+    let local = NaiveDateTime::parse_from_str(&local.replacen('T', " ", 1), "%Y-%m-%d %H:%M:%S%.f").ok()?;
+    Some(match offset {
+        Some(seconds) => format!("{}Z", (local - Duration::seconds(seconds)).format("%Y-%m-%d %H:%M:%S%.f")),
+        None => local.format("%Y-%m-%d %H:%M:%S%.f").to_string(),
+    })
+}
+
+/// `+05`, `-05:00`, `+0530` or `+05:30:15` as seconds east of UTC.
+fn offset_seconds(text: &str) -> Option<i64> {
+    let sign = if text.starts_with('-') { -1 } else { 1 };
+    let digits: String = text[1..].chars().filter(|c| *c != ':').collect();
+    if digits.len() % 2 != 0 || digits.is_empty() || digits.len() > 6 || !digits.chars().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let parts: Vec<i64> = digits.as_bytes().chunks(2).map(|pair| i64::from((pair[0] - b'0') * 10 + (pair[1] - b'0'))).collect();
+    let seconds = parts[0] * 3600 + parts.get(1).copied().unwrap_or(0) * 60 + parts.get(2).copied().unwrap_or(0);
+    Some(sign * seconds)
 }
 
 /// A boolean as `t` or `f`, however an engine printed it.
@@ -110,6 +150,21 @@ mod tests {
         let foam = rows(&[&[Some("f"), Some("0.10000000000000002"), Some("0.00"), Some("")], &[Some("t"), Some("3"), Some("1.5"), None]]);
         assert_eq!(difference(&reference, &foam, &types, false), None);
         assert!(difference(&reference, &foam, &types, true).is_some(), "in order the rows differ");
+    }
+
+    #[test]
+    fn one_instant_printed_by_either_engine_in_any_zone_agrees() {
+        use datafusion::arrow::datatypes::TimeUnit;
+        let zoned = [DataType::Timestamp(TimeUnit::Nanosecond, Some("America/New_York".into()))];
+        let reference = rows(&[&[Some("2024-01-01T22:00:00.500-05:00")], &[Some("2024-01-02T03:00:00Z")]]);
+        let foam = rows(&[&[Some("2024-01-02 08:30:00+05:30")], &[Some("2024-01-02 03:00:00.5+00")]]);
+        assert_eq!(difference(&reference, &foam, &zoned, false), None);
+        let later = rows(&[&[Some("2024-01-02 08:30:00+05:30")], &[Some("2024-01-02 03:00:01.5+00")]]);
+        assert!(difference(&reference, &later, &zoned, false).is_some(), "a second apart");
+        let plain = [DataType::Timestamp(TimeUnit::Microsecond, None)];
+        assert_eq!(difference(&rows(&[&[Some("2024-01-01T23:00:00.500")]]), &rows(&[&[Some("2024-01-01 23:00:00.5")]]), &plain, false), None);
+        let instant = rows(&[&[Some("2024-01-01 23:00:00+00")]]);
+        assert!(difference(&rows(&[&[Some("2024-01-01T23:00:00")]]), &instant, &plain, false).is_some(), "an instant is not a local time");
     }
 
     #[test]

@@ -9,7 +9,10 @@
 //! aggregates with DISTINCT and FILTER, GROUP BY on expressions, ROLLUP, CUBE
 //! and GROUPING SETS, windows over rows and over grouped results,
 //! UNION/INTERSECT/EXCEPT [ALL], IN/EXISTS/scalar subqueries (correlated
-//! or not), ORDER BY ... LIMIT/OFFSET, CASE and casts.
+//! or not), ORDER BY ... LIMIT/OFFSET, CASE and casts, and the timestamp
+//! functions whose answers depend on the session's time zone (`extract`,
+//! `date_trunc`, casts between timestamp, timestamptz and date, interval
+//! arithmetic).
 //!
 //! Every answer is deterministic as a multiset: LIMIT comes only after an
 //! ORDER BY of every output column, and a window function whose value
@@ -173,7 +176,7 @@ impl Generator<'_> {
     }
 
     fn any_ty(&mut self) -> Ty {
-        *self.c.pick(&[Ty::Int, Ty::Text, Ty::Int, Ty::Float, Ty::Decimal, Ty::Date, Ty::Bool])
+        *self.c.pick(&[Ty::Int, Ty::Text, Ty::Int, Ty::Float, Ty::Decimal, Ty::Date, Ty::Bool, Ty::Timestamp, Ty::TimestampTz])
     }
 
     /// Output expressions of a SELECT without GROUP BY: expressions over the
@@ -341,7 +344,9 @@ impl Generator<'_> {
                 let column = self.column(Ty::Bool, scope);
                 format!("{}({column})", self.c.pick(&["bool_and", "bool_or"]))
             }
-            Ty::Text | Ty::Date => format!("{}({}){}", self.c.pick(&["min", "max"]), self.column(ty, scope), filter(self)),
+            Ty::Text | Ty::Date | Ty::Timestamp | Ty::TimestampTz => {
+                format!("{}({}){}", self.c.pick(&["min", "max"]), self.column(ty, scope), filter(self))
+            }
         }
     }
 
@@ -402,7 +407,7 @@ impl Generator<'_> {
     fn join_condition(&mut self, left: &[Col], right: &[Col]) -> String {
         let pairs: Vec<(String, String)> = left
             .iter()
-            .flat_map(|l| right.iter().filter(move |r| r.ty == l.ty && l.ty != Ty::Float).map(move |r| (l.sql.clone(), r.sql.clone())))
+            .flat_map(|l| right.iter().filter(move |r| l.ty.compares_with(r.ty) && l.ty != Ty::Float).map(move |r| (l.sql.clone(), r.sql.clone())))
             .collect();
         if pairs.is_empty() {
             return "true".into();
@@ -465,6 +470,14 @@ impl Generator<'_> {
             Ty::Bool => self.c.pick(&["true", "false"]).to_string(),
             Ty::Date => format!("DATE '2024-0{}-0{}'", self.c.between(1, 3), self.c.between(1, 4)),
             Ty::Decimal => format!("CAST({} AS DECIMAL(10,2))", self.c.pick(&["1.50", "0.00", "-3.25", "10.01"])),
+            Ty::Timestamp => format!("TIMESTAMP '2024-01-0{} {}'", self.c.between(1, 3), self.c.pick(&["00:00:00", "03:00:00", "12:30:00"])),
+            // With an offset: the same instant in every session.
+            Ty::TimestampTz => format!(
+                "TIMESTAMPTZ '2024-01-0{} {}{}'",
+                self.c.between(1, 3),
+                self.c.pick(&["00:00:00", "03:00:00", "21:30:00"]),
+                self.c.pick(&["+00", "-05"])
+            ),
         }
     }
 
@@ -488,9 +501,15 @@ impl Generator<'_> {
                 let (a, b) = (self.expr(Ty::Int, scope, next), self.expr(Ty::Int, scope, next));
                 format!("({a} {} {b})", self.c.pick(&["+", "-", "*"]))
             }
-            (Ty::Int, _) => match self.c.below(3) {
+            (Ty::Int, _) => match self.c.below(4) {
                 0 => format!("length({})", self.expr(Ty::Text, scope, next)),
                 1 => format!("({} % {})", self.expr(Ty::Int, scope, next), self.c.between(2, 5)),
+                2 => {
+                    // In the session's time zone for a timestamptz.
+                    let ty = *self.c.pick(&[Ty::Timestamp, Ty::TimestampTz, Ty::Date]);
+                    let field = *self.c.pick(&["HOUR", "DAY", "MONTH"]);
+                    format!("EXTRACT({field} FROM {})", self.expr(ty, scope, next))
+                }
                 _ => format!("CAST({} AS BIGINT)", self.expr(Ty::Decimal, scope, next)),
             },
             (Ty::Text, 2) => format!("upper({})", self.expr(Ty::Text, scope, next)),
@@ -506,7 +525,32 @@ impl Generator<'_> {
             // Parenthesized: PostgreSQL refuses `a <> 7 = true` (its `=` does
             // not associate), which would leave the query unjudged.
             (Ty::Bool, _) => format!("({})", self.predicate(scope, 0, next)),
-            (Ty::Date, _) => self.column(Ty::Date, scope),
+            // The local date of a timestamptz is the session zone's.
+            (Ty::Date, _) => match self.c.below(3) {
+                0 => {
+                    let ty = *self.c.pick(&[Ty::Timestamp, Ty::TimestampTz]);
+                    format!("CAST({} AS DATE)", self.expr(ty, scope, next))
+                }
+                _ => self.column(Ty::Date, scope),
+            },
+            (Ty::Timestamp | Ty::TimestampTz, 2) => {
+                let unit = *self.c.pick(&["hour", "day", "month"]);
+                format!("date_trunc('{unit}', {})", self.expr(ty, scope, next))
+            }
+            // A day added to a timestamptz is a calendar day of the
+            // session's zone (23 hours across New York's change in March).
+            (Ty::Timestamp | Ty::TimestampTz, _) => match self.c.below(3) {
+                0 => {
+                    let interval = *self.c.pick(&["1 day", "2 hours", "90 minutes"]);
+                    format!("({} {} INTERVAL '{interval}')", self.expr(ty, scope, next), self.c.pick(&["+", "-"]))
+                }
+                // Local time in the session's zone, both ways.
+                1 => {
+                    let from = if ty == Ty::Timestamp { Ty::TimestampTz } else { Ty::Timestamp };
+                    format!("CAST({} AS {})", self.expr(from, scope, next), ty.sql())
+                }
+                _ => format!("CAST({} AS {})", self.expr(Ty::Date, scope, next), ty.sql()),
+            },
         }
     }
 
@@ -529,7 +573,14 @@ impl Generator<'_> {
         let left = self.expr(ty, scope, level + 1);
         match self.c.below(7) {
             0 | 1 => {
-                let right = if self.c.chance(50) { self.literal(ty) } else { self.expr(ty, scope, level + 1) };
+                // A timestamp compares with a timestamptz as local time in
+                // the session's zone.
+                let right_ty = match ty {
+                    Ty::Timestamp if self.c.chance(30) => Ty::TimestampTz,
+                    Ty::TimestampTz if self.c.chance(30) => Ty::Timestamp,
+                    ty => ty,
+                };
+                let right = if self.c.chance(50) { self.literal(right_ty) } else { self.expr(right_ty, scope, level + 1) };
                 format!("{left} {} {right}", self.c.pick(&["=", "<", ">=", "<>", "<=", ">"]))
             }
             2 => format!("{left} IS {}NULL", if self.c.chance(50) { "NOT " } else { "" }),
@@ -686,6 +737,7 @@ mod tests {
         for shape in ["FULL JOIN", "LEFT SEMI JOIN", "GROUP BY ROLLUP", "GROUPING SETS", "OVER (", "EXISTS", "UNION", "LIMIT", "WITH w0"]
             .into_iter()
             .chain(["NOT IN (SELECT", "AS n FROM", "avg(", "NOT LIKE '%", "IS NOT DISTINCT FROM", "OR (r", "(SELECT DISTINCT", ") AS c0", MANY_ROWS_MARK])
+            .chain(["EXTRACT(", "date_trunc('", "AS TIMESTAMPTZ)", "AS TIMESTAMP)", " INTERVAL '", "TIMESTAMPTZ '2024"])
         {
             assert!(text.contains(shape), "400 queries never used {shape}");
         }

@@ -62,18 +62,25 @@ enum Reply {
 /// The reference: in a child process when given an executable that serves
 /// it (`foam bench fuzz-reference`), else in this process.
 pub enum Reference {
-    Local(LocalReference),
-    Child(tokio::sync::Mutex<ChildReference>),
+    Local(LocalReference, &'static str),
+    Child(tokio::sync::Mutex<ChildReference>, &'static str),
 }
 
 impl Reference {
-    pub async fn new(tables: &[Table], exe: Option<&Path>) -> Result<Reference, String> {
+    /// A reference holding `tables`, its session in `time_zone` (the zone
+    /// its TIMESTAMPTZ columns are created in: DataFusion reads such a
+    /// column in its type's zone, as PostgreSQL reads one in the session's).
+    pub async fn new(tables: &[Table], time_zone: &'static str, exe: Option<&Path>) -> Result<Reference, String> {
         match exe {
-            None => Ok(Reference::Local(LocalReference::new(tables).await?)),
+            None => {
+                let local = LocalReference::new(&[]).await?;
+                local.load(tables, time_zone).await?;
+                Ok(Reference::Local(local, time_zone))
+            }
             Some(exe) => {
                 let mut child = ChildReference { exe: exe.to_path_buf(), process: None, made_by: Vec::new() };
-                child.load(tables).await?;
-                Ok(Reference::Child(tokio::sync::Mutex::new(child)))
+                child.load(tables, time_zone).await?;
+                Ok(Reference::Child(tokio::sync::Mutex::new(child), time_zone))
             }
         }
     }
@@ -81,16 +88,16 @@ impl Reference {
     /// Creates and fills the tables (replacing any of the same name).
     pub async fn load(&self, tables: &[Table]) -> Result<(), String> {
         match self {
-            Reference::Local(local) => local.load(tables).await,
-            Reference::Child(child) => child.lock().await.load(tables).await,
+            Reference::Local(local, zone) => local.load(tables, zone).await,
+            Reference::Child(child, zone) => child.lock().await.load(tables, zone).await,
         }
     }
 
     /// The answer and its column types (empty when it failed).
     pub async fn query(&self, sql: &str) -> (Outcome, Vec<DataType>) {
         match self {
-            Reference::Local(local) => local.query(sql).await,
-            Reference::Child(child) => child.lock().await.query(sql).await,
+            Reference::Local(local, _) => local.query(sql).await,
+            Reference::Child(child, _) => child.lock().await.query(sql).await,
         }
     }
 }
@@ -104,9 +111,10 @@ pub struct ChildReference {
 }
 
 /// The requests that create and fill `tables`, replacing any of the same
-/// name: for the child, and for the in-process reference alike.
-fn load_requests(tables: &[Table]) -> Vec<Request> {
-    let mut requests = Vec::new();
+/// name, in a session in `time_zone`: for the child, and for the
+/// in-process reference alike.
+fn load_requests(tables: &[Table], time_zone: &str) -> Vec<Request> {
+    let mut requests = vec![Request::Run(format!("SET datafusion.execution.time_zone = '{time_zone}'"))];
     for table in tables {
         requests.push(Request::Deregister(table.name.clone()));
         requests.push(Request::Run(table.create_reference()));
@@ -116,8 +124,8 @@ fn load_requests(tables: &[Table]) -> Vec<Request> {
 }
 
 impl ChildReference {
-    async fn load(&mut self, tables: &[Table]) -> Result<(), String> {
-        for request in load_requests(tables) {
+    async fn load(&mut self, tables: &[Table], time_zone: &str) -> Result<(), String> {
+        for request in load_requests(tables, time_zone) {
             self.made_by.push(request.clone());
             match self.ask(&request, CHILD_STATEMENT_TIMEOUT).await? {
                 Some(Reply::Done) => {}
@@ -268,13 +276,13 @@ impl LocalReference {
         for udf in foam_query::exec::datetime_format::udfs() {
             reference.ctx.register_udf(udf);
         }
-        reference.load(tables).await?;
+        reference.load(tables, "UTC").await?;
         Ok(reference)
     }
 
     /// Creates and fills the tables (replacing any of the same name).
-    pub async fn load(&self, tables: &[Table]) -> Result<(), String> {
-        for request in load_requests(tables) {
+    pub async fn load(&self, tables: &[Table], time_zone: &str) -> Result<(), String> {
+        for request in load_requests(tables, time_zone) {
             if let Reply::Failed(error) = self.handle(request).await {
                 return Err(error);
             }

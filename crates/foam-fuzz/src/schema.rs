@@ -6,6 +6,8 @@
 //! column, replicated; the default or a chosen partition count) and the rows:
 //! empty and one-row tables, NULLs, duplicates and skew. Values come from
 //! small domains so that joins, groups and set operations find matches.
+//! A database also has the session time zone its queries run in: the
+//! timestamptz column's values are written with offsets and read in it.
 
 use crate::choices::Choices;
 
@@ -19,6 +21,10 @@ pub enum Ty {
     Bool,
     Date,
     Decimal,
+    /// TIMESTAMP (without time zone): local date and time.
+    Timestamp,
+    /// TIMESTAMPTZ: an instant, read in the session's time zone.
+    TimestampTz,
 }
 
 impl Ty {
@@ -31,7 +37,16 @@ impl Ty {
             Ty::Bool => "BOOLEAN",
             Ty::Date => "DATE",
             Ty::Decimal => "DECIMAL(12,2)",
+            Ty::Timestamp => "TIMESTAMP",
+            Ty::TimestampTz => "TIMESTAMPTZ",
         }
+    }
+
+    /// Whether a value of this family compares with (and joins on) one of
+    /// `other`: its own family, and timestamps with timestamptz (read as
+    /// local time in the session's zone).
+    pub fn compares_with(self, other: Ty) -> bool {
+        self == other || matches!((self, other), (Ty::Timestamp, Ty::TimestampTz) | (Ty::TimestampTz, Ty::Timestamp))
     }
 
     /// Whether `sum` and `avg` take this family.
@@ -57,10 +72,22 @@ pub const COLUMNS: &[ColumnDef] = &[
     ColumnDef { name: "f", sql_type: "BOOLEAN", ty: Ty::Bool },
     ColumnDef { name: "g", sql_type: "DATE", ty: Ty::Date },
     ColumnDef { name: "h", sql_type: "DECIMAL(10,2)", ty: Ty::Decimal },
+    ColumnDef { name: "i", sql_type: "TIMESTAMP", ty: Ty::Timestamp },
+    ColumnDef { name: "j", sql_type: "TIMESTAMPTZ", ty: Ty::TimestampTz },
 ];
 
+/// Session time zones a database's queries run in: UTC (where FoamDB's
+/// time zone rewrites do not fire), one west of UTC whose local day
+/// differs from UTC's in the evening and that has a daylight saving
+/// change in the data's range, and one with a half-hour offset.
+pub const TIME_ZONES: &[&str] = &["UTC", "America/New_York", "Asia/Kolkata"];
+
+/// Percent of databases whose session runs in a time zone other than UTC.
+const ZONED_PERCENT: u32 = 50;
+
 /// Distribution keys a table may have (column names), `[]` for replicated.
-const LAYOUTS: &[&[&str]] = &[&["a"], &["b"], &["a", "b"], &["c"], &["d"], &["b", "a"], &["a", "d"], &["g"], &[], &["c", "b"]];
+const LAYOUTS: &[&[&str]] =
+    &[&["a"], &["b"], &["a", "b"], &["c"], &["d"], &["b", "a"], &["a", "d"], &["g"], &[], &["c", "b"], &["j"], &["i"], &["a", "j"]];
 
 /// Partition counts a table may ask for (`None`: the cluster's default).
 const PARTITION_COUNTS: &[Option<u32>] = &[None, Some(1), Some(2), Some(3), Some(5), Some(8), Some(16)];
@@ -104,7 +131,14 @@ pub struct Table {
 }
 
 /// The column defaults of a table with [`Table::defaults`].
-pub const DEFAULTS: &[(&str, &str)] = &[("b", "7"), ("d", "'dflt'"), ("g", "DATE '2024-01-05'"), ("h", "1.25")];
+pub const DEFAULTS: &[(&str, &str)] = &[
+    ("b", "7"),
+    ("d", "'dflt'"),
+    ("g", "DATE '2024-01-05'"),
+    ("h", "1.25"),
+    ("i", "TIMESTAMP '2024-01-02 12:00:00'"),
+    ("j", "TIMESTAMPTZ '2024-01-02 23:30:00+00'"),
+];
 
 impl Table {
     /// The column list of CREATE TABLE.
@@ -186,6 +220,8 @@ fn value(choices: &mut Choices, column: &ColumnDef, nullable: bool, skewed: bool
             Ty::Bool => "true".into(),
             Ty::Date => "'2024-01-01'".into(),
             Ty::Decimal => "1.50".into(),
+            Ty::Timestamp => "'2024-01-01 00:00:00'".into(),
+            Ty::TimestampTz => "'2024-01-01 00:00:00+00'".into(),
         };
     }
     match (column.ty, column.name) {
@@ -197,7 +233,45 @@ fn value(choices: &mut Choices, column: &ColumnDef, nullable: bool, skewed: bool
         (Ty::Bool, _) => choices.pick(&["false", "true"]).to_string(),
         (Ty::Date, _) => format!("'2024-0{}-{:02}'", choices.between(1, 3), choices.between(1, 4)),
         (Ty::Decimal, _) => choices.pick(&["0.00", "1.50", "-3.25", "10.01", "2.00", "99.99", "-0.10"]).to_string(),
+        (Ty::Timestamp, _) => format!("'2024-01-0{} {}'", choices.between(1, 3), choices.pick(&["00:00:00", "03:00:00", "12:30:00", "23:00:00.5"])),
+        // Written with offsets, so every session reads the same instants;
+        // the evening ones are the next day in UTC, and one is an hour
+        // before New York's clocks went forward.
+        (Ty::TimestampTz, _) if choices.chance(5) => "'2024-03-10 06:30:00+00'".into(),
+        (Ty::TimestampTz, _) => format!(
+            "'2024-01-0{} {}{}'",
+            choices.between(1, 3),
+            choices.pick(&["00:00:00", "03:00:00", "21:30:00", "23:00:00.5"]),
+            choices.pick(&["+00", "-05", "+05:30"])
+        ),
     }
+}
+
+/// A key's value as compared for uniqueness: a literal, except that one
+/// instant written with two offsets (`'2024-01-02 03:00:00+05:30'` and
+/// `'2024-01-01 21:30:00+00'`) is one value.
+fn key_value(literal: &str) -> String {
+    crate::compare::canonical_timestamp(literal.trim_matches('\'')).unwrap_or_else(|| literal.to_string())
+}
+
+/// A fuzz database: its tables, the session time zone its queries run
+/// in, and the FoamDB rule switches they run with off.
+#[derive(Clone, Debug)]
+pub struct Database {
+    pub tables: Vec<Table>,
+    pub time_zone: &'static str,
+    pub rules_off: Vec<&'static str>,
+}
+
+/// The statement that puts a session (FoamDB's or PostgreSQL's) in `zone`.
+pub fn set_time_zone(zone: &str) -> String {
+    format!("SET timezone = '{zone}'")
+}
+
+/// A random session time zone: UTC or, for [`ZONED_PERCENT`] of
+/// databases, another of [`TIME_ZONES`].
+pub fn time_zone(choices: &mut Choices) -> &'static str {
+    if choices.chance(ZONED_PERCENT) { *choices.pick(&TIME_ZONES[1..]) } else { TIME_ZONES[0] }
 }
 
 /// A random database of 2 to [`TABLES_MAX`] tables named `{prefix}0`, ...
@@ -223,7 +297,7 @@ pub fn generate(choices: &mut Choices, prefix: &str) -> Vec<Table> {
                 // The first row of each key stays; NULL keys never collide.
                 let at: Vec<usize> = keys.iter().map(|k| COLUMNS.iter().position(|c| c.name == *k).expect("a key is a column")).collect();
                 let mut seen = std::collections::HashSet::new();
-                rows.retain(|row| at.iter().any(|i| row[*i] == "NULL") || seen.insert(at.iter().map(|i| row[*i].clone()).collect::<Vec<_>>()));
+                rows.retain(|row| at.iter().any(|i| row[*i] == "NULL") || seen.insert(at.iter().map(|i| key_value(&row[*i])).collect::<Vec<_>>()));
             }
             let defaults = choices.chance(DEFAULTS_PERCENT);
             Table { name: format!("{prefix}{index}"), layout: Layout { keys, partitions }, a_not_null, unique, defaults, rows }
@@ -256,7 +330,7 @@ mod tests {
                 seen_defaults |= table.defaults && table.create_foam().contains(" DEFAULT 'dflt'");
                 if table.unique {
                     let at: Vec<usize> = table.layout.keys.iter().map(|k| COLUMNS.iter().position(|c| c.name == *k).unwrap()).collect();
-                    let keys: Vec<Vec<&String>> = table.rows.iter().map(|r| at.iter().map(|i| &r[*i]).collect::<Vec<_>>()).filter(|k| !k.contains(&&"NULL".to_string())).collect();
+                    let keys: Vec<Vec<String>> = table.rows.iter().map(|r| at.iter().map(|i| key_value(&r[*i])).collect::<Vec<_>>()).filter(|k| !k.contains(&"NULL".to_string())).collect();
                     assert_eq!(keys.len(), keys.iter().collect::<std::collections::HashSet<_>>().len(), "a duplicate key in {}", table.create_foam());
                     seen_unique = true;
                 }

@@ -19,7 +19,7 @@
 //! sqllogictest case: the tables, the statements as the judge took them,
 //! and the judge's rows.
 
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::datatypes::{DataType, TimeUnit};
 
 use crate::choices::Choices;
 use crate::compare::{Rows, difference};
@@ -98,6 +98,8 @@ fn arrow_type(sql_type: &str) -> DataType {
         "BOOLEAN" => DataType::Boolean,
         "DATE" => DataType::Date32,
         "DECIMAL(10,2)" => DataType::Decimal128(10, 2),
+        "TIMESTAMP" => DataType::Timestamp(TimeUnit::Microsecond, None),
+        "TIMESTAMPTZ" => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
         _ => DataType::Utf8,
     }
 }

@@ -15,8 +15,8 @@
 use super::{Generator, Query};
 
 /// Join key columns of one family on both sides: integer columns pair with
-/// each other, text with text, dates with dates.
-const KEY_FAMILIES: &[&[&str]] = &[&["a", "b", "c"], &["a", "b", "c"], &["d"], &["g"]];
+/// each other, text with text, dates with dates, timestamps with timestamps.
+const KEY_FAMILIES: &[&[&str]] = &[&["a", "b", "c"], &["a", "b", "c"], &["d"], &["g"], &["i"], &["j"]];
 
 impl Generator<'_> {
     /// A query of one rule's family.
