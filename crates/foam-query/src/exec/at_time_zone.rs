@@ -84,20 +84,26 @@ impl ScalarUDFImpl for AtTimeZone {
                 other => other.to_string(),
             })
         };
-        // One zone for every row (a cast's, the session's) is looked up once.
-        let one_zone = match zone {
-            ColumnarValue::Scalar(_) if !zones.is_null(0) => Some(zone_named(0)?),
-            _ => None,
-        };
+        // One zone for every row (a cast's, the session's) is looked up
+        // once, when a value first needs it: a NULL value or zone gives
+        // NULL without a look-up, as PostgreSQL's strict function does.
+        let zone_nulls = zones.logical_nulls();
+        let one_zone = matches!(zone, ColumnarValue::Scalar(_));
+        let mut looked_up = None;
         let mut out = Vec::with_capacity(rows);
         for row in 0..rows {
-            if micros.is_null(row) || zones.is_null(if one_zone.is_some() { 0 } else { row }) {
+            let zone_row = if one_zone { 0 } else { row };
+            if micros.is_null(row) || zone_nulls.as_ref().is_some_and(|nulls| nulls.is_null(zone_row)) {
                 out.push(None);
                 continue;
             }
-            let zone = match one_zone {
-                Some(zone) => zone,
-                None => zone_named(row)?,
+            let zone = match looked_up {
+                Some(zone) if one_zone => zone,
+                _ => {
+                    let zone = zone_named(zone_row)?;
+                    looked_up = Some(zone);
+                    zone
+                }
             };
             let value = micros.value(row);
             let naive = chrono::DateTime::from_timestamp_micros(value).ok_or_else(out_of_range)?.naive_utc();
