@@ -12,12 +12,14 @@
 //! to a month) and a fraction of a day into time (24 hours to a day), never
 //! upwards, and time is rounded to the microsecond, as PostgreSQL's
 //! `interval_mul`/`interval_div` do. Division by zero is 22012; a result
-//! past what an interval holds is 22008.
+//! past what the interval type holds is 22008 (Arrow's time part is 64 bits
+//! of nanoseconds, about 2.5 million hours, where PostgreSQL's holds
+//! microseconds).
 
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, IntervalMonthDayNanoArray};
-use arrow::datatypes::{DataType, Float64Type, IntervalMonthDayNano, IntervalMonthDayNanoType, IntervalUnit};
+use arrow::array::{Array, ArrayRef, AsArray, IntervalMonthDayNanoArray};
+use arrow::datatypes::{DataType, DurationNanosecondType, Float64Type, IntervalMonthDayNano, IntervalMonthDayNanoType, IntervalUnit, TimeUnit};
 use datafusion::common::{DataFusionError, Result};
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
 use foam_common::{FoamError, SqlState};
@@ -46,11 +48,11 @@ pub struct IntervalScale {
 
 impl IntervalScale {
     pub fn multiply_udf() -> ScalarUDF {
-        ScalarUDF::new_from_impl(IntervalScale { divide: false, signature: Signature::exact(vec![INTERVAL, DataType::Float64], Volatility::Immutable) })
+        ScalarUDF::new_from_impl(IntervalScale { divide: false, signature: Signature::any(2, Volatility::Immutable) })
     }
 
     pub fn divide_udf() -> ScalarUDF {
-        ScalarUDF::new_from_impl(IntervalScale { divide: true, signature: Signature::exact(vec![INTERVAL, DataType::Float64], Volatility::Immutable) })
+        ScalarUDF::new_from_impl(IntervalScale { divide: true, signature: Signature::any(2, Volatility::Immutable) })
     }
 }
 
@@ -63,15 +65,18 @@ impl ScalarUDFImpl for IntervalScale {
         &self.signature
     }
 
-    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
-        Ok(INTERVAL)
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        match arg_types {
+            [DataType::Interval(IntervalUnit::MonthDayNano) | DataType::Duration(_), DataType::Float64] => Ok(INTERVAL),
+            _ => Err(DataFusionError::Internal(format!("{} takes an interval and a float8, not {arg_types:?}", self.name()))),
+        }
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let [interval, number] = args.args.as_slice() else { return Err(DataFusionError::Internal(format!("{} takes two arguments", self.name()))) };
         let scalar = args.args.iter().all(|arg| matches!(arg, ColumnarValue::Scalar(_)));
         let rows = if scalar { 1 } else { args.number_rows };
-        let (intervals, numbers) = (interval.to_array(rows)?, number.to_array(rows)?);
+        let (intervals, numbers) = (as_interval(interval.to_array(rows)?)?, number.to_array(rows)?);
         let (intervals, numbers) = (intervals.as_primitive::<IntervalMonthDayNanoType>(), numbers.as_primitive::<Float64Type>());
         let mut out = Vec::with_capacity(rows);
         for row in 0..rows {
@@ -87,6 +92,23 @@ impl ScalarUDFImpl for IntervalScale {
         }
         answered(Arc::new(IntervalMonthDayNanoArray::from(out)), scalar)
     }
+}
+
+/// `values` as intervals: a duration (DataFusion's difference of two
+/// timestamps) as PostgreSQL's `timestamp - timestamp` gives it, whole days
+/// and the rest (`1 day 06:00:00`, not `30:00:00`).
+fn as_interval(values: ArrayRef) -> Result<ArrayRef> {
+    if !matches!(values.data_type(), DataType::Duration(_)) {
+        return Ok(values);
+    }
+    let nanos = arrow::compute::cast(&values, &DataType::Duration(TimeUnit::Nanosecond))?;
+    let day = (SECONDS_PER_DAY as i64) * 1_000_000_000;
+    let intervals: IntervalMonthDayNanoArray = nanos
+        .as_primitive::<DurationNanosecondType>()
+        .iter()
+        .map(|value| value.map(|ns| IntervalMonthDayNano::new(0, (ns / day) as i32, ns % day)))
+        .collect();
+    Ok(Arc::new(intervals))
 }
 
 /// PostgreSQL's `TSROUND`: to the microsecond, as a fraction of a unit.
@@ -109,7 +131,9 @@ fn scale(interval: IntervalMonthDayNano, number: f64, divide: bool) -> Result<In
         second_remainder -= carried * SECONDS_PER_DAY;
     }
     days = days.checked_add(month_remainder_days.trunc() as i32).ok_or_else(out_of_range)?;
-    let micros = (apply(interval.nanoseconds as f64 / NANOS_PER_MICRO as f64) + second_remainder * 1e6).round_ties_even();
+    // Whole microseconds converted exactly, as PostgreSQL holds them.
+    let time_micros = (interval.nanoseconds / NANOS_PER_MICRO) as f64 + (interval.nanoseconds % NANOS_PER_MICRO) as f64 / NANOS_PER_MICRO as f64;
+    let micros = (apply(time_micros) + second_remainder * 1e6).round_ties_even();
     if micros.is_nan() || micros.abs() >= (i64::MAX / NANOS_PER_MICRO) as f64 {
         return Err(out_of_range());
     }
@@ -142,6 +166,10 @@ mod tests {
         assert_eq!(scale(interval(0, 1, 0), 3.0, true).unwrap(), interval(0, 0, 8 * HOUR)); // 08:00:00
         assert_eq!(scale(interval(2, 3, HOUR), -0.5, false).unwrap(), interval(-1, -1, -HOUR / 2 - 12 * HOUR)); // -1 mons -1 days -12:30:00
         assert_eq!(scale(interval(0, 0, 1_000), 0.5, false).unwrap(), interval(0, 0, 0), "a microsecond halved rounds to even");
+        // 83333:20:00.000004 * 0.375 is 31250:00:00.000002: the time part's
+        // microseconds are read exactly, not through a double of nanoseconds.
+        let long = (83_333 * 3_600 + 20 * 60) * 1_000_000_000 + 4_000;
+        assert_eq!(scale(interval(0, 0, long), 0.375, false).unwrap(), interval(0, 0, 31_250 * HOUR + 2_000));
         assert_eq!(scale(interval(i32::MAX, 0, 0), 2.0, false).unwrap_err().to_string().contains("interval out of range"), true);
     }
 }

@@ -42,7 +42,9 @@
 //! Intervals: DataFusion refuses an interval times or divided by a number
 //! (`3 * INTERVAL '1 day'`) as it plans the SQL, before any analyzer rule;
 //! a SQL-planner hook ([`IntervalArithmeticPlanner`]) writes those as
-//! `foam_interval_mul`/`foam_interval_div` (`exec/interval_scale.rs`).
+//! `foam_interval_mul`/`foam_interval_div` (`exec/interval_scale.rs`). The
+//! same hook makes the date of `date ± interval` a timestamp when the
+//! interval may hold hours, which DataFusion's date sum dropped.
 
 use std::sync::Arc;
 
@@ -155,19 +157,49 @@ impl ExprPlanner for IntervalArithmeticPlanner {
         let divide = match expr.op {
             BinaryOperator::Multiply => false,
             BinaryOperator::Divide => true,
+            BinaryOperator::Plus | BinaryOperator::Minus => return Ok(PlannerResult::Original(date_with_time(expr, schema))),
             _ => return Ok(PlannerResult::Original(expr)),
         };
         let is_number = |t: &DataType| t.is_numeric() || t.is_null();
         let RawBinaryExpr { op, left, right } = expr;
+        // DataFusion types a difference of timestamps as a duration.
+        let is_interval = |t: &DataType| matches!(t, DataType::Interval(_) | DataType::Duration(_));
         let (interval, number) = match (left.get_type(schema), right.get_type(schema)) {
-            (Ok(DataType::Interval(_)), Ok(n)) if is_number(&n) => (left, right),
-            (Ok(n), Ok(DataType::Interval(_))) if is_number(&n) && !divide => (right, left),
+            (Ok(i), Ok(n)) if is_interval(&i) && is_number(&n) => (left, right),
+            (Ok(n), Ok(i)) if is_interval(&i) && is_number(&n) && !divide => (right, left),
             _ => return Ok(PlannerResult::Original(RawBinaryExpr { op, left, right })),
         };
         let cast = |expr: Expr, to: DataType| Expr::Cast(datafusion::logical_expr::expr::Cast::new(Box::new(expr), to));
         let udf = if divide { IntervalScale::divide_udf() } else { IntervalScale::multiply_udf() };
-        let args = vec![cast(interval, crate::exec::interval_scale::INTERVAL), cast(number, DataType::Float64)];
+        // A duration goes as it is: the function splits it into days.
+        let interval = if matches!(interval.get_type(schema), Ok(DataType::Duration(_))) { interval } else { cast(interval, crate::exec::interval_scale::INTERVAL) };
+        let args = vec![interval, cast(number, DataType::Float64)];
         Ok(PlannerResult::Planned(Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(udf), args))))
+    }
+}
+
+/// `date ± interval` with the date made a timestamp, unless the interval
+/// is a literal of whole days or months: DataFusion's sum is a date, so
+/// `DATE '2024-01-01' - INTERVAL '1 hour'` was `2024-01-01` where
+/// PostgreSQL's is `2023-12-31 23:00:00`. A whole-day literal keeps the
+/// date (the same day as PostgreSQL's midnight timestamp), so filters like
+/// `d <= DATE '1998-12-01' - INTERVAL '90' DAY` still compare dates.
+fn date_with_time(expr: RawBinaryExpr, schema: &DFSchema) -> RawBinaryExpr {
+    let RawBinaryExpr { op, left, right } = expr;
+    let is_date = |e: &Expr| matches!(e.get_type(schema), Ok(DataType::Date32 | DataType::Date64));
+    let has_time = |e: &Expr| match e {
+        Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(v)), _) => v.nanoseconds != 0,
+        Expr::Literal(ScalarValue::IntervalDayTime(Some(v)), _) => v.milliseconds != 0,
+        Expr::Literal(ScalarValue::IntervalYearMonth(_) | ScalarValue::IntervalMonthDayNano(None) | ScalarValue::IntervalDayTime(None), _) => false,
+        e => matches!(e.get_type(schema), Ok(DataType::Interval(_))),
+    };
+    let timestamp = |e: Expr| Expr::Cast(datafusion::logical_expr::expr::Cast::new(Box::new(e), DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, None)));
+    if is_date(&left) && has_time(&right) {
+        RawBinaryExpr { op, left: timestamp(left), right }
+    } else if op == BinaryOperator::Plus && has_time(&left) && is_date(&right) {
+        RawBinaryExpr { op, left, right: timestamp(right) }
+    } else {
+        RawBinaryExpr { op, left, right }
     }
 }
 
