@@ -505,9 +505,10 @@ impl Generator<'_> {
                 0 => format!("length({})", self.expr(Ty::Text, scope, next)),
                 1 => format!("({} % {})", self.expr(Ty::Int, scope, next), self.c.between(2, 5)),
                 2 => {
-                    // In the session's time zone for a timestamptz.
+                    // In the session's time zone for a timestamptz; a date
+                    // has no hours (PostgreSQL refuses HOUR of one).
                     let ty = *self.c.pick(&[Ty::Timestamp, Ty::TimestampTz, Ty::Date]);
-                    let field = *self.c.pick(&["HOUR", "DAY", "MONTH"]);
+                    let field = if ty == Ty::Date { *self.c.pick(&["DAY", "MONTH"]) } else { *self.c.pick(&["HOUR", "DAY", "MONTH"]) };
                     format!("EXTRACT({field} FROM {})", self.expr(ty, scope, next))
                 }
                 _ => format!("CAST({} AS BIGINT)", self.expr(Ty::Decimal, scope, next)),
@@ -548,6 +549,10 @@ impl Generator<'_> {
                 1 => {
                     let from = if ty == Ty::Timestamp { Ty::TimestampTz } else { Ty::Timestamp };
                     format!("CAST({} AS {})", self.expr(from, scope, next), ty.sql())
+                }
+                // A date plus hours is a timestamp.
+                _ if ty == Ty::Timestamp && self.c.chance(50) => {
+                    format!("({} {} INTERVAL '{}')", self.expr(Ty::Date, scope, next), self.c.pick(&["+", "-"]), self.c.pick(&["2 hours", "90 minutes"]))
                 }
                 _ => format!("CAST({} AS {})", self.expr(Ty::Date, scope, next), ty.sql()),
             },

@@ -666,8 +666,31 @@ fn slt_cell(cell: &Option<String>, data_type: Option<&DataType>) -> String {
         (Some(text), Some(t)) if t.is_floating() => {
             text.parse::<f64>().map_or(text.clone(), |v| if v.fract() == 0.0 { format!("{v:.0}") } else { v.to_string() })
         }
+        (Some(text), Some(DataType::Timestamp(..))) => postgres_timestamp(text),
         (Some(text), _) => text.clone(),
     }
+}
+
+/// A timestamp as Arrow prints it (`2024-01-01T22:00:00.500-05:00`) as
+/// FoamDB prints it, PostgreSQL's way (`2024-01-01 22:00:00.5-05`).
+fn postgres_timestamp(text: &str) -> String {
+    let text = text.replacen('T', " ", 1);
+    let (local, offset) = match text.strip_suffix('Z') {
+        Some(local) => (local.to_string(), "+00".to_string()),
+        None => match text.get(11..).and_then(|time| time.rfind(['+', '-'])) {
+            Some(at) => {
+                let (local, offset) = text.split_at(11 + at);
+                (local.to_string(), offset.strip_suffix(":00").unwrap_or(offset).to_string())
+            }
+            None => (text.clone(), String::new()),
+        },
+    };
+    let local = match local.split_once('.') {
+        Some((whole, fraction)) if fraction.trim_end_matches('0').is_empty() => whole.to_string(),
+        Some((whole, fraction)) => format!("{whole}.{}", fraction.trim_end_matches('0')),
+        None => local,
+    };
+    format!("{local}{offset}")
 }
 
 /// A reduced case as a sqllogictest record group: its tables, their rows
@@ -680,13 +703,19 @@ pub fn case_as_slt(failure: &Failure, case: &Case) -> String {
         failure.kind,
         failure.detail.lines().next().unwrap_or_default()
     );
+    // Settings (the session's time zone) first, then the tables, then
+    // what a write ran before the difference.
+    let (settings, statements): (Vec<_>, Vec<_>) = case.setup.iter().partition(|(sql, _)| sql.starts_with("SET "));
+    for (sql, _) in &settings {
+        out.push_str(&format!("statement ok\n{sql}\n\n"));
+    }
     for table in &case.tables {
         out.push_str(&format!("statement ok\n{}\n\n", table.create_foam()));
         for insert in table.inserts(usize::MAX) {
             out.push_str(&format!("statement ok\n{insert}\n\n"));
         }
     }
-    for (sql, ok) in &case.setup {
+    for (sql, ok) in &statements {
         out.push_str(&format!("statement {}\n{sql}\n\n", if *ok { "ok" } else { "error" }));
     }
     let sql = &case.query.sql;
@@ -719,4 +748,28 @@ pub fn case_as_slt(failure: &Failure, case: &Case) -> String {
 /// Seeds for a run: `first`, `first + 1`, ...
 pub fn seeds_from(first: u64, count: u64) -> Vec<u64> {
     (first..first.saturating_add(count)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reduced_cases_print_timestamps_as_foamdb_does_and_set_the_zone_first() {
+        assert_eq!(postgres_timestamp("2024-01-01T22:00:00.500-05:00"), "2024-01-01 22:00:00.5-05");
+        assert_eq!(postgres_timestamp("2024-01-02T03:00:00+05:30"), "2024-01-02 03:00:00+05:30");
+        assert_eq!(postgres_timestamp("2024-01-02T03:00:00Z"), "2024-01-02 03:00:00+00");
+        assert_eq!(postgres_timestamp("2024-01-01T23:00:00"), "2024-01-01 23:00:00");
+        let table = schema::generate(&mut Choices::random(3), "t").remove(0);
+        let case = Case {
+            tables: vec![table],
+            setup: vec![("SET timezone = 'Asia/Kolkata'".into(), true)],
+            query: Query { sql: "SELECT i FROM t0".into(), ordered: true, partitioned: None, cardinality: false },
+            expected: Some((vec![vec![Some("2024-01-01T23:00:00.500".into())]], vec![DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Nanosecond, None)])),
+        };
+        let failure = Failure { seed: 3, query_index: 0, kind: Kind::WrongAnswer, sql: case.query.sql.clone(), detail: String::new(), reduced: None, rules: Vec::new() };
+        let slt = case_as_slt(&failure, &case);
+        assert!(slt.find("SET timezone").unwrap() < slt.find("CREATE TABLE").unwrap(), "{slt}");
+        assert!(slt.contains("----\n2024-01-01 23:00:00.5\n"), "{slt}");
+    }
 }
