@@ -325,12 +325,13 @@ impl LocalReference {
         let sql = sql.to_string();
         let mut run = tokio::spawn(async move {
             // Grouping sets deduplicated as FoamDB's frontend does (plain
-            // DataFusion refuses `ROLLUP (x, x)`, which SQL allows).
+            // DataFusion refuses `ROLLUP (x, x)`, which SQL allows), their
+            // constant keys kept apart from other constants.
             let state = ctx.state();
             let dialect = state.config().options().sql_parser.dialect;
             let mut statement = state.sql_to_statement(&sql, &dialect)?;
             if let datafusion::sql::parser::Statement::Statement(inner) = &mut statement {
-                foam_query::frontend::grouping_sets::deduplicate(inner);
+                foam_query::frontend::grouping_sets::rewrite(inner);
             }
             let frame = ctx.execute_logical_plan(state.statement_to_plan(statement).await?).await?;
             let schema: Vec<DataType> = frame.schema().fields().iter().map(|f| f.data_type().clone()).collect();

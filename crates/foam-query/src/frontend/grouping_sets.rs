@@ -10,18 +10,39 @@
 //!   CUBE (a, a)       ─▶ GROUPING SETS ((a), (a), (a), ())
 //! ```
 //! A clause without a repeat is left as written.
+//!
+//! An integer among a grouping set's keys names a select item, as at the
+//! top of GROUP BY (DataFusion read `ROLLUP (1)` as the constant 1): it is
+//! replaced by the item's expression.
+//!
+//! A constant among a grouping set's keys (`CUBE (1)`, the ordinal of a
+//! constant select item, or `ROLLUP ('x')`): DataFusion replaces every
+//! expression equal to a grouping key with the key's column, constants
+//! too, so `HAVING count(*) <= 1` compared the count with the key's NULL in
+//! the rows of the sets without it and lost them (fuzz k120, seed 59478
+//! query 9). PostgreSQL never replaces a constant that way; only the select
+//! item the key names is NULL in those rows. The key and that select item
+//! are written `coalesce(c)`, which no other constant equals (DataFusion's
+//! simplifier folds it back to `c` after planning):
+//!
+//! ```text
+//!   SELECT 1 AS c0 ... GROUP BY CUBE (1) HAVING count(*) <= 1
+//!     ─▶ SELECT coalesce(1) AS c0 ... GROUP BY CUBE (coalesce(1)) HAVING count(*) <= 1
+//!   SELECT a, count(*) ... GROUP BY ROLLUP (1)  ─▶  ... GROUP BY ROLLUP (a)
+//! ```
 
 use std::ops::ControlFlow;
 
-use datafusion::sql::sqlparser::ast::{Expr, Statement, VisitMut, VisitorMut};
+use datafusion::sql::sqlparser::ast::{Expr, GroupByExpr, Select, SelectItem, Statement, UnaryOperator, Value, VisitMut, VisitorMut};
 
 /// Most sets a `CUBE` is expanded into (`2^n` for `n` parts): past it the
 /// clause is left to DataFusion as written.
 const CUBE_PARTS_MAX: usize = 12;
 
 /// Rewrites every grouping-set clause of `statement` that repeats an
-/// expression within a set (see the module documentation).
-pub fn deduplicate(statement: &mut Statement) {
+/// expression within a set, and the constant keys of grouping sets (see
+/// the module documentation).
+pub fn rewrite(statement: &mut Statement) {
     let _ = statement.visit(&mut Deduplicator);
 }
 
@@ -29,6 +50,11 @@ struct Deduplicator;
 
 impl VisitorMut for Deduplicator {
     type Break = ();
+
+    fn pre_visit_select(&mut self, select: &mut Select) -> ControlFlow<()> {
+        constant_keys(select);
+        ControlFlow::Continue(())
+    }
 
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
         let sets = match expr {
@@ -45,6 +71,90 @@ impl VisitorMut for Deduplicator {
             *expr = Expr::GroupingSets(sets.into_iter().map(without_repeats).collect());
         }
         ControlFlow::Continue(())
+    }
+}
+
+/// Writes the constant keys of `select`'s grouping sets, and the select
+/// items they name, as `coalesce(c)` (see the module documentation).
+fn constant_keys(select: &mut Select) {
+    let Select { group_by, projection, .. } = select;
+    let GroupByExpr::Expressions(keys, _) = group_by else { return };
+    let mut in_sets: Vec<&mut Expr> = Vec::new();
+    for key in keys.iter_mut() {
+        match key {
+            Expr::Rollup(parts) | Expr::Cube(parts) => in_sets.extend(parts.iter_mut().flatten()),
+            Expr::GroupingSets(sets) => in_sets.extend(sets.iter_mut().flatten()),
+            _ => {}
+        }
+    }
+    let mut items: Vec<&mut Expr> = projection
+        .iter_mut()
+        .filter_map(|item| match item {
+            SelectItem::UnnamedExpr(expr) | SelectItem::ExprWithAlias { expr, .. } => Some(expr),
+            _ => None,
+        })
+        .collect();
+    for key in in_sets {
+        // An integer names a select item by its position (a negative one
+        // none, which DataFusion refuses as PostgreSQL does).
+        if let Expr::UnaryOp { expr, .. } = &*key
+            && matches!(expr.as_ref(), Expr::Value(value) if matches!(value.value, Value::Number(..)))
+        {
+            continue;
+        }
+        if let Expr::Value(value) = &*key
+            && let Value::Number(number, _) = &value.value
+            && let Ok(position) = number.parse::<usize>()
+        {
+            // One past the select list is left for DataFusion to refuse;
+            // an item that calls a function (an aggregate, which PostgreSQL
+            // refuses there) is left as DataFusion reads it.
+            if let Some(item) = position.checked_sub(1).and_then(|at| items.get_mut(at))
+                && !calls_anything(item)
+            {
+                if is_constant(item) {
+                    wrap(item);
+                }
+                *key = (**item).clone();
+            }
+            continue;
+        }
+        if is_constant(key) {
+            if let Some(item) = items.iter_mut().find(|item| ***item == *key) {
+                wrap(item);
+            }
+            wrap(key);
+        }
+    }
+}
+
+/// `expr` as `coalesce(expr)`.
+fn wrap(expr: &mut Expr) {
+    let constant = std::mem::replace(expr, Expr::Value(Value::Null.into()));
+    *expr = crate::frontend::array_subquery::call("coalesce", vec![constant], Vec::new());
+}
+
+/// Whether `expr` calls a function or holds a subquery.
+fn calls_anything(expr: &Expr) -> bool {
+    struct Calls;
+    impl datafusion::sql::sqlparser::ast::Visitor for Calls {
+        type Break = ();
+        fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
+            if matches!(expr, Expr::Function(_) | Expr::Subquery(_) | Expr::Exists { .. } | Expr::InSubquery { .. }) { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+        }
+    }
+    datafusion::sql::sqlparser::ast::Visit::visit(expr, &mut Calls).is_break()
+}
+
+/// Whether `expr` is a constant: literals under casts, signs, operators
+/// and parentheses, with no column, function or subquery.
+fn is_constant(expr: &Expr) -> bool {
+    match expr {
+        Expr::Value(_) | Expr::TypedString { .. } => true,
+        Expr::Cast { expr, .. } | Expr::Nested(expr) => is_constant(expr),
+        Expr::UnaryOp { op: UnaryOperator::Minus | UnaryOperator::Plus, expr } => is_constant(expr),
+        Expr::BinaryOp { left, right, .. } => is_constant(left) && is_constant(right),
+        _ => false,
     }
 }
 
@@ -69,7 +179,7 @@ mod tests {
 
     fn rewritten(sql: &str) -> String {
         let mut statement = Parser::parse_sql(&PostgreSqlDialect {}, sql).unwrap().remove(0);
-        super::deduplicate(&mut statement);
+        super::rewrite(&mut statement);
         statement.to_string()
     }
 
@@ -83,6 +193,23 @@ mod tests {
         );
         assert_eq!(rewritten("SELECT 1 FROM t GROUP BY x, ROLLUP ((a, b), a)"), "SELECT 1 FROM t GROUP BY x, GROUPING SETS ((a, b), (a, b), ())");
         for unchanged in ["SELECT 1 FROM t GROUP BY ROLLUP (a, b)", "SELECT 1 FROM t GROUP BY CUBE (a, b)", "SELECT 1 FROM t GROUP BY a, a"] {
+            assert_eq!(rewritten(unchanged), unchanged);
+        }
+    }
+
+    #[test]
+    fn constant_keys_of_grouping_sets_and_their_items_are_no_other_constant() {
+        assert_eq!(
+            rewritten("SELECT 1 AS c0 FROM t GROUP BY CUBE (1) HAVING count(*) <= 1"),
+            "SELECT coalesce(1) AS c0 FROM t GROUP BY CUBE (coalesce(1)) HAVING count(*) <= 1"
+        );
+        assert_eq!(rewritten("SELECT a, count(*) FROM t GROUP BY ROLLUP (1)"), "SELECT a, count(*) FROM t GROUP BY ROLLUP (a)");
+        assert_eq!(rewritten("SELECT a + 1 AS x FROM t GROUP BY GROUPING SETS ((1), ())"), "SELECT a + 1 AS x FROM t GROUP BY GROUPING SETS ((a + 1), ())");
+        assert_eq!(
+            rewritten("SELECT 'x', a, count(*) + 1 FROM t GROUP BY ROLLUP ('x', a), CAST(1.5 AS DECIMAL(10,2))"),
+            "SELECT coalesce('x'), a, count(*) + 1 FROM t GROUP BY ROLLUP (coalesce('x'), a), CAST(1.5 AS DECIMAL(10,2))"
+        );
+        for unchanged in ["SELECT a FROM t GROUP BY GROUPING SETS ((a, -2), ()) HAVING count(*) > -2", "SELECT avg(1) AS c0 FROM t GROUP BY CUBE (1)", "SELECT 1 FROM t GROUP BY 1 HAVING count(*) > 1", "SELECT a FROM t GROUP BY CUBE (a, 3)"] {
             assert_eq!(rewritten(unchanged), unchanged);
         }
     }

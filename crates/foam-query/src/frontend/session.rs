@@ -741,7 +741,7 @@ impl FoamSession {
         // Select items named as PostgreSQL names them, repeats allowed (a
         // client reads `prsstart::oid` by the name `prsstart`).
         crate::frontend::select_names::name_select_items(&mut statement);
-        crate::frontend::grouping_sets::deduplicate(&mut statement);
+        crate::frontend::grouping_sets::rewrite(&mut statement);
         // A default may be pg_dump's `nextval('s'::regclass)`.
         if crate::frontend::column_defaults::fill(&mut statement, &self.node.catalog.current())? {
             crate::frontend::sequence_ddl::names_as_text(&mut statement);
