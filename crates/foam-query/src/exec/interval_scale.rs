@@ -19,7 +19,7 @@
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, IntervalMonthDayNanoArray};
-use arrow::datatypes::{DataType, DurationNanosecondType, Float64Type, IntervalMonthDayNano, IntervalMonthDayNanoType, IntervalUnit, TimeUnit};
+use arrow::datatypes::{DataType, DurationMicrosecondType, Float64Type, IntervalMonthDayNano, IntervalMonthDayNanoType, IntervalUnit, TimeUnit};
 use datafusion::common::{DataFusionError, Result};
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
 use foam_common::{FoamError, SqlState};
@@ -101,12 +101,14 @@ fn as_interval(values: ArrayRef) -> Result<ArrayRef> {
     if !matches!(values.data_type(), DataType::Duration(_)) {
         return Ok(values);
     }
-    let nanos = arrow::compute::cast(&values, &DataType::Duration(TimeUnit::Nanosecond))?;
-    let day = (SECONDS_PER_DAY as i64) * 1_000_000_000;
-    let intervals: IntervalMonthDayNanoArray = nanos
-        .as_primitive::<DurationNanosecondType>()
+    // Microseconds, as PostgreSQL holds them: nanoseconds of a few
+    // centuries' difference do not fit 64 bits.
+    let micros = arrow::compute::cast(&values, &DataType::Duration(TimeUnit::Microsecond))?;
+    let day = (SECONDS_PER_DAY as i64) * 1_000_000;
+    let intervals: IntervalMonthDayNanoArray = micros
+        .as_primitive::<DurationMicrosecondType>()
         .iter()
-        .map(|value| value.map(|ns| IntervalMonthDayNano::new(0, (ns / day) as i32, ns % day)))
+        .map(|value| value.map(|us| IntervalMonthDayNano::new(0, (us / day) as i32, us % day * NANOS_PER_MICRO)))
         .collect();
     Ok(Arc::new(intervals))
 }

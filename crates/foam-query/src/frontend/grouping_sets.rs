@@ -77,8 +77,12 @@ impl VisitorMut for Deduplicator {
 /// Writes the constant keys of `select`'s grouping sets, and the select
 /// items they name, as `coalesce(c)` (see the module documentation).
 fn constant_keys(select: &mut Select) {
-    let Select { group_by, projection, .. } = select;
+    let Select { group_by, projection, having, .. } = select;
     let GroupByExpr::Expressions(keys, _) = group_by else { return };
+    // Positions count every item; after a `*` they cannot be counted here.
+    if projection.iter().any(|item| matches!(item, SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..))) {
+        return;
+    }
     let mut in_sets: Vec<&mut Expr> = Vec::new();
     for key in keys.iter_mut() {
         match key {
@@ -94,6 +98,15 @@ fn constant_keys(select: &mut Select) {
             _ => None,
         })
         .collect();
+    // What each item was before any is wrapped, and the wrapper each
+    // wrapped item got: one per item, distinct from every other's, so two
+    // items of one constant stay two keys.
+    let original: Vec<Expr> = items.iter().map(|item| (**item).clone()).collect();
+    let mut wrapped: Vec<Option<Expr>> = vec![None; items.len()];
+    let mut wrappers = 0;
+    // Each constant key as written, and the wrapper standing for it (for
+    // GROUPING() arguments).
+    let mut renamed: Vec<(Expr, Expr)> = Vec::new();
     for key in in_sets {
         // An integer names a select item by its position (a negative one
         // none, which DataFusion refuses as PostgreSQL does).
@@ -102,36 +115,89 @@ fn constant_keys(select: &mut Select) {
         {
             continue;
         }
-        if let Expr::Value(value) = &*key
-            && let Value::Number(number, _) = &value.value
-            && let Ok(position) = number.parse::<usize>()
-        {
+        let position = match &*key {
+            Expr::Value(value) => match &value.value {
+                Value::Number(number, _) => Some(number.parse::<usize>().ok()),
+                _ => None,
+            },
+            _ => None,
+        };
+        let at = match position {
             // One past the select list is left for DataFusion to refuse;
             // an item that calls a function (an aggregate, which PostgreSQL
             // refuses there) is left as DataFusion reads it.
-            if let Some(item) = position.checked_sub(1).and_then(|at| items.get_mut(at))
-                && !calls_anything(item)
-            {
-                if is_constant(item) {
-                    wrap(item);
+            Some(position) => match position.and_then(|p| p.checked_sub(1)).filter(|at| *at < items.len() && !calls_anything(&original[*at])) {
+                Some(at) if !is_constant(&original[at]) => {
+                    *key = original[at].clone();
+                    continue;
                 }
-                *key = (**item).clone();
-            }
-            continue;
+                Some(at) => at,
+                None => continue,
+            },
+            None if is_constant(key) => match original.iter().position(|item| item == key) {
+                Some(at) => at,
+                None => {
+                    let wrapper = wrapper_for(key.clone(), &mut wrappers);
+                    renamed.push((std::mem::replace(key, wrapper.clone()), wrapper));
+                    continue;
+                }
+            },
+            None => continue,
+        };
+        let wrapper = wrapped[at].get_or_insert_with(|| wrapper_for(original[at].clone(), &mut wrappers)).clone();
+        renamed.push((original[at].clone(), wrapper.clone()));
+        *key = wrapper;
+    }
+    for (at, wrapper) in wrapped.into_iter().enumerate() {
+        if let Some(wrapper) = wrapper {
+            *items[at] = wrapper;
         }
-        if is_constant(key) {
-            if let Some(item) = items.iter_mut().find(|item| ***item == *key) {
-                wrap(item);
-            }
-            wrap(key);
+    }
+    // GROUPING(c) names a key by its expression: the wrapper now.
+    if !renamed.is_empty() {
+        let mut grouping = GroupingArguments { renamed: &renamed };
+        for item in items {
+            let _ = item.visit(&mut grouping);
+        }
+        if let Some(having) = having {
+            let _ = having.visit(&mut grouping);
         }
     }
 }
 
-/// `expr` as `coalesce(expr)`.
-fn wrap(expr: &mut Expr) {
-    let constant = std::mem::replace(expr, Expr::Value(Value::Null.into()));
-    *expr = crate::frontend::array_subquery::call("coalesce", vec![constant], Vec::new());
+/// `constant` as `coalesce(constant)`, with one more NULL argument for
+/// each wrapper made before it, so that no two wrappers are equal.
+fn wrapper_for(constant: Expr, made: &mut usize) -> Expr {
+    let mut args = vec![constant];
+    args.extend((0..*made).map(|_| Expr::Value(Value::Null.into())));
+    *made += 1;
+    crate::frontend::array_subquery::call("coalesce", args, Vec::new())
+}
+
+/// Rewrites the arguments of `grouping(...)` calls that name a wrapped
+/// constant key.
+struct GroupingArguments<'a> {
+    renamed: &'a [(Expr, Expr)],
+}
+
+impl VisitorMut for GroupingArguments<'_> {
+    type Break = ();
+
+    fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        if let Expr::Function(function) = expr
+            && function.name.to_string().eq_ignore_ascii_case("grouping")
+            && let datafusion::sql::sqlparser::ast::FunctionArguments::List(list) = &mut function.args
+        {
+            for arg in &mut list.args {
+                if let datafusion::sql::sqlparser::ast::FunctionArg::Unnamed(datafusion::sql::sqlparser::ast::FunctionArgExpr::Expr(arg)) = arg
+                    && let Some((_, wrapper)) = self.renamed.iter().find(|(written, _)| written == arg)
+                {
+                    *arg = wrapper.clone();
+                }
+            }
+        }
+        ControlFlow::Continue(())
+    }
 }
 
 /// Whether `expr` calls a function or holds a subquery.
@@ -209,7 +275,15 @@ mod tests {
             rewritten("SELECT 'x', a, count(*) + 1 FROM t GROUP BY ROLLUP ('x', a), CAST(1.5 AS DECIMAL(10,2))"),
             "SELECT coalesce('x'), a, count(*) + 1 FROM t GROUP BY ROLLUP (coalesce('x'), a), CAST(1.5 AS DECIMAL(10,2))"
         );
-        for unchanged in ["SELECT a FROM t GROUP BY GROUPING SETS ((a, -2), ()) HAVING count(*) > -2", "SELECT avg(1) AS c0 FROM t GROUP BY CUBE (1)", "SELECT 1 FROM t GROUP BY 1 HAVING count(*) > 1", "SELECT a FROM t GROUP BY CUBE (a, 3)"] {
+        assert_eq!(
+            rewritten("SELECT 1 AS c0, count(*) + 1 FROM t GROUP BY GROUPING SETS ((1), (1), ())"),
+            "SELECT coalesce(1) AS c0, count(*) + 1 FROM t GROUP BY GROUPING SETS ((coalesce(1)), (coalesce(1)), ())"
+        );
+        assert_eq!(
+            rewritten("SELECT 1 AS x, 1 AS y, grouping(1) FROM t GROUP BY CUBE (1, 2)"),
+            "SELECT coalesce(1) AS x, coalesce(1, NULL) AS y, grouping(coalesce(1)) FROM t GROUP BY CUBE (coalesce(1), coalesce(1, NULL))"
+        );
+        for unchanged in ["SELECT *, 5 AS k FROM t GROUP BY a, b, ROLLUP (1)", "SELECT a FROM t GROUP BY GROUPING SETS ((a, -2), ()) HAVING count(*) > -2", "SELECT avg(1) AS c0 FROM t GROUP BY CUBE (1)", "SELECT 1 FROM t GROUP BY 1 HAVING count(*) > 1", "SELECT a FROM t GROUP BY CUBE (a, 3)"] {
             assert_eq!(rewritten(unchanged), unchanged);
         }
     }
