@@ -74,16 +74,10 @@ pub fn canonical(cell: &Option<String>, data_type: Option<&DataType>) -> String 
 /// it: its date and time, in UTC with a `Z` when it has an offset.
 pub(crate) fn canonical_timestamp(text: &str) -> Option<String> {
     use chrono::{Duration, NaiveDateTime};
-    let text = text.trim();
-    let (local, offset) = match text.strip_suffix('Z') {
-        Some(local) => (local, Some(0)),
-        None => match text.get(11..)?.rfind(['+', '-']) {
-            Some(at) => {
-                let (local, offset) = text.split_at(11 + at);
-                (local, Some(offset_seconds(offset)?))
-            }
-            None => (text, None),
-        },
+    let (local, offset) = split_offset(text.trim());
+    let offset = match offset {
+        Some(offset) => Some(offset_seconds(offset)?),
+        None => None,
     };
     let local = NaiveDateTime::parse_from_str(&local.replacen('T', " ", 1), "%Y-%m-%d %H:%M:%S%.f").ok()?;
     Some(match offset {
@@ -92,8 +86,26 @@ pub(crate) fn canonical_timestamp(text: &str) -> Option<String> {
     })
 }
 
-/// `+05`, `-05:00`, `+0530` or `+05:30:15` as seconds east of UTC.
+/// A timestamp's text as its local date and time and its offset (`Z`,
+/// `-05`, `-05:00`, `+05:30`) when it has one.
+pub(crate) fn split_offset(text: &str) -> (&str, Option<&str>) {
+    if let Some(local) = text.strip_suffix('Z') {
+        return (local, Some("Z"));
+    }
+    match text.get(11..).and_then(|time| time.rfind(['+', '-'])) {
+        Some(at) => {
+            let (local, offset) = text.split_at(11 + at);
+            (local, Some(offset))
+        }
+        None => (text, None),
+    }
+}
+
+/// `Z`, `+05`, `-05:00`, `+0530` or `+05:30:15` as seconds east of UTC.
 fn offset_seconds(text: &str) -> Option<i64> {
+    if text == "Z" {
+        return Some(0);
+    }
     let sign = if text.starts_with('-') { -1 } else { 1 };
     let digits: String = text[1..].chars().filter(|c| *c != ':').collect();
     if digits.len() % 2 != 0 || digits.is_empty() || digits.len() > 6 || !digits.chars().all(|c| c.is_ascii_digit()) {

@@ -675,20 +675,16 @@ fn slt_cell(cell: &Option<String>, data_type: Option<&DataType>) -> String {
 /// FoamDB prints it, PostgreSQL's way (`2024-01-01 22:00:00.5-05`).
 fn postgres_timestamp(text: &str) -> String {
     let text = text.replacen('T', " ", 1);
-    let (local, offset) = match text.strip_suffix('Z') {
-        Some(local) => (local.to_string(), "+00".to_string()),
-        None => match text.get(11..).and_then(|time| time.rfind(['+', '-'])) {
-            Some(at) => {
-                let (local, offset) = text.split_at(11 + at);
-                (local.to_string(), offset.strip_suffix(":00").unwrap_or(offset).to_string())
-            }
-            None => (text.clone(), String::new()),
-        },
+    let (local, offset) = crate::compare::split_offset(&text);
+    let offset = match offset {
+        Some("Z") => "+00",
+        Some(offset) => offset.strip_suffix(":00").unwrap_or(offset),
+        None => "",
     };
     let local = match local.split_once('.') {
         Some((whole, fraction)) if fraction.trim_end_matches('0').is_empty() => whole.to_string(),
         Some((whole, fraction)) => format!("{whole}.{}", fraction.trim_end_matches('0')),
-        None => local,
+        None => local.to_string(),
     };
     format!("{local}{offset}")
 }
