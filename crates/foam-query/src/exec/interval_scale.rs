@@ -36,7 +36,7 @@ const SECONDS_PER_DAY: f64 = 86_400.0;
 const NANOS_PER_MICRO: i64 = 1_000;
 
 /// The type both functions return.
-pub const INTERVAL: DataType = DataType::Interval(IntervalUnit::MonthDayNano);
+const INTERVAL: DataType = DataType::Interval(IntervalUnit::MonthDayNano);
 
 /// `foam_interval_mul(interval, factor)` or, with `divide`,
 /// `foam_interval_div(interval, divisor)`.
@@ -67,7 +67,7 @@ impl ScalarUDFImpl for IntervalScale {
 
     fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
         match arg_types {
-            [DataType::Interval(IntervalUnit::MonthDayNano) | DataType::Duration(_), DataType::Float64] => Ok(INTERVAL),
+            [DataType::Interval(_) | DataType::Duration(_), DataType::Float64] => Ok(INTERVAL),
             _ => Err(DataFusionError::Internal(format!("{} takes an interval and a float8, not {arg_types:?}", self.name()))),
         }
     }
@@ -94,12 +94,15 @@ impl ScalarUDFImpl for IntervalScale {
     }
 }
 
-/// `values` as intervals: a duration (DataFusion's difference of two
+/// `values` as intervals of months, days and nanoseconds: another
+/// interval type converted, a duration (DataFusion's difference of two
 /// timestamps) as PostgreSQL's `timestamp - timestamp` gives it, whole days
 /// and the rest (`1 day 06:00:00`, not `30:00:00`).
 fn as_interval(values: ArrayRef) -> Result<ArrayRef> {
-    if !matches!(values.data_type(), DataType::Duration(_)) {
-        return Ok(values);
+    match values.data_type() {
+        DataType::Duration(_) => {}
+        DataType::Interval(IntervalUnit::MonthDayNano) => return Ok(values),
+        _ => return Ok(arrow::compute::cast(&values, &INTERVAL)?),
     }
     // Microseconds, as PostgreSQL holds them: nanoseconds of a few
     // centuries' difference do not fit 64 bits.

@@ -169,11 +169,10 @@ impl ExprPlanner for IntervalArithmeticPlanner {
             (Ok(n), Ok(i)) if is_interval(&i) && is_number(&n) && !divide => (right, left),
             _ => return Ok(PlannerResult::Original(RawBinaryExpr { op, left, right })),
         };
-        let cast = |expr: Expr, to: DataType| Expr::Cast(datafusion::logical_expr::expr::Cast::new(Box::new(expr), to));
+        // The function takes any interval or duration as it is.
+        let number = Expr::Cast(datafusion::logical_expr::expr::Cast::new(Box::new(number), DataType::Float64));
         let udf = if divide { IntervalScale::divide_udf() } else { IntervalScale::multiply_udf() };
-        // A duration goes as it is: the function splits it into days.
-        let interval = if matches!(interval.get_type(schema), Ok(DataType::Duration(_))) { interval } else { cast(interval, crate::exec::interval_scale::INTERVAL) };
-        let args = vec![interval, cast(number, DataType::Float64)];
+        let args = vec![interval, number];
         Ok(PlannerResult::Planned(Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(udf), args))))
     }
 }
