@@ -28,6 +28,7 @@ pub mod setting_functions;
 pub mod statement;
 pub mod subscripts;
 pub mod time_zone;
+pub mod timestamp_types;
 pub mod session;
 pub mod transaction_block;
 pub mod upsert;

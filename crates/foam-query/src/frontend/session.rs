@@ -747,10 +747,11 @@ impl FoamSession {
             crate::frontend::sequence_ddl::names_as_text(&mut statement);
         }
         crate::frontend::numeric_literals::rewrite(&mut statement);
+        crate::frontend::timestamp_types::rewrite(&mut statement);
         crate::frontend::array_subquery::rewrite(&mut statement)?;
         crate::frontend::subscripts::rewrite(&mut statement)?;
         crate::frontend::at_time_zone::rewrite(&mut statement);
-        crate::optimizer::logical::boolean_literals::distinct_from_as_equality(&mut statement);
+        crate::optimizer::logical::quoted_literals::distinct_from_as_equality(&mut statement);
         {
             // Read in place: `state()` would copy the whole session state.
             let state = self.ctx.state_ref();
@@ -1695,6 +1696,7 @@ impl FoamSession {
     async fn default_plan(&self, default: &str, sql_type: &foam_catalog::SqlType) -> FoamResult<LogicalPlan> {
         let mut probe = crate::frontend::modify::parse_query(&format!("SELECT CAST(({default}) AS {})", sql_type.cast_name()))?;
         crate::frontend::numeric_literals::rewrite(&mut probe);
+        crate::frontend::timestamp_types::rewrite(&mut probe);
         crate::frontend::sequence_ddl::names_as_text(&mut probe);
         self.plan(&probe).await
     }

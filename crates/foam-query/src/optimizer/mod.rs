@@ -34,15 +34,15 @@ pub fn logical_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
 
 /// DataFusion's analyzer rules, with `timestamptz` columns read in the
 /// session's TimeZone first (`session_zone.rs`), quoted literals compared with booleans
-/// read as booleans (`boolean_literals.rs`), and decimal division and
+/// and dates typed as those (`quoted_literals.rs`), and decimal division and
 /// float-decimal comparisons made PostgreSQL's (`numeric_operators.rs`),
 /// before its type coercion. A
 /// session's analyzer is these, then [`analyzer_rules`].
 pub fn datafusion_analyzer_rules() -> Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> {
     let mut rules = datafusion::optimizer::Analyzer::new().rules;
     rules.insert(0, Arc::new(logical::session_zone::SessionZone));
-    let at = rules.iter().position(|rule| rule.name() == logical::boolean_literals::TYPE_COERCION_RULE).unwrap_or(0);
-    rules.insert(at, Arc::new(logical::boolean_literals::BooleanLiterals));
+    let at = rules.iter().position(|rule| rule.name() == logical::quoted_literals::TYPE_COERCION_RULE).unwrap_or(0);
+    rules.insert(at, Arc::new(logical::quoted_literals::QuotedLiterals));
     rules.insert(at + 1, Arc::new(logical::numeric_operators::NumericOperators));
     rules
 }
@@ -123,13 +123,13 @@ pub fn guarded_datafusion_rules() -> Vec<Arc<dyn PhysicalOptimizerRule + Send + 
 }
 
 /// Adds FoamDB's SQL-planner hooks after DataFusion's: quoted literals
-/// compared with booleans (`logical/boolean_literals.rs`), integer
+/// compared with booleans and dates (`logical/quoted_literals.rs`), integer
 /// literals beside INTs (`logical/integer_literals.rs`) and the difference
 /// of timestamptz values of two zones (`logical/session_zone.rs`). Sessions and the
 /// fuzzer's single-process reference plan with them.
 pub fn add_sql_planners(builder: &mut datafusion::execution::SessionStateBuilder) {
     let planners: [Arc<dyn datafusion::logical_expr::planner::ExprPlanner>; 4] = [
-        Arc::new(logical::boolean_literals::BooleanLiteralPlanner),
+        Arc::new(logical::quoted_literals::QuotedLiteralPlanner),
         Arc::new(logical::integer_literals::IntegerLiteralPlanner),
         Arc::new(logical::session_zone::ZoneArithmeticPlanner),
         Arc::new(logical::numeric_operators::IntervalArithmeticPlanner),

@@ -2,7 +2,7 @@
 //! DataFusion's (order: `optimizer/mod.rs`).
 
 pub mod aggregate_filters;
-pub mod boolean_literals;
+pub mod quoted_literals;
 pub mod checked_arithmetic;
 pub mod eager_aggregate;
 pub mod eager_count;

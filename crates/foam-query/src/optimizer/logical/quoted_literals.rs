@@ -1,30 +1,39 @@
-//! Quoted literals compared with booleans read as booleans, as PostgreSQL
-//! reads them. A quoted literal in PostgreSQL has no type until its context
-//! gives one, so `WHERE active = 't'`, `flag IN ('yes', 'no')` and
-//! `f > 'y'` compare booleans; clients and ORMs write booleans that way.
-//! DataFusion types every quoted literal as text and refuses the comparison
-//! ("Cannot infer common argument type for comparison operation Boolean =
-//! Utf8"; fuzz seed 56038 w2).
+//! Quoted literals compared with a boolean, a date, a time or a timestamp
+//! take its type, as PostgreSQL types them. A quoted literal in PostgreSQL
+//! has no type until its context gives one, so `WHERE active = 't'`, `flag
+//! IN ('yes', 'no')` and `f > 'y'` compare booleans, and `valid_to =
+//! '9999-12-31'` compares timestamps of the column's own type. DataFusion
+//! types every quoted literal as text: it refused the comparison with a
+//! boolean ("Cannot infer common argument type for comparison operation
+//! Boolean = Utf8"; fuzz seed 56038 w2), and compared a timestamp column
+//! with a literal as nanoseconds, which end in 2262, so a row holding
+//! 9999-12-31 failed the query.
 //!
 //! Where the SQL planner types a comparison (a select list's), the
-//! [`BooleanLiteralPlanner`] it consults reads the literal; elsewhere (a
-//! filter's, `IS DISTINCT FROM`, `IN` lists) an analyzer rule run just
-//! before DataFusion's type coercion does. The SQL planner types `x IS
-//! [NOT] DISTINCT FROM 'lit'` in a select list without asking a planner,
-//! so the front end first writes it as `(x = 'lit') IS [NOT] TRUE`
-//! ([`distinct_from_as_equality`]), the same for a literal that is never
-//! NULL, whatever the type of `x`. Either way a quoted literal on
-//! one side of a comparison (or in an `IN` list) whose other side is a
-//! boolean becomes the boolean PostgreSQL reads it as (`t`,
-//! `true`, `y`, `yes`, `on`, `1` and the other prefixes PostgreSQL takes,
-//! in any case, blanks around ignored); any other text is 22P02 "invalid
-//! input syntax for type boolean", as there. A literal cast to text
-//! (`'t'::text`) is typed and left alone, and PostgreSQL refuses it too.
+//! [`QuotedLiteralPlanner`] it consults reads the literal; elsewhere (a
+//! filter's, `IS DISTINCT FROM`, `IN` lists, `BETWEEN`) an analyzer rule
+//! run just before DataFusion's type coercion does. The SQL planner types
+//! `x IS [NOT] DISTINCT FROM 'lit'` in a select list without asking a
+//! planner, so the front end first writes it as `(x = 'lit') IS [NOT]
+//! TRUE` ([`distinct_from_as_equality`]), the same for a literal that is
+//! never NULL, whatever the type of `x`. Either way a quoted literal on one
+//! side of a comparison (or in an `IN` list, or a bound of `BETWEEN`)
+//! whose other side is
+//!
+//! - a boolean becomes the boolean PostgreSQL reads it as (`t`, `true`,
+//!   `y`, `yes`, `on`, `1` and the other prefixes PostgreSQL takes, in any
+//!   case, blanks around ignored); any other text is 22P02 "invalid input
+//!   syntax for type boolean", as there;
+//! - a date, time or timestamp becomes a cast of the text to that type,
+//!   which `text_casts.rs` reads in PostgreSQL's input formats.
+//!
+//! A literal cast to text (`'t'::text`) is typed and left alone, and
+//! PostgreSQL refuses it too.
 
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DFSchema, Result, ScalarValue};
-use datafusion::logical_expr::expr::InList;
+use datafusion::logical_expr::expr::{Between, Cast, InList};
 use datafusion::logical_expr::utils::merge_schema;
 use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawBinaryExpr};
 use datafusion::logical_expr::{BinaryExpr, Expr, ExprSchemable, LogicalPlan, Operator};
@@ -33,33 +42,35 @@ use datafusion::arrow::datatypes::DataType;
 use datafusion::optimizer::AnalyzerRule;
 use foam_common::{FoamError, SqlState};
 
+use crate::exec::datetime_input::is_datetime;
+
 /// The name of DataFusion's rule this one runs before.
 pub const TYPE_COERCION_RULE: &str = "type_coercion";
 
 /// The analyzer rule (see the module documentation).
 #[derive(Debug, Default)]
-pub struct BooleanLiterals;
+pub struct QuotedLiterals;
 
-impl AnalyzerRule for BooleanLiterals {
+impl AnalyzerRule for QuotedLiterals {
     fn name(&self) -> &str {
-        "foam_boolean_literals"
+        "foam_quoted_literals"
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
         plan.transform_up_with_subqueries(|node| {
             let schema = merge_schema(&node.inputs());
-            node.map_expressions(|expr| expr.transform_up(|expr| read_as_boolean(expr, &schema)))
+            node.map_expressions(|expr| expr.transform_up(|expr| typed_literals(expr, &schema)))
         })
         .map(|t| t.data)
     }
 }
 
-/// Reads quoted literals compared with booleans as the SQL planner types
+/// Types quoted literals compared with booleans and dates as the SQL planner types
 /// the comparison (see the module documentation).
 #[derive(Debug, Default)]
-pub struct BooleanLiteralPlanner;
+pub struct QuotedLiteralPlanner;
 
-impl ExprPlanner for BooleanLiteralPlanner {
+impl ExprPlanner for QuotedLiteralPlanner {
     fn plan_binary_op(&self, expr: RawBinaryExpr, schema: &DFSchema) -> Result<PlannerResult<RawBinaryExpr>> {
         let comparison = matches!(
             expr.op,
@@ -76,7 +87,7 @@ impl ExprPlanner for BooleanLiteralPlanner {
 
 /// Writes each `x IS [NOT] DISTINCT FROM 'lit'` (or `'lit' IS ...`) in
 /// `statement` as `(x = 'lit') IS [NOT] TRUE`, which the SQL planner types
-/// through [`BooleanLiteralPlanner`] (see the module documentation).
+/// through [`QuotedLiteralPlanner`] (see the module documentation).
 pub fn distinct_from_as_equality(statement: &mut sql::Statement) {
     struct Rewriter;
     impl VisitorMut for Rewriter {
@@ -96,36 +107,62 @@ pub fn distinct_from_as_equality(statement: &mut sql::Statement) {
     let _ = statement.visit(&mut Rewriter);
 }
 
-/// `expr` with the quoted literals it compares with a boolean of `schema`
-/// made booleans.
-fn read_as_boolean(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
-    let is_boolean = |e: &Expr| e.get_type(schema).is_ok_and(|t| t == DataType::Boolean);
+/// `expr` with the quoted literals it compares with a boolean, date, time
+/// or timestamp of `schema` given that type.
+fn typed_literals(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     match expr {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) if is_comparison(op) => Ok(compared_sides(*left, *right, schema)?
             .update_data(|(left, right)| Expr::BinaryExpr(BinaryExpr::new(Box::new(left), op, Box::new(right))))),
-        Expr::InList(InList { expr, list, negated }) if is_boolean(&expr) && list.iter().any(|e| quoted(e).is_some()) => {
+        Expr::InList(InList { expr, list, negated }) if list.iter().any(|e| quoted(e).is_some()) => {
+            let Some(data_type) = literal_type(&expr, schema) else { return Ok(Transformed::no(Expr::InList(InList { expr, list, negated }))) };
             let list = list.into_iter().map(|e| match quoted(&e) {
-                Some(text) => boolean_literal(text),
+                Some(text) => typed_literal(text, &data_type),
                 None => Ok(e),
             });
             Ok(Transformed::yes(Expr::InList(InList { expr, list: list.collect::<Result<_>>()?, negated })))
+        }
+        Expr::Between(Between { expr, negated, low, high }) if quoted(&low).is_some() || quoted(&high).is_some() => {
+            let Some(data_type) = literal_type(&expr, schema) else { return Ok(Transformed::no(Expr::Between(Between { expr, negated, low, high }))) };
+            let typed = |bound: Box<Expr>| match quoted(&bound) {
+                Some(text) => typed_literal(text, &data_type).map(Box::new),
+                None => Ok(bound),
+            };
+            Ok(Transformed::yes(Expr::Between(Between { expr, negated, low: typed(low)?, high: typed(high)? })))
         }
         other => Ok(Transformed::no(other)),
     }
 }
 
-/// The two sides of a comparison, a quoted literal on one made the boolean
-/// it reads as where the other is a boolean of `schema`.
+/// The two sides of a comparison, a quoted literal on one given the type
+/// of the other where that is a boolean, date, time or timestamp of
+/// `schema`.
 fn compared_sides(left: Expr, right: Expr, schema: &DFSchema) -> Result<Transformed<(Expr, Expr)>> {
-    let is_boolean = |e: &Expr| e.get_type(schema).is_ok_and(|t| t == DataType::Boolean);
-    if let Some(text) = quoted(&left).filter(|_| is_boolean(&right)) {
-        return Ok(Transformed::yes((boolean_literal(text)?, right)));
+    if let (Some(text), Some(data_type)) = (quoted(&left), literal_type(&right, schema)) {
+        return Ok(Transformed::yes((typed_literal(text, &data_type)?, right)));
     }
-    if let Some(text) = quoted(&right).filter(|_| is_boolean(&left)) {
-        let right = boolean_literal(text)?;
+    if let (Some(text), Some(data_type)) = (quoted(&right), literal_type(&left, schema)) {
+        let right = typed_literal(text, &data_type)?;
         return Ok(Transformed::yes((left, right)));
     }
     Ok(Transformed::no((left, right)))
+}
+
+/// The type `expr` of `schema` gives a quoted literal compared with it, if
+/// it is one this rule types.
+fn literal_type(expr: &Expr, schema: &DFSchema) -> Option<DataType> {
+    if quoted(expr).is_some() {
+        return None;
+    }
+    expr.get_type(schema).ok().filter(|t| *t == DataType::Boolean || is_datetime(t))
+}
+
+/// The quoted literal `text` as a value of `data_type` (a boolean, date,
+/// time or timestamp).
+fn typed_literal(text: &str, data_type: &DataType) -> Result<Expr> {
+    if *data_type == DataType::Boolean {
+        return boolean_literal(text);
+    }
+    Ok(Expr::Cast(Cast::new(Box::new(Expr::Literal(ScalarValue::Utf8(Some(text.to_string())), None)), data_type.clone())))
 }
 
 fn is_comparison(op: Operator) -> bool {
