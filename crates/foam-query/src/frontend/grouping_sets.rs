@@ -30,6 +30,15 @@
 //!     ─▶ SELECT coalesce(1) AS c0 ... GROUP BY CUBE (coalesce(1)) HAVING count(*) <= 1
 //!   SELECT a, count(*) ... GROUP BY ROLLUP (1)  ─▶  ... GROUP BY ROLLUP (a)
 //! ```
+//!
+//! The empty grouping set `()` at the top of GROUP BY, which DataFusion
+//! refuses ("Empty tuple not supported yet"), is the one set of no keys
+//! beside the other keys (a query's one group, even over no rows):
+//!
+//! ```text
+//!   GROUP BY ()      ─▶  GROUP BY GROUPING SETS (())
+//!   GROUP BY (), a   ─▶  GROUP BY a
+//! ```
 
 use std::ops::ControlFlow;
 
@@ -52,6 +61,7 @@ impl VisitorMut for Deduplicator {
     type Break = ();
 
     fn pre_visit_select(&mut self, select: &mut Select) -> ControlFlow<()> {
+        empty_sets(select);
         constant_keys(select);
         ControlFlow::Continue(())
     }
@@ -71,6 +81,21 @@ impl VisitorMut for Deduplicator {
             *expr = Expr::GroupingSets(sets.into_iter().map(without_repeats).collect());
         }
         ControlFlow::Continue(())
+    }
+}
+
+/// Drops the empty sets `()` at the top of `select`'s GROUP BY, or makes
+/// the clause one empty grouping set when they are all it holds (see the
+/// module documentation).
+fn empty_sets(select: &mut Select) {
+    let GroupByExpr::Expressions(keys, _) = &mut select.group_by else { return };
+    let empty = |key: &Expr| matches!(key, Expr::Tuple(parts) if parts.is_empty());
+    if !keys.iter().any(empty) {
+        return;
+    }
+    keys.retain(|key| !empty(key));
+    if keys.is_empty() {
+        keys.push(Expr::GroupingSets(vec![vec![]]));
     }
 }
 
@@ -247,6 +272,13 @@ mod tests {
         let mut statement = Parser::parse_sql(&PostgreSqlDialect {}, sql).unwrap().remove(0);
         super::rewrite(&mut statement);
         statement.to_string()
+    }
+
+    #[test]
+    fn empty_sets_are_no_keys_beside_the_others() {
+        assert_eq!(rewritten("SELECT count(*) FROM t GROUP BY ()"), "SELECT count(*) FROM t GROUP BY GROUPING SETS (())");
+        assert_eq!(rewritten("SELECT a, count(*) FROM t GROUP BY (), a, ()"), "SELECT a, count(*) FROM t GROUP BY a");
+        assert_eq!(rewritten("SELECT a FROM t GROUP BY (a)"), "SELECT a FROM t GROUP BY (a)");
     }
 
     #[test]
