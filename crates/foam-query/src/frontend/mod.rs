@@ -12,6 +12,7 @@ pub mod cursors;
 pub mod ddl;
 pub mod explain;
 pub mod grouping_sets;
+pub mod information_schema;
 pub mod interrupt;
 pub mod lock_table;
 pub mod modify;

@@ -732,8 +732,13 @@ impl FoamSession {
         // those, into forms DataFusion plans. The compatibility parser reads
         // the text again: it matches whole queries by their tokens.
         crate::frontend::sequence_ddl::names_as_text(&mut statement);
-        if text.contains("pg_") {
+        let catalog_query = text.contains("pg_");
+        if catalog_query {
             crate::frontend::pg_compatibility::rewrite(&mut statement, &text);
+        }
+        // `information_schema.columns` is a view over `pg_catalog`, as in
+        // PostgreSQL (after the rewrite above, which reads `text` again).
+        if crate::frontend::information_schema::rewrite(&mut statement) || catalog_query {
             crate::catalog::pg_missing::rewrite_catalog_query(&mut statement);
             let catalog = self.node.catalog.current();
             crate::catalog::pg_stat_activity::qualify(&mut statement, |name| catalog.tables.contains_key(name) || catalog.views.contains_key(name));
