@@ -69,7 +69,16 @@ struct FoamSchemaProvider {
 impl SchemaProvider for FoamSchemaProvider {
     fn table_names(&self) -> Vec<String> {
         let catalog = self.node.catalog.current();
-        let mut names: Vec<String> = catalog.tables.keys().chain(catalog.views.keys()).cloned().collect();
+        // What an open block set aside (dropped, until it ends) is not listed:
+        // a set-aside view reads a name that is gone, and would fail every
+        // listing of the catalog's columns.
+        let mut names: Vec<String> = catalog
+            .tables
+            .keys()
+            .chain(catalog.views.keys())
+            .filter(|name| !name.starts_with(crate::frontend::block_ddl::SET_ASIDE_PREFIX))
+            .cloned()
+            .collect();
         names.extend(system_tables::NAMES.iter().map(|n| n.to_string()));
         names
     }

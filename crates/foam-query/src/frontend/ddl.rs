@@ -107,6 +107,40 @@ pub fn normalize_ident(value: &str, quote_style: Option<char>) -> String {
     if quote_style.is_some() { value.to_string() } else { value.to_lowercase() }
 }
 
+/// The views that read a relation of `dropped`, directly or through
+/// another such view, each with the relation it reads: what `DROP ...
+/// CASCADE` drops too and what refuses a plain DROP, as PostgreSQL's
+/// dependencies do. A view is its query's text, planned on every use, so
+/// a view left behind would fail every query that lists the catalog's
+/// columns (psql's `\d`, `information_schema.columns`). A view whose
+/// text does not parse reads nothing here; one an open block set aside
+/// (dropped, until the block ends) is gone already.
+pub fn dependent_views(catalog: &foam_catalog::Catalog, dropped: &[String]) -> Vec<(String, String)> {
+    let reads: Vec<(&String, Vec<String>)> = catalog
+        .views
+        .values()
+        .filter(|view| !view.name.starts_with(crate::frontend::block_ddl::SET_ASIDE_PREFIX))
+        .map(|view| (&view.name, crate::frontend::privileges::view_relations(view).unwrap_or_default()))
+        .collect();
+    let mut gone: Vec<String> = dropped.to_vec();
+    let mut dependents = Vec::new();
+    let mut found = true;
+    while found {
+        found = false;
+        for (view, relations) in &reads {
+            if gone.contains(view) {
+                continue;
+            }
+            if let Some(on) = relations.iter().find(|r| gone.contains(r)) {
+                dependents.push(((*view).clone(), on.clone()));
+                gone.push((*view).clone());
+                found = true;
+            }
+        }
+    }
+    dependents
+}
+
 /// The table name of a (possibly schema-qualified) object name.
 pub fn table_name(name: &ObjectName) -> FoamResult<String> {
     let parts: Vec<String> = name

@@ -1866,7 +1866,7 @@ impl FoamSession {
                 }
                 command(if matches!(statement, Statement::CreateSequence { .. }) { "CREATE SEQUENCE" } else { "DROP SEQUENCE" })
             }
-            Statement::Drop { object_type, names, if_exists, .. } => {
+            Statement::Drop { object_type, names, if_exists, cascade, .. } => {
                 let (tag, is_table) = match object_type {
                     ObjectType::Table => ("DROP TABLE", true),
                     ObjectType::View => ("DROP VIEW", false),
@@ -1875,12 +1875,23 @@ impl FoamSession {
                 let names = names.iter().map(ddl::table_name).collect::<FoamResult<Vec<_>>>()?;
                 // Every name is checked before any is dropped.
                 let catalog = self.node.catalog.current();
+                let kind = if is_table { "table" } else { "view" };
                 let exists = |name: &String| if is_table { catalog.tables.contains_key(name) } else { catalog.views.contains_key(name) };
                 if let Some(missing) = names.iter().find(|n| !exists(n)).filter(|_| !*if_exists) {
-                    let kind = if is_table { "table" } else { "view" };
                     return Err(FoamError::Query { message: format!("{kind} \"{missing}\" does not exist"), sqlstate: foam_common::SqlState::UndefinedTable });
                 }
-                for name in names.into_iter().filter(exists) {
+                let names: Vec<String> = names.into_iter().filter(exists).collect();
+                let dependents = ddl::dependent_views(&catalog, &names);
+                // The first reads one of `names` (see `dependent_views`).
+                if let Some((view, on)) = dependents.first().filter(|_| !*cascade) {
+                    return Err(FoamError::Query {
+                        message: format!("cannot drop {kind} {on} because other objects depend on it (view {view} depends on {kind} {on}); DROP ... CASCADE drops them too"),
+                        sqlstate: foam_common::SqlState::DependentObjectsStillExist,
+                    });
+                }
+                // The views that read them go first, as views.
+                let dropping = dependents.into_iter().map(|(view, _)| (view, false)).chain(names.into_iter().map(|name| (name, is_table)));
+                for (name, is_table) in dropping.collect::<Vec<_>>() {
                     // In a block, what it did not create is set aside until it ends.
                     if let Some(open) = self.open.get()
                         && !self.block_ddl().forget_created(&name)
