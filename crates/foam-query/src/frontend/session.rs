@@ -756,7 +756,7 @@ impl FoamSession {
         crate::frontend::array_subquery::rewrite(&mut statement)?;
         crate::frontend::subscripts::rewrite(&mut statement)?;
         crate::frontend::at_time_zone::rewrite(&mut statement);
-        crate::optimizer::logical::quoted_literals::distinct_from_as_equality(&mut statement);
+        crate::optimizer::logical::quoted_literals::typed_by_planner(&mut statement);
         {
             // Read in place: `state()` would copy the whole session state.
             let state = self.ctx.state_ref();

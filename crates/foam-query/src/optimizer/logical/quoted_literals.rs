@@ -1,47 +1,51 @@
-//! Quoted literals compared with a boolean, a date, a time or a timestamp
-//! take its type, as PostgreSQL types them. A quoted literal in PostgreSQL
-//! has no type until its context gives one, so `WHERE active = 't'`, `flag
-//! IN ('yes', 'no')` and `f > 'y'` compare booleans, and `valid_to =
-//! '9999-12-31'` compares timestamps of the column's own type. DataFusion
+//! Quoted literals compared with a boolean, a date, a time, a timestamp or
+//! an interval take its type, as PostgreSQL types them. A quoted literal
+//! in PostgreSQL has no type until its context gives one, so `WHERE active
+//! = 't'`, `flag IN ('yes', 'no')` and `f > 'y'` compare booleans, and
+//! `valid_to = '9999-12-31'` compares timestamps. DataFusion
 //! types every quoted literal as text: it refused the comparison with a
 //! boolean ("Cannot infer common argument type for comparison operation
 //! Boolean = Utf8"; fuzz seed 56038 w2), and compared a timestamp column
 //! with a literal as nanoseconds, which end in 2262, so a row holding
 //! 9999-12-31 failed the query.
 //!
-//! Where the SQL planner types a comparison (a select list's), the
-//! [`QuotedLiteralPlanner`] it consults reads the literal; elsewhere (a
-//! filter's, `IS DISTINCT FROM`, `IN` lists, `BETWEEN`) an analyzer rule
-//! run just before DataFusion's type coercion does. The SQL planner types
+//! Where the SQL planner types a comparison operator, the
+//! [`QuotedLiteralPlanner`] it consults reads the literal; elsewhere (`IS
+//! DISTINCT FROM`, `IN` lists, `BETWEEN`, the arguments of `coalesce`,
+//! `nullif`, `greatest` and `least`, a CASE's WHEN values and results) an
+//! analyzer rule run just before DataFusion's type coercion does, keeping
+//! each expression's name. The SQL planner types
 //! `x IS [NOT] DISTINCT FROM 'lit'` in a select list without asking a
 //! planner, so the front end first writes it as `(x = 'lit') IS [NOT]
-//! TRUE` ([`distinct_from_as_equality`]), the same for a literal that is
+//! TRUE` ([`typed_by_planner`]), the same for a literal that is
 //! never NULL, whatever the type of `x`. Either way a quoted literal on one
-//! side of a comparison (or in an `IN` list, or a bound of `BETWEEN`)
-//! whose other side is
+//! side of a comparison (or in an `IN` list, a bound of `BETWEEN`, among
+//! the values of those functions or a CASE) whose other side is
 //!
 //! - a boolean becomes the boolean PostgreSQL reads it as (`t`, `true`,
 //!   `y`, `yes`, `on`, `1` and the other prefixes PostgreSQL takes, in any
 //!   case, blanks around ignored); any other text is 22P02 "invalid input
 //!   syntax for type boolean", as there;
-//! - a date, time or timestamp becomes a cast of the text to that type,
-//!   which `text_casts.rs` reads in PostgreSQL's input formats.
+//! - a date, time, timestamp or interval becomes a cast of the text to
+//!   that type (a time or timestamp at microseconds, PostgreSQL's
+//!   precision, whatever the other side's), which `text_casts.rs` reads in
+//!   PostgreSQL's input formats.
 //!
 //! A literal cast to text (`'t'::text`) is typed and left alone, and
 //! PostgreSQL refuses it too.
 
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DFSchema, Result, ScalarValue};
-use datafusion::logical_expr::expr::{Between, Cast, InList};
-use datafusion::logical_expr::utils::merge_schema;
+use datafusion::logical_expr::expr::{Between, Case, Cast, InList, ScalarFunction};
 use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawBinaryExpr};
 use datafusion::logical_expr::{BinaryExpr, Expr, ExprSchemable, LogicalPlan, Operator};
 use datafusion::sql::sqlparser::ast::{self as sql, BinaryOperator, VisitMut, VisitorMut};
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::optimizer::AnalyzerRule;
 use foam_common::{FoamError, SqlState};
 
+use super::named_rewrite::rewrite_expressions;
 use crate::exec::datetime_input::is_datetime;
 
 /// The name of DataFusion's rule this one runs before.
@@ -57,11 +61,9 @@ impl AnalyzerRule for QuotedLiterals {
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        plan.transform_up_with_subqueries(|node| {
-            let schema = merge_schema(&node.inputs());
-            node.map_expressions(|expr| expr.transform_up(|expr| typed_literals(expr, &schema)))
-        })
-        .map(|t| t.data)
+        // Names kept: an aggregate's `FILTER (WHERE d BETWEEN '...' AND
+        // '...')` is read by that name above it.
+        rewrite_expressions(plan, typed_literals)
     }
 }
 
@@ -85,15 +87,34 @@ impl ExprPlanner for QuotedLiteralPlanner {
     }
 }
 
-/// Writes each `x IS [NOT] DISTINCT FROM 'lit'` (or `'lit' IS ...`) in
-/// `statement` as `(x = 'lit') IS [NOT] TRUE`, which the SQL planner types
-/// through [`QuotedLiteralPlanner`] (see the module documentation).
-pub fn distinct_from_as_equality(statement: &mut sql::Statement) {
+/// Writes the forms the SQL planner types without asking a planner as
+/// forms it types through [`QuotedLiteralPlanner`] or this rule (see the
+/// module documentation): each `x IS [NOT] DISTINCT FROM 'lit'` (or `'lit'
+/// IS ...`) in `statement` as `(x = 'lit') IS [NOT] TRUE`, and each
+/// `coalesce` with a quoted literal among its arguments as the CASE
+/// DataFusion's simplifier makes of it (`coalesce(t, '9999-12-31')`
+/// failed to plan: DataFusion finds no common type of a timestamp and
+/// text).
+pub fn typed_by_planner(statement: &mut sql::Statement) {
     struct Rewriter;
     impl VisitorMut for Rewriter {
         type Break = ();
         fn post_visit_expr(&mut self, expr: &mut sql::Expr) -> std::ops::ControlFlow<()> {
             let is_quoted = |e: &sql::Expr| matches!(e, sql::Expr::Value(v) if matches!(v.value, sql::Value::SingleQuotedString(_)));
+            if let Some(args) = coalesce_arguments(expr).filter(|args| args.len() > 1 && args.iter().any(|a| is_quoted(a))) {
+                let (last, init) = args.split_last().expect("two arguments or more");
+                *expr = sql::Expr::Case {
+                    case_token: sql::helpers::attached_token::AttachedToken::empty(),
+                    end_token: sql::helpers::attached_token::AttachedToken::empty(),
+                    operand: None,
+                    conditions: init
+                        .iter()
+                        .map(|arg| sql::CaseWhen { condition: sql::Expr::IsNotNull(Box::new((*arg).clone())), result: (*arg).clone() })
+                        .collect(),
+                    else_result: Some(Box::new((*last).clone())),
+                };
+                return std::ops::ControlFlow::Continue(());
+            }
             let (sides, distinct) = match expr {
                 sql::Expr::IsDistinctFrom(left, right) if is_quoted(left) || is_quoted(right) => ((left.clone(), right.clone()), true),
                 sql::Expr::IsNotDistinctFrom(left, right) if is_quoted(left) || is_quoted(right) => ((left.clone(), right.clone()), false),
@@ -105,6 +126,19 @@ pub fn distinct_from_as_equality(statement: &mut sql::Statement) {
         }
     }
     let _ = statement.visit(&mut Rewriter);
+}
+
+/// The arguments of a plain `coalesce(...)` call (no FILTER, OVER, or
+/// named arguments).
+fn coalesce_arguments(expr: &sql::Expr) -> Option<Vec<&sql::Expr>> {
+    let sql::Expr::Function(function) = expr else { return None };
+    let [sql::ObjectNamePart::Identifier(name)] = function.name.0.as_slice() else { return None };
+    if !name.value.eq_ignore_ascii_case("coalesce") || function.over.is_some() || function.filter.is_some() {
+        return None;
+    }
+    let sql::FunctionArguments::List(list) = &function.args else { return None };
+    let args = crate::frontend::plain_arguments(list);
+    (args.len() == list.args.len() && list.clauses.is_empty()).then_some(args)
 }
 
 /// `expr` with the quoted literals it compares with a boolean, date, time
@@ -129,7 +163,43 @@ fn typed_literals(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
             };
             Ok(Transformed::yes(Expr::Between(Between { expr, negated, low: typed(low)?, high: typed(high)? })))
         }
+        // `coalesce(valid_to, '9999-12-31')`, `CASE t WHEN '...' THEN ...`:
+        // the literal takes the type of the values it stands among.
+        Expr::ScalarFunction(ScalarFunction { func, args }) if SAME_TYPE_FUNCTIONS.contains(&func.name()) => {
+            let Some(data_type) = args.iter().find_map(|arg| literal_type(arg, schema)) else {
+                return Ok(Transformed::no(Expr::ScalarFunction(ScalarFunction { func, args })));
+            };
+            let args = args.into_iter().map(|arg| typed_if_quoted(arg, &data_type)).collect::<Result<_>>()?;
+            Ok(Transformed::yes(Expr::ScalarFunction(ScalarFunction { func, args })))
+        }
+        Expr::Case(Case { expr, when_then_expr, else_expr }) => {
+            let when_type = expr.as_deref().and_then(|base| literal_type(base, schema));
+            let result_type = when_then_expr.iter().map(|(_, then)| then.as_ref()).chain(else_expr.as_deref()).find_map(|e| literal_type(e, schema));
+            if when_type.is_none() && result_type.is_none() {
+                return Ok(Transformed::no(Expr::Case(Case { expr, when_then_expr, else_expr })));
+            }
+            let typed = |e: Box<Expr>, data_type: &Option<DataType>| match data_type {
+                Some(data_type) => typed_if_quoted(*e, data_type).map(Box::new),
+                None => Ok(e),
+            };
+            let when_then_expr =
+                when_then_expr.into_iter().map(|(when, then)| Ok((typed(when, &when_type)?, typed(then, &result_type)?))).collect::<Result<_>>()?;
+            let else_expr = else_expr.map(|e| typed(e, &result_type)).transpose()?;
+            Ok(Transformed::yes(Expr::Case(Case { expr, when_then_expr, else_expr })))
+        }
         other => Ok(Transformed::no(other)),
+    }
+}
+
+/// Functions whose arguments are values of one type, which a quoted
+/// literal among them takes.
+const SAME_TYPE_FUNCTIONS: [&str; 4] = ["coalesce", "nullif", "greatest", "least"];
+
+/// `expr` as a value of `data_type` if it is a quoted literal.
+fn typed_if_quoted(expr: Expr, data_type: &DataType) -> Result<Expr> {
+    match quoted(&expr) {
+        Some(text) => typed_literal(text, data_type),
+        None => Ok(expr),
     }
 }
 
@@ -153,7 +223,13 @@ fn literal_type(expr: &Expr, schema: &DFSchema) -> Option<DataType> {
     if quoted(expr).is_some() {
         return None;
     }
-    expr.get_type(schema).ok().filter(|t| *t == DataType::Boolean || is_datetime(t))
+    // At PostgreSQL's precision: `ts0 = '10:00:00.5'` compares with a
+    // TIMESTAMP(0) widened, not the literal cut to whole seconds.
+    match expr.get_type(schema).ok()? {
+        DataType::Timestamp(_, zone) => Some(DataType::Timestamp(TimeUnit::Microsecond, zone)),
+        DataType::Time32(_) | DataType::Time64(_) => Some(DataType::Time64(TimeUnit::Microsecond)),
+        other => (other == DataType::Boolean || is_datetime(&other)).then_some(other),
+    }
 }
 
 /// The quoted literal `text` as a value of `data_type` (a boolean, date,
@@ -225,11 +301,15 @@ mod tests {
         let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
         let mut statement = datafusion::sql::sqlparser::parser::Parser::parse_sql(
             &dialect,
-            "SELECT f IS DISTINCT FROM 'y', 'n' IS NOT DISTINCT FROM f, f IS DISTINCT FROM g FROM t",
+            "SELECT f IS DISTINCT FROM 'y', 'n' IS NOT DISTINCT FROM f, f IS DISTINCT FROM g, coalesce(a, b, 'x'), coalesce(a, b) FROM t",
         )
         .unwrap()
         .remove(0);
-        distinct_from_as_equality(&mut statement);
-        assert_eq!(statement.to_string(), "SELECT (f = 'y') IS NOT TRUE, ('n' = f) IS TRUE, f IS DISTINCT FROM g FROM t");
+        typed_by_planner(&mut statement);
+        assert_eq!(
+            statement.to_string(),
+            "SELECT (f = 'y') IS NOT TRUE, ('n' = f) IS TRUE, f IS DISTINCT FROM g, \
+             CASE WHEN a IS NOT NULL THEN a WHEN b IS NOT NULL THEN b ELSE 'x' END, coalesce(a, b) FROM t"
+        );
     }
 }
