@@ -49,8 +49,8 @@ use datafusion::sql::sqlparser::ast::{Expr, GroupByExpr, Select, SelectItem, Sta
 const CUBE_PARTS_MAX: usize = 12;
 
 /// Rewrites every grouping-set clause of `statement` that repeats an
-/// expression within a set, and the constant keys of grouping sets (see
-/// the module documentation).
+/// expression within a set, the constant keys of grouping sets, and the
+/// empty set `()` (see the module documentation).
 pub fn rewrite(statement: &mut Statement) {
     let _ = statement.visit(&mut Deduplicator);
 }

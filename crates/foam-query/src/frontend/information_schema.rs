@@ -178,12 +178,17 @@ impl VisitorMut for Views {
 
     fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
         let TableFactor::Table { name, alias, args: None, .. } = factor else { return ControlFlow::Continue(()) };
-        let parts: Vec<&str> = name.0.iter().filter_map(|part| match part {
-            ObjectNamePart::Identifier(ident) => Some(ident.value.as_str()),
-            _ => None,
-        }).collect();
+        // As PostgreSQL folds them: `"COLUMNS"` quoted is another name.
+        let parts: Vec<String> = name
+            .0
+            .iter()
+            .filter_map(|part| match part {
+                ObjectNamePart::Identifier(ident) => Some(crate::frontend::ddl::normalize_ident(&ident.value, ident.quote_style)),
+                _ => None,
+            })
+            .collect();
         let view = match parts.as_slice() {
-            [.., schema, table] if parts.len() <= 3 && schema.eq_ignore_ascii_case(SCHEMA) => views().iter().find(|(name, _)| table.eq_ignore_ascii_case(name)),
+            [.., schema, table] if parts.len() <= 3 && schema == SCHEMA => views().iter().find(|(name, _)| table == name),
             _ => None,
         };
         let Some((name, query)) = view else { return ControlFlow::Continue(()) };
@@ -241,7 +246,13 @@ mod tests {
 
     #[test]
     fn other_tables_are_left_alone() {
-        for sql in ["SELECT * FROM information_schema.tables", "SELECT * FROM columns", "SELECT * FROM public.columns", "SELECT * FROM x.information_schema.columns.y"] {
+        for sql in [
+            "SELECT * FROM information_schema.tables",
+            "SELECT * FROM columns",
+            "SELECT * FROM public.columns",
+            "SELECT * FROM x.information_schema.columns.y",
+            "SELECT * FROM \"INFORMATION_SCHEMA\".\"COLUMNS\"",
+        ] {
             let (replaced, statement) = rewritten(sql);
             assert!(!replaced, "{sql}");
             assert_eq!(statement.to_string(), sql);

@@ -355,10 +355,24 @@ pub fn relations_of<V: Visit>(node: &V) -> Vec<String> {
     names
 }
 
-/// The tables and views a view's stored query names.
+/// The tables and views a view's stored query names: the names of its
+/// FROM clauses but those its own `WITH` clauses define.
 pub fn view_relations(view: &ViewDef) -> FoamResult<Vec<String>> {
+    struct Ctes(Vec<String>);
+    impl datafusion::sql::sqlparser::ast::Visitor for Ctes {
+        type Break = ();
+        fn pre_visit_query(&mut self, query: &datafusion::sql::sqlparser::ast::Query) -> ControlFlow<()> {
+            let defined = query.with.iter().flat_map(|with| &with.cte_tables).map(|cte| ddl::normalize_ident(&cte.alias.name.value, cte.alias.name.quote_style));
+            self.0.extend(defined);
+            ControlFlow::Continue(())
+        }
+    }
     let statements = Parser::parse_sql(&PostgreSqlDialect {}, &view.query_sql).map_err(|e| FoamError::Syntax { message: e.to_string() })?;
-    Ok(relations_of(&statements))
+    let mut ctes = Ctes(Vec::new());
+    let _ = statements.visit(&mut ctes);
+    let mut relations = relations_of(&statements);
+    relations.retain(|name| !ctes.0.contains(name));
+    Ok(relations)
 }
 
 /// Refuses the statement with 42501 unless `acting` holds every need.
