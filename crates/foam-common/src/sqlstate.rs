@@ -53,6 +53,7 @@ sqlstates! {
     InvalidDatetimeFormat = "22007",
     DatetimeFieldOverflow = "22008",
     DivisionByZero = "22012",
+    IntervalFieldOverflow = "22015",
     SequenceGeneratorLimitExceeded = "2200H",
     InvalidParameterValue = "22023",
     InvalidTextRepresentation = "22P02",

@@ -27,9 +27,9 @@
 use std::str::FromStr;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, PrimitiveArray};
+use arrow::array::{Array, ArrayRef, AsArray, IntervalMonthDayNanoArray, PrimitiveArray};
 use arrow::datatypes::{
-    ArrowPrimitiveType, DataType, Date32Type, Date64Type, Time32MillisecondType, Time32SecondType, Time64MicrosecondType, Time64NanosecondType,
+    ArrowPrimitiveType, DataType, Date32Type, IntervalUnit, Date64Type, Time32MillisecondType, Time32SecondType, Time64MicrosecondType, Time64NanosecondType,
     TimeUnit, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType,
 };
 use chrono::{Datelike, Duration, NaiveDate, NaiveDateTime, NaiveTime, Offset, TimeZone, Timelike};
@@ -40,8 +40,17 @@ const DAY_MICROS: i64 = 86_400_000_000;
 const SECOND_MICROS: i64 = 1_000_000;
 
 /// Whether `data_type` is one this module reads text into.
+/// Intervals are read by `interval_input.rs`.
 pub fn is_datetime(data_type: &DataType) -> bool {
-    matches!(data_type, DataType::Date32 | DataType::Date64 | DataType::Time32(_) | DataType::Time64(_) | DataType::Timestamp(..))
+    matches!(
+        data_type,
+        DataType::Date32
+            | DataType::Date64
+            | DataType::Time32(_)
+            | DataType::Time64(_)
+            | DataType::Timestamp(..)
+            | DataType::Interval(IntervalUnit::MonthDayNano)
+    )
 }
 
 /// Why a text is not a value of the type.
@@ -61,7 +70,9 @@ impl InputError {
     /// PostgreSQL's error for `text` as a value of `data_type`.
     pub fn to_error(self, text: &str, data_type: &DataType) -> FoamError {
         let name = type_name(data_type);
+        let interval = matches!(data_type, DataType::Interval(_));
         let (message, sqlstate) = match self {
+            InputError::FieldRange | InputError::TypeRange if interval => (format!("interval field value out of range: \"{text}\""), SqlState::IntervalFieldOverflow),
             InputError::Syntax => (format!("invalid input syntax for type {name}: \"{text}\""), SqlState::InvalidDatetimeFormat),
             InputError::FieldRange => (format!("date/time field value out of range: \"{text}\""), SqlState::DatetimeFieldOverflow),
             InputError::TypeRange => (format!("{} out of range: \"{text}\"", name.split(' ').next().unwrap_or(name)), SqlState::DatetimeFieldOverflow),
@@ -77,6 +88,7 @@ fn type_name(data_type: &DataType) -> &'static str {
         DataType::Date32 | DataType::Date64 => "date",
         DataType::Time32(_) | DataType::Time64(_) => "time",
         DataType::Timestamp(_, Some(_)) => "timestamp with time zone",
+        DataType::Interval(_) => "interval",
         _ => "timestamp",
     }
 }
@@ -447,6 +459,13 @@ fn weekday(word: &str) -> bool {
 /// a NULL stays NULL. The first text that is no such value is the error,
 /// with its row.
 pub fn cast_texts(texts: &dyn Array, data_type: &DataType, now: NaiveDateTime) -> Result<ArrayRef, (usize, InputError)> {
+    if matches!(data_type, DataType::Interval(IntervalUnit::MonthDayNano)) {
+        let intervals = string_values(texts)
+            .enumerate()
+            .map(|(row, text)| text.map(|text| crate::exec::interval_input::parse_interval(text).map_err(|error| (row, error))).transpose())
+            .collect::<Result<IntervalMonthDayNanoArray, _>>()?;
+        return Ok(Arc::new(intervals));
+    }
     let values: Vec<Option<i64>> = string_values(texts)
         .enumerate()
         .map(|(row, text)| text.map(|text| parse_value(text, data_type, now).map_err(|error| (row, error))).transpose())

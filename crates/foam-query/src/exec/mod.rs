@@ -5,6 +5,7 @@
 
 pub mod datetime_format;
 pub mod datetime_input;
+pub mod interval_input;
 pub mod at_time_zone;
 pub mod function_values;
 pub mod interval_scale;
