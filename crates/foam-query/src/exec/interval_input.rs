@@ -24,20 +24,22 @@ use arrow::datatypes::IntervalMonthDayNano;
 use crate::exec::datetime_input::InputError;
 
 /// Microseconds in a second, a minute, an hour and a day.
-const SECOND_MICROS: f64 = 1e6;
-const MINUTE_MICROS: f64 = 60.0 * SECOND_MICROS;
-const HOUR_MICROS: f64 = 60.0 * MINUTE_MICROS;
-const DAY_MICROS: f64 = 24.0 * HOUR_MICROS;
-/// Days in a month and months in a year, as PostgreSQL reckons a fraction.
+const SECOND_MICROS: i128 = 1_000_000;
+const MINUTE_SECONDS: f64 = 60.0;
+const HOUR_SECONDS: f64 = 3_600.0;
+const DAY_SECONDS: f64 = 86_400.0;
+/// Days in a month, days in a week and months in a year, as PostgreSQL
+/// reckons a fraction.
 const MONTH_DAYS: f64 = 30.0;
-const YEAR_MONTHS: f64 = 12.0;
+const WEEK_DAYS: f64 = 7.0;
+const YEAR_MONTHS: i128 = 12;
 
-/// An interval's fields as they add up.
+/// An interval's fields as they add up, exactly.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
 struct Sum {
-    months: f64,
-    days: f64,
-    micros: f64,
+    months: i128,
+    days: i128,
+    micros: i128,
 }
 
 /// A unit a number is written with.
@@ -75,42 +77,71 @@ fn unit(word: &str) -> Option<Unit> {
     })
 }
 
+/// A number as written: its whole part exactly, its fraction (same sign)
+/// read from its own digits, as PostgreSQL's `ParseFraction` reads it, so
+/// `1.2` is 1 and 0.2, not 1.2's nearest double less 1.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Number {
+    whole: i128,
+    fraction: f64,
+}
+
+/// PostgreSQL's `rint`: to the nearest, ties to even.
+fn rint(value: f64) -> i128 {
+    value.round_ties_even() as i128
+}
+
 impl Sum {
-    /// Adds `value` of `unit`, its fraction carried down as PostgreSQL does.
-    fn add(&mut self, value: f64, unit: Unit) {
-        let whole = value.trunc();
-        let fraction = value - whole;
+    /// Adds `number` of `unit`, its fraction carried down as PostgreSQL's
+    /// `DecodeInterval` carries it.
+    fn add(&mut self, number: Number, unit: Unit) {
+        let Number { whole, fraction } = number;
         match unit {
-            Unit::Microsecond => self.micros += value,
-            Unit::Millisecond => self.micros += value * 1e3,
-            Unit::Second => self.micros += value * SECOND_MICROS,
-            Unit::Minute => self.micros += value * MINUTE_MICROS,
-            Unit::Hour => self.micros += value * HOUR_MICROS,
-            Unit::Day => self.add_days(whole, fraction),
+            Unit::Microsecond => self.micros += whole + rint(fraction),
+            Unit::Millisecond => self.micros += whole * 1000 + rint(fraction * 1000.0),
+            Unit::Second => self.micros += whole * SECOND_MICROS + rint(fraction * 1e6),
+            Unit::Minute => {
+                self.micros += whole * 60 * SECOND_MICROS;
+                self.add_seconds(fraction * MINUTE_SECONDS);
+            }
+            Unit::Hour => {
+                self.micros += whole * 3_600 * SECOND_MICROS;
+                self.add_seconds(fraction * HOUR_SECONDS);
+            }
+            Unit::Day => {
+                self.days += whole;
+                self.add_seconds(fraction * DAY_SECONDS);
+            }
             Unit::Week => {
-                let days = value * 7.0;
-                self.add_days(days.trunc(), days - days.trunc());
+                self.days += whole * 7;
+                self.add_days(fraction * WEEK_DAYS);
             }
             Unit::Month => {
                 self.months += whole;
-                let days = fraction * MONTH_DAYS;
-                self.add_days(days.trunc(), days - days.trunc());
+                self.add_days(fraction * MONTH_DAYS);
             }
             Unit::Year | Unit::Decade | Unit::Century | Unit::Millennium => {
                 let years = match unit {
-                    Unit::Decade => 10.0,
-                    Unit::Century => 100.0,
-                    Unit::Millennium => 1000.0,
-                    _ => 1.0,
+                    Unit::Decade => 10,
+                    Unit::Century => 100,
+                    Unit::Millennium => 1000,
+                    _ => 1,
                 };
-                self.months += whole * years * YEAR_MONTHS + (fraction * years * YEAR_MONTHS).round();
+                self.months += whole * years * YEAR_MONTHS + rint(fraction * (years * YEAR_MONTHS) as f64);
             }
         }
     }
 
-    fn add_days(&mut self, whole: f64, fraction: f64) {
-        self.days += whole;
-        self.micros += fraction * DAY_MICROS;
+    /// PostgreSQL's `AdjustFractDays`: whole days, the rest as time.
+    fn add_days(&mut self, days: f64) {
+        self.days += days.trunc() as i128;
+        self.add_seconds(days.fract() * DAY_SECONDS);
+    }
+
+    /// PostgreSQL's `AdjustFractSeconds`: whole seconds, the rest rounded
+    /// to microseconds.
+    fn add_seconds(&mut self, seconds: f64) {
+        self.micros += seconds.trunc() as i128 * SECOND_MICROS + rint(seconds.fract() * 1e6);
     }
 
     fn negated(self) -> Sum {
@@ -118,15 +149,11 @@ impl Sum {
     }
 
     fn interval(self) -> Result<IntervalMonthDayNano, InputError> {
-        let months = self.months.round();
-        let days = self.days.round();
-        let micros = self.micros.round();
-        let fits32 = |v: f64| v >= f64::from(i32::MIN) && v <= f64::from(i32::MAX);
-        // Nanoseconds must fit an i64 too.
-        if !fits32(months) || !fits32(days) || micros.abs() > (i64::MAX / 1000) as f64 {
-            return Err(InputError::TypeRange);
-        }
-        Ok(IntervalMonthDayNano::new(months as i32, days as i32, micros as i64 * 1000))
+        let months = i32::try_from(self.months).map_err(|_| InputError::TypeRange)?;
+        let days = i32::try_from(self.days).map_err(|_| InputError::TypeRange)?;
+        // Arrow keeps nanoseconds, which must fit an i64.
+        let nanos = self.micros.checked_mul(1000).and_then(|n| i64::try_from(n).ok()).ok_or(InputError::TypeRange)?;
+        Ok(IntervalMonthDayNano::new(months, days, nanos))
     }
 }
 
@@ -134,20 +161,12 @@ impl Sum {
 /// documentation).
 pub fn parse_interval(text: &str) -> Result<IntervalMonthDayNano, InputError> {
     let lower = text.trim().to_ascii_lowercase();
-    if lower.is_empty() {
-        return Err(InputError::Syntax);
-    }
-    if lower == "infinity" || lower == "-infinity" || lower == "+infinity" {
-        return Err(InputError::Infinity);
-    }
     if let Some(iso) = lower.strip_prefix('p') {
         return iso_8601(iso)?.interval();
     }
     // `1 day, 2:00:00` (Python's timedelta) reads as PostgreSQL reads it.
-    let mut words: Vec<String> = lower.replace(',', " ").split_whitespace().flat_map(split_number_and_unit).collect();
-    if words.first().is_some_and(|w| w == "@") {
-        words.remove(0);
-    }
+    let lower = lower.strip_prefix('@').unwrap_or(&lower).replace(',', " ");
+    let mut words: Vec<String> = lower.split_whitespace().flat_map(split_number_and_unit).collect();
     let ago = words.last().is_some_and(|w| w == "ago");
     if ago {
         words.pop();
@@ -171,11 +190,11 @@ pub fn parse_interval(text: &str) -> Result<IntervalMonthDayNano, InputError> {
         if word.contains(':') {
             once(&[Unit::Hour, Unit::Minute, Unit::Second])?;
             sum.micros += time_micros(word)?;
-        } else if let Some((years, months)) = years_months(word) {
+        } else if let Some(months) = years_months(word)? {
             once(&[Unit::Year, Unit::Month])?;
-            sum.months += years * YEAR_MONTHS + months;
+            sum.months += months;
         } else {
-            let value: f64 = number(word)?;
+            let value = number(word)?;
             let next = words.get(i + 1).map(String::as_str);
             let unit = match (next, next.and_then(unit)) {
                 (Some(_), Some(unit)) => {
@@ -214,46 +233,67 @@ fn split_number_and_unit(word: &str) -> Vec<String> {
     parts
 }
 
-/// A signed decimal number (no exponent, no `nan` or `inf`).
-fn number(word: &str) -> Result<f64, InputError> {
-    let digits = word.trim_start_matches(['+', '-']);
-    if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit() || c == '.') || digits.matches('.').count() > 1 || digits == "." {
+/// A signed decimal number (no exponent, no `nan` or `inf`), its whole
+/// part and its fraction read apart.
+fn number(word: &str) -> Result<Number, InputError> {
+    let (negative, digits) = match word.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, word.strip_prefix('+').unwrap_or(word)),
+    };
+    let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+    let all_digits = |s: &str| s.chars().all(|c| c.is_ascii_digit());
+    if (whole.is_empty() && fraction.is_empty()) || !all_digits(whole) || !all_digits(fraction) {
         return Err(InputError::Syntax);
     }
-    word.parse().map_err(|_| InputError::Syntax)
+    let whole: i128 = if whole.is_empty() { 0 } else { whole.parse().map_err(|_| InputError::TypeRange)? };
+    let fraction: f64 = if fraction.is_empty() { 0.0 } else { format!("0.{fraction}").parse().map_err(|_| InputError::Syntax)? };
+    Ok(if negative { Number { whole: -whole, fraction: -fraction } } else { Number { whole, fraction } })
 }
 
-/// `[+-]h:m[:s[.f]]` in microseconds.
-fn time_micros(word: &str) -> Result<f64, InputError> {
+/// `[+-]h:m[:s[.f]]` in microseconds; `m:s.f` when the second part has a
+/// fraction (`1:30.5`), as PostgreSQL reads it.
+fn time_micros(word: &str) -> Result<i128, InputError> {
     let (sign, rest) = match word.strip_prefix('-') {
-        Some(rest) => (-1.0, rest),
-        None => (1.0, word.strip_prefix('+').unwrap_or(word)),
+        Some(rest) => (-1, rest),
+        None => (1, word.strip_prefix('+').unwrap_or(word)),
     };
     let parts: Vec<&str> = rest.split(':').collect();
-    let whole = |s: &str| if !s.is_empty() && s.chars().all(|c| c.is_ascii_digit()) { s.parse::<f64>().map_err(|_| InputError::Syntax) } else { Err(InputError::Syntax) };
-    let (hours, minutes, seconds) = match parts.as_slice() {
-        [h, m] => (whole(h)?, whole(m)?, 0.0),
-        [h, m, s] => (whole(h)?, whole(m)?, number(s).ok().filter(|_| !s.starts_with(['+', '-'])).ok_or(InputError::Syntax)?),
+    let whole = |s: &str| if !s.is_empty() && s.chars().all(|c| c.is_ascii_digit()) { s.parse::<i128>().map_err(|_| InputError::TypeRange) } else { Err(InputError::Syntax) };
+    let seconds = |s: &str| match number(s) {
+        Ok(n) if !s.starts_with(['+', '-']) && n.whole <= 60 => Ok(n.whole * SECOND_MICROS + rint(n.fraction * 1e6)),
+        Ok(_) => Err(InputError::FieldRange),
+        Err(error) => Err(error),
+    };
+    let (hours, minutes, micros) = match parts.as_slice() {
+        [m, s] if s.contains('.') => (0, whole(m)?, seconds(s)?),
+        [h, m] => (whole(h)?, whole(m)?, 0),
+        [h, m, s] => (whole(h)?, whole(m)?, seconds(s)?),
         _ => return Err(InputError::Syntax),
     };
-    if minutes >= 60.0 || seconds >= 60.0 {
+    if minutes >= 60 {
         return Err(InputError::FieldRange);
     }
-    Ok(sign * (hours * HOUR_MICROS + minutes * MINUTE_MICROS + seconds * SECOND_MICROS))
+    Ok(sign * ((hours * 60 + minutes) * 60 * SECOND_MICROS + micros))
 }
 
-/// SQL's `years-months` (`1-2`), signed as a whole.
-fn years_months(word: &str) -> Option<(f64, f64)> {
+/// SQL's `years-months` (`1-2`, signed as a whole) in months; 22015 past
+/// 11 months.
+fn years_months(word: &str) -> Result<Option<i128>, InputError> {
     let (sign, rest) = match word.strip_prefix('-') {
-        Some(rest) => (-1.0, rest),
-        None => (1.0, word.strip_prefix('+').unwrap_or(word)),
+        Some(rest) => (-1, rest),
+        None => (1, word.strip_prefix('+').unwrap_or(word)),
     };
-    let (years, months) = rest.split_once('-')?;
+    let Some((years, months)) = rest.split_once('-') else { return Ok(None) };
     let all_digits = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit());
     if !all_digits(years) || !all_digits(months) {
-        return None;
+        return Ok(None);
     }
-    Some((sign * years.parse::<f64>().ok()?, sign * months.parse::<f64>().ok()?))
+    let years: i128 = years.parse().map_err(|_| InputError::TypeRange)?;
+    let months: i128 = months.parse().map_err(|_| InputError::TypeRange)?;
+    if months >= YEAR_MONTHS {
+        return Err(InputError::FieldRange);
+    }
+    Ok(Some(sign * (years * YEAR_MONTHS + months)))
 }
 
 /// ISO 8601's designators after `P`: `1Y2M3W4DT5H6M7.5S`.
@@ -324,6 +364,18 @@ mod tests {
         assert_eq!(read(" 3 DAYS 5.5 Seconds "), Some((0, 3, 5_500_000)));
         assert_eq!(read("1 decade 1 century"), Some((1320, 0, 0)));
         assert_eq!(read("1.3 years"), Some((16, 0, 0)));
+        // Fractions read from their digits, rounded half to even, per field.
+        assert_eq!(read("1.2 months"), Some((1, 6, 0)));
+        assert_eq!(read("2.3 months"), Some((2, 9, 0)));
+        assert_eq!(read("100000.1 days"), Some((0, 100_000, 2 * HOUR + 24 * 60_000_000)));
+        assert_eq!(read("0.375 years"), Some((4, 0, 0)));
+        assert_eq!(read("2.5 us"), Some((0, 0, 2)));
+        assert_eq!(read("00:00:00.0000005"), Some((0, 0, 0)));
+        assert_eq!(read("9007199254740993 microseconds"), Some((0, 0, 9_007_199_254_740_993)));
+        assert_eq!(read("2562047:47:16.854775"), Some((0, 0, i64::MAX / 1000)));
+        assert_eq!(read("1:30.5"), Some((0, 0, 90_500_000)));
+        assert_eq!(read("1:59:60"), Some((0, 0, 2 * HOUR)));
+        assert_eq!(read("@1 day"), Some((0, 1, 0)));
         assert_eq!(read("-01:02:03.5"), Some((0, 0, -(HOUR + 2 * 60_000_000 + 3_500_000))));
         assert_eq!(read("1 day, 2:00:00"), Some((0, 1, 2 * HOUR)));
         assert_eq!(read("1.5 weeks"), Some((0, 10, 12 * HOUR)));
@@ -339,7 +391,11 @@ mod tests {
         for text in ["", "day", "1 2", "1 fortnight", "01:60", "P", "P1H", "PT", "1:2:3:4", "1e3 seconds", "+1 -2 days", "1 hour 1 hour", "1 hour 01:00"] {
             assert_eq!(read(text), None, "{text}");
         }
-        assert_eq!(parse_interval("infinity"), Err(InputError::Infinity));
+        // PostgreSQL 15 has no infinite interval.
+        assert_eq!(parse_interval("infinity"), Err(InputError::Syntax));
         assert_eq!(parse_interval("99999999999 days"), Err(InputError::TypeRange));
+        assert_eq!(parse_interval("10-13"), Err(InputError::FieldRange));
+        // One microsecond past what Arrow's nanoseconds hold.
+        assert_eq!(parse_interval("9223372036854776 microseconds"), Err(InputError::TypeRange));
     }
 }

@@ -26,6 +26,9 @@
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{ArrayElemTypeDef, DataType, Expr, Statement, Value, ValueWithSpan, VisitMut, VisitorMut};
+use foam_common::{FoamError, FoamResult};
+
+use crate::exec::datetime_input::InputError;
 
 /// The precision DataFusion reads as microseconds.
 const MICROSECONDS: u64 = 6;
@@ -33,20 +36,23 @@ const MICROSECONDS: u64 = 6;
 /// Gives every timestamp type of `statement`'s expressions without a
 /// precision PostgreSQL's, and reads its interval literals (see the module
 /// documentation).
-pub fn rewrite(statement: &mut Statement) {
-    let _ = statement.visit(&mut Types);
+pub fn rewrite(statement: &mut Statement) -> FoamResult<()> {
+    match statement.visit(&mut Types) {
+        ControlFlow::Break(error) => Err(error),
+        ControlFlow::Continue(()) => Ok(()),
+    }
 }
 
 struct Types;
 
 impl VisitorMut for Types {
-    type Break = ();
+    type Break = FoamError;
 
-    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<FoamError> {
         match expr {
             Expr::Cast { data_type, .. } => in_microseconds(data_type),
             Expr::TypedString(typed) => in_microseconds(&mut typed.data_type),
-            Expr::Interval(interval) if interval.leading_field.is_none() => read_interval(&mut interval.value),
+            Expr::Interval(interval) if interval.leading_field.is_none() => return read_interval(&mut interval.value),
             _ => {}
         }
         ControlFlow::Continue(())
@@ -54,12 +60,18 @@ impl VisitorMut for Types {
 }
 
 /// An interval literal's quoted text in PostgreSQL's formats, written as
-/// DataFusion reads it.
-fn read_interval(value: &mut Expr) {
-    let Expr::Value(ValueWithSpan { value: Value::SingleQuotedString(text), .. }) = value else { return };
-    if let Ok(interval) = crate::exec::interval_input::parse_interval(text) {
-        *text = format!("{} mons {} days {} microseconds", interval.months, interval.days, interval.nanoseconds / 1000);
+/// DataFusion reads it; a field out of range is PostgreSQL's 22015, a text
+/// PostgreSQL's formats do not take is left to DataFusion.
+fn read_interval(value: &mut Expr) -> ControlFlow<FoamError> {
+    let Expr::Value(ValueWithSpan { value: Value::SingleQuotedString(text), .. }) = value else { return ControlFlow::Continue(()) };
+    match crate::exec::interval_input::parse_interval(text) {
+        Ok(interval) => *text = format!("{} mons {} days {} microseconds", interval.months, interval.days, interval.nanoseconds / 1000),
+        Err(error @ (InputError::FieldRange | InputError::TypeRange)) => {
+            return ControlFlow::Break(error.to_error(text, &arrow::datatypes::DataType::Interval(arrow::datatypes::IntervalUnit::MonthDayNano)));
+        }
+        Err(_) => {}
     }
+    ControlFlow::Continue(())
 }
 
 /// `data_type` (or its arrays' element type) with a timestamp's missing
@@ -88,7 +100,7 @@ mod tests {
         )
         .unwrap()
         .remove(0);
-        rewrite(&mut statement);
+        rewrite(&mut statement).unwrap();
         assert_eq!(
             statement.to_string(),
             "SELECT CAST(a AS TIMESTAMP(6)), b::TIMESTAMPTZ(6), TIMESTAMP(6) '2024-01-01', c::TIMESTAMP(6)[], CAST(d AS TIMESTAMP(3)), e::DATE, \

@@ -752,7 +752,7 @@ impl FoamSession {
             crate::frontend::sequence_ddl::names_as_text(&mut statement);
         }
         crate::frontend::numeric_literals::rewrite(&mut statement);
-        crate::frontend::datetime_literals::rewrite(&mut statement);
+        crate::frontend::datetime_literals::rewrite(&mut statement)?;
         crate::frontend::array_subquery::rewrite(&mut statement)?;
         crate::frontend::subscripts::rewrite(&mut statement)?;
         crate::frontend::at_time_zone::rewrite(&mut statement);
@@ -1701,7 +1701,7 @@ impl FoamSession {
     async fn default_plan(&self, default: &str, sql_type: &foam_catalog::SqlType) -> FoamResult<LogicalPlan> {
         let mut probe = crate::frontend::modify::parse_query(&format!("SELECT CAST(({default}) AS {})", sql_type.cast_name()))?;
         crate::frontend::numeric_literals::rewrite(&mut probe);
-        crate::frontend::datetime_literals::rewrite(&mut probe);
+        crate::frontend::datetime_literals::rewrite(&mut probe)?;
         crate::frontend::sequence_ddl::names_as_text(&mut probe);
         self.plan(&probe).await
     }
