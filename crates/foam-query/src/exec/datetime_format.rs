@@ -653,12 +653,13 @@ impl ScalarUDFImpl for TemplateFunction {
             Kind::ToChar => {
                 // A timestamptz is written in local time of the zone it is in.
                 let values = match values.data_type() {
-                    DataType::Timestamp(_, Some(_)) => {
+                    // In its own unit: `now()` is nanoseconds.
+                    DataType::Timestamp(unit, Some(_)) => {
                         let local = datafusion::functions::datetime::to_local_time().invoke_with_args(ScalarFunctionArgs {
                             args: vec![ColumnarValue::Array(values.clone())],
                             arg_fields: args.arg_fields[..1].to_vec(),
                             number_rows: rows,
-                            return_field: Arc::new(arrow::datatypes::Field::new("local", DataType::Timestamp(TimeUnit::Microsecond, None), true)),
+                            return_field: Arc::new(arrow::datatypes::Field::new("local", DataType::Timestamp(*unit, None), true)),
                             config_options: args.config_options.clone(),
                         })?;
                         local.to_array(rows)?

@@ -29,7 +29,10 @@
 //! - a date, time, timestamp or interval becomes a cast of the text to
 //!   that type (a time or timestamp at microseconds, PostgreSQL's
 //!   precision, whatever the other side's), which `text_casts.rs` reads in
-//!   PostgreSQL's input formats.
+//!   PostgreSQL's input formats;
+//! - among a CASE's or those functions' values, a number too becomes a
+//!   cast of the text to that number's type (`coalesce(n, '0')` is a
+//!   number, as in PostgreSQL).
 //!
 //! A literal cast to text (`'t'::text`) is typed and left alone, and
 //! PostgreSQL refuses it too.
@@ -165,16 +168,18 @@ fn typed_literals(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
         }
         // `coalesce(valid_to, '9999-12-31')`, `CASE t WHEN '...' THEN ...`:
         // the literal takes the type of the values it stands among.
-        Expr::ScalarFunction(ScalarFunction { func, args }) if SAME_TYPE_FUNCTIONS.contains(&func.name()) => {
-            let Some(data_type) = args.iter().find_map(|arg| literal_type(arg, schema)) else {
+        Expr::ScalarFunction(ScalarFunction { func, args }) if SAME_TYPE_FUNCTIONS.contains(&func.name()) && args.iter().any(|a| quoted(a).is_some()) => {
+            let Some(data_type) = args.iter().find_map(|arg| neighbour_type(arg, schema)) else {
                 return Ok(Transformed::no(Expr::ScalarFunction(ScalarFunction { func, args })));
             };
             let args = args.into_iter().map(|arg| typed_if_quoted(arg, &data_type)).collect::<Result<_>>()?;
             Ok(Transformed::yes(Expr::ScalarFunction(ScalarFunction { func, args })))
         }
-        Expr::Case(Case { expr, when_then_expr, else_expr }) => {
-            let when_type = expr.as_deref().and_then(|base| literal_type(base, schema));
-            let result_type = when_then_expr.iter().map(|(_, then)| then.as_ref()).chain(else_expr.as_deref()).find_map(|e| literal_type(e, schema));
+        Expr::Case(Case { expr, when_then_expr, else_expr })
+            if when_then_expr.iter().flat_map(|(when, then)| [when, then]).chain(else_expr.as_ref()).any(|e| quoted(e).is_some()) =>
+        {
+            let when_type = expr.as_deref().and_then(|base| neighbour_type(base, schema));
+            let result_type = when_then_expr.iter().map(|(_, then)| then.as_ref()).chain(else_expr.as_deref()).find_map(|e| neighbour_type(e, schema));
             if when_type.is_none() && result_type.is_none() {
                 return Ok(Transformed::no(Expr::Case(Case { expr, when_then_expr, else_expr })));
             }
@@ -194,6 +199,13 @@ fn typed_literals(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
 /// Functions whose arguments are values of one type, which a quoted
 /// literal among them takes.
 const SAME_TYPE_FUNCTIONS: [&str; 4] = ["coalesce", "nullif", "greatest", "least"];
+
+/// The type `expr` of `schema` gives a quoted literal among the values of
+/// a CASE or of [`SAME_TYPE_FUNCTIONS`]: those comparisons give, and
+/// numbers, as PostgreSQL's `coalesce(int_column, '0')` is an integer.
+fn neighbour_type(expr: &Expr, schema: &DFSchema) -> Option<DataType> {
+    literal_type(expr, schema).or_else(|| expr.get_type(schema).ok().filter(|t| t.is_numeric()).filter(|_| quoted(expr).is_none()))
+}
 
 /// `expr` as a value of `data_type` if it is a quoted literal.
 fn typed_if_quoted(expr: Expr, data_type: &DataType) -> Result<Expr> {
