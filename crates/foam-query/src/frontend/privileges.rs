@@ -356,22 +356,31 @@ pub fn relations_of<V: Visit>(node: &V) -> Vec<String> {
 }
 
 /// The tables and views a view's stored query names: the names of its
-/// FROM clauses but those its own `WITH` clauses define.
+/// FROM clauses but those its own `WITH` clauses define and no `WITH`
+/// body reads. A body may read the table of its own name (`WITH secret
+/// AS (SELECT * FROM secret)`), which is then a relation the view reads,
+/// for its owner's privileges and for what it depends on.
 pub fn view_relations(view: &ViewDef) -> FoamResult<Vec<String>> {
-    struct Ctes(Vec<String>);
+    #[derive(Default)]
+    struct Ctes {
+        defined: Vec<String>,
+        read_by_bodies: Vec<String>,
+    }
     impl datafusion::sql::sqlparser::ast::Visitor for Ctes {
         type Break = ();
         fn pre_visit_query(&mut self, query: &datafusion::sql::sqlparser::ast::Query) -> ControlFlow<()> {
-            let defined = query.with.iter().flat_map(|with| &with.cte_tables).map(|cte| ddl::normalize_ident(&cte.alias.name.value, cte.alias.name.quote_style));
-            self.0.extend(defined);
+            for cte in query.with.iter().flat_map(|with| &with.cte_tables) {
+                self.defined.push(ddl::normalize_ident(&cte.alias.name.value, cte.alias.name.quote_style));
+                self.read_by_bodies.extend(relations_of(&cte.query));
+            }
             ControlFlow::Continue(())
         }
     }
     let statements = Parser::parse_sql(&PostgreSqlDialect {}, &view.query_sql).map_err(|e| FoamError::Syntax { message: e.to_string() })?;
-    let mut ctes = Ctes(Vec::new());
+    let mut ctes = Ctes::default();
     let _ = statements.visit(&mut ctes);
     let mut relations = relations_of(&statements);
-    relations.retain(|name| !ctes.0.contains(name));
+    relations.retain(|name| !ctes.defined.contains(name) || ctes.read_by_bodies.contains(name));
     Ok(relations)
 }
 
@@ -725,6 +734,17 @@ mod tests {
         assert_eq!(needs("DELETE FROM t WHERE a = 1").await, vec![write(Privilege::Delete)]);
         assert_eq!(needs("UPDATE t SET a = 2").await, vec![write(Privilege::Update)]);
         assert_eq!(needs("SELECT * FROM t").await, vec![]);
+    }
+
+    #[test]
+    fn a_views_with_names_are_its_own_unless_a_body_reads_the_table() {
+        let reads = |sql: &str| {
+            let view = ViewDef { name: "v".into(), query_sql: sql.into(), acl: Default::default() };
+            view_relations(&view).unwrap()
+        };
+        assert_eq!(reads("WITH d AS (SELECT 1 AS a) SELECT a FROM d JOIN t ON true"), vec!["t".to_string()]);
+        assert_eq!(reads("WITH secret AS (SELECT * FROM secret) SELECT * FROM secret"), vec!["secret".to_string(), "secret".to_string()]);
+        assert_eq!(reads("SELECT * FROM (WITH n AS (SELECT * FROM u) SELECT * FROM n) s"), vec!["u".to_string()]);
     }
 
     #[test]
