@@ -24,9 +24,10 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, Date32Array, StringArray, TimestampMicrosecondArray};
+use arrow::array::{Array, ArrayRef, AsArray, Date32Array, StringArray, TimestampMicrosecondArray};
 use arrow::datatypes::{DataType, TimeUnit};
 use chrono::{Datelike, NaiveDate, NaiveDateTime, Timelike};
+use datafusion::common::config::ConfigOptions;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
 use foam_common::{FoamError, SqlState};
@@ -614,6 +615,25 @@ impl TemplateFunction {
     }
 }
 
+/// `values` (timestamps or dates, of the field `field`) as zone-less
+/// microsecond timestamps: a timestamptz in the local time of its zone, in
+/// its own unit first (`now()` is nanoseconds).
+pub(crate) fn local_times(values: &ArrayRef, field: arrow::datatypes::FieldRef, rows: usize, config: &Arc<ConfigOptions>) -> Result<ArrayRef> {
+    let local = match values.data_type() {
+        DataType::Timestamp(unit, Some(_)) => datafusion::functions::datetime::to_local_time()
+            .invoke_with_args(ScalarFunctionArgs {
+                args: vec![ColumnarValue::Array(values.clone())],
+                arg_fields: vec![field],
+                number_rows: rows,
+                return_field: Arc::new(arrow::datatypes::Field::new("local", DataType::Timestamp(*unit, None), true)),
+                config_options: config.clone(),
+            })?
+            .to_array(rows)?,
+        _ => values.clone(),
+    };
+    Ok(arrow::compute::cast(&local, &DataType::Timestamp(TimeUnit::Microsecond, None))?)
+}
+
 impl ScalarUDFImpl for TemplateFunction {
     fn name(&self) -> &str {
         match self.kind {
@@ -652,21 +672,7 @@ impl ScalarUDFImpl for TemplateFunction {
         match self.kind {
             Kind::ToChar => {
                 // A timestamptz is written in local time of the zone it is in.
-                let values = match values.data_type() {
-                    // In its own unit: `now()` is nanoseconds.
-                    DataType::Timestamp(unit, Some(_)) => {
-                        let local = datafusion::functions::datetime::to_local_time().invoke_with_args(ScalarFunctionArgs {
-                            args: vec![ColumnarValue::Array(values.clone())],
-                            arg_fields: args.arg_fields[..1].to_vec(),
-                            number_rows: rows,
-                            return_field: Arc::new(arrow::datatypes::Field::new("local", DataType::Timestamp(*unit, None), true)),
-                            config_options: args.config_options.clone(),
-                        })?;
-                        local.to_array(rows)?
-                    }
-                    _ => values,
-                };
-                let times = arrow::compute::cast(&values, &DataType::Timestamp(TimeUnit::Microsecond, None))?;
+                let times = local_times(&values, args.arg_fields[0].clone(), rows, &args.config_options)?;
                 let times = times.as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
                 let written: StringArray = (0..rows)
                     .map(|row| {

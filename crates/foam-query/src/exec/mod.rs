@@ -3,10 +3,11 @@
 //! turns an operator's panic into the statement's error; and how FoamDB's
 //! scalar functions take their arguments (`function_values.rs`).
 
+pub mod age;
+pub mod at_time_zone;
 pub mod datetime_format;
 pub mod datetime_input;
 pub mod interval_input;
-pub mod at_time_zone;
 pub mod function_values;
 pub mod interval_scale;
 pub mod json_build;

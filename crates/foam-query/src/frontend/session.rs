@@ -558,6 +558,7 @@ impl FoamSession {
         for udf in crate::exec::datetime_format::udfs() {
             ctx.register_udf(udf);
         }
+        ctx.register_udf(crate::exec::age::Age::udf());
         ctx.register_udaf(crate::frontend::scalar_subquery::SingleValue::udaf());
         for udaf in crate::optimizer::worker_udafs() {
             ctx.register_udaf(udaf);

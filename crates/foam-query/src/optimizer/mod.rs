@@ -156,6 +156,7 @@ pub fn worker_udfs() -> Vec<ScalarUDF> {
         logical::numeric_operators::NumericArithmetic::multiply_udf(),
         crate::exec::interval_scale::IntervalScale::multiply_udf(),
         crate::exec::interval_scale::IntervalScale::divide_udf(),
+        crate::exec::age::Age::udf(),
         physical::count_ones::FoamOnes::udf(),
         crate::catalog::functions::version_udf(),
         crate::catalog::functions::pg_typeof_udf(),
