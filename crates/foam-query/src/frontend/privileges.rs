@@ -355,33 +355,61 @@ pub fn relations_of<V: Visit>(node: &V) -> Vec<String> {
     names
 }
 
-/// The tables and views a view's stored query names: the names of its
-/// FROM clauses but those its own `WITH` clauses define and no `WITH`
-/// body reads. A body may read the table of its own name (`WITH secret
-/// AS (SELECT * FROM secret)`), which is then a relation the view reads,
-/// for its owner's privileges and for what it depends on.
+/// The tables and views a view's stored query names: every name in a
+/// FROM clause but a reference to a `WITH` query in scope there, as
+/// DataFusion and PostgreSQL resolve it. A `WITH` query's name is in scope
+/// in its query's body and in the `WITH` queries after it (in its own
+/// body too under RECURSIVE), and only unqualified: `WITH secret AS
+/// (SELECT * FROM secret)` and `FROM public.secret` read the table, for
+/// its owner's privileges and for what the view depends on.
 pub fn view_relations(view: &ViewDef) -> FoamResult<Vec<String>> {
+    use datafusion::sql::sqlparser::ast::{ObjectName, Query};
+    use std::collections::HashMap;
+    /// The names in scope of each query being read, innermost last, and
+    /// those set aside for the `WITH` queries not yet reached.
     #[derive(Default)]
-    struct Ctes {
-        defined: Vec<String>,
-        read_by_bodies: Vec<String>,
+    struct Scopes {
+        stack: Vec<Vec<String>>,
+        for_ctes: HashMap<*const Query, Vec<String>>,
+        relations: Vec<String>,
     }
-    impl datafusion::sql::sqlparser::ast::Visitor for Ctes {
+    impl datafusion::sql::sqlparser::ast::Visitor for Scopes {
         type Break = ();
-        fn pre_visit_query(&mut self, query: &datafusion::sql::sqlparser::ast::Query) -> ControlFlow<()> {
-            for cte in query.with.iter().flat_map(|with| &with.cte_tables) {
-                self.defined.push(ddl::normalize_ident(&cte.alias.name.value, cte.alias.name.quote_style));
-                self.read_by_bodies.extend(relations_of(&cte.query));
+        fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<()> {
+            let outer = self.for_ctes.remove(&(query as *const Query)).or_else(|| self.stack.last().cloned()).unwrap_or_default();
+            let mut scope = outer;
+            if let Some(with) = &query.with {
+                for cte in &with.cte_tables {
+                    let name = ddl::normalize_ident(&cte.alias.name.value, cte.alias.name.quote_style);
+                    if with.recursive {
+                        scope.push(name.clone());
+                    }
+                    self.for_ctes.insert(&*cte.query as *const Query, scope.clone());
+                    if !with.recursive {
+                        scope.push(name);
+                    }
+                }
+            }
+            self.stack.push(scope);
+            ControlFlow::Continue(())
+        }
+        fn post_visit_query(&mut self, _query: &Query) -> ControlFlow<()> {
+            self.stack.pop();
+            ControlFlow::Continue(())
+        }
+        fn pre_visit_relation(&mut self, name: &ObjectName) -> ControlFlow<()> {
+            let Ok(relation) = ddl::table_name(name) else { return ControlFlow::Continue(()) };
+            let a_with_query = name.0.len() == 1 && self.stack.last().is_some_and(|scope| scope.contains(&relation));
+            if !a_with_query {
+                self.relations.push(relation);
             }
             ControlFlow::Continue(())
         }
     }
     let statements = Parser::parse_sql(&PostgreSqlDialect {}, &view.query_sql).map_err(|e| FoamError::Syntax { message: e.to_string() })?;
-    let mut ctes = Ctes::default();
-    let _ = statements.visit(&mut ctes);
-    let mut relations = relations_of(&statements);
-    relations.retain(|name| !ctes.defined.contains(name) || ctes.read_by_bodies.contains(name));
-    Ok(relations)
+    let mut scopes = Scopes::default();
+    let _ = statements.visit(&mut scopes);
+    Ok(scopes.relations)
 }
 
 /// Refuses the statement with 42501 unless `acting` holds every need.
@@ -742,9 +770,17 @@ mod tests {
             let view = ViewDef { name: "v".into(), query_sql: sql.into(), acl: Default::default() };
             view_relations(&view).unwrap()
         };
-        assert_eq!(reads("WITH d AS (SELECT 1 AS a) SELECT a FROM d JOIN t ON true"), vec!["t".to_string()]);
-        assert_eq!(reads("WITH secret AS (SELECT * FROM secret) SELECT * FROM secret"), vec!["secret".to_string(), "secret".to_string()]);
-        assert_eq!(reads("SELECT * FROM (WITH n AS (SELECT * FROM u) SELECT * FROM n) s"), vec!["u".to_string()]);
+        let names = |list: &[&str]| list.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        assert_eq!(reads("WITH d AS (SELECT 1 AS a) SELECT a FROM d JOIN t ON true"), names(&["t"]));
+        assert_eq!(reads("WITH secret AS (SELECT * FROM secret) SELECT * FROM secret"), names(&["secret"]));
+        assert_eq!(reads("SELECT * FROM (WITH n AS (SELECT * FROM u) SELECT * FROM n) s"), names(&["u"]));
+        // Qualified, a name is the table's; a WITH inside a subquery is
+        // not in scope outside it.
+        assert_eq!(reads("WITH secret AS (SELECT 1) SELECT * FROM public.secret"), names(&["secret"]));
+        assert_eq!(reads("SELECT * FROM secret WHERE EXISTS (WITH secret AS (SELECT 1) SELECT 1 FROM secret)"), names(&["secret"]));
+        // A later WITH query reads an earlier one; a recursive one itself.
+        assert_eq!(reads("WITH base AS (SELECT 1 AS a), agg AS (SELECT count(*) FROM base) SELECT * FROM agg"), names(&[]));
+        assert_eq!(reads("WITH RECURSIVE r AS (SELECT 1 AS n UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT * FROM r"), names(&[]));
     }
 
     #[test]
