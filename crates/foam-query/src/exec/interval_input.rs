@@ -245,7 +245,8 @@ fn number(word: &str) -> Result<Number, InputError> {
     if (whole.is_empty() && fraction.is_empty()) || !all_digits(whole) || !all_digits(fraction) {
         return Err(InputError::Syntax);
     }
-    let whole: i128 = if whole.is_empty() { 0 } else { whole.parse().map_err(|_| InputError::TypeRange)? };
+    // Past 64 bits no field fits; the bound keeps every sum within i128.
+    let whole: i128 = if whole.is_empty() { 0 } else { whole.parse::<i64>().map_err(|_| InputError::TypeRange)?.into() };
     let fraction: f64 = if fraction.is_empty() { 0.0 } else { format!("0.{fraction}").parse().map_err(|_| InputError::Syntax)? };
     Ok(if negative { Number { whole: -whole, fraction: -fraction } } else { Number { whole, fraction } })
 }
@@ -258,7 +259,9 @@ fn time_micros(word: &str) -> Result<i128, InputError> {
         None => (1, word.strip_prefix('+').unwrap_or(word)),
     };
     let parts: Vec<&str> = rest.split(':').collect();
-    let whole = |s: &str| if !s.is_empty() && s.chars().all(|c| c.is_ascii_digit()) { s.parse::<i128>().map_err(|_| InputError::TypeRange) } else { Err(InputError::Syntax) };
+    let whole = |s: &str| {
+        if !s.is_empty() && s.chars().all(|c| c.is_ascii_digit()) { s.parse::<i64>().map(i128::from).map_err(|_| InputError::TypeRange) } else { Err(InputError::Syntax) }
+    };
     let seconds = |s: &str| match number(s) {
         Ok(n) if !s.starts_with(['+', '-']) && n.whole <= 60 => Ok(n.whole * SECOND_MICROS + rint(n.fraction * 1e6)),
         Ok(_) => Err(InputError::FieldRange),
@@ -288,8 +291,8 @@ fn years_months(word: &str) -> Result<Option<i128>, InputError> {
     if !all_digits(years) || !all_digits(months) {
         return Ok(None);
     }
-    let years: i128 = years.parse().map_err(|_| InputError::TypeRange)?;
-    let months: i128 = months.parse().map_err(|_| InputError::TypeRange)?;
+    let years: i128 = years.parse::<i64>().map_err(|_| InputError::TypeRange)?.into();
+    let months: i128 = months.parse::<i64>().map_err(|_| InputError::TypeRange)?.into();
     if months >= YEAR_MONTHS {
         return Err(InputError::FieldRange);
     }
@@ -314,7 +317,11 @@ fn iso_8601(text: &str) -> Result<Sum, InputError> {
             continue;
         }
         let end = rest.find(|c: char| c.is_ascii_alphabetic()).ok_or(InputError::Syntax)?;
-        let value = number(&rest[..end])?;
+        // PostgreSQL's ISO reader takes the fraction from the value's
+        // double (`P1.2M` is 1 mon 5 days 24:00:00 there).
+        let written = number(&rest[..end])?;
+        let double = written.whole as f64 + written.fraction;
+        let value = Number { whole: written.whole, fraction: double - written.whole as f64 };
         let unit = match (&rest[end..=end], in_time) {
             ("y", false) => Unit::Year,
             ("m", false) => Unit::Month,
@@ -353,6 +360,7 @@ mod tests {
         assert_eq!(read("@ 1 hour ago"), Some((0, 0, -HOUR)));
         assert_eq!(read("P1Y2M3DT4H5M6S"), Some((14, 3, 4 * HOUR + 5 * 60_000_000 + 6_000_000)));
         assert_eq!(read("PT1.5S"), Some((0, 0, 1_500_000)));
+        assert_eq!(read("P1.2M"), Some((1, 5, 24 * HOUR)));
         assert_eq!(read("1.5 years"), Some((18, 0, 0)));
         assert_eq!(read("1.5 months"), Some((1, 15, 0)));
         assert_eq!(read("1.5 days"), Some((0, 1, 12 * HOUR)));
@@ -395,6 +403,8 @@ mod tests {
         assert_eq!(parse_interval("infinity"), Err(InputError::Syntax));
         assert_eq!(parse_interval("99999999999 days"), Err(InputError::TypeRange));
         assert_eq!(parse_interval("10-13"), Err(InputError::FieldRange));
+        assert_eq!(parse_interval("56713727820156410577229101238628035243 years"), Err(InputError::TypeRange));
+        assert_eq!(parse_interval("3000000000000000000000000000000:00"), Err(InputError::TypeRange));
         // One microsecond past what Arrow's nanoseconds hold.
         assert_eq!(parse_interval("9223372036854776 microseconds"), Err(InputError::TypeRange));
     }

@@ -207,12 +207,47 @@ fn neighbour_type(expr: &Expr, schema: &DFSchema) -> Option<DataType> {
     literal_type(expr, schema).or_else(|| expr.get_type(schema).ok().filter(|t| t.is_numeric()).filter(|_| quoted(expr).is_none()))
 }
 
-/// `expr` as a value of `data_type` if it is a quoted literal.
+/// `expr` as a value of `data_type` if it is a quoted literal; among
+/// numbers, the number it writes, typed by its own digits (an integer, a
+/// decimal of its own scale, or a double), which DataFusion's coercion
+/// then widens with the others: cast to a NUMERIC(12,2) neighbour's type,
+/// `'0.125'` was rounded to 0.13.
 fn typed_if_quoted(expr: Expr, data_type: &DataType) -> Result<Expr> {
     match quoted(&expr) {
+        Some(text) if data_type.is_numeric() => number_literal(text, data_type),
         Some(text) => typed_literal(text, data_type),
         None => Ok(expr),
     }
+}
+
+/// The number `text` writes, as a literal of its own type; 22P02 naming
+/// `neighbour`'s type (as PostgreSQL names the type it reads the text as)
+/// for anything else.
+fn number_literal(text: &str, neighbour: &DataType) -> Result<Expr> {
+    let written = text.trim();
+    let digits = written.trim_start_matches(['+', '-']);
+    let plain = !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit() || c == '.') && digits.matches('.').count() <= 1 && digits != ".";
+    let value = if let Ok(integer) = written.parse::<i64>() {
+        Some(ScalarValue::Int64(Some(integer)))
+    } else if plain && digits.len() <= usize::from(datafusion::arrow::datatypes::DECIMAL128_MAX_PRECISION) {
+        let scale = digits.split_once('.').map_or(0, |(_, fraction)| fraction.len());
+        let unscaled: i128 = written.replace('.', "").parse().unwrap_or_default();
+        let precision = digits.replace('.', "").len().max(scale).max(1);
+        Some(ScalarValue::Decimal128(Some(unscaled), precision as u8, scale as i8))
+    } else {
+        written.parse::<f64>().ok().filter(|_| digits.chars().any(|c| c.is_ascii_digit())).map(|double| ScalarValue::Float64(Some(double)))
+    };
+    let name = match neighbour {
+        DataType::Int16 => "smallint",
+        DataType::Int32 => "integer",
+        DataType::Int64 => "bigint",
+        DataType::Float32 => "real",
+        DataType::Float64 => "double precision",
+        _ => "numeric",
+    };
+    value.map(|value| Expr::Literal(value, None)).ok_or_else(|| {
+        FoamError::Query { message: format!("invalid input syntax for type {name}: \"{text}\""), sqlstate: SqlState::InvalidTextRepresentation }.into()
+    })
 }
 
 /// The two sides of a comparison, a quoted literal on one given the type
