@@ -357,11 +357,10 @@ pub fn relations_of<V: Visit>(node: &V) -> Vec<String> {
 
 /// The tables and views a view's stored query names: every name in a
 /// FROM clause but a reference to a `WITH` query in scope there, as
-/// DataFusion and PostgreSQL resolve it. A `WITH` query's name is in scope
-/// in its query's body and in the `WITH` queries after it (in its own
-/// body too under RECURSIVE), and only unqualified: `WITH secret AS
-/// (SELECT * FROM secret)` and `FROM public.secret` read the table, for
-/// its owner's privileges and for what the view depends on.
+/// DataFusion resolves it. A `WITH` query's name is in scope in its
+/// query's body and in the `WITH` queries after it, and only unqualified:
+/// `WITH secret AS (SELECT * FROM secret)` and `FROM public.secret` read
+/// the table, for its owner's privileges and for what the view depends on.
 pub fn view_relations(view: &ViewDef) -> FoamResult<Vec<String>> {
     use datafusion::sql::sqlparser::ast::{ObjectName, Query};
     use std::collections::HashMap;
@@ -378,17 +377,14 @@ pub fn view_relations(view: &ViewDef) -> FoamResult<Vec<String>> {
         fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<()> {
             let outer = self.for_ctes.remove(&(query as *const Query)).or_else(|| self.stack.last().cloned()).unwrap_or_default();
             let mut scope = outer;
-            if let Some(with) = &query.with {
-                for cte in &with.cte_tables {
-                    let name = ddl::normalize_ident(&cte.alias.name.value, cte.alias.name.quote_style);
-                    if with.recursive {
-                        scope.push(name.clone());
-                    }
-                    self.for_ctes.insert(&*cte.query as *const Query, scope.clone());
-                    if !with.recursive {
-                        scope.push(name);
-                    }
-                }
+            // A WITH query's own name is not in scope in its own body, even
+            // under RECURSIVE: DataFusion plans a body that is no UNION,
+            // and a UNION's first term, before the name exists, so there it
+            // reads the table; a recursive term's self-reference is then
+            // taken for a table too, which costs at most a false dependency.
+            for cte in query.with.iter().flat_map(|with| &with.cte_tables) {
+                self.for_ctes.insert(&*cte.query as *const Query, scope.clone());
+                scope.push(ddl::normalize_ident(&cte.alias.name.value, cte.alias.name.quote_style));
             }
             self.stack.push(scope);
             ControlFlow::Continue(())
@@ -780,7 +776,10 @@ mod tests {
         assert_eq!(reads("SELECT * FROM secret WHERE EXISTS (WITH secret AS (SELECT 1) SELECT 1 FROM secret)"), names(&["secret"]));
         // A later WITH query reads an earlier one; a recursive one itself.
         assert_eq!(reads("WITH base AS (SELECT 1 AS a), agg AS (SELECT count(*) FROM base) SELECT * FROM agg"), names(&[]));
-        assert_eq!(reads("WITH RECURSIVE r AS (SELECT 1 AS n UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT * FROM r"), names(&[]));
+        // Under RECURSIVE a body may read the table of its own name (a body
+        // that is no UNION, a UNION's first term); a self-reference counts.
+        assert_eq!(reads("WITH RECURSIVE secret AS (SELECT * FROM secret) SELECT * FROM secret"), names(&["secret"]));
+        assert_eq!(reads("WITH RECURSIVE r AS (SELECT 1 AS n UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT * FROM r"), names(&["r"]));
     }
 
     #[test]

@@ -169,7 +169,7 @@ fn typed_literals(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
         // `coalesce(valid_to, '9999-12-31')`, `CASE t WHEN '...' THEN ...`:
         // the literal takes the type of the values it stands among.
         Expr::ScalarFunction(ScalarFunction { func, args }) if SAME_TYPE_FUNCTIONS.contains(&func.name()) && args.iter().any(|a| quoted(a).is_some()) => {
-            let Some(data_type) = args.iter().find_map(|arg| neighbour_type(arg, schema)) else {
+            let Some(data_type) = values_type(args.iter(), schema) else {
                 return Ok(Transformed::no(Expr::ScalarFunction(ScalarFunction { func, args })));
             };
             let args = args.into_iter().map(|arg| typed_if_quoted(arg, &data_type)).collect::<Result<_>>()?;
@@ -178,8 +178,8 @@ fn typed_literals(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
         Expr::Case(Case { expr, when_then_expr, else_expr })
             if when_then_expr.iter().flat_map(|(when, then)| [when, then]).chain(else_expr.as_ref()).any(|e| quoted(e).is_some()) =>
         {
-            let when_type = expr.as_deref().and_then(|base| neighbour_type(base, schema));
-            let result_type = when_then_expr.iter().map(|(_, then)| then.as_ref()).chain(else_expr.as_deref()).find_map(|e| neighbour_type(e, schema));
+            let when_type = values_type(expr.as_deref().into_iter(), schema);
+            let result_type = values_type(when_then_expr.iter().map(|(_, then)| then.as_ref()).chain(else_expr.as_deref()), schema);
             if when_type.is_none() && result_type.is_none() {
                 return Ok(Transformed::no(Expr::Case(Case { expr, when_then_expr, else_expr })));
             }
@@ -200,18 +200,31 @@ fn typed_literals(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
 /// literal among them takes.
 const SAME_TYPE_FUNCTIONS: [&str; 4] = ["coalesce", "nullif", "greatest", "least"];
 
-/// The type `expr` of `schema` gives a quoted literal among the values of
-/// a CASE or of [`SAME_TYPE_FUNCTIONS`]: those comparisons give, and
-/// numbers, as PostgreSQL's `coalesce(int_column, '0')` is an integer.
-fn neighbour_type(expr: &Expr, schema: &DFSchema) -> Option<DataType> {
-    literal_type(expr, schema).or_else(|| expr.get_type(schema).ok().filter(|t| t.is_numeric()).filter(|_| quoted(expr).is_none()))
+/// The type `values` of `schema` give a quoted literal among them (the
+/// values of a CASE or of [`SAME_TYPE_FUNCTIONS`]): the first boolean,
+/// date, time, timestamp or interval's, as comparisons give; else, among
+/// numbers, the widest kind, as PostgreSQL resolves them (a double over a
+/// numeric over an integer: `coalesce(int_column, '0')` is an integer).
+fn values_type<'a>(values: impl Iterator<Item = &'a Expr>, schema: &DFSchema) -> Option<DataType> {
+    let mut widest: Option<DataType> = None;
+    for value in values.filter(|v| quoted(v).is_none()) {
+        if let Some(data_type) = literal_type(value, schema) {
+            return Some(data_type);
+        }
+        let Ok(data_type) = value.get_type(schema) else { continue };
+        let rank = |t: &DataType| if t.is_floating() { 3 } else if matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..)) { 2 } else { 1 };
+        if data_type.is_numeric() && widest.as_ref().is_none_or(|w| rank(&data_type) > rank(w)) {
+            widest = Some(data_type);
+        }
+    }
+    widest
 }
 
 /// `expr` as a value of `data_type` if it is a quoted literal; among
-/// numbers, the number it writes, typed by its own digits (an integer, a
-/// decimal of its own scale, or a double), which DataFusion's coercion
-/// then widens with the others: cast to a NUMERIC(12,2) neighbour's type,
-/// `'0.125'` was rounded to 0.13.
+/// numbers, the number it writes as a literal of its own (see
+/// [`number_literal`]), which DataFusion's coercion then widens with the
+/// others: cast to a NUMERIC(12,2) neighbour's type, `'0.125'` was rounded
+/// to 0.13.
 fn typed_if_quoted(expr: Expr, data_type: &DataType) -> Result<Expr> {
     match quoted(&expr) {
         Some(text) if data_type.is_numeric() => number_literal(text, data_type),
@@ -220,22 +233,30 @@ fn typed_if_quoted(expr: Expr, data_type: &DataType) -> Result<Expr> {
     }
 }
 
-/// The number `text` writes, as a literal of its own type; 22P02 naming
-/// `neighbour`'s type (as PostgreSQL names the type it reads the text as)
-/// for anything else.
+/// The number `text` writes beside numbers of the kind of `neighbour`, as
+/// PostgreSQL reads it for that type: an integer beside integers; beside a
+/// numeric, a decimal of the text's own scale (a double past 38 digits or
+/// with an exponent); beside a double, a double (`NaN` and `Infinity`
+/// too). Anything else is 22P02 naming the type.
 fn number_literal(text: &str, neighbour: &DataType) -> Result<Expr> {
     let written = text.trim();
-    let digits = written.trim_start_matches(['+', '-']);
-    let plain = !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit() || c == '.') && digits.matches('.').count() <= 1 && digits != ".";
-    let value = if let Ok(integer) = written.parse::<i64>() {
-        Some(ScalarValue::Int64(Some(integer)))
-    } else if plain && digits.len() <= usize::from(datafusion::arrow::datatypes::DECIMAL128_MAX_PRECISION) {
-        let scale = digits.split_once('.').map_or(0, |(_, fraction)| fraction.len());
-        let unscaled: i128 = written.replace('.', "").parse().unwrap_or_default();
-        let precision = digits.replace('.', "").len().max(scale).max(1);
-        Some(ScalarValue::Decimal128(Some(unscaled), precision as u8, scale as i8))
+    let unsigned = written.strip_prefix(['+', '-']).unwrap_or(written);
+    let (whole, fraction) = unsigned.split_once('.').unwrap_or((unsigned, ""));
+    let plain = !(whole.is_empty() && fraction.is_empty()) && whole.chars().chain(fraction.chars()).all(|c| c.is_ascii_digit());
+    let value = if neighbour.is_floating() {
+        written.parse::<f64>().ok().filter(|_| !unsigned.starts_with(['+', '-'])).map(|double| ScalarValue::Float64(Some(double)))
+    } else if neighbour.is_integer() {
+        written.parse::<i64>().ok().filter(|_| plain && fraction.is_empty() && !unsigned.contains('.')).map(|integer| ScalarValue::Int64(Some(integer)))
+    } else if plain {
+        let significant = whole.trim_start_matches('0').len() + fraction.len();
+        if significant <= usize::from(datafusion::arrow::datatypes::DECIMAL128_MAX_PRECISION) {
+            let unscaled: i128 = format!("{}{whole}{fraction}", if written.starts_with('-') { "-" } else { "" }).parse().unwrap_or_default();
+            Some(ScalarValue::Decimal128(Some(unscaled), significant.max(fraction.len()).max(1) as u8, fraction.len() as i8))
+        } else {
+            written.parse::<f64>().ok().map(|double| ScalarValue::Float64(Some(double)))
+        }
     } else {
-        written.parse::<f64>().ok().filter(|_| digits.chars().any(|c| c.is_ascii_digit())).map(|double| ScalarValue::Float64(Some(double)))
+        written.parse::<f64>().ok().filter(|_| !unsigned.starts_with(['+', '-'])).map(|double| ScalarValue::Float64(Some(double)))
     };
     let name = match neighbour {
         DataType::Int16 => "smallint",
