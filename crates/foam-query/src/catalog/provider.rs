@@ -76,7 +76,7 @@ impl SchemaProvider for FoamSchemaProvider {
             .tables
             .keys()
             .chain(catalog.views.keys())
-            .filter(|name| !name.starts_with(crate::frontend::block_ddl::SET_ASIDE_PREFIX))
+            .filter(|name| !crate::frontend::block_ddl::is_set_aside(name))
             .cloned()
             .collect();
         names.extend(system_tables::NAMES.iter().map(|n| n.to_string()));

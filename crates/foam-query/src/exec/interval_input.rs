@@ -233,44 +233,51 @@ fn split_number_and_unit(word: &str) -> Vec<String> {
     parts
 }
 
+/// `word`'s sign (1 or -1; one `+` or `-` at most) and the rest of it.
+fn signed(word: &str) -> (i128, &str) {
+    match word.strip_prefix('-') {
+        Some(rest) => (-1, rest),
+        None => (1, word.strip_prefix('+').unwrap_or(word)),
+    }
+}
+
+/// A run of digits as a field's value (22007 for none or anything else);
+/// past 64 bits no field fits (22015), a bound that keeps every sum
+/// within i128.
+fn digits_value(digits: &str) -> Result<i128, InputError> {
+    if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
+        return Err(InputError::Syntax);
+    }
+    digits.parse::<i64>().map(i128::from).map_err(|_| InputError::TypeRange)
+}
+
 /// A signed decimal number (no exponent, no `nan` or `inf`), its whole
 /// part and its fraction read apart.
 fn number(word: &str) -> Result<Number, InputError> {
-    let (negative, digits) = match word.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, word.strip_prefix('+').unwrap_or(word)),
-    };
+    let (sign, digits) = signed(word);
     let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
-    let all_digits = |s: &str| s.chars().all(|c| c.is_ascii_digit());
-    if (whole.is_empty() && fraction.is_empty()) || !all_digits(whole) || !all_digits(fraction) {
+    if (whole.is_empty() && fraction.is_empty()) || !fraction.chars().all(|c| c.is_ascii_digit()) {
         return Err(InputError::Syntax);
     }
-    // Past 64 bits no field fits; the bound keeps every sum within i128.
-    let whole: i128 = if whole.is_empty() { 0 } else { whole.parse::<i64>().map_err(|_| InputError::TypeRange)?.into() };
+    let whole = if whole.is_empty() { 0 } else { digits_value(whole)? };
     let fraction: f64 = if fraction.is_empty() { 0.0 } else { format!("0.{fraction}").parse().map_err(|_| InputError::Syntax)? };
-    Ok(if negative { Number { whole: -whole, fraction: -fraction } } else { Number { whole, fraction } })
+    Ok(Number { whole: sign * whole, fraction: sign as f64 * fraction })
 }
 
 /// `[+-]h:m[:s[.f]]` in microseconds; `m:s.f` when the second part has a
 /// fraction (`1:30.5`), as PostgreSQL reads it.
 fn time_micros(word: &str) -> Result<i128, InputError> {
-    let (sign, rest) = match word.strip_prefix('-') {
-        Some(rest) => (-1, rest),
-        None => (1, word.strip_prefix('+').unwrap_or(word)),
-    };
+    let (sign, rest) = signed(word);
     let parts: Vec<&str> = rest.split(':').collect();
-    let whole = |s: &str| {
-        if !s.is_empty() && s.chars().all(|c| c.is_ascii_digit()) { s.parse::<i64>().map(i128::from).map_err(|_| InputError::TypeRange) } else { Err(InputError::Syntax) }
-    };
     let seconds = |s: &str| match number(s) {
         Ok(n) if !s.starts_with(['+', '-']) && n.whole <= 60 => Ok(n.whole * SECOND_MICROS + rint(n.fraction * 1e6)),
         Ok(_) => Err(InputError::FieldRange),
         Err(error) => Err(error),
     };
     let (hours, minutes, micros) = match parts.as_slice() {
-        [m, s] if s.contains('.') => (0, whole(m)?, seconds(s)?),
-        [h, m] => (whole(h)?, whole(m)?, 0),
-        [h, m, s] => (whole(h)?, whole(m)?, seconds(s)?),
+        [m, s] if s.contains('.') => (0, digits_value(m)?, seconds(s)?),
+        [h, m] => (digits_value(h)?, digits_value(m)?, 0),
+        [h, m, s] => (digits_value(h)?, digits_value(m)?, seconds(s)?),
         _ => return Err(InputError::Syntax),
     };
     if minutes >= 60 {
@@ -282,17 +289,13 @@ fn time_micros(word: &str) -> Result<i128, InputError> {
 /// SQL's `years-months` (`1-2`, signed as a whole) in months; 22015 past
 /// 11 months.
 fn years_months(word: &str) -> Result<Option<i128>, InputError> {
-    let (sign, rest) = match word.strip_prefix('-') {
-        Some(rest) => (-1, rest),
-        None => (1, word.strip_prefix('+').unwrap_or(word)),
-    };
+    let (sign, rest) = signed(word);
     let Some((years, months)) = rest.split_once('-') else { return Ok(None) };
     let all_digits = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit());
     if !all_digits(years) || !all_digits(months) {
         return Ok(None);
     }
-    let years: i128 = years.parse::<i64>().map_err(|_| InputError::TypeRange)?.into();
-    let months: i128 = months.parse::<i64>().map_err(|_| InputError::TypeRange)?.into();
+    let (years, months) = (digits_value(years)?, digits_value(months)?);
     if months >= YEAR_MONTHS {
         return Err(InputError::FieldRange);
     }

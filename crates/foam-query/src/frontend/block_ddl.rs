@@ -156,6 +156,12 @@ pub fn aside_name(name: &str, txn: foam_common::TxnId) -> String {
     format!("{SET_ASIDE_PREFIX}{:x}_{name}", txn as u64)
 }
 
+/// Whether `name` is a relation an open block set aside (dropped, until
+/// the block ends).
+pub fn is_set_aside(name: &str) -> bool {
+    name.starts_with(SET_ASIDE_PREFIX)
+}
+
 /// Drops table, view or sequence `name` and, for a table, its data on
 /// every node; whether it is gone.
 pub async fn drop_relation(node: &Arc<NodeContext>, name: &str) -> bool {

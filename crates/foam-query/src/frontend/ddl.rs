@@ -119,7 +119,7 @@ pub fn dependent_views(catalog: &foam_catalog::Catalog, dropped: &[String]) -> V
     let reads: Vec<(&String, Vec<String>)> = catalog
         .views
         .values()
-        .filter(|view| !view.name.starts_with(crate::frontend::block_ddl::SET_ASIDE_PREFIX))
+        .filter(|view| !crate::frontend::block_ddl::is_set_aside(&view.name))
         .map(|view| (&view.name, crate::frontend::privileges::view_relations(view).unwrap_or_default()))
         .collect();
     let mut gone: Vec<String> = dropped.to_vec();

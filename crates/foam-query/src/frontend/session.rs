@@ -1892,7 +1892,7 @@ impl FoamSession {
                 }
                 // The views that read them go first, as views.
                 let dropping = dependents.into_iter().map(|(view, _)| (view, false)).chain(names.into_iter().map(|name| (name, is_table)));
-                for (name, is_table) in dropping.collect::<Vec<_>>() {
+                for (name, is_table) in dropping {
                     // In a block, what it did not create is set aside until it ends.
                     if let Some(open) = self.open.get()
                         && !self.block_ddl().forget_created(&name)

@@ -30,9 +30,9 @@
 //!   that type (a time or timestamp at microseconds, PostgreSQL's
 //!   precision, whatever the other side's), which `text_casts.rs` reads in
 //!   PostgreSQL's input formats;
-//! - among a CASE's or those functions' values, a number too becomes a
-//!   cast of the text to that number's type (`coalesce(n, '0')` is a
-//!   number, as in PostgreSQL).
+//! - among a CASE's or those functions' values, numbers too: the text
+//!   becomes the number it writes, read for the widest kind among them
+//!   (`coalesce(n, '0')` is a number, as in PostgreSQL).
 //!
 //! A literal cast to text (`'t'::text`) is typed and left alone, and
 //! PostgreSQL refuses it too.
@@ -152,18 +152,12 @@ fn typed_literals(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
             .update_data(|(left, right)| Expr::BinaryExpr(BinaryExpr::new(Box::new(left), op, Box::new(right))))),
         Expr::InList(InList { expr, list, negated }) if list.iter().any(|e| quoted(e).is_some()) => {
             let Some(data_type) = literal_type(&expr, schema) else { return Ok(Transformed::no(Expr::InList(InList { expr, list, negated }))) };
-            let list = list.into_iter().map(|e| match quoted(&e) {
-                Some(text) => typed_literal(text, &data_type),
-                None => Ok(e),
-            });
+            let list = list.into_iter().map(|e| typed_if_quoted(e, &data_type));
             Ok(Transformed::yes(Expr::InList(InList { expr, list: list.collect::<Result<_>>()?, negated })))
         }
         Expr::Between(Between { expr, negated, low, high }) if quoted(&low).is_some() || quoted(&high).is_some() => {
             let Some(data_type) = literal_type(&expr, schema) else { return Ok(Transformed::no(Expr::Between(Between { expr, negated, low, high }))) };
-            let typed = |bound: Box<Expr>| match quoted(&bound) {
-                Some(text) => typed_literal(text, &data_type).map(Box::new),
-                None => Ok(bound),
-            };
+            let typed = |bound: Box<Expr>| typed_if_quoted(*bound, &data_type).map(Box::new);
             Ok(Transformed::yes(Expr::Between(Between { expr, negated, low: typed(low)?, high: typed(high)? })))
         }
         // `coalesce(valid_to, '9999-12-31')`, `CASE t WHEN '...' THEN ...`:
@@ -243,19 +237,14 @@ fn number_literal(text: &str, neighbour: &DataType) -> Result<Expr> {
     let unsigned = written.strip_prefix(['+', '-']).unwrap_or(written);
     let (whole, fraction) = unsigned.split_once('.').unwrap_or((unsigned, ""));
     let plain = !(whole.is_empty() && fraction.is_empty()) && whole.chars().chain(fraction.chars()).all(|c| c.is_ascii_digit());
-    let value = if neighbour.is_floating() {
-        written.parse::<f64>().ok().filter(|_| !unsigned.starts_with(['+', '-'])).map(|double| ScalarValue::Float64(Some(double)))
-    } else if neighbour.is_integer() {
-        written.parse::<i64>().ok().filter(|_| plain && fraction.is_empty() && !unsigned.contains('.')).map(|integer| ScalarValue::Int64(Some(integer)))
-    } else if plain {
-        let significant = whole.trim_start_matches('0').len() + fraction.len();
-        if significant <= usize::from(datafusion::arrow::datatypes::DECIMAL128_MAX_PRECISION) {
-            let unscaled: i128 = format!("{}{whole}{fraction}", if written.starts_with('-') { "-" } else { "" }).parse().unwrap_or_default();
-            Some(ScalarValue::Decimal128(Some(unscaled), significant.max(fraction.len()).max(1) as u8, fraction.len() as i8))
-        } else {
-            written.parse::<f64>().ok().map(|double| ScalarValue::Float64(Some(double)))
-        }
+    let significant = whole.trim_start_matches('0').len() + fraction.len();
+    let value = if neighbour.is_integer() {
+        written.parse::<i64>().ok().map(|integer| ScalarValue::Int64(Some(integer)))
+    } else if plain && !neighbour.is_floating() && significant <= usize::from(datafusion::arrow::datatypes::DECIMAL128_MAX_PRECISION) {
+        let unscaled: i128 = format!("{}{whole}{fraction}", if written.starts_with('-') { "-" } else { "" }).parse().unwrap_or_default();
+        Some(ScalarValue::Decimal128(Some(unscaled), significant.max(fraction.len()).max(1) as u8, fraction.len() as i8))
     } else {
+        // One sign only: Rust's parser takes `+-5` as no number, `--5` too.
         written.parse::<f64>().ok().filter(|_| !unsigned.starts_with(['+', '-'])).map(|double| ScalarValue::Float64(Some(double)))
     };
     let name = match neighbour {
@@ -301,7 +290,7 @@ fn literal_type(expr: &Expr, schema: &DFSchema) -> Option<DataType> {
 }
 
 /// The quoted literal `text` as a value of `data_type` (a boolean, date,
-/// time or timestamp).
+/// time, timestamp or interval).
 fn typed_literal(text: &str, data_type: &DataType) -> Result<Expr> {
     if *data_type == DataType::Boolean {
         return boolean_literal(text);
