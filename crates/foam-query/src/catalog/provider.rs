@@ -95,6 +95,7 @@ impl SchemaProvider for FoamSchemaProvider {
                     .build(),
             );
             let plan = ctx.state().create_logical_plan(&view.query_sql).await?;
+            let plan = crate::frontend::bpchar_operands::rewrite(plan, &catalog)?;
             return Ok(Some(Arc::new(ViewTable::new(plan, Some(view.query_sql.clone())))));
         }
         if let Some(sequence) = catalog.sequences.get(name) {

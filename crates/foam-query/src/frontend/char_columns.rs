@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, LargeStringArray, RecordBatch, StringArray, StringViewArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::datasource::{ViewTable, source_as_provider};
 use datafusion::logical_expr::{Distinct, Expr, JoinType, LogicalPlan};
 use foam_catalog::Catalog;
 use foam_catalog::types::SqlType;
@@ -30,19 +31,27 @@ pub const BPCHAR_METADATA: &str = "foam.bpchar";
 
 /// For each output column of `plan`, the length of the CHAR column it is.
 pub fn widths(plan: &LogicalPlan, catalog: &Catalog) -> Vec<Option<u32>> {
-    (0..plan.schema().fields().len()).map(|i| width(plan, i, catalog)).collect()
+    (0..plan.schema().fields().len())
+        .map(|i| match declared(plan, i, catalog) {
+            Some(SqlType::Char { length }) => Some(length),
+            _ => None,
+        })
+        .collect()
 }
 
-fn width(plan: &LogicalPlan, index: usize, catalog: &Catalog) -> Option<u32> {
+/// The declared type of the table column that output column `index` of
+/// `plan` is, read as it is (through views, `min`, `max` and `nullif`
+/// too); `None` for anything computed.
+pub fn declared(plan: &LogicalPlan, index: usize, catalog: &Catalog) -> Option<SqlType> {
     match plan {
-        LogicalPlan::Projection(projection) => expr_width(projection.expr.get(index)?, &projection.input, catalog),
-        LogicalPlan::Filter(f) => width(&f.input, index, catalog),
-        LogicalPlan::Sort(s) => width(&s.input, index, catalog),
-        LogicalPlan::Limit(l) => width(&l.input, index, catalog),
-        LogicalPlan::SubqueryAlias(s) => width(&s.input, index, catalog),
-        LogicalPlan::Repartition(r) => width(&r.input, index, catalog),
-        LogicalPlan::Distinct(Distinct::All(input)) => width(input, index, catalog),
-        LogicalPlan::Window(w) if index < w.input.schema().fields().len() => width(&w.input, index, catalog),
+        LogicalPlan::Projection(projection) => expr_declared(projection.expr.get(index)?, &projection.input, catalog),
+        LogicalPlan::Filter(f) => declared(&f.input, index, catalog),
+        LogicalPlan::Sort(s) => declared(&s.input, index, catalog),
+        LogicalPlan::Limit(l) => declared(&l.input, index, catalog),
+        LogicalPlan::SubqueryAlias(s) => declared(&s.input, index, catalog),
+        LogicalPlan::Repartition(r) => declared(&r.input, index, catalog),
+        LogicalPlan::Distinct(Distinct::All(input)) => declared(input, index, catalog),
+        LogicalPlan::Window(w) if index < w.input.schema().fields().len() => declared(&w.input, index, catalog),
         LogicalPlan::TableScan(scan) => {
             if !matches!(scan.table_name.schema(), None | Some("public")) {
                 return None;
@@ -51,25 +60,30 @@ fn width(plan: &LogicalPlan, index: usize, catalog: &Catalog) -> Option<u32> {
                 Some(projection) => *projection.get(index)?,
                 None => index,
             };
-            match catalog.tables.get(scan.table_name.table())?.columns.get(column)?.sql_type {
-                SqlType::Char { length } => Some(length),
-                _ => None,
+            let name = scan.table_name.table();
+            if let Some(table) = catalog.tables.get(name) {
+                return Some(table.columns.get(column)?.sql_type.clone());
             }
+            // A view's column is what its query's column is.
+            catalog.views.get(name)?;
+            let provider = source_as_provider(&scan.source).ok()?;
+            let view = provider.downcast_ref::<ViewTable>()?;
+            declared(view.logical_plan(), column, catalog)
         }
         LogicalPlan::Join(join) => {
             let left = join.left.schema().fields().len();
             match join.join_type {
-                JoinType::LeftSemi | JoinType::LeftAnti => width(&join.left, index, catalog),
-                JoinType::RightSemi | JoinType::RightAnti => width(&join.right, index, catalog),
-                _ if index < left => width(&join.left, index, catalog),
+                JoinType::LeftSemi | JoinType::LeftAnti => declared(&join.left, index, catalog),
+                JoinType::RightSemi | JoinType::RightAnti => declared(&join.right, index, catalog),
+                _ if index < left => declared(&join.left, index, catalog),
                 JoinType::LeftMark | JoinType::RightMark => None,
-                _ => width(&join.right, index - left, catalog),
+                _ => declared(&join.right, index - left, catalog),
             }
         }
         LogicalPlan::Aggregate(aggregate) => {
             let groups = aggregate.group_expr.len();
             if index < groups {
-                return expr_width(&aggregate.group_expr[index], &aggregate.input, catalog);
+                return expr_declared(&aggregate.group_expr[index], &aggregate.input, catalog);
             }
             let mut aggregated = aggregate.aggr_expr.get(index - groups)?;
             while let Expr::Alias(alias) = aggregated {
@@ -77,24 +91,26 @@ fn width(plan: &LogicalPlan, index: usize, catalog: &Catalog) -> Option<u32> {
             }
             match aggregated {
                 Expr::AggregateFunction(f) if matches!(f.func.name(), "min" | "max") && f.params.args.len() == 1 => {
-                    expr_width(&f.params.args[0], &aggregate.input, catalog)
+                    expr_declared(&f.params.args[0], &aggregate.input, catalog)
                 }
                 _ => None,
             }
         }
         LogicalPlan::Union(union) => {
-            let mut inputs = union.inputs.iter().map(|input| width(input, index, catalog));
+            let mut inputs = union.inputs.iter().map(|input| declared(input, index, catalog));
             let first = inputs.next()??;
-            inputs.all(|w| w == Some(first)).then_some(first)
+            inputs.all(|t| t.as_ref() == Some(&first)).then_some(first)
         }
         _ => None,
     }
 }
 
-fn expr_width(expr: &Expr, input: &LogicalPlan, catalog: &Catalog) -> Option<u32> {
+fn expr_declared(expr: &Expr, input: &LogicalPlan, catalog: &Catalog) -> Option<SqlType> {
     match expr {
-        Expr::Column(column) => width(input, input.schema().index_of_column(column).ok()?, catalog),
-        Expr::Alias(alias) => expr_width(&alias.expr, input, catalog),
+        Expr::Column(column) => declared(input, input.schema().index_of_column(column).ok()?, catalog),
+        Expr::Alias(alias) => expr_declared(&alias.expr, input, catalog),
+        // `nullif` gives its first argument's type.
+        Expr::ScalarFunction(f) if f.func.name() == "nullif" && f.args.len() == 2 => expr_declared(&f.args[0], input, catalog),
         _ => None,
     }
 }

@@ -910,7 +910,8 @@ impl FoamSession {
         if mark_names {
             crate::frontend::select_names::mark_every_item(&mut statement);
         }
-        Ok(self.ctx.state().statement_to_plan(datafusion_statement(statement)).await)
+        let planned = self.ctx.state().statement_to_plan(datafusion_statement(statement)).await;
+        Ok(planned.and_then(|plan| crate::frontend::bpchar_operands::rewrite(plan, &self.node.catalog.current())))
     }
 
     /// `SET`/`SHOW` of a setting DataFusion does not know: a client setting.

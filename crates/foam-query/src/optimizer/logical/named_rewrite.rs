@@ -12,15 +12,25 @@ use datafusion::logical_expr::{Expr, LogicalPlan};
 /// `plan` with `rewrite` applied bottom-up to every expression, given the
 /// node's input columns; an expression `rewrite` changed keeps its name.
 pub fn rewrite_expressions(plan: LogicalPlan, rewrite: impl Fn(Expr, &DFSchema) -> Result<Transformed<Expr>>) -> Result<LogicalPlan> {
+    rewrite_expressions_over(plan, |expr, schema, _| rewrite(expr, schema))
+}
+
+/// [`rewrite_expressions`], `rewrite` also given the node's inputs (to
+/// follow a column down to where it comes from).
+pub fn rewrite_expressions_over(
+    plan: LogicalPlan,
+    rewrite: impl Fn(Expr, &DFSchema, &[LogicalPlan]) -> Result<Transformed<Expr>>,
+) -> Result<LogicalPlan> {
     plan.transform_up_with_subqueries(|plan| {
+        let inputs: Vec<LogicalPlan> = plan.inputs().into_iter().cloned().collect();
         let mut schema = DFSchema::empty();
-        for input in plan.inputs() {
+        for input in &inputs {
             schema.merge(input.schema());
         }
         let names = NamePreserver::new(&plan);
         let named = |expr: Expr| -> Result<Transformed<Expr>> {
             let name = names.save(&expr);
-            let rewritten = expr.transform_up(|e| rewrite(e, &schema))?;
+            let rewritten = expr.transform_up(|e| rewrite(e, &schema, &inputs))?;
             Ok(if rewritten.transformed { rewritten.update_data(|e| name.restore(e)) } else { rewritten })
         };
         let rewritten = plan.map_expressions(|expr| match expr {

@@ -1,0 +1,218 @@
+//! `CHAR(n)` operands read as PostgreSQL's `bpchar` operators read them.
+//!
+//! FoamDB keeps a CHAR(n) value without its trailing blanks
+//! (`char_columns.rs`). PostgreSQL compares two `bpchar` values ignoring
+//! trailing blanks, and a quoted literal, a parameter or a VARCHAR beside
+//! a CHAR column becomes a `bpchar`; a TEXT or any computed value makes
+//! the CHAR column text (its blanks dropped), compared as it is. Pattern
+//! matching and a few functions taking any type read the value padded to
+//! n characters. So, for a CHAR(n) column `c`:
+//!
+//! ```text
+//!   c = 'ab  '   c < $1   c IN ('a ', ...)   c BETWEEN ...   CASE c WHEN 'a ' ...   nullif(c, 'a ')
+//!   c IN (SELECT varchar_column ...)
+//!       the literal without trailing blanks, rtrim($1), rtrim(varchar_column)
+//!   c LIKE p   c ILIKE p   c SIMILAR TO p   c ~ p   octet_length(c)   concat(c, ...)
+//!       rpad(c, n): the value as PostgreSQL stores it
+//! ```
+//!
+//! A rewrite of the planned statement (and of each view's query), before
+//! DataFusion's analyzer; the rewritten expressions keep their names.
+//! Before it, `c = 'ab  '` matched no row holding `ab`, `c = v` missed
+//! rows whose VARCHAR had trailing blanks and `c LIKE 'a_'` matched `ab`.
+//! A column reached only as an outer reference of a subquery is not
+//! followed, and a parameter is taken as untyped (as psycopg sends a
+//! string; JDBC's VARCHAR reads the same) even where PREPARE typed it TEXT.
+
+use datafusion::common::tree_node::Transformed;
+use std::sync::Arc;
+
+use datafusion::common::{Column, Result, ScalarValue};
+use datafusion::functions::string::expr_fn::rtrim;
+use datafusion::functions::unicode::expr_fn::rpad;
+use datafusion::logical_expr::expr::{Between, Case, InList, InSubquery, Like, ScalarFunction};
+use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator, Projection, lit};
+use foam_catalog::Catalog;
+use foam_catalog::types::SqlType;
+
+use crate::frontend::char_columns::declared;
+use crate::optimizer::logical::named_rewrite::rewrite_expressions_over;
+
+/// What an operand is to a `bpchar` operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Operand {
+    /// A CHAR(n) column read as it is.
+    Bpchar(u32),
+    /// A VARCHAR column read as it is: becomes a `bpchar` beside one.
+    Varchar,
+    /// A quoted literal or a parameter: takes the other side's type.
+    Unknown,
+    /// Anything else: text, or not a string.
+    Other,
+}
+
+/// `plan` with its CHAR(n) operands read as PostgreSQL reads them (see the
+/// module documentation); `plan` itself when no table has a CHAR column.
+pub fn rewrite(plan: LogicalPlan, catalog: &Catalog) -> Result<LogicalPlan> {
+    let any_char = catalog.tables.values().flat_map(|table| &table.columns).any(|column| matches!(column.sql_type, SqlType::Char { .. }));
+    if !any_char {
+        return Ok(plan);
+    }
+    let plan = rewrite_expressions_over(plan, |expr, _, inputs| operands(expr, inputs, catalog))?;
+    plan.transform_up_with_subqueries(|plan| match plan {
+        LogicalPlan::Join(mut join) if !join.on.is_empty() => {
+            let mut changed = false;
+            for (left, right) in &mut join.on {
+                let kinds = (kind(left, std::slice::from_ref(&join.left), catalog), kind(right, std::slice::from_ref(&join.right), catalog));
+                match kinds {
+                    (Operand::Bpchar(_), Operand::Varchar) => *right = trimmed(right.clone()),
+                    (Operand::Varchar, Operand::Bpchar(_)) => *left = trimmed(left.clone()),
+                    _ => continue,
+                }
+                changed = true;
+            }
+            Ok(if changed { Transformed::yes(LogicalPlan::Join(join)) } else { Transformed::no(LogicalPlan::Join(join)) })
+        }
+        plan => Ok(Transformed::no(plan)),
+    })
+    .map(|rewritten| rewritten.data)
+}
+
+/// `expr` (whose children are rewritten already) with its operands read as
+/// `bpchar` where one is.
+fn operands(expr: Expr, inputs: &[LogicalPlan], catalog: &Catalog) -> Result<Transformed<Expr>> {
+    let kind = |e: &Expr| kind(e, inputs, catalog);
+    Ok(match expr {
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) if is_comparison(op) => match (kind(&left), kind(&right)) {
+            (Operand::Bpchar(_), Operand::Unknown | Operand::Varchar) => Transformed::yes(binary(*left, op, trimmed(*right))),
+            (Operand::Unknown | Operand::Varchar, Operand::Bpchar(_)) => Transformed::yes(binary(trimmed(*left), op, *right)),
+            _ => Transformed::no(binary(*left, op, *right)),
+        },
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) if is_regex(op) => match kind(&left) {
+            Operand::Bpchar(n) => Transformed::yes(binary(padded(*left, n), op, *right)),
+            _ => Transformed::no(binary(*left, op, *right)),
+        },
+        Expr::Like(like) => match kind(&like.expr) {
+            Operand::Bpchar(n) => Transformed::yes(Expr::Like(Like { expr: Box::new(padded(*like.expr, n)), ..like })),
+            _ => Transformed::no(Expr::Like(like)),
+        },
+        Expr::SimilarTo(like) => match kind(&like.expr) {
+            Operand::Bpchar(n) => Transformed::yes(Expr::SimilarTo(Like { expr: Box::new(padded(*like.expr, n)), ..like })),
+            _ => Transformed::no(Expr::SimilarTo(like)),
+        },
+        Expr::InList(InList { expr, list, negated }) if matches!(kind(&expr), Operand::Bpchar(_)) => {
+            let list = list.into_iter().map(|item| if matches!(kind(&item), Operand::Unknown | Operand::Varchar) { trimmed(item) } else { item }).collect();
+            Transformed::yes(Expr::InList(InList { expr, list, negated }))
+        }
+        Expr::Between(Between { expr, negated, low, high }) if matches!(kind(&expr), Operand::Bpchar(_)) => {
+            let bound = |b: Box<Expr>| if matches!(kind(&b), Operand::Unknown | Operand::Varchar) { Box::new(trimmed(*b)) } else { b };
+            Transformed::yes(Expr::Between(Between { expr, negated, low: bound(low), high: bound(high) }))
+        }
+        Expr::Case(Case { expr: Some(operand), when_then_expr, else_expr }) if matches!(kind(&operand), Operand::Bpchar(_)) => {
+            let when_then_expr = when_then_expr
+                .into_iter()
+                .map(|(when, then)| if matches!(kind(&when), Operand::Unknown | Operand::Varchar) { (Box::new(trimmed(*when)), then) } else { (when, then) })
+                .collect();
+            Transformed::yes(Expr::Case(Case { expr: Some(operand), when_then_expr, else_expr }))
+        }
+        Expr::ScalarFunction(ScalarFunction { func, args }) if reads_padded(func.name()) && args.iter().any(|a| matches!(kind(a), Operand::Bpchar(_))) => {
+            let args = args
+                .into_iter()
+                .map(|arg| match kind(&arg) {
+                    Operand::Bpchar(n) => padded(arg, n),
+                    _ => arg,
+                })
+                .collect();
+            Transformed::yes(Expr::ScalarFunction(ScalarFunction { func, args }))
+        }
+        Expr::ScalarFunction(ScalarFunction { func, mut args }) if func.name() == "nullif" && args.len() == 2 => match (kind(&args[0]), kind(&args[1])) {
+            (Operand::Bpchar(_), Operand::Unknown | Operand::Varchar) => {
+                let value = args.pop().expect("two arguments");
+                args.push(trimmed(value));
+                Transformed::yes(Expr::ScalarFunction(ScalarFunction { func, args }))
+            }
+            _ => Transformed::no(Expr::ScalarFunction(ScalarFunction { func, args })),
+        },
+        Expr::InSubquery(InSubquery { expr, mut subquery, negated }) => {
+            let inner = match declared(&subquery.subquery, 0, catalog) {
+                Some(SqlType::Char { length }) => Operand::Bpchar(length),
+                Some(SqlType::Varchar { .. }) => Operand::Varchar,
+                _ => Operand::Other,
+            };
+            match (kind(&expr), inner) {
+                (Operand::Bpchar(_), Operand::Varchar) => {
+                    subquery.subquery = Arc::new(trimmed_first_column(&subquery.subquery)?);
+                    Transformed::yes(Expr::InSubquery(InSubquery { expr, subquery, negated }))
+                }
+                (Operand::Unknown | Operand::Varchar, Operand::Bpchar(_)) => {
+                    Transformed::yes(Expr::InSubquery(InSubquery { expr: Box::new(trimmed(*expr)), subquery, negated }))
+                }
+                _ => Transformed::no(Expr::InSubquery(InSubquery { expr, subquery, negated })),
+            }
+        }
+        expr => Transformed::no(expr),
+    })
+}
+
+/// `plan` with its one output column without trailing blanks.
+fn trimmed_first_column(plan: &LogicalPlan) -> Result<LogicalPlan> {
+    let (qualifier, field) = plan.schema().qualified_field(0);
+    let column = Expr::Column(Column::new(qualifier.cloned(), field.name()));
+    let trimmed = trimmed(column).alias_qualified(qualifier.cloned(), field.name());
+    Ok(LogicalPlan::Projection(Projection::try_new(vec![trimmed], Arc::new(plan.clone()))?))
+}
+
+/// What `expr` is to a `bpchar` operator, its columns found in `inputs`.
+fn kind(expr: &Expr, inputs: &[LogicalPlan], catalog: &Catalog) -> Operand {
+    match expr {
+        Expr::Column(column) => inputs
+            .iter()
+            .find_map(|input| input.schema().maybe_index_of_column(column).map(|index| declared(input, index, catalog)))
+            .map_or(Operand::Other, |declared| match declared {
+                Some(SqlType::Char { length }) => Operand::Bpchar(length),
+                Some(SqlType::Varchar { .. }) => Operand::Varchar,
+                _ => Operand::Other,
+            }),
+        // `nullif` gives its first argument's type.
+        Expr::ScalarFunction(f) if f.func.name() == "nullif" && f.args.len() == 2 => kind(&f.args[0], inputs, catalog),
+        Expr::Literal(ScalarValue::Utf8(_) | ScalarValue::Utf8View(_) | ScalarValue::LargeUtf8(_), _) | Expr::Placeholder(_) => Operand::Unknown,
+        _ => Operand::Other,
+    }
+}
+
+fn is_comparison(op: Operator) -> bool {
+    matches!(
+        op,
+        Operator::Eq | Operator::NotEq | Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq | Operator::IsDistinctFrom | Operator::IsNotDistinctFrom
+    )
+}
+
+fn is_regex(op: Operator) -> bool {
+    matches!(op, Operator::RegexMatch | Operator::RegexIMatch | Operator::RegexNotMatch | Operator::RegexNotIMatch)
+}
+
+/// The functions that read a CHAR(n) argument padded (PostgreSQL's text
+/// output of the value, not its cast to text).
+fn reads_padded(name: &str) -> bool {
+    matches!(name, "octet_length" | "concat" | "concat_ws")
+}
+
+fn binary(left: Expr, op: Operator, right: Expr) -> Expr {
+    Expr::BinaryExpr(BinaryExpr::new(Box::new(left), op, Box::new(right)))
+}
+
+/// `expr` without trailing blanks: a literal's folded.
+fn trimmed(expr: Expr) -> Expr {
+    match expr {
+        Expr::Literal(ScalarValue::Utf8(Some(s)), metadata) => Expr::Literal(ScalarValue::Utf8(Some(s.trim_end_matches(' ').to_string())), metadata),
+        Expr::Literal(ScalarValue::Utf8View(Some(s)), metadata) => Expr::Literal(ScalarValue::Utf8View(Some(s.trim_end_matches(' ').to_string())), metadata),
+        Expr::Literal(ScalarValue::LargeUtf8(Some(s)), metadata) => Expr::Literal(ScalarValue::LargeUtf8(Some(s.trim_end_matches(' ').to_string())), metadata),
+        literal @ Expr::Literal(..) => literal,
+        expr => rtrim(vec![expr]),
+    }
+}
+
+/// A CHAR(n) value as PostgreSQL stores it: blank-padded to n characters.
+fn padded(expr: Expr, n: u32) -> Expr {
+    rpad(vec![expr, lit(i64::from(n))])
+}
