@@ -54,6 +54,8 @@ sqlstates! {
     DatetimeFieldOverflow = "22008",
     DivisionByZero = "22012",
     IntervalFieldOverflow = "22015",
+    InvalidUseOfEscapeCharacter = "2200C",
+    InvalidEscapeSequence = "22025",
     SequenceGeneratorLimitExceeded = "2200H",
     InvalidParameterValue = "22023",
     InvalidTextRepresentation = "22P02",

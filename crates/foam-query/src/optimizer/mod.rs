@@ -36,6 +36,7 @@ pub fn logical_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
 /// session's TimeZone first (`session_zone.rs`), quoted literals compared with booleans
 /// and dates typed as those (`quoted_literals.rs`), and decimal division and
 /// float-decimal comparisons made PostgreSQL's (`numeric_operators.rs`),
+/// and `SIMILAR TO` as PostgreSQL's anchored pattern (`similar_to.rs`),
 /// before its type coercion. A
 /// session's analyzer is these, then [`analyzer_rules`].
 pub fn datafusion_analyzer_rules() -> Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> {
@@ -44,6 +45,7 @@ pub fn datafusion_analyzer_rules() -> Vec<Arc<dyn datafusion::optimizer::Analyze
     let at = rules.iter().position(|rule| rule.name() == logical::quoted_literals::TYPE_COERCION_RULE).unwrap_or(0);
     rules.insert(at, Arc::new(logical::quoted_literals::QuotedLiterals));
     rules.insert(at + 1, Arc::new(logical::numeric_operators::NumericOperators));
+    rules.insert(at + 2, Arc::new(logical::similar_to::SimilarTo));
     rules
 }
 
@@ -157,6 +159,7 @@ pub fn worker_udfs() -> Vec<ScalarUDF> {
         crate::exec::interval_scale::IntervalScale::multiply_udf(),
         crate::exec::interval_scale::IntervalScale::divide_udf(),
         crate::exec::age::Age::udf(),
+        logical::similar_to::similar_to_regex_udf(),
         physical::count_ones::FoamOnes::udf(),
         crate::catalog::functions::version_udf(),
         crate::catalog::functions::pg_typeof_udf(),

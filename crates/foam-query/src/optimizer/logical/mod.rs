@@ -19,6 +19,7 @@ pub mod outer_reference_types;
 pub mod pg_casts;
 pub mod session_zone;
 pub mod set_multiplicity;
+pub mod similar_to;
 pub mod text_casts;
 pub(crate) mod plan_shape;
 #[cfg(test)]

@@ -1,0 +1,290 @@
+//! `SIMILAR TO` as PostgreSQL matches it: the SQL pattern written as a
+//! regular expression anchored at both ends, as PostgreSQL's
+//! `similar_to_escape` writes it.
+//!
+//! DataFusion matched the pattern as a regular expression of its own, not
+//! anchored and with `%` and `_` as plain characters: `'ab' SIMILAR TO
+//! 'a%'` was false and `'abc' SIMILAR TO 'a.c'` true, the reverse of
+//! PostgreSQL. An analyzer rule, before type coercion, writes
+//!
+//! ```text
+//!   x [NOT] SIMILAR TO 'pattern' [ESCAPE 'e']   ─▶   x ~ '(?s)^(?:regex)$'   (or !~)
+//! ```
+//!
+//! where, outside a bracket expression, `%` is `.*`, `_` is `.`, `(` is a
+//! group that captures nothing, `.`, `^`, `$` and `\` stand for
+//! themselves, the escape character (`\` unless ESCAPE names another)
+//! makes the next character a regular expression escape,
+//! and everything else (`|`, `*`, `+`, `?`, `{m,n}`, `[...]`) is the
+//! regular expression's own. `.` matches a newline, as in PostgreSQL. A
+//! pattern that is not a constant is written so for each row, by
+//! `foam_similar_to_regex`.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, StringBuilder};
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::Transformed;
+use datafusion::common::{DFSchema, Result, ScalarValue};
+use datafusion::logical_expr::expr::{Like, ScalarFunction};
+use datafusion::logical_expr::{
+    BinaryExpr, ColumnarValue, Expr, LogicalPlan, Operator, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature, Volatility, lit,
+};
+use datafusion::optimizer::AnalyzerRule;
+use foam_common::{FoamError, SqlState};
+
+use super::named_rewrite::rewrite_expressions;
+
+/// The analyzer rule (see the module documentation).
+#[derive(Debug, Default)]
+pub struct SimilarTo;
+
+impl AnalyzerRule for SimilarTo {
+    fn name(&self) -> &str {
+        "foam_similar_to"
+    }
+
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        rewrite_expressions(plan, as_regex_match)
+    }
+}
+
+fn as_regex_match(expr: Expr, _schema: &DFSchema) -> Result<Transformed<Expr>> {
+    let Expr::SimilarTo(Like { negated, expr, pattern, escape_char, case_insensitive }) = expr else {
+        return Ok(Transformed::no(expr));
+    };
+    let mut pattern = *pattern;
+    // A pattern cast to text (`'a%'::text`) is that text.
+    while let Expr::Cast(cast) = &pattern
+        && matches!(cast.field.data_type(), DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8)
+        && matches!(&*cast.expr, Expr::Literal(..) | Expr::Cast(..))
+    {
+        pattern = *cast.expr.clone();
+    }
+    let regex = match pattern {
+        Expr::Literal(ScalarValue::Utf8(Some(p)) | ScalarValue::Utf8View(Some(p)) | ScalarValue::LargeUtf8(Some(p)), _) => {
+            lit(similar_to_regex(&p, escape_char)?)
+        }
+        null @ Expr::Literal(ScalarValue::Utf8(None) | ScalarValue::Utf8View(None) | ScalarValue::LargeUtf8(None) | ScalarValue::Null, _) => null,
+        pattern => {
+            let mut args = vec![pattern];
+            args.extend(escape_char.map(|e| lit(e.to_string())));
+            Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(similar_to_regex_udf()), args))
+        }
+    };
+    let op = match (negated, case_insensitive) {
+        (false, false) => Operator::RegexMatch,
+        (true, false) => Operator::RegexNotMatch,
+        (false, true) => Operator::RegexIMatch,
+        (true, true) => Operator::RegexNotIMatch,
+    };
+    Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr::new(expr, op, Box::new(regex)))))
+}
+
+/// `foam_similar_to_regex(pattern [, escape])`: [`similar_to_regex`] of
+/// each row's pattern, for a pattern that is not a constant (workers run
+/// it too).
+pub fn similar_to_regex_udf() -> ScalarUDF {
+    let signature = Signature::one_of(vec![TypeSignature::String(1), TypeSignature::String(2)], Volatility::Immutable);
+    ScalarUDF::new_from_impl(SimilarToRegex { signature })
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct SimilarToRegex {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for SimilarToRegex {
+    fn name(&self) -> &str {
+        "foam_similar_to_regex"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let rows = args.number_rows;
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let text = |array: &ArrayRef, row: usize| -> Result<Option<String>> {
+            let value = ScalarValue::try_from_array(array, row)?;
+            Ok(match value {
+                ScalarValue::Utf8(v) | ScalarValue::Utf8View(v) | ScalarValue::LargeUtf8(v) => v,
+                _ => None,
+            })
+        };
+        let mut out = StringBuilder::with_capacity(rows, rows * 16);
+        for row in 0..rows {
+            let Some(pattern) = text(&arrays[0], row)? else {
+                out.append_null();
+                continue;
+            };
+            let escape = match arrays.get(1) {
+                Some(escape) => match text(escape, row)? {
+                    None => {
+                        out.append_null();
+                        continue;
+                    }
+                    Some(escape) => {
+                        let mut chars = escape.chars();
+                        match (chars.next(), chars.next()) {
+                            (Some(e), None) => Some(e),
+                            _ => {
+                                return Err(FoamError::Query {
+                                    message: "invalid escape string".into(),
+                                    sqlstate: SqlState::InvalidEscapeSequence,
+                                }
+                                .into());
+                            }
+                        }
+                    }
+                },
+                None => None,
+            };
+            out.append_value(similar_to_regex(&pattern, escape)?);
+        }
+        Ok(ColumnarValue::Array(Arc::new(out.finish())))
+    }
+}
+
+/// The regular expression that matches what `pattern` does under
+/// `SIMILAR TO` (`escape`: the ESCAPE character, `None` for the default
+/// `\`).
+pub fn similar_to_regex(pattern: &str, escape: Option<char>) -> Result<String, FoamError> {
+    let escape = escape.unwrap_or('\\');
+    let mut regex = String::from("(?s)^(?:");
+    let mut after_escape = false;
+    let mut in_class = false;
+    // Characters read since the class opened (a leading `^` not counted):
+    // a `]` first is one of the class's characters.
+    let mut class_length = 0;
+    let mut quotes = 0;
+    let mut chars = pattern.chars().peekable();
+    while let Some(c) = chars.next() {
+        if after_escape {
+            after_escape = false;
+            if c == '"' && !in_class {
+                // The separators of SUBSTRING's three parts: no effect on a match.
+                quotes += 1;
+                match quotes {
+                    1 => regex.push_str("){1,1}?("),
+                    2 => regex.push_str("){1,1}(?:"),
+                    _ => {
+                        return Err(FoamError::Query {
+                            message: "SQL regular expression may not contain more than two escape-double-quote separators".into(),
+                            sqlstate: SqlState::InvalidUseOfEscapeCharacter,
+                        });
+                    }
+                }
+            } else {
+                regex.push('\\');
+                regex.push(c);
+                if in_class {
+                    class_length += 1;
+                }
+            }
+        } else if c == escape {
+            after_escape = true;
+        } else if in_class {
+            match c {
+                ']' if class_length > 0 => in_class = false,
+                ']' => regex.push('\\'),
+                '^' if class_length == 0 && regex.ends_with('[') => {
+                    regex.push('^');
+                    continue;
+                }
+                // A POSIX class (`[:alpha:]`) is the regular expression's too.
+                '[' if chars.peek() == Some(&':') => {}
+                // Rust's classes nest and take set operations: these are
+                // plain characters in PostgreSQL's.
+                '[' | '&' | '~' | '\\' => regex.push('\\'),
+                '-' if chars.peek() == Some(&'-') => regex.push('\\'),
+                _ => {}
+            }
+            regex.push(c);
+            class_length += 1;
+        } else {
+            match c {
+                '[' => {
+                    in_class = true;
+                    class_length = 0;
+                    regex.push('[');
+                }
+                '%' => regex.push_str(".*"),
+                '_' => regex.push('.'),
+                '(' => regex.push_str("(?:"),
+                '\\' | '.' | '^' | '$' => {
+                    regex.push('\\');
+                    regex.push(c);
+                }
+                c => regex.push(c),
+            }
+        }
+    }
+    // An escape character that ends the pattern escapes nothing (PostgreSQL
+    // drops it too).
+    regex.push_str(")$");
+    Ok(regex)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn matches(value: &str, pattern: &str, escape: Option<char>) -> bool {
+        regex::Regex::new(&similar_to_regex(pattern, escape).unwrap()).unwrap().is_match(value)
+    }
+
+    /// Cases as PostgreSQL 15 answers them.
+    #[test]
+    fn matches_as_postgres() {
+        let cases = [
+            ("ab", "a%", true),
+            ("ab", "ab", true),
+            ("ab", "a_", true),
+            ("abc", "%(b|d)%", true),
+            ("a.c", "a.c", true),
+            ("abc", "a.c", false),
+            ("abc", "a", false),
+            ("abc", "abc|x", true),
+            ("x", "abc|x", true),
+            ("aaa", "a*", true),
+            ("ab", "[ab]+", true),
+            ("a]", "a[]]", true),
+            ("a^", "a[^]]", true),
+            ("a]", "a[^]]", false),
+            ("a$b", "a$b", true),
+            ("a^b", "a^b", true),
+            ("a\nb", "a_b", true),
+            ("a%", "a\\%", true),
+            ("ab", "a\\%", false),
+            ("a_", "a#_", true),
+            ("ab", "a#_", false),
+            ("a9", "a[[:digit:]]", true),
+            ("a&", "a[&x]", true),
+            ("a[", "a[[]", true),
+            ("a-", "a[-x]", true),
+            ("a\\", "a[\\]#", true),
+            ("a", "a\\", true),
+            ("", "%", true),
+            ("AB", "ab", false),
+            ("ab", "(a|b)+", true),
+            ("xay", "x\\\"a\\\"y", true),
+            ("abcd", "ab{1,2}cd", true),
+        ];
+        for (value, pattern, expected) in cases {
+            let escape = if pattern.contains('#') { Some('#') } else { None };
+            assert_eq!(matches(value, pattern, escape), expected, "{value:?} SIMILAR TO {pattern:?}");
+        }
+    }
+
+    #[test]
+    fn refuses_what_postgres_refuses() {
+        assert_eq!(similar_to_regex("\\\"a\\\"b\\\"c", None).unwrap_err().sqlstate(), SqlState::InvalidUseOfEscapeCharacter);
+    }
+}
