@@ -163,6 +163,12 @@ fn psql_describes_tables_views_roles_and_schemas() {
     // char(3) comes back padded, in the aligned format and in CSV.
     let csv = psql_ok(&cluster, &["--csv"], "SELECT code, code || '|' AS joined FROM described;\n");
     assert_eq!(csv, "code,joined\nab ,ab|\n");
+    // A view's CHAR column too; PREPARE and DEALLOCATE answer with their
+    // command tags, as psql prints them (not an empty result).
+    let through_view = psql_ok(&cluster, &["--csv"], "CREATE VIEW coded AS SELECT code FROM described WHERE code = 'ab  ';\nSELECT code FROM coded;\n");
+    assert_eq!(through_view, "CREATE VIEW\ncode\nab \n");
+    let tags = psql_ok(&cluster, &[], "PREPARE by_code AS SELECT id FROM described WHERE code = $1;\nDEALLOCATE by_code;\n");
+    assert_eq!(tags, "PREPARE\nDEALLOCATE\n");
     // \copy sends a local file through COPY FROM STDIN.
     let file = cluster.dir.path().join("rows.csv");
     std::fs::write(&file, "2,two,2.25,xyz,2024-03-01\n3,three,,,\n").unwrap();

@@ -992,7 +992,7 @@ impl FoamSession {
                 return result.map(|_| StatementOutput::Command { tag: tag.unwrap_or("ROLLBACK").into(), rows: None });
             }
             _ => {
-                let result = self.run_admitted(prepared, params, interrupt).await;
+                let mut result = self.run_admitted(prepared, params, interrupt).await;
                 // A PREPARE that ran (DataFusion refuses a name taken) is
                 // what an EXECUTE of its name runs: its needs go with it.
                 if result.is_ok()
@@ -1001,6 +1001,15 @@ impl FoamSession {
                 {
                     let entry = (name.to_string(), prepared.needs.clone());
                     self.sql_prepared.lock().unwrap_or_else(|p| p.into_inner()).insert(ddl::normalize_ident(&name.value, name.quote_style), entry);
+                    // A command, as in PostgreSQL: no rows, the tag PREPARE.
+                    result = Ok(StatementOutput::Command { tag: "PREPARE".into(), rows: None });
+                }
+                if result.is_ok()
+                    && let Kind::Plan { statement, .. } = &prepared.kind
+                    && let Statement::Deallocate { name, .. } = &**statement
+                {
+                    self.sql_prepared.lock().unwrap_or_else(|p| p.into_inner()).remove(&ddl::normalize_ident(&name.value, name.quote_style));
+                    result = Ok(StatementOutput::Command { tag: "DEALLOCATE".into(), rows: None });
                 }
                 // Scans took the snapshot as they were planned; a statement
                 // that takes none reads the newest rows, never an old snapshot.
