@@ -43,8 +43,9 @@
 //! (`3 * INTERVAL '1 day'`) as it plans the SQL, before any analyzer rule;
 //! a SQL-planner hook ([`IntervalArithmeticPlanner`]) writes those as
 //! `foam_interval_mul`/`foam_interval_div` (`exec/interval_scale.rs`). The
-//! same hook makes the date of `date ± interval` a timestamp when the
-//! interval may hold hours, which DataFusion's date sum dropped.
+//! same hook makes the date of `date ± interval` a timestamp, as
+//! PostgreSQL's sum is (DataFusion's date sum dropped hours); compared
+//! with a date, a sum of whole days is a date again.
 
 use std::sync::Arc;
 
@@ -110,19 +111,25 @@ fn numeric_operator(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> 
     match expr {
         Expr::BinaryExpr(BinaryExpr { left, op: op @ (Divide | Multiply), right }) => numeric_arithmetic(left, op, right, schema),
         Expr::BinaryExpr(BinaryExpr { left, op: op @ (Eq | NotEq | Lt | LtEq | Gt | GtEq | IsDistinctFrom | IsNotDistinctFrom), right }) => {
-            let (left, mut right, changed) = floats_beside(*left, vec![*right], schema);
+            let (left, right, floats) = floats_beside(*left, vec![*right], schema);
+            let (left, mut right, dates) = dates_beside(left, right, schema);
+            let changed = floats || dates;
             let right = right.pop().unwrap_or(Expr::Literal(ScalarValue::Null, None));
             let expr = Expr::BinaryExpr(BinaryExpr { left: Box::new(left), op, right: Box::new(right) });
             Ok(if changed { Transformed::yes(expr) } else { Transformed::no(expr) })
         }
         Expr::Between(between) => {
-            let (expr, bounds, changed) = floats_beside(*between.expr, vec![*between.low, *between.high], schema);
+            let (expr, bounds, floats) = floats_beside(*between.expr, vec![*between.low, *between.high], schema);
+            let (expr, bounds, dates) = dates_beside(expr, bounds, schema);
+            let changed = floats || dates;
             let [low, high]: [Expr; 2] = bounds.try_into().map_err(|_| DataFusionError::Internal("BETWEEN has two bounds".into()))?;
             let between = Expr::Between(datafusion::logical_expr::expr::Between::new(Box::new(expr), between.negated, Box::new(low), Box::new(high)));
             Ok(if changed { Transformed::yes(between) } else { Transformed::no(between) })
         }
         Expr::InList(in_list) => {
-            let (expr, list, changed) = floats_beside(*in_list.expr, in_list.list, schema);
+            let (expr, list, floats) = floats_beside(*in_list.expr, in_list.list, schema);
+            let (expr, list, dates) = dates_beside(expr, list, schema);
+            let changed = floats || dates;
             let in_list = Expr::InList(datafusion::logical_expr::expr::InList::new(Box::new(expr), list, in_list.negated));
             Ok(if changed { Transformed::yes(in_list) } else { Transformed::no(in_list) })
         }
@@ -177,28 +184,88 @@ impl ExprPlanner for IntervalArithmeticPlanner {
     }
 }
 
-/// `date ± interval` with the date made a timestamp, unless the interval
-/// is a literal of whole days or months: DataFusion's sum is a date, so
-/// `DATE '2024-01-01' - INTERVAL '1 hour'` was `2024-01-01` where
-/// PostgreSQL's is `2023-12-31 23:00:00`. A whole-day literal keeps the
-/// date (the same day as PostgreSQL's midnight timestamp), so filters like
-/// `d <= DATE '1998-12-01' - INTERVAL '90' DAY` still compare dates.
+/// `date ± interval` with the date made a timestamp, as PostgreSQL types
+/// the sum: DataFusion's is a date, so `DATE '2024-01-01' - INTERVAL '1
+/// hour'` was `2024-01-01` where PostgreSQL's is `2023-12-31 23:00:00`,
+/// and `DATE '2024-01-01' + INTERVAL '1 day'` a date where PostgreSQL's is
+/// a timestamp. Compared with a date, a sum of whole days stays a date
+/// ([`dates_beside`]).
 fn date_with_time(expr: RawBinaryExpr, schema: &DFSchema) -> RawBinaryExpr {
     let RawBinaryExpr { op, left, right } = expr;
-    let is_date = |e: &Expr| matches!(e.get_type(schema), Ok(DataType::Date32 | DataType::Date64));
-    let has_time = |e: &Expr| match e {
-        Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(v)), _) => v.nanoseconds != 0,
-        Expr::Literal(ScalarValue::IntervalDayTime(Some(v)), _) => v.milliseconds != 0,
-        Expr::Literal(ScalarValue::IntervalYearMonth(_) | ScalarValue::IntervalMonthDayNano(None) | ScalarValue::IntervalDayTime(None), _) => false,
-        e => matches!(e.get_type(schema), Ok(DataType::Interval(_))),
-    };
-    let timestamp = |e: Expr| Expr::Cast(datafusion::logical_expr::expr::Cast::new(Box::new(e), DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, None)));
+    let is_date = |e: &Expr| is_date(e, schema);
+    let has_time = |e: &Expr| matches!(e.get_type(schema), Ok(DataType::Interval(_)));
     if is_date(&left) && has_time(&right) {
         RawBinaryExpr { op, left: timestamp(left), right }
     } else if op == BinaryOperator::Plus && has_time(&left) && is_date(&right) {
         RawBinaryExpr { op, left, right: timestamp(right) }
     } else {
         RawBinaryExpr { op, left, right }
+    }
+}
+
+fn is_date(e: &Expr, schema: &DFSchema) -> bool {
+    matches!(e.get_type(schema), Ok(DataType::Date32 | DataType::Date64))
+}
+
+/// `e` as PostgreSQL's timestamp of a date (`date_with_time`).
+fn timestamp(e: Expr) -> Expr {
+    Expr::Cast(datafusion::logical_expr::expr::Cast::new(Box::new(e), DATE_AS_TIMESTAMP))
+}
+
+const DATE_AS_TIMESTAMP: DataType = DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, None);
+
+/// `value` and `others` compared with it, a date among them beside a
+/// whole-day `date ± interval` sum (a timestamp at midnight) as a date
+/// again: the comparison answers the same and stays one of dates, so a
+/// date column's filter (TPC-H's `l_shipdate <= DATE '1998-12-01' -
+/// INTERVAL '90' DAY`) does not cast the column.
+fn dates_beside(value: Expr, others: Vec<Expr>, schema: &DFSchema) -> (Expr, Vec<Expr>, bool) {
+    if is_date(&value, schema) {
+        let mut changed = false;
+        let others = others
+            .into_iter()
+            .map(|other| match date_sum(other, schema) {
+                Ok(date) => {
+                    changed = true;
+                    date
+                }
+                Err(other) => other,
+            })
+            .collect();
+        return (value, others, changed);
+    }
+    if let [other] = others.as_slice()
+        && is_date(other, schema)
+    {
+        return match date_sum(value, schema) {
+            Ok(date) => (date, others, true),
+            Err(value) => (value, others, false),
+        };
+    }
+    (value, others, false)
+}
+
+/// `e`, a timestamp made of a date plus or minus whole days or months, as
+/// that date sum; `Err(e)` if it is not one.
+fn date_sum(e: Expr, schema: &DFSchema) -> Result<Expr, Expr> {
+    let whole_days = |e: &Expr| match e {
+        Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(v)), _) => v.nanoseconds == 0,
+        Expr::Literal(ScalarValue::IntervalDayTime(Some(v)), _) => v.milliseconds == 0,
+        Expr::Literal(ScalarValue::IntervalYearMonth(Some(_)), _) => true,
+        _ => false,
+    };
+    let date_of = |e: &Expr| match e {
+        Expr::Cast(cast) if *cast.field.data_type() == DATE_AS_TIMESTAMP && is_date(&cast.expr, schema) => Some((*cast.expr).clone()),
+        _ => None,
+    };
+    match &e {
+        Expr::BinaryExpr(BinaryExpr { left, op: op @ (Operator::Plus | Operator::Minus), right }) if whole_days(right) && let Some(date) = date_of(left) => {
+            Ok(Expr::BinaryExpr(BinaryExpr::new(Box::new(date), *op, right.clone())))
+        }
+        Expr::BinaryExpr(BinaryExpr { left, op: Operator::Plus, right }) if whole_days(left) && let Some(date) = date_of(right) => {
+            Ok(Expr::BinaryExpr(BinaryExpr::new(left.clone(), Operator::Plus, Box::new(date))))
+        }
+        _ => Err(e),
     }
 }
 
