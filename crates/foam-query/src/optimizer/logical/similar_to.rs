@@ -58,7 +58,7 @@ fn as_regex_match(expr: Expr, _schema: &DFSchema) -> Result<Transformed<Expr>> {
     // A pattern cast to text (`'a%'::text`) is that text.
     while let Expr::Cast(cast) = &pattern
         && matches!(cast.field.data_type(), DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8)
-        && matches!(&*cast.expr, Expr::Literal(..) | Expr::Cast(..))
+        && matches!(&*cast.expr, Expr::Literal(ScalarValue::Utf8(_) | ScalarValue::Utf8View(_) | ScalarValue::LargeUtf8(_), _) | Expr::Cast(..))
     {
         pattern = *cast.expr.clone();
     }
@@ -164,6 +164,8 @@ pub fn similar_to_regex(pattern: &str, escape: Option<char>) -> Result<String, F
     // a `]` first is one of the class's characters.
     let mut class_length = 0;
     let mut quotes = 0;
+    // Inside a `{m,n}` bound.
+    let mut in_bound = false;
     let mut chars = pattern.chars().peekable();
     while let Some(c) = chars.next() {
         if after_escape {
@@ -182,8 +184,7 @@ pub fn similar_to_regex(pattern: &str, escape: Option<char>) -> Result<String, F
                     }
                 }
             } else {
-                regex.push('\\');
-                regex.push(c);
+                regex.push_str(&escaped(c));
                 if in_class {
                     class_length += 1;
                 }
@@ -198,8 +199,19 @@ pub fn similar_to_regex(pattern: &str, escape: Option<char>) -> Result<String, F
                     regex.push('^');
                     continue;
                 }
-                // A POSIX class (`[:alpha:]`) is the regular expression's too.
-                '[' if chars.peek() == Some(&':') => {}
+                // A POSIX class (`[:alpha:]`), with PostgreSQL's letters
+                // beyond ASCII.
+                '[' if chars.peek() == Some(&':') => {
+                    let rest: String = chars.clone().collect();
+                    if let Some((name, unicode)) = POSIX_CLASSES.iter().find(|(name, _)| rest.starts_with(&name[1..])) {
+                        regex.push_str(unicode);
+                        for _ in 1..name.len() {
+                            chars.next();
+                        }
+                        class_length += 1;
+                        continue;
+                    }
+                }
                 // Rust's classes nest and take set operations: these are
                 // plain characters in PostgreSQL's.
                 '[' | '&' | '~' | '\\' => regex.push('\\'),
@@ -218,6 +230,19 @@ pub fn similar_to_regex(pattern: &str, escape: Option<char>) -> Result<String, F
                 '%' => regex.push_str(".*"),
                 '_' => regex.push('.'),
                 '(' => regex.push_str("(?:"),
+                // A brace that starts no bound is a character.
+                '{' if starts_bound(chars.clone()) => {
+                    in_bound = true;
+                    regex.push('{');
+                }
+                '}' if in_bound => {
+                    in_bound = false;
+                    regex.push('}');
+                }
+                '{' | '}' => {
+                    regex.push('\\');
+                    regex.push(c);
+                }
                 '\\' | '.' | '^' | '$' => {
                     regex.push('\\');
                     regex.push(c);
@@ -230,6 +255,56 @@ pub fn similar_to_regex(pattern: &str, escape: Option<char>) -> Result<String, F
     // drops it too).
     regex.push_str(")$");
     Ok(regex)
+}
+
+/// POSIX classes whose members PostgreSQL takes beyond ASCII (Rust's are
+/// ASCII only), as Rust class items.
+const POSIX_CLASSES: &[(&str, &str)] = &[
+    ("[:alpha:]", "\\p{Alphabetic}"),
+    ("[:alnum:]", "\\p{Alphabetic}0-9"),
+    ("[:upper:]", "\\p{Uppercase}"),
+    ("[:lower:]", "\\p{Lowercase}"),
+];
+
+/// Whether the text after a `{` makes it a bound: `m}`, `m,}` or `m,n}`.
+fn starts_bound(rest: impl Iterator<Item = char>) -> bool {
+    let mut digits = 0;
+    let mut comma = false;
+    for c in rest {
+        match c {
+            '0'..='9' => digits += 1,
+            ',' if !comma && digits > 0 => comma = true,
+            '}' => return digits > 0,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// The regular expression of PostgreSQL's escape `\c` (an escape
+/// character then `c`): its class shorthands, control characters and
+/// word constraints; any other character stands for itself.
+fn escaped(c: char) -> String {
+    match c {
+        'd' => "[0-9]".into(),
+        'D' => "[^0-9]".into(),
+        's' | 'S' | 'w' | 'W' | 'x' | 'u' | 'U' | 'A' => format!("\\{c}"),
+        'n' => "\\n".into(),
+        't' => "\\t".into(),
+        'r' => "\\r".into(),
+        'f' => "\\x0C".into(),
+        'v' => "\\x0B".into(),
+        'a' => "\\x07".into(),
+        'b' => "\\x08".into(),
+        'e' => "\\x1B".into(),
+        'B' => "\\\\".into(),
+        'Z' => "\\z".into(),
+        'y' => "\\b".into(),
+        'Y' => "\\B".into(),
+        'm' => "\\b{start}".into(),
+        'M' => "\\b{end}".into(),
+        c => regex::escape(&c.to_string()),
+    }
 }
 
 #[cfg(test)]
@@ -276,6 +351,19 @@ mod tests {
             ("ab", "(a|b)+", true),
             ("xay", "x\\\"a\\\"y", true),
             ("abcd", "ab{1,2}cd", true),
+            ("a", "a\\b", false),
+            ("a\\", "a\\B", true),
+            ("a<b", "a\\<b", true),
+            ("\u{663}", "\\d", false),
+            ("7", "\\d", true),
+            ("a\u{2192}", "a\\\u{2192}", true),
+            ("{", "{", true),
+            ("a{x}", "a{x}", true),
+            ("a{,3}", "a{,3}", true),
+            ("\u{e9}", "[[:alpha:]]", true),
+            ("\u{e9}1", "[[:alnum:]]+", true),
+            ("1", "[^[:alpha:]]", true),
+            ("a b", "a\\sb", true),
         ];
         for (value, pattern, expected) in cases {
             let escape = if pattern.contains('#') { Some('#') } else { None };
