@@ -35,6 +35,7 @@ use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator, Projecti
 use foam_catalog::Catalog;
 use foam_catalog::types::SqlType;
 
+use crate::frontend::char_casts::{CHAR_CAST, VARCHAR_CAST, cast_length};
 use crate::frontend::char_columns::declared;
 use crate::optimizer::logical::named_rewrite::rewrite_expressions_over;
 
@@ -116,10 +117,13 @@ fn operands(expr: Expr, inputs: &[LogicalPlan], catalog: &Catalog) -> Result<Tra
             Transformed::yes(Expr::Case(Case { expr: Some(operand), when_then_expr, else_expr }))
         }
         Expr::ScalarFunction(ScalarFunction { func, args }) if reads_padded(func.name()) && args.iter().any(|a| matches!(kind(a), Operand::Bpchar(_))) => {
+            // concat_ws's separator is text (its blanks dropped).
+            let separator = usize::from(func.name() == "concat_ws");
             let args = args
                 .into_iter()
-                .map(|arg| match kind(&arg) {
-                    Operand::Bpchar(n) => padded(arg, n),
+                .enumerate()
+                .map(|(i, arg)| match kind(&arg) {
+                    Operand::Bpchar(n) if i >= separator => padded(arg, n),
                     _ => arg,
                 })
                 .collect();
@@ -173,8 +177,14 @@ fn kind(expr: &Expr, inputs: &[LogicalPlan], catalog: &Catalog) -> Operand {
                 Some(SqlType::Varchar { .. }) => Operand::Varchar,
                 _ => Operand::Other,
             }),
-        // `nullif` gives its first argument's type.
-        Expr::ScalarFunction(f) if f.func.name() == "nullif" && f.args.len() == 2 => kind(&f.args[0], inputs, catalog),
+        // `nullif` of a CHAR is one (of a VARCHAR, text).
+        Expr::ScalarFunction(f) if f.func.name() == "nullif" && f.args.len() == 2 => match kind(&f.args[0], inputs, catalog) {
+            bpchar @ Operand::Bpchar(_) => bpchar,
+            _ => Operand::Other,
+        },
+        // A cast to CHAR(n), or to `bpchar` (no length: 0, never padded).
+        Expr::ScalarFunction(f) if f.func.name() == CHAR_CAST => Operand::Bpchar(cast_length(&f.args).unwrap_or(0)),
+        Expr::ScalarFunction(f) if f.func.name() == VARCHAR_CAST => Operand::Varchar,
         Expr::Literal(ScalarValue::Utf8(_) | ScalarValue::Utf8View(_) | ScalarValue::LargeUtf8(_), _) | Expr::Placeholder(_) => Operand::Unknown,
         _ => Operand::Other,
     }
@@ -187,8 +197,19 @@ fn is_comparison(op: Operator) -> bool {
     )
 }
 
+/// The pattern operators: `~` and its kin, and LIKE's `~~` forms.
 fn is_regex(op: Operator) -> bool {
-    matches!(op, Operator::RegexMatch | Operator::RegexIMatch | Operator::RegexNotMatch | Operator::RegexNotIMatch)
+    matches!(
+        op,
+        Operator::RegexMatch
+            | Operator::RegexIMatch
+            | Operator::RegexNotMatch
+            | Operator::RegexNotIMatch
+            | Operator::LikeMatch
+            | Operator::ILikeMatch
+            | Operator::NotLikeMatch
+            | Operator::NotILikeMatch
+    )
 }
 
 /// The functions that read a CHAR(n) argument padded (PostgreSQL's text
@@ -212,7 +233,11 @@ fn trimmed(expr: Expr) -> Expr {
     }
 }
 
-/// A CHAR(n) value as PostgreSQL stores it: blank-padded to n characters.
+/// A CHAR(n) value as PostgreSQL stores it: blank-padded to n characters
+/// (`bpchar` without a length, n = 0, as it is).
 fn padded(expr: Expr, n: u32) -> Expr {
+    if n == 0 {
+        return expr;
+    }
     rpad(vec![expr, lit(i64::from(n))])
 }

@@ -90,8 +90,9 @@ pub fn declared(plan: &LogicalPlan, index: usize, catalog: &Catalog) -> Option<S
                 aggregated = &alias.expr;
             }
             match aggregated {
+                // PostgreSQL's min and max of a CHAR are one; of a VARCHAR, text.
                 Expr::AggregateFunction(f) if matches!(f.func.name(), "min" | "max") && f.params.args.len() == 1 => {
-                    expr_declared(&f.params.args[0], &aggregate.input, catalog)
+                    expr_declared(&f.params.args[0], &aggregate.input, catalog).filter(|t| matches!(t, SqlType::Char { .. }))
                 }
                 _ => None,
             }
@@ -109,8 +110,22 @@ fn expr_declared(expr: &Expr, input: &LogicalPlan, catalog: &Catalog) -> Option<
     match expr {
         Expr::Column(column) => declared(input, input.schema().index_of_column(column).ok()?, catalog),
         Expr::Alias(alias) => expr_declared(&alias.expr, input, catalog),
-        // `nullif` gives its first argument's type.
-        Expr::ScalarFunction(f) if f.func.name() == "nullif" && f.args.len() == 2 => expr_declared(&f.args[0], input, catalog),
+        // A cast to CHAR(n) or VARCHAR(n) (`char_casts.rs`).
+        // `bpchar` (no length) of a CHAR(n) is that CHAR(n).
+        Expr::ScalarFunction(f) if f.func.name() == crate::frontend::char_casts::CHAR_CAST => match crate::frontend::char_casts::cast_length(&f.args) {
+            Some(length) => Some(SqlType::Char { length }),
+            None => match f.args.first()? {
+                Expr::Cast(cast) => expr_declared(&cast.expr, input, catalog).filter(|t| matches!(t, SqlType::Char { .. })),
+                _ => None,
+            },
+        },
+        Expr::ScalarFunction(f) if f.func.name() == crate::frontend::char_casts::VARCHAR_CAST => {
+            Some(SqlType::Varchar { length_max: crate::frontend::char_casts::cast_length(&f.args) })
+        }
+        // `nullif` of a CHAR is one (of a VARCHAR, text).
+        Expr::ScalarFunction(f) if f.func.name() == "nullif" && f.args.len() == 2 => {
+            expr_declared(&f.args[0], input, catalog).filter(|t| matches!(t, SqlType::Char { .. }))
+        }
         _ => None,
     }
 }

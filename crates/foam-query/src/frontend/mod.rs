@@ -6,6 +6,7 @@ pub mod array_subquery;
 pub mod at_time_zone;
 pub mod block_ddl;
 pub mod bpchar_operands;
+pub mod char_casts;
 pub mod char_columns;
 pub mod column_defaults;
 pub mod copy_statement;

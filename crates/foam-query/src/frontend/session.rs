@@ -559,6 +559,9 @@ impl FoamSession {
             ctx.register_udf(udf);
         }
         ctx.register_udf(crate::exec::age::Age::udf());
+        for udf in crate::frontend::char_casts::udfs() {
+            ctx.register_udf(udf);
+        }
         ctx.register_udaf(crate::frontend::scalar_subquery::SingleValue::udaf());
         for udaf in crate::optimizer::worker_udafs() {
             ctx.register_udaf(udaf);
@@ -754,6 +757,7 @@ impl FoamSession {
         }
         crate::frontend::numeric_literals::rewrite(&mut statement);
         crate::frontend::datetime_literals::rewrite(&mut statement)?;
+        crate::frontend::char_casts::rewrite(&mut statement);
         crate::frontend::array_subquery::rewrite(&mut statement)?;
         crate::frontend::subscripts::rewrite(&mut statement)?;
         crate::frontend::at_time_zone::rewrite(&mut statement);

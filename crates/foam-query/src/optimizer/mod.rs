@@ -166,6 +166,7 @@ pub fn worker_udfs() -> Vec<ScalarUDF> {
         logical::checked_arithmetic::CheckedChain::udf(),
     ];
     udfs.extend(crate::exec::datetime_format::udfs());
+    udfs.extend(crate::frontend::char_casts::udfs());
     udfs
 }
 
