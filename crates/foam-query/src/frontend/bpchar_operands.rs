@@ -83,7 +83,8 @@ pub fn rewrite(plan: LogicalPlan, catalog: &Catalog) -> Result<LogicalPlan> {
 /// `bpchar` where one is.
 fn operands(expr: Expr, inputs: &[LogicalPlan], catalog: &Catalog) -> Result<Transformed<Expr>> {
     let kind = |e: &Expr| kind(e, inputs, catalog);
-    Ok(match expr {
+    let (expr, results_trimmed) = bpchar_results(expr, &kind);
+    let rewritten = match expr {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) if is_comparison(op) => match (kind(&left), kind(&right)) {
             (Operand::Bpchar(_), Operand::Unknown | Operand::Varchar) => Transformed::yes(binary(*left, op, trimmed(*right))),
             (Operand::Unknown | Operand::Varchar, Operand::Bpchar(_)) => Transformed::yes(binary(trimmed(*left), op, *right)),
@@ -155,7 +156,54 @@ fn operands(expr: Expr, inputs: &[LogicalPlan], catalog: &Catalog) -> Result<Tra
             }
         }
         expr => Transformed::no(expr),
-    })
+    };
+    Ok(if results_trimmed { Transformed::yes(rewritten.data) } else { rewritten })
+}
+
+/// The values `coalesce`, `greatest`, `least` or a CASE choose among, when
+/// PostgreSQL types the choice a `bpchar`.
+fn choices(expr: &Expr) -> Option<Vec<&Expr>> {
+    match expr {
+        Expr::ScalarFunction(f) if matches!(f.func.name(), "coalesce" | "greatest" | "least") => Some(f.args.iter().collect()),
+        Expr::Case(case) => Some(case.when_then_expr.iter().map(|(_, then)| then.as_ref()).chain(case.else_expr.as_deref()).collect()),
+        _ => None,
+    }
+}
+
+/// Whether values of these kinds make a `bpchar` choice: a CHAR among
+/// them, the rest CHARs or untyped.
+fn bpchar_choice(kinds: impl Iterator<Item = Operand>) -> bool {
+    let mut any = false;
+    for kind in kinds {
+        match kind {
+            Operand::Bpchar(_) => any = true,
+            Operand::Unknown => {}
+            _ => return false,
+        }
+    }
+    any
+}
+
+/// `expr` with the quoted literals it chooses among without trailing
+/// blanks, when the choice is a `bpchar` (`coalesce(c, ' ') = ''`,
+/// `coalesce(c, 'x ') || '|'`), and whether it changed.
+fn bpchar_results(expr: Expr, kind: &dyn Fn(&Expr) -> Operand) -> (Expr, bool) {
+    let Some(values) = choices(&expr) else { return (expr, false) };
+    let literal_blanks = values.iter().any(|v| matches!(v, Expr::Literal(ScalarValue::Utf8(Some(s)) | ScalarValue::Utf8View(Some(s)) | ScalarValue::LargeUtf8(Some(s)), _) if s.ends_with(' ')));
+    if !literal_blanks || !bpchar_choice(values.into_iter().map(kind)) {
+        return (expr, false);
+    }
+    let trim = |value: Expr| if matches!(value, Expr::Literal(..)) { trimmed(value) } else { value };
+    let expr = match expr {
+        Expr::ScalarFunction(ScalarFunction { func, args }) => Expr::ScalarFunction(ScalarFunction { func, args: args.into_iter().map(trim).collect() }),
+        Expr::Case(Case { expr, when_then_expr, else_expr }) => Expr::Case(Case {
+            expr,
+            when_then_expr: when_then_expr.into_iter().map(|(when, then)| (when, Box::new(trim(*then)))).collect(),
+            else_expr: else_expr.map(|e| Box::new(trim(*e))),
+        }),
+        expr => expr,
+    };
+    (expr, true)
 }
 
 /// `plan` with its one output column without trailing blanks.
@@ -185,7 +233,10 @@ fn kind(expr: &Expr, inputs: &[LogicalPlan], catalog: &Catalog) -> Operand {
         // A cast to CHAR(n), or to `bpchar` (no length: 0, never padded).
         Expr::ScalarFunction(f) if f.func.name() == CHAR_CAST => Operand::Bpchar(cast_length(&f.args).unwrap_or(0)),
         Expr::ScalarFunction(f) if f.func.name() == VARCHAR_CAST => Operand::Varchar,
-        Expr::Literal(ScalarValue::Utf8(_) | ScalarValue::Utf8View(_) | ScalarValue::LargeUtf8(_), _) | Expr::Placeholder(_) => Operand::Unknown,
+        Expr::Literal(ScalarValue::Utf8(_) | ScalarValue::Utf8View(_) | ScalarValue::LargeUtf8(_) | ScalarValue::Null, _) | Expr::Placeholder(_) => Operand::Unknown,
+        // A choice PostgreSQL types `bpchar` (read unpadded: its rows come
+        // from values of several lengths).
+        expr if choices(expr).is_some_and(|values| bpchar_choice(values.into_iter().map(|v| kind(v, inputs, catalog)))) => Operand::Bpchar(0),
         _ => Operand::Other,
     }
 }
