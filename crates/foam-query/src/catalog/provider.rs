@@ -105,6 +105,9 @@ impl SchemaProvider for FoamSchemaProvider {
             }
             ctx.register_udaf(crate::frontend::scalar_subquery::SingleValue::udaf());
             ctx.register_udf(crate::frontend::scalar_subquery::OneValue::udf());
+            for (name, function) in crate::exec::series::table_functions() {
+                ctx.register_udtf(name, function);
+            }
             let plan = ctx.state().create_logical_plan(&view.query_sql).await?;
             let plan = crate::frontend::bpchar_operands::rewrite(plan, &catalog)?;
             return Ok(Some(Arc::new(ViewTable::new(plan, Some(view.query_sql.clone())))));

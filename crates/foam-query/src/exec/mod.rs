@@ -15,5 +15,6 @@ pub mod panic_safe;
 pub mod replica_join;
 pub mod route;
 pub mod scan;
+pub mod series;
 pub mod sequences;
 pub mod timestamp_text;

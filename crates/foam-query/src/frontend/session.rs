@@ -562,6 +562,9 @@ impl FoamSession {
         for udf in crate::frontend::char_casts::udfs() {
             ctx.register_udf(udf);
         }
+        for (name, function) in crate::exec::series::table_functions() {
+            ctx.register_udtf(name, function);
+        }
         ctx.register_udaf(crate::frontend::scalar_subquery::SingleValue::udaf());
         for udaf in crate::optimizer::worker_udafs() {
             ctx.register_udaf(udaf);

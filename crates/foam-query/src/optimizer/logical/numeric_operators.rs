@@ -214,9 +214,9 @@ fn timestamp(e: Expr) -> Expr {
 
 const DATE_AS_TIMESTAMP: DataType = DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, None);
 
-/// `value` and `others` compared with it, a date among them beside a
-/// whole-day `date ± interval` sum (a timestamp at midnight) as a date
-/// again: the comparison answers the same and stays one of dates, so a
+/// `value` and `others` compared with it (a BETWEEN's bounds, an IN
+/// list), a whole-day `date ± interval` sum (a timestamp at midnight)
+/// beside dates as a date again: the comparison answers the same and stays one of dates, so a
 /// date column's filter (TPC-H's `l_shipdate <= DATE '1998-12-01' -
 /// INTERVAL '90' DAY`) does not cast the column.
 fn dates_beside(value: Expr, others: Vec<Expr>, schema: &DFSchema) -> (Expr, Vec<Expr>, bool) {
@@ -234,9 +234,7 @@ fn dates_beside(value: Expr, others: Vec<Expr>, schema: &DFSchema) -> (Expr, Vec
             .collect();
         return (value, others, changed);
     }
-    if let [other] = others.as_slice()
-        && is_date(other, schema)
-    {
+    if !others.is_empty() && others.iter().all(|other| is_date(other, schema)) {
         return match date_sum(value, schema) {
             Ok(date) => (date, others, true),
             Err(value) => (value, others, false),
