@@ -24,7 +24,8 @@
 //! followed, and a parameter is taken as untyped (as psycopg sends a
 //! string; JDBC's VARCHAR reads the same) even where PREPARE typed it TEXT.
 
-use datafusion::common::tree_node::Transformed;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::common::{Column, Result, ScalarValue};
@@ -56,15 +57,16 @@ enum Operand {
 /// module documentation); `plan` itself when no table has a CHAR column.
 pub fn rewrite(plan: LogicalPlan, catalog: &Catalog) -> Result<LogicalPlan> {
     let any_char = catalog.tables.values().flat_map(|table| &table.columns).any(|column| matches!(column.sql_type, SqlType::Char { .. }));
-    if !any_char {
+    if !any_char && !casts_to_char(&plan) {
         return Ok(plan);
     }
-    let plan = rewrite_expressions_over(plan, |expr, _, inputs| operands(expr, inputs, catalog))?;
+    let scope = Scope { catalog, outer: relation_columns(&plan, catalog)? };
+    let plan = rewrite_expressions_over(plan, |expr, _, inputs| operands(expr, inputs, &scope))?;
     plan.transform_up_with_subqueries(|plan| match plan {
         LogicalPlan::Join(mut join) if !join.on.is_empty() => {
             let mut changed = false;
             for (left, right) in &mut join.on {
-                let kinds = (kind(left, std::slice::from_ref(&join.left), catalog), kind(right, std::slice::from_ref(&join.right), catalog));
+                let kinds = (kind(left, std::slice::from_ref(&join.left), &scope), kind(right, std::slice::from_ref(&join.right), &scope));
                 match kinds {
                     (Operand::Bpchar(_), Operand::Varchar) => *right = trimmed(right.clone()),
                     (Operand::Varchar, Operand::Bpchar(_)) => *left = trimmed(left.clone()),
@@ -79,10 +81,56 @@ pub fn rewrite(plan: LogicalPlan, catalog: &Catalog) -> Result<LogicalPlan> {
     .map(|rewritten| rewritten.data)
 }
 
+/// What the rewrite reads column types from.
+struct Scope<'a> {
+    catalog: &'a Catalog,
+    /// The declared type of each relation's column by its qualified name,
+    /// for the outer references of subqueries; `None` where two relations
+    /// of the statement share the name with different types.
+    outer: HashMap<Column, Option<SqlType>>,
+}
+
+/// The declared types of the columns of every table, view and aliased
+/// subquery `plan` reads, by qualified name (see [`Scope::outer`]).
+fn relation_columns(plan: &LogicalPlan, catalog: &Catalog) -> Result<HashMap<Column, Option<SqlType>>> {
+    let mut columns: HashMap<Column, Option<SqlType>> = HashMap::new();
+    plan.apply_with_subqueries(|node| {
+        if matches!(node, LogicalPlan::TableScan(_) | LogicalPlan::SubqueryAlias(_)) {
+            for (index, (qualifier, field)) in node.schema().iter().enumerate() {
+                let declared = declared(node, index, catalog);
+                columns
+                    .entry(Column::new(qualifier.cloned(), field.name()))
+                    .and_modify(|known| {
+                        if *known != declared {
+                            *known = None;
+                        }
+                    })
+                    .or_insert(declared);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    Ok(columns)
+}
+
+/// Whether `plan` casts to CHAR(n) or VARCHAR(n) (`char_casts.rs`).
+fn casts_to_char(plan: &LogicalPlan) -> bool {
+    let mut found = false;
+    let _ = plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|expr| {
+            expr.apply(|e| {
+                found |= matches!(e, Expr::ScalarFunction(f) if f.func.name() == CHAR_CAST || f.func.name() == VARCHAR_CAST);
+                Ok(if found { TreeNodeRecursion::Stop } else { TreeNodeRecursion::Continue })
+            })
+        })
+    });
+    found
+}
+
 /// `expr` (whose children are rewritten already) with its operands read as
 /// `bpchar` where one is.
-fn operands(expr: Expr, inputs: &[LogicalPlan], catalog: &Catalog) -> Result<Transformed<Expr>> {
-    let kind = |e: &Expr| kind(e, inputs, catalog);
+fn operands(expr: Expr, inputs: &[LogicalPlan], scope: &Scope) -> Result<Transformed<Expr>> {
+    let kind = |e: &Expr| kind(e, inputs, scope);
     let (expr, results_trimmed) = bpchar_results(expr, &kind);
     let rewritten = match expr {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) if is_comparison(op) => match (kind(&left), kind(&right)) {
@@ -139,7 +187,7 @@ fn operands(expr: Expr, inputs: &[LogicalPlan], catalog: &Catalog) -> Result<Tra
             _ => Transformed::no(Expr::ScalarFunction(ScalarFunction { func, args })),
         },
         Expr::InSubquery(InSubquery { expr, mut subquery, negated }) => {
-            let inner = match declared(&subquery.subquery, 0, catalog) {
+            let inner = match declared(&subquery.subquery, 0, scope.catalog) {
                 Some(SqlType::Char { length }) => Operand::Bpchar(length),
                 Some(SqlType::Varchar { .. }) => Operand::Varchar,
                 _ => Operand::Other,
@@ -215,18 +263,16 @@ fn trimmed_first_column(plan: &LogicalPlan) -> Result<LogicalPlan> {
 }
 
 /// What `expr` is to a `bpchar` operator, its columns found in `inputs`.
-fn kind(expr: &Expr, inputs: &[LogicalPlan], catalog: &Catalog) -> Operand {
+fn kind(expr: &Expr, inputs: &[LogicalPlan], scope: &Scope) -> Operand {
     match expr {
         Expr::Column(column) => inputs
             .iter()
-            .find_map(|input| input.schema().maybe_index_of_column(column).map(|index| declared(input, index, catalog)))
-            .map_or(Operand::Other, |declared| match declared {
-                Some(SqlType::Char { length }) => Operand::Bpchar(length),
-                Some(SqlType::Varchar { .. }) => Operand::Varchar,
-                _ => Operand::Other,
-            }),
+            .find_map(|input| input.schema().maybe_index_of_column(column).map(|index| declared(input, index, scope.catalog)))
+            .map_or(Operand::Other, |declared| operand_of(declared.as_ref())),
+        // A column of an enclosing query, by its qualified name.
+        Expr::OuterReferenceColumn(_, column) => operand_of(scope.outer.get(column).and_then(Option::as_ref)),
         // `nullif` of a CHAR is one (of a VARCHAR, text).
-        Expr::ScalarFunction(f) if f.func.name() == "nullif" && f.args.len() == 2 => match kind(&f.args[0], inputs, catalog) {
+        Expr::ScalarFunction(f) if f.func.name() == "nullif" && f.args.len() == 2 => match kind(&f.args[0], inputs, scope) {
             bpchar @ Operand::Bpchar(_) => bpchar,
             _ => Operand::Other,
         },
@@ -236,7 +282,15 @@ fn kind(expr: &Expr, inputs: &[LogicalPlan], catalog: &Catalog) -> Operand {
         Expr::Literal(ScalarValue::Utf8(_) | ScalarValue::Utf8View(_) | ScalarValue::LargeUtf8(_) | ScalarValue::Null, _) | Expr::Placeholder(_) => Operand::Unknown,
         // A choice PostgreSQL types `bpchar` (read unpadded: its rows come
         // from values of several lengths).
-        expr if choices(expr).is_some_and(|values| bpchar_choice(values.into_iter().map(|v| kind(v, inputs, catalog)))) => Operand::Bpchar(0),
+        expr if choices(expr).is_some_and(|values| bpchar_choice(values.into_iter().map(|v| kind(v, inputs, scope)))) => Operand::Bpchar(0),
+        _ => Operand::Other,
+    }
+}
+
+fn operand_of(declared: Option<&SqlType>) -> Operand {
+    match declared {
+        Some(SqlType::Char { length }) => Operand::Bpchar(*length),
+        Some(SqlType::Varchar { .. }) => Operand::Varchar,
         _ => Operand::Other,
     }
 }

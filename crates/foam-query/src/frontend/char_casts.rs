@@ -11,6 +11,7 @@
 //!   x::char                                ─▶  foam_char(CAST(x AS TEXT), 1)
 //!   x::bpchar                              ─▶  foam_char(CAST(x AS TEXT), NULL)
 //!   x::varchar(n)   x::character varying(n) ─▶  foam_varchar(CAST(x AS TEXT), n)
+//!   x::varchar      x::character varying    ─▶  foam_varchar(CAST(x AS TEXT), NULL)
 //!   x::name                                ─▶  CAST(x AS TEXT)
 //! ```
 //!
@@ -20,6 +21,10 @@
 //! compares it as one. `foam_varchar` cuts to n characters, and is read
 //! as a VARCHAR. Both are what an explicit cast does in PostgreSQL: it
 //! cuts silently, where storing too long a value in a column is 22001.
+//! `::bpchar` drops trailing blanks too (PostgreSQL keeps them in the
+//! value it prints, and ignores them in comparisons, as FoamDB does). A
+//! CREATE or ALTER TABLE is left as written: its defaults are stored as
+//! text and rewritten in the INSERT that uses them.
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -40,6 +45,11 @@ pub const VARCHAR_CAST: &str = "foam_varchar";
 /// `statement` with its casts to character types written as PostgreSQL's
 /// (see the module documentation).
 pub fn rewrite(statement: &mut Statement) {
+    // A column default is kept as written (pg_dump's `'N'::bpchar`) and
+    // rewritten where an INSERT uses it.
+    if matches!(statement, Statement::CreateTable(_) | Statement::AlterTable(_)) {
+        return;
+    }
     let _ = statement.visit(&mut Casts);
 }
 
@@ -67,6 +77,9 @@ impl VisitorMut for Casts {
             DataType::Varchar(Some(CharacterLength::IntegerLength { length, .. }))
             | DataType::CharacterVarying(Some(CharacterLength::IntegerLength { length, .. }))
             | DataType::CharVarying(Some(CharacterLength::IntegerLength { length, .. })) => call(VARCHAR_CAST, vec![text(), number(*length)], Vec::new()),
+            DataType::Varchar(None) | DataType::CharacterVarying(None) | DataType::CharVarying(None) => {
+                call(VARCHAR_CAST, vec![text(), Expr::value(Value::Null)], Vec::new())
+            }
             DataType::Custom(name, modifiers) if modifiers.is_empty() && name.0.len() == 1 => {
                 let Some(ident) = name.0[0].as_ident() else { return ControlFlow::Continue(()) };
                 if ident.quote_style.is_some() {
@@ -129,6 +142,13 @@ impl ScalarUDFImpl for CharacterCast {
             ColumnarValue::Scalar(value) if value.is_null() => None,
             other => return exec_err!("{}: the length is not a constant integer: {other:?}", self.name),
         };
+        if let ColumnarValue::Scalar(value) = &args.args[0] {
+            let text = match value.cast_to(&ArrowType::Utf8)? {
+                ScalarValue::Utf8(text) => text,
+                _ => None,
+            };
+            return Ok(ColumnarValue::Scalar(ScalarValue::Utf8(text.map(|t| self.cut(&t, length).to_string()))));
+        }
         let values = args.args[0].to_array(args.number_rows)?;
         let values = datafusion::arrow::compute::cast(&values, &ArrowType::Utf8)?;
         let values = values.as_string::<i32>();
@@ -136,19 +156,20 @@ impl ScalarUDFImpl for CharacterCast {
         for value in values.iter() {
             match value {
                 None => out.append_null(),
-                Some(value) => {
-                    let cut = match length {
-                        Some(n) => value.char_indices().nth(n).map_or(value, |(at, _)| &value[..at]),
-                        None => value,
-                    };
-                    out.append_value(if self.trim { cut.trim_end_matches(' ') } else { cut });
-                }
+                Some(value) => out.append_value(self.cut(value, length)),
             }
         }
-        let array = Arc::new(out.finish());
-        Ok(match &args.args[0] {
-            ColumnarValue::Scalar(_) => ColumnarValue::Scalar(ScalarValue::try_from_array(array.as_ref(), 0)?),
-            ColumnarValue::Array(_) => ColumnarValue::Array(array),
-        })
+        Ok(ColumnarValue::Array(Arc::new(out.finish())))
+    }
+}
+
+impl CharacterCast {
+    /// `value` cut to `length` characters, its trailing blanks dropped for a CHAR.
+    fn cut<'v>(&self, value: &'v str, length: Option<usize>) -> &'v str {
+        let cut = match length {
+            Some(n) => value.char_indices().nth(n).map_or(value, |(at, _)| &value[..at]),
+            None => value,
+        };
+        if self.trim { cut.trim_end_matches(' ') } else { cut }
     }
 }

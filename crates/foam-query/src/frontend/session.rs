@@ -1720,6 +1720,7 @@ impl FoamSession {
         let mut probe = crate::frontend::modify::parse_query(&format!("SELECT CAST(({default}) AS {})", sql_type.cast_name()))?;
         crate::frontend::numeric_literals::rewrite(&mut probe);
         crate::frontend::datetime_literals::rewrite(&mut probe)?;
+        crate::frontend::char_casts::rewrite(&mut probe);
         crate::frontend::sequence_ddl::names_as_text(&mut probe);
         self.plan(&probe).await
     }

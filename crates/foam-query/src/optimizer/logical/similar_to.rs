@@ -261,7 +261,7 @@ pub fn similar_to_regex(pattern: &str, escape: Option<char>) -> Result<String, F
 /// ASCII only), as Rust class items.
 const POSIX_CLASSES: &[(&str, &str)] = &[
     ("[:alpha:]", "\\p{Alphabetic}"),
-    ("[:alnum:]", "\\p{Alphabetic}0-9"),
+    ("[:alnum:]", "\\p{Alphabetic}\\p{Nd}"),
     ("[:upper:]", "\\p{Uppercase}"),
     ("[:lower:]", "\\p{Lowercase}"),
 ];
@@ -288,7 +288,13 @@ fn escaped(c: char) -> String {
     match c {
         'd' => "[0-9]".into(),
         'D' => "[^0-9]".into(),
-        's' | 'S' | 'w' | 'W' | 'x' | 'u' | 'U' | 'A' => format!("\\{c}"),
+        // PostgreSQL's blanks are ASCII's; its word characters letters,
+        // digits and `_` (Rust's \s and \w take more).
+        's' => "[\\t\\n\\x0B\\x0C\\r ]".into(),
+        'S' => "[^\\t\\n\\x0B\\x0C\\r ]".into(),
+        'w' => "[\\p{Alphabetic}\\p{Nd}_]".into(),
+        'W' => "[^\\p{Alphabetic}\\p{Nd}_]".into(),
+        'x' | 'u' | 'U' | 'A' => format!("\\{c}"),
         'n' => "\\n".into(),
         't' => "\\t".into(),
         'r' => "\\r".into(),
