@@ -12,6 +12,7 @@ pub mod column_defaults;
 pub mod copy_statement;
 pub mod cursors;
 pub mod datetime_literals;
+pub mod function_tables;
 pub mod ddl;
 pub mod explain;
 pub mod grouping_sets;
