@@ -9,7 +9,8 @@
 //! wrappers hand DataFusion's functions each timestamp bound at
 //! nanoseconds, and a date beside a timestamp bound as its midnight (as
 //! PostgreSQL picks its timestamp series); a bound past nanoseconds'
-//! range (1677 to 2262) is 22008.
+//! range (1677 to 2262) is 22008, and a timestamptz bound beside a date or
+//! timestamp is refused (0A000: DataFusion would read both in one zone).
 
 use std::sync::Arc;
 
@@ -39,8 +40,26 @@ impl TableFunctionImpl for Series {
 /// `exprs` with each literal timestamp among the two bounds at
 /// nanoseconds, and a date bound beside one as a timestamp.
 fn nanosecond_bounds(exprs: &[Expr]) -> Result<Vec<Expr>> {
-    let is_timestamp = |e: &Expr| matches!(e, Expr::Literal(value, _) if matches!(value.data_type(), datafusion::arrow::datatypes::DataType::Timestamp(..)));
+    use datafusion::arrow::datatypes::DataType;
+    let is_timestamp = |e: &Expr| matches!(e, Expr::Literal(value, _) if matches!(value.data_type(), DataType::Timestamp(..)));
     let timestamps = exprs.iter().take(2).any(is_timestamp);
+    // DataFusion reads both bounds in the first one's zone: a timestamptz
+    // beside a date or timestamp (which PostgreSQL reads in the session's
+    // zone) would give other rows.
+    let zoned = |e: &Expr| match e {
+        Expr::Literal(value, _) if !value.is_null() => match value.data_type() {
+            DataType::Timestamp(_, zone) => Some(zone.is_some()),
+            DataType::Date32 => Some(false),
+            _ => None,
+        },
+        _ => None,
+    };
+    if let [first, second, ..] = exprs
+        && let (Some(a), Some(b)) = (zoned(first), zoned(second))
+        && a != b
+    {
+        return Err(FoamError::FeatureNotSupported { feature: "generate_series between a timestamptz and a date or timestamp (cast both bounds to one type)".into() }.into());
+    }
     let mut out = exprs.to_vec();
     for bound in out.iter_mut().take(2) {
         let Expr::Literal(value, metadata) = bound else { continue };

@@ -33,7 +33,7 @@ use datafusion::arrow::array::{Array, AsArray, StringBuilder};
 use datafusion::arrow::datatypes::DataType as ArrowType;
 use datafusion::common::{Result, ScalarValue, exec_err};
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
-use datafusion::sql::sqlparser::ast::{CharacterLength, DataType, Expr, Statement, Value, VisitMut, VisitorMut};
+use datafusion::sql::sqlparser::ast::{CastKind, CharacterLength, DataType, Expr, Statement, Value, VisitMut, VisitorMut};
 
 use crate::frontend::array_subquery::call;
 
@@ -59,9 +59,11 @@ impl VisitorMut for Casts {
     type Break = ();
 
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
-        let Expr::Cast { expr: value, data_type, .. } = expr else { return ControlFlow::Continue(()) };
+        // TRY_CAST (DataFusion's) is left as written: its NULL for a value
+        // that does not convert would become an error.
+        let Expr::Cast { kind: CastKind::Cast | CastKind::DoubleColon, expr: value, data_type, .. } = expr else { return ControlFlow::Continue(()) };
         let text = || Expr::Cast {
-            kind: datafusion::sql::sqlparser::ast::CastKind::Cast,
+            kind: CastKind::Cast,
             expr: value.clone(),
             data_type: DataType::Text,
             array: false,

@@ -1,23 +1,23 @@
 //! A set-returning function in FROM names its one column as PostgreSQL
 //! does: after the table alias, so `SELECT g FROM generate_series(1, 3) g`
 //! and `SELECT d::date FROM generate_series(..., INTERVAL '1 day') d` read
-//! the series, and `unnest` without an alias names it `unnest`. DataFusion
-//! named the column `value` (`"UNNEST(...)"` for unnest) whatever the
-//! alias, so both failed with "No field named g".
+//! the series. DataFusion named the column `value` (`"UNNEST(...)"` for
+//! unnest) whatever the alias, so both failed with "No field named g".
 //!
 //! ```text
 //!   generate_series(...) g   range(...) g   unnest(a) u   ─▶  ... g (g), u (u)
-//!   unnest(a)                                             ─▶  unnest(a) AS unnest (unnest)
 //! ```
 //!
-//! Without an alias, `generate_series` keeps DataFusion's `value` (which
-//! FoamDB's examples and tests read), where PostgreSQL names the column
-//! `generate_series`. An alias with its own column names, `WITH
-//! ORDINALITY` and an unnest of several arrays are left as written.
+//! Without an alias the names stay DataFusion's: `generate_series` keeps
+//! `value` (which FoamDB's examples and tests read) and `unnest` its
+//! expression, where PostgreSQL names the column after the function (an
+//! unnest of a struct, DataFusion's, has several columns). An alias with
+//! its own column names, `WITH ORDINALITY` and an unnest of several
+//! arrays are left as written.
 
 use std::ops::ControlFlow;
 
-use datafusion::sql::sqlparser::ast::{Ident, Statement, TableAlias, TableAliasColumnDef, TableFactor, VisitMut, VisitorMut};
+use datafusion::sql::sqlparser::ast::{Ident, Statement, TableAliasColumnDef, TableFactor, VisitMut, VisitorMut};
 
 /// The table functions of one column named by their alias.
 const SERIES_FUNCTIONS: [&str; 2] = ["generate_series", "range"];
@@ -41,14 +41,11 @@ impl VisitorMut for Columns {
             {
                 alias.columns = vec![column(&alias.name)];
             }
-            TableFactor::UNNEST { alias, array_exprs, with_offset: false, with_ordinality: false, .. } if array_exprs.len() == 1 => match alias {
-                Some(alias) if alias.columns.is_empty() => alias.columns = vec![column(&alias.name)],
-                Some(_) => {}
-                None => {
-                    let name = Ident::new("unnest");
-                    *alias = Some(TableAlias { explicit: true, columns: vec![column(&name)], name, at: None });
-                }
-            },
+            TableFactor::UNNEST { alias: Some(alias), array_exprs, with_offset: false, with_ordinality: false, .. }
+                if array_exprs.len() == 1 && alias.columns.is_empty() =>
+            {
+                alias.columns = vec![column(&alias.name)];
+            }
             _ => {}
         }
         ControlFlow::Continue(())

@@ -288,10 +288,11 @@ fn escaped(c: char) -> String {
     match c {
         'd' => "[0-9]".into(),
         'D' => "[^0-9]".into(),
-        // PostgreSQL's blanks are ASCII's; its word characters letters,
-        // digits and `_` (Rust's \s and \w take more).
-        's' => "[\\t\\n\\x0B\\x0C\\r ]".into(),
-        'S' => "[^\\t\\n\\x0B\\x0C\\r ]".into(),
+        // PostgreSQL's blanks are Unicode's but for four no-break and
+        // next-line characters; its word characters letters, digits and
+        // `_` (Rust's \s and \w take more).
+        's' => "[\\p{White_Space}&&[^\\x{85}\\x{A0}\\x{2007}\\x{202F}]]".into(),
+        'S' => "[[^\\p{White_Space}]\\x{85}\\x{A0}\\x{2007}\\x{202F}]".into(),
         'w' => "[\\p{Alphabetic}\\p{Nd}_]".into(),
         'W' => "[^\\p{Alphabetic}\\p{Nd}_]".into(),
         'x' | 'u' | 'U' | 'A' => format!("\\{c}"),
@@ -370,6 +371,10 @@ mod tests {
             ("\u{e9}1", "[[:alnum:]]+", true),
             ("1", "[^[:alpha:]]", true),
             ("a b", "a\\sb", true),
+            ("a\u{3000}b", "a\\sb", true),
+            ("a\u{a0}b", "a\\sb", false),
+            ("a\u{2003}b", "a\\Sb", false),
+            ("a\u{a0}b", "a\\Sb", true),
         ];
         for (value, pattern, expected) in cases {
             let escape = if pattern.contains('#') { Some('#') } else { None };
