@@ -131,6 +131,8 @@ fn casts_to_char(plan: &LogicalPlan) -> bool {
 /// `bpchar` where one is.
 fn operands(expr: Expr, inputs: &[LogicalPlan], scope: &Scope) -> Result<Transformed<Expr>> {
     let kind = |e: &Expr| kind(e, inputs, scope);
+    // A value beside a CHAR, read as a `bpchar` if it takes the CHAR's type.
+    let beside_bpchar = |value: Expr| if matches!(kind(&value), Operand::Unknown | Operand::Varchar) { trimmed(value) } else { value };
     let (expr, results_trimmed) = bpchar_results(expr, &kind);
     let rewritten = match expr {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) if is_comparison(op) => match (kind(&left), kind(&right)) {
@@ -151,18 +153,15 @@ fn operands(expr: Expr, inputs: &[LogicalPlan], scope: &Scope) -> Result<Transfo
             _ => Transformed::no(Expr::SimilarTo(like)),
         },
         Expr::InList(InList { expr, list, negated }) if matches!(kind(&expr), Operand::Bpchar(_)) => {
-            let list = list.into_iter().map(|item| if matches!(kind(&item), Operand::Unknown | Operand::Varchar) { trimmed(item) } else { item }).collect();
+            let list = list.into_iter().map(beside_bpchar).collect();
             Transformed::yes(Expr::InList(InList { expr, list, negated }))
         }
         Expr::Between(Between { expr, negated, low, high }) if matches!(kind(&expr), Operand::Bpchar(_)) => {
-            let bound = |b: Box<Expr>| if matches!(kind(&b), Operand::Unknown | Operand::Varchar) { Box::new(trimmed(*b)) } else { b };
-            Transformed::yes(Expr::Between(Between { expr, negated, low: bound(low), high: bound(high) }))
+            let (low, high) = (Box::new(beside_bpchar(*low)), Box::new(beside_bpchar(*high)));
+            Transformed::yes(Expr::Between(Between { expr, negated, low, high }))
         }
         Expr::Case(Case { expr: Some(operand), when_then_expr, else_expr }) if matches!(kind(&operand), Operand::Bpchar(_)) => {
-            let when_then_expr = when_then_expr
-                .into_iter()
-                .map(|(when, then)| if matches!(kind(&when), Operand::Unknown | Operand::Varchar) { (Box::new(trimmed(*when)), then) } else { (when, then) })
-                .collect();
+            let when_then_expr = when_then_expr.into_iter().map(|(when, then)| (Box::new(beside_bpchar(*when)), then)).collect();
             Transformed::yes(Expr::Case(Case { expr: Some(operand), when_then_expr, else_expr }))
         }
         Expr::ScalarFunction(ScalarFunction { func, args }) if reads_padded(func.name()) && args.iter().any(|a| matches!(kind(a), Operand::Bpchar(_))) => {
@@ -178,21 +177,13 @@ fn operands(expr: Expr, inputs: &[LogicalPlan], scope: &Scope) -> Result<Transfo
                 .collect();
             Transformed::yes(Expr::ScalarFunction(ScalarFunction { func, args }))
         }
-        Expr::ScalarFunction(ScalarFunction { func, mut args }) if func.name() == "nullif" && args.len() == 2 => match (kind(&args[0]), kind(&args[1])) {
-            (Operand::Bpchar(_), Operand::Unknown | Operand::Varchar) => {
-                let value = args.pop().expect("two arguments");
-                args.push(trimmed(value));
-                Transformed::yes(Expr::ScalarFunction(ScalarFunction { func, args }))
-            }
-            _ => Transformed::no(Expr::ScalarFunction(ScalarFunction { func, args })),
-        },
+        Expr::ScalarFunction(ScalarFunction { func, mut args }) if func.name() == "nullif" && args.len() == 2 && matches!(kind(&args[0]), Operand::Bpchar(_)) => {
+            let value = args.pop().expect("two arguments");
+            args.push(beside_bpchar(value));
+            Transformed::yes(Expr::ScalarFunction(ScalarFunction { func, args }))
+        }
         Expr::InSubquery(InSubquery { expr, mut subquery, negated }) => {
-            let inner = match declared(&subquery.subquery, 0, scope.catalog) {
-                Some(SqlType::Char { length }) => Operand::Bpchar(length),
-                Some(SqlType::Varchar { .. }) => Operand::Varchar,
-                _ => Operand::Other,
-            };
-            match (kind(&expr), inner) {
+            match (kind(&expr), operand_of(declared(&subquery.subquery, 0, scope.catalog).as_ref())) {
                 (Operand::Bpchar(_), Operand::Varchar) => {
                     subquery.subquery = Arc::new(trimmed_first_column(&subquery.subquery)?);
                     Transformed::yes(Expr::InSubquery(InSubquery { expr, subquery, negated }))

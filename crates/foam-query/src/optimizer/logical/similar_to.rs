@@ -22,7 +22,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, StringBuilder};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringBuilder};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::Transformed;
@@ -110,43 +110,35 @@ impl ScalarUDFImpl for SimilarToRegex {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let rows = args.number_rows;
-        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
-        let text = |array: &ArrayRef, row: usize| -> Result<Option<String>> {
-            let value = ScalarValue::try_from_array(array, row)?;
-            Ok(match value {
-                ScalarValue::Utf8(v) | ScalarValue::Utf8View(v) | ScalarValue::LargeUtf8(v) => v,
-                _ => None,
-            })
-        };
+        // Each argument as one Utf8 array (the signature takes strings only).
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?
+            .iter()
+            .map(|array| datafusion::arrow::compute::cast(array, &DataType::Utf8))
+            .collect::<std::result::Result<Vec<ArrayRef>, _>>()?;
+        let patterns = arrays[0].as_string::<i32>();
+        let escapes = arrays.get(1).map(|escapes| escapes.as_string::<i32>());
         let mut out = StringBuilder::with_capacity(rows, rows * 16);
         for row in 0..rows {
-            let Some(pattern) = text(&arrays[0], row)? else {
+            if patterns.is_null(row) {
                 out.append_null();
                 continue;
-            };
-            let escape = match arrays.get(1) {
-                Some(escape) => match text(escape, row)? {
-                    None => {
-                        out.append_null();
-                        continue;
-                    }
-                    Some(escape) => {
-                        let mut chars = escape.chars();
-                        match (chars.next(), chars.next()) {
-                            (Some(e), None) => Some(e),
-                            _ => {
-                                return Err(FoamError::Query {
-                                    message: "invalid escape string".into(),
-                                    sqlstate: SqlState::InvalidEscapeSequence,
-                                }
-                                .into());
-                            }
-                        }
-                    }
-                },
+            }
+            let escape = match escapes.map(|escapes| (!escapes.is_null(row)).then(|| escapes.value(row))) {
                 None => None,
+                // A NULL escape makes the pattern NULL.
+                Some(None) => {
+                    out.append_null();
+                    continue;
+                }
+                Some(Some(escape)) => {
+                    let mut chars = escape.chars();
+                    match (chars.next(), chars.next()) {
+                        (Some(e), None) => Some(e),
+                        _ => return Err(FoamError::Query { message: "invalid escape string".into(), sqlstate: SqlState::InvalidEscapeSequence }.into()),
+                    }
+                }
             };
-            out.append_value(similar_to_regex(&pattern, escape)?);
+            out.append_value(similar_to_regex(patterns.value(row), escape)?);
         }
         Ok(ColumnarValue::Array(Arc::new(out.finish())))
     }
