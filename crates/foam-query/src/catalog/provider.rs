@@ -97,17 +97,7 @@ impl SchemaProvider for FoamSchemaProvider {
             // The stored query is the statement as the session rewrote it,
             // which calls FoamDB's functions by name (`foam_at_time_zone`,
             // `foam_char`, `age`).
-            for udf in crate::optimizer::worker_udfs() {
-                ctx.register_udf(udf);
-            }
-            for udaf in crate::optimizer::worker_udafs() {
-                ctx.register_udaf(udaf);
-            }
-            ctx.register_udaf(crate::frontend::scalar_subquery::SingleValue::udaf());
-            ctx.register_udf(crate::frontend::scalar_subquery::OneValue::udf());
-            for (name, function) in crate::exec::series::table_functions() {
-                ctx.register_udtf(name, function);
-            }
+            crate::optimizer::register_statement_functions(&ctx);
             let plan = ctx.state().create_logical_plan(&view.query_sql).await?;
             let plan = crate::frontend::bpchar_operands::rewrite(plan, &catalog)?;
             return Ok(Some(Arc::new(ViewTable::new(plan, Some(view.query_sql.clone())))));

@@ -554,29 +554,11 @@ impl FoamSession {
         for udf in crate::frontend::pg_access::udfs(&node, user, &role, insecure) {
             ctx.register_udf(udf);
         }
-        ctx.register_udf(crate::catalog::functions::version_udf());
-        for udf in crate::exec::datetime_format::udfs() {
-            ctx.register_udf(udf);
-        }
-        ctx.register_udf(crate::exec::age::Age::udf());
-        for udf in crate::frontend::char_casts::udfs() {
-            ctx.register_udf(udf);
-        }
-        for (name, function) in crate::exec::series::table_functions() {
-            ctx.register_udtf(name, function);
-        }
-        ctx.register_udaf(crate::frontend::scalar_subquery::SingleValue::udaf());
-        for udaf in crate::optimizer::worker_udafs() {
-            ctx.register_udaf(udaf);
-        }
-        ctx.register_udf(crate::frontend::scalar_subquery::OneValue::udf());
+        crate::optimizer::register_statement_functions(&ctx);
         for udf in crate::catalog::functions::catalog_inquiry_udfs() {
             ctx.register_udf(udf);
         }
         ctx.register_udf(crate::frontend::setting_functions::set_config_of_rows_udf());
-        ctx.register_udf(crate::frontend::setting_functions::unknown_setting_udf());
-        ctx.register_udf(crate::exec::json_build::json_build_object_udf());
-        ctx.register_udf(crate::exec::at_time_zone::at_time_zone_udf());
         for udf in crate::catalog::pg_keys::definition_udfs(node.clone()) {
             ctx.register_udf(udf);
         }

@@ -139,6 +139,25 @@ pub fn add_sql_planners(builder: &mut datafusion::execution::SessionStateBuilder
     builder.expr_planners().get_or_insert_with(Vec::new).extend(planners);
 }
 
+/// Registers in `ctx` what a statement, as the session rewrote it, calls
+/// by name: [`worker_udfs`] and [`worker_udafs`], the scalar-subquery
+/// pair and the series table functions. Sessions register these, and so
+/// does the context that plans a view (whose stored query is such a
+/// statement).
+pub fn register_statement_functions(ctx: &datafusion::prelude::SessionContext) {
+    for udf in worker_udfs() {
+        ctx.register_udf(udf);
+    }
+    for udaf in worker_udafs() {
+        ctx.register_udaf(udaf);
+    }
+    ctx.register_udaf(crate::frontend::scalar_subquery::SingleValue::udaf());
+    ctx.register_udf(crate::frontend::scalar_subquery::OneValue::udf());
+    for (name, function) in crate::exec::series::table_functions() {
+        ctx.register_udtf(name, function);
+    }
+}
+
 /// The functions FoamDB's rewrites put into plans (routed shuffles, rewritten
 /// `LIKE` filters and counted rows call them in the stages workers run), and
 /// those it defines in place of DataFusion's (`version()`; `to_char`,
