@@ -33,7 +33,7 @@ pub fn copy_out_response(schema: SchemaRef, stream: SendableRecordBatchStream, o
     let binary = options.format == CopyFormat::Binary;
     let format = if binary { Format::UnifiedBinary } else { Format::UnifiedText };
     let shown = foam_query::frontend::select_names::client_schema(&schema);
-    let fields = Arc::new(arrow_schema_to_pg_fields(&shown, &format, None)?);
+    let fields = Arc::new(arrow_schema_to_pg_fields(&crate::text_values::described(&shown), &format, None)?);
     let header = (options.header && !binary).then(|| {
         let names: Vec<Option<&[u8]>> = shown.fields().iter().map(|f| Some(f.name().as_bytes())).collect();
         line(&names, &options)
@@ -68,7 +68,8 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Each row of `batch` as a line of text or CSV.
 fn text_rows(fields: &Arc<Vec<FieldInfo>>, batch: RecordBatch, options: &CopyOptions) -> Vec<PgWireResult<CopyData>> {
-    encode_recordbatch(fields.clone(), crate::text_values::postgres_text(batch, fields))
+    let (batch, encode_fields) = crate::text_values::postgres_text(batch, fields);
+    encode_recordbatch(encode_fields, batch)
         .map(|row| {
             let row = row?;
             let values = data_row_values(&row.data, row.field_count as usize);

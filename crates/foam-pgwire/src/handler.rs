@@ -256,7 +256,10 @@ fn rows_response<C: ClientInfo>(
         .map(move |batch| {
             let _ = &running;
             let rows: Box<dyn Iterator<Item = PgWireResult<pgwire::messages::data::DataRow>> + Send + Sync> = match batch {
-                Ok(batch) => encode_recordbatch(row_fields.clone(), crate::text_values::postgres_text(batch, &row_fields)),
+                Ok(batch) => {
+                    let (batch, encode_fields) = crate::text_values::postgres_text(batch, &row_fields);
+                    encode_recordbatch(encode_fields, batch)
+                }
                 Err(error) => Box::new(std::iter::once(Err(user_error(&FoamError::from(error))))),
             };
             futures::stream::iter(rows)
@@ -272,7 +275,7 @@ fn rows_response<C: ClientInfo>(
 /// prints them.
 fn pg_fields(schema: &datafusion::arrow::datatypes::Schema, format: &Format, options: Option<Arc<FormatOptions>>) -> PgWireResult<Vec<FieldInfo>> {
     use foam_query::frontend::char_columns::marked_width;
-    let mut fields = arrow_schema_to_pg_fields(&foam_query::frontend::select_names::client_schema(schema), format, options)?;
+    let mut fields = arrow_schema_to_pg_fields(&crate::text_values::described(&foam_query::frontend::select_names::client_schema(schema)), format, options)?;
     for (info, field) in fields.iter_mut().zip(schema.fields()) {
         let marked = match field.metadata().get(foam_query::exec::json_build::PG_TYPE_METADATA).map(String::as_str) {
             Some("json") => Some(Type::JSON),

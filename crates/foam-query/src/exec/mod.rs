@@ -12,6 +12,7 @@ pub mod function_values;
 pub mod interval_scale;
 pub mod json_build;
 pub mod panic_safe;
+pub mod pg_text;
 pub mod replica_join;
 pub mod route;
 pub mod scan;

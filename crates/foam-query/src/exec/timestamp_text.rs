@@ -1,23 +1,13 @@
 //! Timestamps as PostgreSQL writes them as text: `2024-01-01 10:30:00`, a
 //! fraction of a second only when there is one (`.5`), `BC` before year 1,
 //! and a `timestamptz` in the zone its Arrow type names (the session's)
-//! with its offset (`-05`, `+05:30`). The protocol layer prints result
-//! columns with these; `foam_timestamp_text` is the cast to text
-//! (`'...'::timestamptz::text`, `t || ''`), where Arrow's cast writes ISO
-//! 8601 (`2024-01-01T10:30:00-05:00`).
-
-use std::sync::Arc;
+//! with its offset (`-05`, `+05:30`), where Arrow's cast writes ISO 8601
+//! (`2024-01-01T10:30:00-05:00`). `exec/pg_text.rs` prints timestamps with
+//! these, in result columns and in casts to text.
 
 use arrow::array::{Array, ArrayRef, AsArray, StringArray};
 use arrow::datatypes::{DataType, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType};
 use chrono::{Datelike, NaiveDateTime, Timelike};
-use datafusion::common::{DataFusionError, Result};
-use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
-
-use crate::exec::function_values::per_value;
-
-/// The function the cast to text calls; workers register it (`worker_udfs`).
-pub const TIMESTAMP_TEXT: &str = "foam_timestamp_text";
 
 /// The fraction of a second, `.5` for half, empty for none; nanoseconds
 /// round to microseconds, PostgreSQL's precision.
@@ -85,46 +75,10 @@ pub fn timestamps_as_text(column: &ArrayRef) -> Option<StringArray> {
     }
 }
 
-/// `foam_timestamp_text(t)`: the timestamp `t` as PostgreSQL's text.
-#[derive(Debug, PartialEq, Eq, Hash)]
-pub struct TimestampText {
-    signature: Signature,
-}
-
-impl TimestampText {
-    pub fn udf() -> ScalarUDF {
-        ScalarUDF::new_from_impl(TimestampText { signature: Signature::any(1, Volatility::Immutable) })
-    }
-}
-
-impl ScalarUDFImpl for TimestampText {
-    fn name(&self) -> &str {
-        TIMESTAMP_TEXT
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
-        match arg_types {
-            [DataType::Timestamp(..)] => Ok(DataType::Utf8),
-            _ => Err(DataFusionError::Internal(format!("{TIMESTAMP_TEXT} takes a timestamp, not {arg_types:?}"))),
-        }
-    }
-
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let [value] = args.args.as_slice() else { return Err(DataFusionError::Internal(format!("{TIMESTAMP_TEXT} takes one argument"))) };
-        per_value(value, args.number_rows, |times| {
-            let text = timestamps_as_text(times).ok_or_else(|| DataFusionError::Internal(format!("{TIMESTAMP_TEXT} of {}", times.data_type())))?;
-            Ok(Arc::new(text) as ArrayRef)
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     #[test]
     fn timestamps_with_time_zone_show_their_offset() {

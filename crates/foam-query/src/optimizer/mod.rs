@@ -169,7 +169,7 @@ pub fn worker_udfs() -> Vec<ScalarUDF> {
         logical::pg_casts::RoundForInt::udf(),
         logical::pg_casts::NumericOfFloat::udf(),
         logical::text_casts::DatetimeOfText::udf(),
-        crate::exec::timestamp_text::TimestampText::udf(),
+        crate::exec::pg_text::PgText::udf(),
         crate::exec::json_build::json_build_object_udf(),
         crate::exec::at_time_zone::at_time_zone_udf(),
         crate::frontend::setting_functions::unknown_setting_udf(),

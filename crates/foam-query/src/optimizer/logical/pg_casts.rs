@@ -1,6 +1,6 @@
 //! PostgreSQL's rounding for casts to integer and numeric types, its
 //! `timestamptz::timestamp` (local time, not UTC's) and its text of a
-//! timestamp (`exec/timestamp_text.rs`).
+//! timestamp, a float, an interval or an array (`exec/pg_text.rs`).
 //!
 //! To an integer type PostgreSQL rounds:
 //! a numeric half away from zero (`CAST(2.5 AS INT)` is 3, `-2.5` gives -3),
@@ -28,7 +28,7 @@
 //!   CAST(x AS DECIMAL(p,s))   ─▶  foam_numeric_of_float(x, NULL::DECIMAL(p,s))   x: FLOAT
 //!   CAST(x AS TIMESTAMP)      ─▶  CAST(to_local_time(x) AS TIMESTAMP)     x: TIMESTAMPTZ
 //!   CAST(x AS TIMESTAMPTZ z)  ─▶  CAST(foam_at_time_zone(x, session) AS TIMESTAMPTZ z)   x: TIMESTAMP or DATE, session not UTC
-//!   CAST(x AS TEXT)           ─▶  foam_timestamp_text(x)                  x: TIMESTAMP[TZ]
+//!   CAST(x AS TEXT)           ─▶  foam_pg_text(x)                         x: TIMESTAMP[TZ], FLOAT, INTERVAL, array, ...
 //! ```
 
 use std::sync::Arc;
@@ -105,9 +105,12 @@ fn postgres_cast(expr: Expr, schema: &DFSchema, zone: Option<&str>) -> Result<Tr
         let text = Expr::ScalarFunction(ScalarFunction::new_udf(datafusion::functions_nested::string::array_to_string_udf(), vec![*inner, space]));
         return Ok(Transformed::yes(Expr::Cast(Cast { expr: Box::new(text), field })));
     }
-    // A timestamp made text is PostgreSQL's text, not Arrow's ISO 8601.
-    if let (DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8, Ok(DataType::Timestamp(..))) = (field.data_type(), &inner_type) {
-        let text = Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(crate::exec::timestamp_text::TimestampText::udf()), vec![*inner]));
+    // A timestamp, float, interval or array made text is PostgreSQL's
+    // text (`2024-01-01 10:00:00`, `1e+20`, `1 day`, `{1,2}`), not Arrow's.
+    if let (DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8, Ok(source)) = (field.data_type(), &inner_type)
+        && crate::exec::pg_text::has_own_text(source)
+    {
+        let text = Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(crate::exec::pg_text::PgText::udf()), vec![*inner]));
         return Ok(Transformed::yes(if field.data_type() == &DataType::Utf8 { text } else { Expr::Cast(Cast { expr: Box::new(text), field }) }));
     }
     // A timestamptz made a timestamp is its local time in the zone it is
