@@ -17,7 +17,7 @@
 use std::collections::HashSet;
 use std::ops::ControlFlow;
 
-use datafusion::sql::sqlparser::ast::{Expr, Ident, OrderBy, OrderByKind, Query, Select, SelectItem, SetExpr, Statement, VisitMut, VisitorMut};
+use datafusion::sql::sqlparser::ast::{AccessExpr, Expr, Ident, OrderBy, OrderByKind, Query, Select, SelectItem, SetExpr, Statement, VisitMut, VisitorMut};
 
 /// Marks a repeated column name made unique: `a`, `a\u{1f}2`. The unit
 /// separator does not occur in names clients write.
@@ -167,35 +167,57 @@ pub fn mark_every_item(statement: &mut Statement) {
 
 /// The column name PostgreSQL gives a select item of this expression.
 fn postgres_name(expr: &Expr) -> String {
+    figured_name(expr).map_or_else(|| "?column?".into(), |(name, _)| name)
+}
+
+/// PostgreSQL's `FigureColname`: a name and how strongly it holds (2 for a
+/// column's, a function's or a keyword's name, 1 for a type's, which an
+/// outer cast or CASE replaces); `None` for none (`?column?`).
+fn figured_name(expr: &Expr) -> Option<(String, u8)> {
+    let strong = |name: &str| Some((name.to_string(), 2));
     match expr {
-        Expr::Nested(inner) => postgres_name(inner),
-        Expr::Exists { .. } => "exists".into(),
+        Expr::Nested(inner) | Expr::Collate { expr: inner, .. } => figured_name(inner),
+        Expr::Exists { .. } => strong("exists"),
         Expr::Subquery(query) => match query.body.as_ref() {
             SetExpr::Select(select) if select.projection.len() == 1 => match &select.projection[0] {
-                SelectItem::ExprWithAlias { alias, .. } => alias.value.clone(),
-                SelectItem::UnnamedExpr(inner) => postgres_name(inner),
-                _ => "?column?".into(),
+                SelectItem::ExprWithAlias { alias, .. } => strong(&alias.value),
+                SelectItem::UnnamedExpr(inner) => strong(&postgres_name(inner)),
+                _ => None,
             },
-            _ => "?column?".into(),
+            _ => None,
         },
-        Expr::Identifier(ident) => ident.value.clone(),
-        Expr::CompoundIdentifier(parts) => parts.last().map_or("?column?".into(), |p| p.value.clone()),
-        Expr::Function(function) => function.name.0.last().and_then(|p| p.as_ident()).map_or("?column?".into(), |p| p.value.to_lowercase()),
-        Expr::Case { .. } => "case".into(),
-        // A cast keeps a column's name; of anything else it is named after
-        // the type.
-        Expr::Cast { expr, data_type, .. } => match expr.as_ref() {
-            Expr::Identifier(_) | Expr::CompoundIdentifier(_) | Expr::Nested(_) | Expr::Function(_) | Expr::Cast { .. } => postgres_name(expr),
-            _ => postgres_type_name(&data_type.to_string()),
+        Expr::Identifier(ident) => strong(&ident.value),
+        Expr::CompoundIdentifier(parts) => parts.last().and_then(|p| strong(&p.value)),
+        // `x[1]` is x's name, `(x).f` the field's.
+        Expr::CompoundFieldAccess { root, access_chain } => match access_chain.iter().rev().find_map(|access| match access {
+            AccessExpr::Dot(Expr::Identifier(field)) => Some(field.value.clone()),
+            _ => None,
+        }) {
+            Some(field) => strong(&field),
+            None => figured_name(root),
         },
-        Expr::Array(_) => "array".into(),
-        Expr::Extract { .. } => "extract".into(),
-        Expr::Substring { .. } => "substring".into(),
-        Expr::Position { .. } => "position".into(),
-        Expr::Trim { .. } => "btrim".into(),
-        Expr::Ceil { .. } => "ceil".into(),
-        Expr::Floor { .. } => "floor".into(),
-        _ => "?column?".into(),
+        Expr::Function(function) => function.name.0.last().and_then(|p| p.as_ident()).and_then(|p| strong(&p.value.to_lowercase())),
+        // A CASE is named after its ELSE when that has a strong name.
+        Expr::Case { else_result, .. } => match else_result.as_deref().and_then(figured_name) {
+            Some((name, 2)) => Some((name, 2)),
+            _ => Some(("case".into(), 1)),
+        },
+        // A cast keeps a strong name; of anything else it is named after
+        // the type, the outermost cast's.
+        Expr::Cast { expr, data_type, .. } => match figured_name(expr) {
+            Some((name, 2)) => Some((name, 2)),
+            _ => Some((postgres_type_name(&data_type.to_string()), 1)),
+        },
+        Expr::TypedString(typed) => Some((postgres_type_name(&typed.data_type.to_string()), 1)),
+        Expr::Interval(_) => Some(("interval".into(), 1)),
+        Expr::Array(_) => strong("array"),
+        Expr::Extract { .. } => strong("extract"),
+        Expr::Substring { shorthand, .. } => strong(if *shorthand { "substr" } else { "substring" }),
+        Expr::Position { .. } => strong("position"),
+        Expr::Trim { .. } => strong("btrim"),
+        Expr::Ceil { .. } => strong("ceil"),
+        Expr::Floor { .. } => strong("floor"),
+        _ => None,
     }
 }
 
@@ -249,6 +271,25 @@ mod tests {
         );
         assert_eq!(client_column_name(&format!("d{m}2")), "d");
         assert_eq!(client_column_name("d"), "d");
+    }
+
+    // PostgreSQL 15's names for the same items.
+    #[test]
+    fn casts_case_and_typed_literals_are_named_as_postgresql_names_them() {
+        let names = |sql: &str| -> Vec<String> {
+            let statement = Parser::parse_sql(&PostgreSqlDialect {}, sql).unwrap().pop().unwrap();
+            let Statement::Query(query) = statement else { panic!("not a query") };
+            let SetExpr::Select(select) = *query.body else { panic!("not a select") };
+            select.projection.iter().map(|item| match item { SelectItem::UnnamedExpr(expr) => postgres_name(expr), _ => panic!("named") }).collect()
+        };
+        assert_eq!(
+            names("SELECT 1e20::float8::text, ARRAY[1]::text, x::int::text, (1)::int, DATE '2020-01-01', TIMESTAMP '2020-01-01', INTERVAL '1 day', 1::text::int FROM t"),
+            ["text", "array", "x", "int4", "date", "timestamp", "interval", "int4"]
+        );
+        assert_eq!(
+            names("SELECT CASE WHEN a THEN 1 ELSE x END, CASE WHEN a THEN x END, CASE WHEN a THEN 1 ELSE 2::int END, x[1], (x[1])::text, -x FROM t"),
+            ["x", "case", "case", "x", "x", "?column?"]
+        );
     }
 
     #[test]
