@@ -5,6 +5,11 @@
 //! the client as `json` (OID 114, through the [`PG_TYPE_METADATA`] mark on
 //! its field) where a result column is the call itself, so drivers parse it
 //! (SQLAlchemy's reflection reads identity options and collations so).
+//!
+//! `to_json(x)` is one value as JSON, and `json_agg(x)` (written by
+//! `frontend/spellings.rs` as `foam_json_array(array_agg(x))`, its
+//! ORDER BY, DISTINCT and FILTER kept) the values of a group as a JSON
+//! array, `[1, 2]`, NULL for no rows, as PostgreSQL's.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,7 +19,7 @@ use arrow::datatypes::{DataType, Field, FieldRef};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::logical_expr::{ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature, Volatility};
 
-use crate::exec::function_values::answered;
+use crate::exec::function_values::{answered, per_value};
 
 /// The field metadata key that names a result column's PostgreSQL type
 /// where its Arrow type would name another (`json`, `int2vector`,
@@ -74,6 +79,117 @@ impl ScalarUDFImpl for JsonBuildObject {
     }
 }
 
+/// The JSON functions (`json_build_object`, `to_json`, `foam_json_array`);
+/// workers run them too.
+pub fn json_udfs() -> Vec<ScalarUDF> {
+    vec![
+        json_build_object_udf(),
+        ScalarUDF::new_from_impl(ToJson { signature: Signature::any(1, Volatility::Immutable) }),
+        ScalarUDF::new_from_impl(JsonArray { signature: Signature::any(1, Volatility::Immutable) }),
+    ]
+}
+
+/// The name `json_agg` is written with (see the module documentation).
+pub const JSON_ARRAY: &str = "foam_json_array";
+
+/// A result field described as `json`.
+fn json_field(name: &str, nullable: bool) -> FieldRef {
+    let metadata = HashMap::from([(PG_TYPE_METADATA.to_string(), "json".to_string())]);
+    Arc::new(Field::new(name, DataType::Utf8, nullable).with_metadata(metadata))
+}
+
+/// `to_json(x)`: `x` as a JSON value; NULL for NULL.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct ToJson {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for ToJson {
+    fn name(&self) -> &str {
+        "to_json"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn return_field_from_args(&self, _args: ReturnFieldArgs) -> Result<FieldRef> {
+        Ok(json_field(self.name(), true))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let [value] = args.args.as_slice() else { return Err(DataFusionError::Internal("to_json takes one argument".into())) };
+        per_value(value, args.number_rows, |values| {
+            let mut built = StringBuilder::new();
+            for row in 0..values.len() {
+                let value = ScalarValue::try_from_array(values, row)?;
+                built.append_option((!value.is_null()).then(|| json_value(&value)));
+            }
+            Ok(Arc::new(built.finish()) as ArrayRef)
+        })
+    }
+}
+
+/// `foam_json_array(list)`: a list of values as a JSON array, a NULL
+/// element `null`; NULL for a NULL list.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct JsonArray {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for JsonArray {
+    fn name(&self) -> &str {
+        JSON_ARRAY
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn return_field_from_args(&self, _args: ReturnFieldArgs) -> Result<FieldRef> {
+        Ok(json_field("json_agg", true))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let [value] = args.args.as_slice() else { return Err(DataFusionError::Internal(format!("{JSON_ARRAY} takes one argument"))) };
+        per_value(value, args.number_rows, |lists| {
+            let mut built = StringBuilder::new();
+            for row in 0..lists.len() {
+                match ScalarValue::try_from_array(lists, row)? {
+                    value if value.is_null() => built.append_null(),
+                    value => built.append_value(json_elements(&value, ", ", json_value)?),
+                }
+            }
+            Ok(Arc::new(built.finish()) as ArrayRef)
+        })
+    }
+}
+
+/// The elements of the list `value` as a JSON array, each written by
+/// `write` (a NULL one `null`), `separator` between.
+fn json_elements(value: &ScalarValue, separator: &str, write: impl Fn(&ScalarValue) -> String) -> Result<String> {
+    let values = match value {
+        ScalarValue::List(list) => list.value(0),
+        ScalarValue::LargeList(list) => list.value(0),
+        ScalarValue::FixedSizeList(list) => list.value(0),
+        other => return Err(DataFusionError::Internal(format!("a JSON array of {}", other.data_type()))),
+    };
+    let mut elements = Vec::with_capacity(values.len());
+    for i in 0..values.len() {
+        let element = ScalarValue::try_from_array(&values, i)?;
+        elements.push(if element.is_null() { "null".to_string() } else { write(&element) });
+    }
+    Ok(format!("[{}]", elements.join(separator)))
+}
+
 /// A value's text as PostgreSQL's output function writes it.
 fn text_of(value: &ScalarValue) -> String {
     match value {
@@ -94,8 +210,16 @@ fn json_value(value: &ScalarValue) -> String {
         ScalarValue::Int8(_) | ScalarValue::Int16(_) | ScalarValue::Int32(_) | ScalarValue::Int64(_) => value.to_string(),
         ScalarValue::UInt8(_) | ScalarValue::UInt16(_) | ScalarValue::UInt32(_) | ScalarValue::UInt64(_) => value.to_string(),
         ScalarValue::Decimal128(..) => value.to_string(),
-        ScalarValue::Float32(Some(f)) if f.is_finite() => value.to_string(),
-        ScalarValue::Float64(Some(f)) if f.is_finite() => value.to_string(),
+        ScalarValue::Float32(Some(f)) if f.is_finite() => crate::exec::pg_text::float4(*f),
+        ScalarValue::Float64(Some(f)) if f.is_finite() => crate::exec::pg_text::float8(*f, 15),
+        ScalarValue::List(_) | ScalarValue::LargeList(_) | ScalarValue::FixedSizeList(_) => json_elements(value, ",", json_value).unwrap_or_else(|_| "null".into()),
+        // A timestamp as JSON's (ISO 8601) form of PostgreSQL's text.
+        ScalarValue::TimestampSecond(..) | ScalarValue::TimestampMillisecond(..) | ScalarValue::TimestampMicrosecond(..) | ScalarValue::TimestampNanosecond(..) => value
+            .to_array()
+            .ok()
+            .and_then(|array| crate::exec::timestamp_text::timestamps_as_text(&array))
+            .filter(|text| !text.is_null(0))
+            .map_or_else(|| json_string(&text_of(value)), |text| json_string(&text.value(0).replacen(' ', "T", 1))),
         other => json_string(&text_of(other)),
     }
 }

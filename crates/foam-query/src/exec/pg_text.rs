@@ -204,7 +204,7 @@ impl ScalarUDFImpl for PgText {
 
 /// A `double precision` as PostgreSQL prints it; exponent form from
 /// `1e<exponent_from>` up.
-fn float8(value: f64, exponent_from: i32) -> String {
+pub(crate) fn float8(value: f64, exponent_from: i32) -> String {
     if value.is_nan() {
         return "NaN".into();
     }
@@ -215,7 +215,7 @@ fn float8(value: f64, exponent_from: i32) -> String {
 }
 
 /// A `real`: its own shortest digits, exponent form from 1e6 up.
-fn float4(value: f32) -> String {
+pub(crate) fn float4(value: f32) -> String {
     if !value.is_finite() {
         return float8(f64::from(value), 6);
     }

@@ -28,6 +28,7 @@ pub mod returning;
 pub mod roles;
 pub mod scalar_subquery;
 pub mod select_names;
+pub mod spellings;
 pub mod sequence_ddl;
 pub mod setting_functions;
 pub mod statement;

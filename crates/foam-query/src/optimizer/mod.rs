@@ -151,6 +151,10 @@ pub fn register_statement_functions(ctx: &datafusion::prelude::SessionContext) {
     for udaf in worker_udafs() {
         ctx.register_udaf(udaf);
     }
+    // PostgreSQL's names for DataFusion's aggregates.
+    use datafusion::functions_aggregate::{bool_and_or::bool_and_udaf, variance::var_samp_udaf};
+    ctx.register_udaf(bool_and_udaf().as_ref().clone().with_aliases(["every"]));
+    ctx.register_udaf(var_samp_udaf().as_ref().clone().with_aliases(["variance"]));
     ctx.register_udaf(crate::frontend::scalar_subquery::SingleValue::udaf());
     ctx.register_udf(crate::frontend::scalar_subquery::OneValue::udf());
     for (name, function) in crate::exec::series::table_functions() {
@@ -170,7 +174,6 @@ pub fn worker_udfs() -> Vec<ScalarUDF> {
         logical::pg_casts::NumericOfFloat::udf(),
         logical::text_casts::DatetimeOfText::udf(),
         crate::exec::pg_text::PgText::udf(),
-        crate::exec::json_build::json_build_object_udf(),
         crate::exec::at_time_zone::at_time_zone_udf(),
         crate::frontend::setting_functions::unknown_setting_udf(),
         logical::numeric_operators::NumericArithmetic::divide_udf(),
@@ -184,6 +187,7 @@ pub fn worker_udfs() -> Vec<ScalarUDF> {
         crate::catalog::functions::pg_typeof_udf(),
         logical::checked_arithmetic::CheckedChain::udf(),
     ];
+    udfs.extend(crate::exec::json_build::json_udfs());
     udfs.extend(crate::exec::datetime_format::udfs());
     udfs.extend(crate::frontend::char_casts::udfs());
     udfs

@@ -1,0 +1,121 @@
+//! SQL that PostgreSQL takes in a spelling DataFusion refuses or lacks,
+//! written as the spelling DataFusion plans: the standard's `FETCH FIRST n
+//! ROWS ONLY` ("FETCH clause is not supported yet"), `mod(a, b)` and
+//! `json_agg(x)` ("Invalid function").
+//!
+//! ```text
+//!   ... OFFSET m FETCH FIRST n ROWS ONLY   ─▶  ... LIMIT n OFFSET m     (FETCH FIRST ROW ONLY: LIMIT 1)
+//!   mod(a, b)                               ─▶  (a) % (b)                (the remainder has a's sign in both)
+//!   json_agg(x ...)                         ─▶  foam_json_array(array_agg(x ...))   (exec/json_build.rs)
+//! ```
+//!
+//! `FETCH ... WITH TIES` is refused (0A000), a FETCH beside a LIMIT is
+//! PostgreSQL's 42601. Select items keep the names PostgreSQL gives them
+//! (`mod`): `select_names.rs` names them before this rewrite.
+
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{BinaryOperator, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, LimitClause, ObjectName, Query, Statement, Value, VisitMut, VisitorMut};
+use foam_common::{FoamError, FoamResult, SqlState};
+
+use crate::frontend::array_subquery::call;
+
+/// `statement` in the spellings DataFusion plans (see the module
+/// documentation).
+pub fn rewrite(statement: &mut Statement) -> FoamResult<()> {
+    let mut spellings = Spellings { error: None };
+    let _ = statement.visit(&mut spellings);
+    spellings.error.map_or(Ok(()), Err)
+}
+
+struct Spellings {
+    error: Option<FoamError>,
+}
+
+impl VisitorMut for Spellings {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        match fetch_as_limit(query) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(error) => {
+                self.error = Some(error);
+                ControlFlow::Break(())
+            }
+        }
+    }
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        if let Some([dividend, divisor]) = arguments_of(expr, "mod").as_deref() {
+            let nested = |e: &Expr| Box::new(Expr::Nested(Box::new(e.clone())));
+            *expr = Expr::Nested(Box::new(Expr::BinaryOp { left: nested(dividend), op: BinaryOperator::Modulo, right: nested(divisor) }));
+        } else if let Expr::Function(function) = expr
+            && matches!(function.name.0.as_slice(), [part] if part.as_ident().is_some_and(|f| f.value.eq_ignore_ascii_case("json_agg")))
+            && let FunctionArguments::List(list) = &function.args
+            && let [FunctionArg::Unnamed(FunctionArgExpr::Expr(_))] = list.args.as_slice()
+        {
+            // Its DISTINCT, ORDER BY, FILTER and OVER stay on array_agg.
+            function.name = ObjectName::from(vec![Ident::new("array_agg")]);
+            *expr = call(crate::exec::json_build::JSON_ARRAY, vec![expr.clone()], Vec::new());
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// `query`'s `FETCH FIRST n ROWS ONLY` as its LIMIT.
+fn fetch_as_limit(query: &mut Query) -> FoamResult<()> {
+    let Some(fetch) = query.fetch.take() else { return Ok(()) };
+    if fetch.with_ties {
+        return Err(FoamError::Query { message: "FETCH ... WITH TIES is not supported".into(), sqlstate: SqlState::FeatureNotSupported });
+    }
+    if fetch.percent {
+        return Err(FoamError::Query { message: "syntax error at or near \"PERCENT\"".into(), sqlstate: SqlState::SyntaxError });
+    }
+    let rows = fetch.quantity.unwrap_or_else(|| Expr::value(Value::Number("1".into(), false)));
+    match &mut query.limit_clause {
+        None => query.limit_clause = Some(LimitClause::LimitOffset { limit: Some(rows), offset: None, limit_by: Vec::new() }),
+        Some(LimitClause::LimitOffset { limit: limit @ None, .. }) => *limit = Some(rows),
+        Some(_) => return Err(FoamError::Query { message: "multiple LIMIT clauses not allowed".into(), sqlstate: SqlState::SyntaxError }),
+    }
+    Ok(())
+}
+
+/// The arguments of `expr` when it is a plain call of `name` (not a window,
+/// not filtered, each argument unnamed).
+fn arguments_of<'a>(expr: &'a Expr, name: &str) -> Option<Vec<&'a Expr>> {
+    let Expr::Function(function) = expr else { return None };
+    let named = matches!(function.name.0.as_slice(), [part] if part.as_ident().is_some_and(|f| f.value.eq_ignore_ascii_case(name)));
+    if !named || function.over.is_some() || function.filter.is_some() {
+        return None;
+    }
+    let FunctionArguments::List(list) = &function.args else { return None };
+    if list.duplicate_treatment.is_some() || !list.clauses.is_empty() {
+        return None;
+    }
+    list.args.iter().map(|arg| match arg { FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e), _ => None }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+
+    fn rewritten(sql: &str) -> FoamResult<String> {
+        let mut statement = Parser::parse_sql(&PostgreSqlDialect {}, sql).unwrap().pop().unwrap();
+        rewrite(&mut statement)?;
+        Ok(statement.to_string())
+    }
+
+    #[test]
+    fn fetch_first_is_a_limit_and_mod_a_remainder() {
+        assert_eq!(rewritten("SELECT a FROM t ORDER BY a OFFSET 2 ROWS FETCH FIRST 3 ROWS ONLY").unwrap(), "SELECT a FROM t ORDER BY a LIMIT 3 OFFSET 2 ROWS");
+        assert_eq!(rewritten("SELECT a FROM t FETCH NEXT ROW ONLY").unwrap(), "SELECT a FROM t LIMIT 1");
+        assert_eq!(rewritten("SELECT mod(a, 4) FROM (SELECT mod(-7, 3) AS a) s").unwrap(), "SELECT ((a) % (4)) FROM (SELECT ((-7) % (3)) AS a) s");
+        assert_eq!(rewritten("SELECT a FROM t FETCH FIRST 2 ROWS WITH TIES").unwrap_err().sqlstate(), SqlState::FeatureNotSupported);
+        assert_eq!(
+            rewritten("SELECT json_agg(DISTINCT a ORDER BY a) FILTER (WHERE a > 1) FROM t").unwrap(),
+            "SELECT foam_json_array(array_agg(DISTINCT a ORDER BY a) FILTER (WHERE a > 1)) FROM t"
+        );
+    }
+}
