@@ -33,6 +33,9 @@ pub fn copy_out_response(schema: SchemaRef, stream: SendableRecordBatchStream, o
     let binary = options.format == CopyFormat::Binary;
     let format = if binary { Format::UnifiedBinary } else { Format::UnifiedText };
     let shown = foam_query::frontend::select_names::client_schema(&schema);
+    if binary && let Some(nested) = shown.fields().iter().find(|field| crate::text_values::is_nested_array(field.data_type())) {
+        return Err(crate::handler::binary_nested_array(nested.name()));
+    }
     let fields = Arc::new(arrow_schema_to_pg_fields(&crate::text_values::described(&shown), &format, None)?);
     let header = (options.header && !binary).then(|| {
         let names: Vec<Option<&[u8]>> = shown.fields().iter().map(|f| Some(f.name().as_bytes())).collect();

@@ -275,7 +275,15 @@ fn rows_response<C: ClientInfo>(
 /// prints them.
 fn pg_fields(schema: &datafusion::arrow::datatypes::Schema, format: &Format, options: Option<Arc<FormatOptions>>) -> PgWireResult<Vec<FieldInfo>> {
     use foam_query::frontend::char_columns::marked_width;
-    let mut fields = arrow_schema_to_pg_fields(&crate::text_values::described(&foam_query::frontend::select_names::client_schema(schema)), format, options)?;
+    let shown = foam_query::frontend::select_names::client_schema(schema);
+    let mut fields = arrow_schema_to_pg_fields(&crate::text_values::described(&shown), format, options)?;
+    if let Some(binary) = fields
+        .iter()
+        .zip(shown.fields())
+        .find(|(info, field)| info.format() == pgwire::api::results::FieldFormat::Binary && crate::text_values::is_nested_array(field.data_type()))
+    {
+        return Err(binary_nested_array(binary.0.name()));
+    }
     for (info, field) in fields.iter_mut().zip(schema.fields()) {
         let marked = match field.metadata().get(foam_query::exec::json_build::PG_TYPE_METADATA).map(String::as_str) {
             Some("json") => Some(Type::JSON),
@@ -295,6 +303,12 @@ fn pg_fields(schema: &datafusion::arrow::datatypes::Schema, format: &Format, opt
         }
     }
     Ok(fields)
+}
+
+/// The refusal of an array of arrays in binary format (0A000).
+pub(crate) fn binary_nested_array(column: &str) -> PgWireError {
+    let message = format!("column \"{column}\" is an array of arrays, which FoamDB sends in text format only");
+    user_error(&FoamError::Query { message, sqlstate: foam_common::SqlState::FeatureNotSupported })
 }
 
 /// A FoamDB error as the client sees it: SQLSTATE plus message.

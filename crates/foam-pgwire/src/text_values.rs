@@ -67,6 +67,13 @@ pub fn postgres_text(batch: RecordBatch, fields: &Arc<Vec<FieldInfo>>) -> (Recor
     }
 }
 
+/// Whether a column of `data_type` is an array of arrays: those go out in
+/// text only (arrow-pg's binary encoder has no list of lists).
+pub fn is_nested_array(data_type: &DataType) -> bool {
+    let is_list = |data_type: &DataType| matches!(data_type, DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..));
+    matches!(data_type, DataType::List(item) | DataType::LargeList(item) | DataType::FixedSizeList(item, _) if is_list(item.data_type()))
+}
+
 /// `schema` as the client is told it: an array of arrays is an array of
 /// the innermost type (PostgreSQL's `int8[]` has any number of
 /// dimensions; arrow-pg has no type for a list of lists).

@@ -213,15 +213,36 @@ fn json_value(value: &ScalarValue) -> String {
         ScalarValue::Float32(Some(f)) if f.is_finite() => crate::exec::pg_text::float4(*f),
         ScalarValue::Float64(Some(f)) if f.is_finite() => crate::exec::pg_text::float8(*f, 15),
         ScalarValue::List(_) | ScalarValue::LargeList(_) | ScalarValue::FixedSizeList(_) => json_elements(value, ",", json_value).unwrap_or_else(|_| "null".into()),
-        // A timestamp as JSON's (ISO 8601) form of PostgreSQL's text.
-        ScalarValue::TimestampSecond(..) | ScalarValue::TimestampMillisecond(..) | ScalarValue::TimestampMicrosecond(..) | ScalarValue::TimestampNanosecond(..) => value
-            .to_array()
-            .ok()
-            .and_then(|array| crate::exec::timestamp_text::timestamps_as_text(&array))
-            .filter(|text| !text.is_null(0))
-            .map_or_else(|| json_string(&text_of(value)), |text| json_string(&text.value(0).replacen(' ', "T", 1))),
-        other => json_string(&text_of(other)),
+        other => {
+            let text = pg_text_of(other);
+            // A timestamp in JSON is ISO 8601: a `T`, an offset with minutes.
+            if matches!(other.data_type(), DataType::Timestamp(_, zone) if zone.is_some()) {
+                json_string(&iso_offset(&text.replacen(' ', "T", 1)))
+            } else if matches!(other.data_type(), DataType::Timestamp(..)) {
+                json_string(&text.replacen(' ', "T", 1))
+            } else {
+                json_string(&text)
+            }
+        }
     }
+}
+
+/// A value's text as PostgreSQL prints it (`exec/pg_text.rs`: `Infinity`,
+/// `1 day 02:00:00`, `10:00:00.5`), else as `text_of`.
+fn pg_text_of(value: &ScalarValue) -> String {
+    let printed = value.to_array().ok().and_then(|array| crate::exec::pg_text::values_as_text(&array));
+    match printed {
+        Some(texts) if !texts.is_null(0) => texts.as_any().downcast_ref::<arrow::array::StringArray>().map_or_else(|| text_of(value), |texts| texts.value(0).to_string()),
+        _ => text_of(value),
+    }
+}
+
+/// A timestamptz's text with its offset as `+hh:mm` (PostgreSQL's text
+/// writes `+05`, its JSON `+05:00`).
+fn iso_offset(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let hours_only = bytes.len() >= 3 && matches!(bytes[bytes.len() - 3], b'+' | b'-') && bytes[bytes.len() - 2..].iter().all(u8::is_ascii_digit);
+    if hours_only { format!("{text}:00") } else { text.to_string() }
 }
 
 /// `text` as a JSON string literal.

@@ -20,7 +20,8 @@
 //! generate_series(1, n) FROM t` n rows for each row of t. DataFusion's
 //! scalar `generate_series` answered one array instead (`{1,2,3}`), so
 //! such an item is unnested; several in one list run side by side, the
-//! shorter padded with NULLs, as PostgreSQL 10 and later run them.
+//! shorter padded with NULLs, as PostgreSQL 10 and later run them; one
+//! under a CASE or COALESCE is refused (0A000), as PostgreSQL refuses it.
 //!
 //! ```text
 //!   SELECT generate_series(...)   ─▶  SELECT unnest(generate_series(...))   (of this select list, not its subqueries')
@@ -30,6 +31,8 @@ use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{Expr, Ident, Query, SelectItem, SetExpr, Statement, TableAliasColumnDef, TableFactor, VisitMut, VisitorMut};
 
+use foam_common::{FoamError, FoamResult, SqlState};
+
 use crate::frontend::array_subquery::call;
 
 /// The table functions of one column named by their alias.
@@ -37,18 +40,27 @@ const SERIES_FUNCTIONS: [&str; 2] = ["generate_series", "range"];
 
 /// `statement` with each such function's column named (see the module
 /// documentation).
-pub fn rewrite(statement: &mut Statement) {
-    let _ = statement.visit(&mut Columns);
+pub fn rewrite(statement: &mut Statement) -> FoamResult<()> {
+    let mut columns = Columns { error: None };
+    let _ = statement.visit(&mut columns);
+    columns.error.map_or(Ok(()), Err)
 }
 
-struct Columns;
+struct Columns {
+    error: Option<FoamError>,
+}
 
 impl VisitorMut for Columns {
     type Break = ();
 
     fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
-        series_rows(query.body.as_mut());
-        ControlFlow::Continue(())
+        match series_rows(query.body.as_mut()) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(error) => {
+                self.error = Some(error);
+                ControlFlow::Break(())
+            }
+        }
     }
 
     fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
@@ -76,27 +88,45 @@ fn column(name: &Ident) -> TableAliasColumnDef {
 
 /// Each `generate_series` call of the select lists of `body` (through set
 /// operations) unnested: rows, not an array.
-fn series_rows(body: &mut SetExpr) {
+fn series_rows(body: &mut SetExpr) -> FoamResult<()> {
     match body {
         SetExpr::Select(select) => {
             for item in &mut select.projection {
                 if let SelectItem::UnnamedExpr(expr) | SelectItem::ExprWithAlias { expr, .. } = item {
-                    let _ = expr.visit(&mut SeriesCalls { depth: 0 });
+                    let mut calls = SeriesCalls { depth: 0, conditional: Vec::new(), error: None };
+                    let _ = expr.visit(&mut calls);
+                    if let Some(error) = calls.error {
+                        return Err(error);
+                    }
                 }
             }
+            Ok(())
         }
         SetExpr::SetOperation { left, right, .. } => {
-            series_rows(left);
-            series_rows(right);
+            series_rows(left)?;
+            series_rows(right)
         }
-        _ => {}
+        _ => Ok(()),
     }
 }
 
 /// Unnests the `generate_series` calls of one select item, outside its
-/// subqueries (`depth` 0) and not already unnested.
+/// subqueries (`depth` 0) and not already unnested; one under a CASE or
+/// COALESCE is PostgreSQL's 0A000.
 struct SeriesCalls {
     depth: usize,
+    /// The CASE and COALESCE expressions the visit is in (`CASE`, `COALESCE`).
+    conditional: Vec<&'static str>,
+    error: Option<FoamError>,
+}
+
+/// Which conditional expression `expr` is, if any.
+fn conditional(expr: &Expr) -> Option<&'static str> {
+    match expr {
+        Expr::Case { .. } => Some("CASE"),
+        Expr::Function(_) if called(expr, "coalesce").is_some() => Some("COALESCE"),
+        _ => None,
+    }
 }
 
 impl VisitorMut for SeriesCalls {
@@ -112,9 +142,27 @@ impl VisitorMut for SeriesCalls {
         ControlFlow::Continue(())
     }
 
+    fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        if self.depth == 0
+            && let Some(kind) = conditional(expr)
+        {
+            self.conditional.push(kind);
+        }
+        ControlFlow::Continue(())
+    }
+
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
         if self.depth > 0 {
             return ControlFlow::Continue(());
+        }
+        if conditional(expr).is_some() {
+            self.conditional.pop();
+        }
+        if let Some(kind) = self.conditional.last()
+            && called(expr, "generate_series").is_some()
+        {
+            self.error = Some(FoamError::Query { message: format!("set-returning functions are not allowed in {kind}"), sqlstate: SqlState::FeatureNotSupported });
+            return ControlFlow::Break(());
         }
         // `unnest(generate_series(...))` as written: its series was
         // unnested a moment ago (children first).

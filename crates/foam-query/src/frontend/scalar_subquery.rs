@@ -132,7 +132,7 @@ fn single_valued(query: &mut Query, is_aggregate: &dyn Fn(&str) -> bool) -> bool
             SelectItem::ExprWithAlias { expr, alias } => (expr.clone(), Some(alias.clone())),
             _ => return false,
         };
-        if has_window(&inner) {
+        if has_window(&inner) || returns_rows(&inner) {
             return wrap(query);
         }
         let call = single_value(inner);
@@ -177,7 +177,8 @@ fn first_select(body: &SetExpr) -> &SetExpr {
 }
 
 /// Whether `query` gives at most one row whatever the data: `LIMIT 1` (or
-/// 0), or a select list of aggregates without GROUP BY (or without FROM).
+/// 0), or a select list of aggregates without GROUP BY (or without FROM),
+/// none of them returning rows of its own.
 fn gives_one_row(query: &Query, is_aggregate: &dyn Fn(&str) -> bool) -> bool {
     if let Some(limit) = query.limit_clause.as_ref().and_then(|clause| match clause {
         datafusion::sql::sqlparser::ast::LimitClause::LimitOffset { limit: Some(limit), .. } => Some(limit),
@@ -187,6 +188,10 @@ fn gives_one_row(query: &Query, is_aggregate: &dyn Fn(&str) -> bool) -> bool {
         return true;
     }
     let SetExpr::Select(select) = query.body.as_ref() else { return false };
+    let item_returns_rows = |item: &SelectItem| matches!(item, SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } if returns_rows(e));
+    if select.projection.iter().any(item_returns_rows) {
+        return false;
+    }
     if select.from.is_empty() {
         return true;
     }
@@ -323,6 +328,12 @@ fn calls_aggregate(expr: &Expr, is_aggregate: &dyn Fn(&str) -> bool) -> bool {
 /// Whether `expr` calls a window function outside a subquery of its own.
 fn has_window(expr: &Expr) -> bool {
     calls(expr, &|f| f.over.is_some())
+}
+
+/// Whether `expr` gives rows of its own: an `unnest` (a select list's
+/// `generate_series` is one, `function_tables.rs`).
+fn returns_rows(expr: &Expr) -> bool {
+    calls(expr, &|f| matches!(f.name.0.as_slice(), [part] if part.as_ident().is_some_and(|name| name.value.eq_ignore_ascii_case("unnest"))))
 }
 
 /// Whether `expr`, not counting its subqueries, calls a function `wanted`

@@ -17,7 +17,7 @@
 use std::collections::HashSet;
 use std::ops::ControlFlow;
 
-use datafusion::sql::sqlparser::ast::{AccessExpr, Expr, Ident, OrderBy, OrderByKind, Query, Select, SelectItem, SetExpr, Statement, VisitMut, VisitorMut};
+use datafusion::sql::sqlparser::ast::{AccessExpr, Expr, Ident, OrderBy, OrderByKind, Query, Select, SelectItem, SetExpr, Statement, TrimWhereField, VisitMut, VisitorMut};
 
 /// Marks a repeated column name made unique: `a`, `a\u{1f}2`. The unit
 /// separator does not occur in names clients write.
@@ -178,7 +178,7 @@ fn figured_name(expr: &Expr) -> Option<(String, u8)> {
     match expr {
         Expr::Nested(inner) | Expr::Collate { expr: inner, .. } => figured_name(inner),
         Expr::Exists { .. } => strong("exists"),
-        Expr::Subquery(query) => match query.body.as_ref() {
+        Expr::Subquery(query) => match first_select(query.body.as_ref()) {
             SetExpr::Select(select) if select.projection.len() == 1 => match &select.projection[0] {
                 SelectItem::ExprWithAlias { alias, .. } => strong(&alias.value),
                 SelectItem::UnnamedExpr(inner) => strong(&postgres_name(inner)),
@@ -214,18 +214,40 @@ fn figured_name(expr: &Expr) -> Option<(String, u8)> {
         Expr::Extract { .. } => strong("extract"),
         Expr::Substring { shorthand, .. } => strong(if *shorthand { "substr" } else { "substring" }),
         Expr::Position { .. } => strong("position"),
-        Expr::Trim { .. } => strong("btrim"),
+        Expr::Trim { trim_where, .. } => strong(match trim_where {
+            Some(TrimWhereField::Leading) => "ltrim",
+            Some(TrimWhereField::Trailing) => "rtrim",
+            _ => "btrim",
+        }),
+        Expr::Overlay { .. } => strong("overlay"),
+        Expr::AtTimeZone { .. } => strong("timezone"),
         Expr::Ceil { .. } => strong("ceil"),
         Expr::Floor { .. } => strong("floor"),
         _ => None,
     }
 }
 
-/// PostgreSQL's internal name of a type as SQL spells it (`int4` for INT).
+/// The first arm of a set operation (PostgreSQL names its columns so).
+fn first_select(body: &SetExpr) -> &SetExpr {
+    match body {
+        SetExpr::SetOperation { left, .. } => first_select(left),
+        SetExpr::Query(query) => first_select(&query.body),
+        other => other,
+    }
+}
+
+/// PostgreSQL's internal name of a type as SQL spells it (`int4` for INT,
+/// the element's for an array, `timestamptz` for `timestamp(3) with time
+/// zone`).
 fn postgres_type_name(sql: &str) -> String {
     let lower = sql.to_lowercase();
-    let base = lower.split('(').next().unwrap_or_default().trim();
+    let lower = lower.trim_end_matches("[]").trim();
+    let zoned = lower.ends_with("with time zone");
+    let base = lower.split(['(', '[']).next().unwrap_or_default().trim();
+    let base = base.strip_suffix(" with time zone").or_else(|| base.strip_suffix(" without time zone")).unwrap_or(base).trim();
     match base {
+        "timestamp" if zoned => "timestamptz",
+        "time" if zoned => "timetz",
         "int" | "integer" | "int4" => "int4",
         "bigint" | "int8" => "int8",
         "smallint" | "int2" => "int2",
@@ -236,8 +258,8 @@ fn postgres_type_name(sql: &str) -> String {
         "text" | "string" => "text",
         "varchar" | "character varying" => "varchar",
         "char" | "character" | "bpchar" => "bpchar",
-        "timestamp" | "timestamp without time zone" => "timestamp",
-        "timestamptz" | "timestamp with time zone" => "timestamptz",
+        "timestamp" => "timestamp",
+        "timestamptz" => "timestamptz",
         other => return other.to_string(),
     }
     .to_string()
@@ -289,6 +311,14 @@ mod tests {
         assert_eq!(
             names("SELECT CASE WHEN a THEN 1 ELSE x END, CASE WHEN a THEN x END, CASE WHEN a THEN 1 ELSE 2::int END, x[1], (x[1])::text, -x FROM t"),
             ["x", "case", "case", "x", "x", "?column?"]
+        );
+        assert_eq!(
+            names("SELECT NULL::int[], NULL::text[], '10:00'::time without time zone, '2020-01-01'::timestamp(3) with time zone, TIME WITHOUT TIME ZONE '10:00', NULL::timestamp with time zone, NULL::time with time zone FROM t"),
+            ["int4", "text", "time", "timestamptz", "time", "timestamptz", "timetz"]
+        );
+        assert_eq!(
+            names("SELECT ts AT TIME ZONE 'UTC', trim(leading 'x' from s), trim(trailing ' ' from s), trim(s), overlay(s placing 'a' from 1), (SELECT 1 AS a UNION ALL SELECT 2 LIMIT 1) FROM t"),
+            ["timezone", "ltrim", "rtrim", "btrim", "overlay", "a"]
         );
     }
 

@@ -745,7 +745,7 @@ impl FoamSession {
         crate::frontend::char_casts::rewrite(&mut statement);
         crate::frontend::array_subquery::rewrite(&mut statement)?;
         crate::frontend::subscripts::rewrite(&mut statement)?;
-        crate::frontend::function_tables::rewrite(&mut statement);
+        crate::frontend::function_tables::rewrite(&mut statement)?;
         crate::frontend::spellings::rewrite(&mut statement)?;
         crate::frontend::at_time_zone::rewrite(&mut statement);
         crate::optimizer::logical::quoted_literals::typed_by_planner(&mut statement);
