@@ -52,6 +52,7 @@ sqlstates! {
     NumericValueOutOfRange = "22003",
     InvalidDatetimeFormat = "22007",
     DatetimeFieldOverflow = "22008",
+    NullValueNotAllowed = "22004",
     DivisionByZero = "22012",
     IntervalFieldOverflow = "22015",
     InvalidUseOfEscapeCharacter = "2200C",

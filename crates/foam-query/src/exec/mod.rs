@@ -8,6 +8,7 @@ pub mod at_time_zone;
 pub mod datetime_format;
 pub mod datetime_input;
 pub mod interval_input;
+pub mod format;
 pub mod function_values;
 pub mod interval_scale;
 pub mod json_build;

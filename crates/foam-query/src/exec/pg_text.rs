@@ -133,8 +133,9 @@ fn arrays_as_text(column: &ArrayRef) -> Vec<Option<String>> {
         .collect()
 }
 
-/// The text of each element of an array's values.
-fn element_texts(values: &ArrayRef) -> Vec<Option<String>> {
+/// Each value of `values` as PostgreSQL's output function writes it (a
+/// boolean `t` or `f`), as an array element or a `format()` argument.
+pub fn element_texts(values: &ArrayRef) -> Vec<Option<String>> {
     if let Some(booleans) = values.as_boolean_opt() {
         return booleans.iter().map(|v| v.map(|v| if v { "t" } else { "f" }.to_string())).collect();
     }
@@ -145,7 +146,10 @@ fn element_texts(values: &ArrayRef) -> Vec<Option<String>> {
     let Ok(formatter) = ArrayFormatter::try_new(values.as_ref(), &FormatOptions::default()) else {
         return vec![None; values.len()];
     };
-    (0..values.len()).map(|i| (!values.is_null(i)).then(|| formatter.value(i).to_string())).collect()
+    // Logical nulls: a NULL literal's array (`NullArray`) has no null
+    // buffer.
+    let nulls = values.logical_nulls();
+    (0..values.len()).map(|i| (!nulls.as_ref().is_some_and(|nulls| nulls.is_null(i))).then(|| formatter.value(i).to_string())).collect()
 }
 
 /// `element` into `text` as an array element, quoted where PostgreSQL's

@@ -155,6 +155,7 @@ pub fn register_statement_functions(ctx: &datafusion::prelude::SessionContext) {
     use datafusion::functions_aggregate::{bool_and_or::bool_and_udaf, variance::var_samp_udaf};
     ctx.register_udaf(bool_and_udaf().as_ref().clone().with_aliases(["every"]));
     ctx.register_udaf(var_samp_udaf().as_ref().clone().with_aliases(["variance"]));
+    ctx.register_udf(datafusion::functions::math::signum().as_ref().clone().with_aliases(["sign"]));
     ctx.register_udaf(crate::frontend::scalar_subquery::SingleValue::udaf());
     ctx.register_udf(crate::frontend::scalar_subquery::OneValue::udf());
     for (name, function) in crate::exec::series::table_functions() {
@@ -188,6 +189,7 @@ pub fn worker_udfs() -> Vec<ScalarUDF> {
         logical::checked_arithmetic::CheckedChain::udf(),
     ];
     udfs.extend(crate::exec::json_build::json_udfs());
+    udfs.extend(crate::exec::format::udfs());
     udfs.extend(crate::exec::datetime_format::udfs());
     udfs.extend(crate::frontend::char_casts::udfs());
     udfs
