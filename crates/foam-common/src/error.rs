@@ -236,7 +236,7 @@ pub fn classify_datafusion_error(error: DataFusionError) -> FoamError {
         _ => SqlState::InternalError,
     };
     let sqlstate = sqlstate_from_message(&message).unwrap_or(by_variant);
-    let message = postgresql_words(&message).map_or(message, str::to_string);
+    let message = postgresql_words(&message).map(str::to_string).or_else(|| outer_reference_words(&message)).unwrap_or(message);
     FoamError::Query { message, sqlstate }
 }
 
@@ -275,6 +275,24 @@ fn postgresql_words(message: &str) -> Option<&'static str> {
         return rest.split_once(" overflow on abs(").and_then(|(array, _)| integer_type(array));
     }
     message.contains("Divide by zero error").then_some("division by zero")
+}
+
+/// DataFusion's refusal of an outer reference it could not decorrelate
+/// (`Physical plan does not support logical expression
+/// OuterReferenceColumn(Field {..}, Column { relation: Some(Bare { table:
+/// "t" }), name: "k" })`) in words naming the column.
+fn outer_reference_words(message: &str) -> Option<String> {
+    let (_, column) = message.split_once("logical expression OuterReferenceColumn(")?;
+    let (_, column) = column.split_once("Column {")?;
+    let quoted_after = |text: &str, key: &str| -> Option<String> { text.split_once(key).and_then(|(_, rest)| rest.split_once('"')).map(|(value, _)| value.to_string()) };
+    let name = quoted_after(column, "name: \"")?;
+    let qualified = match quoted_after(column, "table: \"") {
+        Some(table) => format!("{table}.{name}"),
+        None => name,
+    };
+    Some(format!(
+        "the reference to {qualified} from a subquery or LATERAL item cannot be planned in this position (DataFusion could not decorrelate it)"
+    ))
 }
 
 /// The table name in DataFusion's "table 'catalog.schema.name' not found".
@@ -316,6 +334,7 @@ fn sqlstate_from_message(message: &str) -> Option<SqlState> {
         ("Correlated column is not allowed in predicate", FeatureNotSupported),
         ("Accessing outer reference columns is not allowed", FeatureNotSupported),
         ("Physical plan does not support logical expression ScalarSubquery", FeatureNotSupported),
+        ("Physical plan does not support logical expression OuterReferenceColumn", FeatureNotSupported),
         ("Unsupported", FeatureNotSupported),
         ("sql parser error", SyntaxError),
     ];
@@ -408,6 +427,10 @@ mod tests {
         ] {
             assert_eq!(FoamError::from(DataFusionError::Plan(message.into())).sqlstate(), "0A000", "{message}");
         }
+        let outer = r#"Physical plan does not support logical expression OuterReferenceColumn(Field { name: "id", data_type: Int32, nullable: true }, Column { relation: Some(Bare { table: "la" }), name: "id" })"#;
+        let error = FoamError::from(DataFusionError::NotImplemented(outer.into()));
+        assert_eq!(error.sqlstate(), "0A000");
+        assert!(error.to_string().starts_with("the reference to la.id from a subquery or LATERAL item"), "{error}");
     }
 
     #[test]

@@ -29,7 +29,7 @@
 
 use std::ops::ControlFlow;
 
-use datafusion::sql::sqlparser::ast::{Expr, Ident, Query, SelectItem, SetExpr, Statement, TableAliasColumnDef, TableFactor, VisitMut, VisitorMut};
+use datafusion::sql::sqlparser::ast::{Expr, FunctionArg, Ident, Query, SelectItem, SetExpr, Statement, TableAliasColumnDef, TableFactor, VisitMut, VisitorMut};
 
 use foam_common::{FoamError, FoamResult, SqlState};
 
@@ -64,6 +64,10 @@ impl VisitorMut for Columns {
     }
 
     fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+        if let Some(error) = lateral_call(factor) {
+            self.error = Some(error);
+            return ControlFlow::Break(());
+        }
         match factor {
             TableFactor::Table { name, args: Some(_), alias: Some(alias), with_ordinality: false, .. }
                 if alias.columns.is_empty()
@@ -192,4 +196,78 @@ fn called<'a>(expr: &'a Expr, name: &str) -> Option<Vec<&'a Expr>> {
 
 fn called_name(function: &datafusion::sql::sqlparser::ast::Function, name: &str) -> bool {
     matches!(function.name.0.as_slice(), [part] if part.as_ident().is_some_and(|f| f.value.eq_ignore_ascii_case(name)))
+}
+
+/// The refusal (0A000) of a function in FROM that reads a column, which
+/// only another FROM item can give it (LATERAL, which DataFusion plans
+/// for subqueries only): `FROM t, generate_series(1, t.n)` failed with
+/// "Argument #2 must be an INTEGER or NULL, got Column(...)".
+fn lateral_call(factor: &TableFactor) -> Option<FoamError> {
+    let exprs: Vec<&Expr> = match factor {
+        TableFactor::Table { args: Some(args), .. } => arguments(&args.args),
+        TableFactor::Function { args, .. } => arguments(args),
+        TableFactor::UNNEST { array_exprs, .. } => array_exprs.iter().collect(),
+        _ => return None,
+    };
+    let name = match factor {
+        TableFactor::Table { name, .. } | TableFactor::Function { name, .. } => name.to_string(),
+        _ => "unnest".to_string(),
+    };
+    let column = exprs.into_iter().find_map(column_read);
+    let lateral = matches!(factor, TableFactor::Function { lateral: true, .. });
+    if column.is_none() && !lateral {
+        return None;
+    }
+    let reads = column.map_or_else(String::new, |column| format!(" reads column {column} of another FROM item;"));
+    Some(FoamError::Query {
+        message: format!("function {name} in FROM{reads} LATERAL function calls are not supported: call it in the select list (SELECT ..., {name}(...) FROM ...)"),
+        sqlstate: SqlState::FeatureNotSupported,
+    })
+}
+
+/// The expressions among a function's arguments.
+fn arguments(args: &[FunctionArg]) -> Vec<&Expr> {
+    use datafusion::sql::sqlparser::ast::FunctionArgExpr;
+    args.iter()
+        .filter_map(|arg| match arg {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(expr)) | FunctionArg::Named { arg: FunctionArgExpr::Expr(expr), .. } => Some(expr),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The first column `expr` reads, outside its subqueries.
+fn column_read(expr: &Expr) -> Option<String> {
+    use datafusion::sql::sqlparser::ast::Visit;
+    /// Words that parse as identifiers but are values.
+    const VALUE_WORDS: [&str; 11] = ["current_date", "current_time", "current_timestamp", "localtime", "localtimestamp", "current_user", "session_user", "user", "current_role", "current_catalog", "current_schema"];
+    struct Reader {
+        depth: usize,
+        found: Option<String>,
+    }
+    impl datafusion::sql::sqlparser::ast::Visitor for Reader {
+        type Break = ();
+        fn pre_visit_query(&mut self, _query: &Query) -> ControlFlow<()> {
+            self.depth += 1;
+            ControlFlow::Continue(())
+        }
+        fn post_visit_query(&mut self, _query: &Query) -> ControlFlow<()> {
+            self.depth -= 1;
+            ControlFlow::Continue(())
+        }
+        fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
+            if self.depth > 0 {
+                return ControlFlow::Continue(());
+            }
+            self.found = match expr {
+                Expr::Identifier(ident) if !VALUE_WORDS.iter().any(|w| w.eq_ignore_ascii_case(&ident.value)) || ident.quote_style.is_some() => Some(ident.to_string()),
+                Expr::CompoundIdentifier(parts) => Some(parts.iter().map(ToString::to_string).collect::<Vec<_>>().join(".")),
+                _ => None,
+            };
+            if self.found.is_some() { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+        }
+    }
+    let mut reader = Reader { depth: 0, found: None };
+    let _ = expr.visit(&mut reader);
+    reader.found
 }
