@@ -151,11 +151,12 @@ pub fn register_statement_functions(ctx: &datafusion::prelude::SessionContext) {
     for udaf in worker_udafs() {
         ctx.register_udaf(udaf);
     }
-    // PostgreSQL's names for DataFusion's aggregates.
+    // PostgreSQL's names for DataFusion's functions.
     use datafusion::functions_aggregate::{bool_and_or::bool_and_udaf, variance::var_samp_udaf};
     ctx.register_udaf(bool_and_udaf().as_ref().clone().with_aliases(["every"]));
     ctx.register_udaf(var_samp_udaf().as_ref().clone().with_aliases(["variance"]));
     ctx.register_udf(datafusion::functions::math::signum().as_ref().clone().with_aliases(["sign"]));
+    ctx.register_udf(datafusion::functions::math::ceil().as_ref().clone().with_aliases(["ceiling"]));
     ctx.register_udaf(crate::frontend::scalar_subquery::SingleValue::udaf());
     ctx.register_udf(crate::frontend::scalar_subquery::OneValue::udf());
     for (name, function) in crate::exec::series::table_functions() {

@@ -29,6 +29,7 @@
 //!   CAST(x AS TIMESTAMP)      ─▶  CAST(to_local_time(x) AS TIMESTAMP)     x: TIMESTAMPTZ
 //!   CAST(x AS TIMESTAMPTZ z)  ─▶  CAST(foam_at_time_zone(x, session) AS TIMESTAMPTZ z)   x: TIMESTAMP or DATE, session not UTC
 //!   CAST(x AS TEXT)           ─▶  foam_pg_text(x)                         x: TIMESTAMP[TZ], FLOAT, INTERVAL, array, ...
+//!   ceil(x) floor(x) trunc(x) ─▶  CAST(... AS DECIMAL(p-s+1, 0))          x: DECIMAL(p,s), s > 0 (trunc(x, n): scale n)
 //! ```
 
 use std::sync::Arc;
@@ -46,6 +47,44 @@ use foam_common::{FoamError, SqlState};
 
 use super::named_rewrite::rewrite_expressions;
 use crate::exec::function_values::per_value;
+
+/// `ceil`, `floor` or `trunc` of one NUMERIC with digits after the point
+/// made a NUMERIC of none, and `trunc(x, n)` one of scale n, PostgreSQL's
+/// types for them (Arrow's keeps the argument's scale: `trunc(1.55)` was
+/// `1.00`, PostgreSQL's `1`); `expr` back for any other expression.
+fn integral(expr: Expr, schema: &DFSchema) -> Result<Result<Expr, Expr>> {
+    let Expr::ScalarFunction(call) = &expr else { return Ok(Err(expr)) };
+    // `trunc(x, n)`, n a constant from 0 up, is a NUMERIC of scale n.
+    let places = match call.args.as_slice() {
+        [_, Expr::Literal(places, _)] if call.name() == "trunc" => match places.cast_to(&DataType::Int64) {
+            Ok(ScalarValue::Int64(Some(places))) if (0..=38).contains(&places) => Some(places as i8),
+            _ => return Ok(Err(expr)),
+        },
+        [_] => None,
+        _ => return Ok(Err(expr)),
+    };
+    let integral_function = matches!(call.name(), "ceil" | "floor" | "trunc");
+    let Ok(DataType::Decimal128(precision, scale)) = call.args[0].get_type(schema) else { return Ok(Err(expr)) };
+    if !integral_function || scale <= 0 || places == Some(scale) {
+        return Ok(Err(expr));
+    }
+    if let Some(places) = places {
+        let digits = (i16::from(precision) - i16::from(scale) + i16::from(places)).clamp(1, 38) as u8;
+        let field = Arc::new(arrow::datatypes::Field::new("", DataType::Decimal128(digits.max(places as u8), places), true));
+        return Ok(Ok(Expr::Cast(Cast { expr: Box::new(expr), field })));
+    }
+    // Its integer digits, and one for a ceiling or floor that carries
+    // (99.9 to 100), which Arrow's kernel computes in the argument's type:
+    // the argument gets the digit too (it failed with "Decimal overflow").
+    let digits = (i16::from(precision) - i16::from(scale) + 1).clamp(1, 38) as u8;
+    let decimal = |precision: u8, scale: i8| Arc::new(arrow::datatypes::Field::new("", DataType::Decimal128(precision, scale), true));
+    let Expr::ScalarFunction(mut call) = expr else { return Ok(Err(expr)) };
+    if precision < 38 && call.name() != "trunc" {
+        let widened = Expr::Cast(Cast { expr: Box::new(call.args[0].clone()), field: decimal(precision + 1, scale) });
+        call.args = vec![widened];
+    }
+    Ok(Ok(Expr::Cast(Cast { expr: Box::new(Expr::ScalarFunction(call)), field: decimal(digits, 0) })))
+}
 
 /// The functions the rewrite calls; workers register them (`worker_udfs`).
 pub const ROUND_FOR_INT: &str = "foam_round_for_int";
@@ -73,6 +112,10 @@ impl AnalyzerRule for PostgresCasts {
 
 /// `zone` is the session's TimeZone.
 fn postgres_cast(expr: Expr, schema: &DFSchema, zone: Option<&str>) -> Result<Transformed<Expr>> {
+    let expr = match integral(expr, schema)? {
+        Ok(cast) => return Ok(Transformed::yes(cast)),
+        Err(expr) => expr,
+    };
     let Expr::Cast(Cast { expr: inner, field }) = expr else { return Ok(Transformed::no(expr)) };
     let inner_type = inner.get_type(schema);
     // A timestamp or date made a timestamptz is local time in the
