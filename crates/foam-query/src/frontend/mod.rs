@@ -17,6 +17,7 @@ pub mod ddl;
 pub mod explain;
 pub mod grouping_sets;
 pub mod information_schema;
+pub mod lateral_limit;
 pub mod interrupt;
 pub mod lock_table;
 pub mod modify;

@@ -753,6 +753,7 @@ impl FoamSession {
             // Read in place: `state()` would copy the whole session state.
             let state = self.ctx.state_ref();
             let state = state.read();
+            crate::frontend::lateral_limit::rewrite(&mut statement, &|name| state.aggregate_functions().contains_key(name));
             crate::frontend::scalar_subquery::rewrite(&mut statement, &|name| state.aggregate_functions().contains_key(name));
         }
         check_not_node_setting(&statement)?;
