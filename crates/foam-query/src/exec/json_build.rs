@@ -6,7 +6,10 @@
 //! its field) where a result column is the call itself, so drivers parse it
 //! (SQLAlchemy's reflection reads identity options and collations so).
 //!
-//! `to_json(x)` is one value as JSON, and `json_agg(x)` (written by
+//! `to_json(x)` is one value as JSON, `json_build_array(a, b)` an array
+//! of them, `json_object_agg(k, v)` (written as
+//! `foam_json_object(array_agg(struct(k, v)))`) a group's pairs as an
+//! object, and `json_agg(x)` (written by
 //! `frontend/spellings.rs` as `foam_json_array(array_agg(x))`, its
 //! ORDER BY, DISTINCT and FILTER kept) the values of a group as a JSON
 //! array, `[1, 2]`, NULL for no rows, as PostgreSQL's.
@@ -84,6 +87,8 @@ impl ScalarUDFImpl for JsonBuildObject {
 pub fn json_udfs() -> Vec<ScalarUDF> {
     vec![
         json_build_object_udf(),
+        ScalarUDF::new_from_impl(JsonBuildArray { signature: Signature::one_of(vec![TypeSignature::VariadicAny, TypeSignature::Nullary], Volatility::Immutable) }),
+        ScalarUDF::new_from_impl(JsonObject { signature: Signature::any(1, Volatility::Immutable) }),
         ScalarUDF::new_from_impl(ToJson { signature: Signature::any(1, Volatility::Immutable) }),
         ScalarUDF::new_from_impl(JsonArray { signature: Signature::any(1, Volatility::Immutable) }),
     ]
@@ -128,6 +133,104 @@ impl ScalarUDFImpl for ToJson {
             for row in 0..values.len() {
                 let value = ScalarValue::try_from_array(values, row)?;
                 built.append_option((!value.is_null()).then(|| json_value(&value)));
+            }
+            Ok(Arc::new(built.finish()) as ArrayRef)
+        })
+    }
+}
+
+/// `json_build_array(a, b, ...)`: `[a, b]`, each a JSON value.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct JsonBuildArray {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for JsonBuildArray {
+    fn name(&self) -> &str {
+        "json_build_array"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn return_field_from_args(&self, _args: ReturnFieldArgs) -> Result<FieldRef> {
+        Ok(json_field(self.name(), false))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let scalar = args.args.iter().all(|arg| matches!(arg, ColumnarValue::Scalar(_)));
+        let rows = if scalar { 1 } else { args.number_rows };
+        let arrays: Vec<ArrayRef> = args.args.iter().map(|arg| arg.to_array(rows)).collect::<Result<_>>()?;
+        let mut built = StringBuilder::new();
+        for row in 0..rows {
+            let values = arrays.iter().map(|array| ScalarValue::try_from_array(array, row).map(|value| json_value(&value))).collect::<Result<Vec<_>>>()?;
+            built.append_value(format!("[{}]", values.join(", ")));
+        }
+        answered(Arc::new(built.finish()), scalar)
+    }
+}
+
+/// The name `json_object_agg` is written with (`frontend/spellings.rs`).
+pub const JSON_OBJECT: &str = "foam_json_object";
+
+/// `foam_json_object(list)`: a list of (key, value) structs as a JSON
+/// object `{ "k" : v, ... }` (json_object_agg's text); NULL for a NULL
+/// list, 22023 for a NULL key.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct JsonObject {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for JsonObject {
+    fn name(&self) -> &str {
+        JSON_OBJECT
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn return_field_from_args(&self, _args: ReturnFieldArgs) -> Result<FieldRef> {
+        Ok(json_field("json_object_agg", true))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let [value] = args.args.as_slice() else { return Err(DataFusionError::Internal(format!("{JSON_OBJECT} takes one argument"))) };
+        per_value(value, args.number_rows, |lists| {
+            let mut built = StringBuilder::new();
+            for row in 0..lists.len() {
+                let list = ScalarValue::try_from_array(lists, row)?;
+                if list.is_null() {
+                    built.append_null();
+                    continue;
+                }
+                let pairs = match &list {
+                    ScalarValue::List(list) => list.value(0),
+                    other => return Err(DataFusionError::Internal(format!("{JSON_OBJECT} of {}", other.data_type()))),
+                };
+                let mut members = Vec::with_capacity(pairs.len());
+                for i in 0..pairs.len() {
+                    let ScalarValue::Struct(pair) = ScalarValue::try_from_array(&pairs, i)? else { return Err(DataFusionError::Internal(format!("{JSON_OBJECT} of non-pairs"))) };
+                    let key = ScalarValue::try_from_array(pair.column(0), 0)?;
+                    if key.is_null() {
+                        return Err(DataFusionError::from(foam_common::FoamError::Query {
+                            message: "field name must not be null".into(),
+                            sqlstate: foam_common::SqlState::InvalidParameterValue,
+                        }));
+                    }
+                    let value = ScalarValue::try_from_array(pair.column(1), 0)?;
+                    members.push(format!("{} : {}", json_string(&text_of(&key)), json_value(&value)));
+                }
+                built.append_value(format!("{{ {} }}", members.join(", ")));
             }
             Ok(Arc::new(built.finish()) as ArrayRef)
         })

@@ -1,12 +1,13 @@
 //! SQL that PostgreSQL takes in a spelling DataFusion refuses or lacks,
 //! written as the spelling DataFusion plans: the standard's `FETCH FIRST n
-//! ROWS ONLY` ("FETCH clause is not supported yet"), `mod(a, b)` and
-//! `json_agg(x)` ("Invalid function").
+//! ROWS ONLY` ("FETCH clause is not supported yet"), `mod(a, b)`,
+//! `json_agg(x)` and `json_object_agg(k, v)` ("Invalid function").
 //!
 //! ```text
 //!   ... OFFSET m FETCH FIRST n ROWS ONLY   ─▶  ... LIMIT n OFFSET m     (FETCH FIRST ROW ONLY: LIMIT 1)
 //!   mod(a, b)                               ─▶  (a) % (b)                (the remainder has a's sign in both)
 //!   json_agg(x ...)                         ─▶  foam_json_array(array_agg(x ...))   (exec/json_build.rs)
+//!   json_object_agg(k, v ...)               ─▶  foam_json_object(array_agg(struct(k, v) ...))
 //! ```
 //!
 //! `FETCH ... WITH TIES` is refused (0A000), a FETCH beside a LIMIT is
@@ -57,6 +58,16 @@ impl VisitorMut for Spellings {
             // Its DISTINCT, ORDER BY, FILTER and OVER stay on array_agg.
             function.name = ObjectName::from(vec![Ident::new("array_agg")]);
             *expr = call(crate::exec::json_build::JSON_ARRAY, vec![expr.clone()], Vec::new());
+        } else if let Expr::Function(function) = expr
+            && matches!(function.name.0.as_slice(), [part] if part.as_ident().is_some_and(|f| f.value.eq_ignore_ascii_case("json_object_agg")))
+            && let FunctionArguments::List(list) = &mut function.args
+            && let [FunctionArg::Unnamed(FunctionArgExpr::Expr(key)), FunctionArg::Unnamed(FunctionArgExpr::Expr(value))] = list.args.as_slice()
+        {
+            // One list of pairs: two lists could sort ties differently.
+            let pair = call("struct", vec![key.clone(), value.clone()], Vec::new());
+            list.args = vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(pair))];
+            function.name = ObjectName::from(vec![Ident::new("array_agg")]);
+            *expr = call(crate::exec::json_build::JSON_OBJECT, vec![expr.clone()], Vec::new());
         }
         ControlFlow::Continue(())
     }
