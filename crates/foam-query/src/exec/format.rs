@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, StringBuilder};
+use arrow::array::{ArrayRef, AsArray, StringBuilder};
 use arrow::datatypes::DataType;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature, Volatility};
@@ -49,6 +49,10 @@ pub fn udfs() -> Vec<ScalarUDF> {
         ScalarUDF::new_from_impl(Quote { name: "quote_nullable", signature: Signature::any(1, Volatility::Immutable) }),
     ]
 }
+
+/// The widest a `format()` conversion pads to; a wider one is refused
+/// (54000) rather than allocated.
+const FORMAT_WIDTH_MAX: usize = 10 * 1024 * 1024;
 
 /// `name` as an SQL identifier: quoted, inner quotes doubled, unless it
 /// reads as itself unquoted.
@@ -120,13 +124,13 @@ pub fn format_row(fmt: &str, args: &[Option<String>]) -> Result<String> {
                         chars.next();
                         Some(n)
                     }
-                    Some(_) => return Err(unterminated()),
+                    Some(_) => return Err(invalid("width argument position must be ended by \"$\"".into())),
                     None => None,
                 };
                 let from = from.map(|n| if n == 0 { Err(invalid("format specifies argument 0, but arguments are numbered from 1".into())) } else { Ok(n - 1) }).transpose()?;
                 let text = argument(from, &mut next)?;
                 width = Some(match text {
-                    Some(text) => text.trim().parse().map_err(|_| invalid(format!("invalid width \"{text}\" for format()")))?,
+                    Some(text) => text.trim().parse().map_err(|_| error(format!("invalid input syntax for type integer: \"{text}\""), SqlState::InvalidTextRepresentation))?,
                     None => 0,
                 });
             } else if let Some(n) = number(&mut chars) {
@@ -147,7 +151,13 @@ pub fn format_row(fmt: &str, args: &[Option<String>]) -> Result<String> {
             (_, None) => "NULL".into(),
         };
         let width = width.unwrap_or(0);
+        if i32::try_from(width).is_err() {
+            return Err(error("number is out of range".into(), SqlState::NumericValueOutOfRange));
+        }
         let (left, width) = (left || width < 0, usize::try_from(width.unsigned_abs()).unwrap_or(usize::MAX));
+        if width > FORMAT_WIDTH_MAX {
+            return Err(error(format!("format() width {width} is past FoamDB's limit of {FORMAT_WIDTH_MAX}"), SqlState::ProgramLimitExceeded));
+        }
         let pad = width.saturating_sub(text.chars().count());
         if left {
             out.push_str(&text);
@@ -225,6 +235,10 @@ impl ScalarUDFImpl for Quote {
             let texts = element_texts(values);
             let quoted: arrow::array::StringArray = match self.name {
                 "quote_ident" => texts.iter().map(|text| text.as_deref().map(quote_ident)).collect(),
+                // Through the cast to text: a boolean is `'true'`.
+                _ if values.data_type() == &DataType::Boolean => {
+                    values.as_boolean().iter().map(|value| Some(value.map_or_else(|| "NULL".to_string(), |b| quote_literal(if b { "true" } else { "false" })))).collect()
+                }
                 _ => texts.iter().map(|text| Some(text.as_deref().map_or_else(|| "NULL".to_string(), quote_literal))).collect(),
             };
             Ok(Arc::new(quoted) as ArrayRef)
@@ -254,6 +268,10 @@ mod tests {
         assert!(format("%", &[]).unwrap_err().to_string().contains("unterminated"));
         assert!(format("%I", &[None]).unwrap_err().to_string().contains("SQL identifier"));
         assert!(format("%0$s", &[Some("a")]).unwrap_err().to_string().contains("argument 0"));
+        let code = |fmt: &str, args: &[Option<&str>]| FoamError::from(format(fmt, args).unwrap_err()).sqlstate().code().to_string();
+        assert_eq!(code("%3000000000s", &[Some("a")]), "22003");
+        assert_eq!(code("%*s", &[Some("100000000"), Some("a")]), "54000");
+        assert_eq!(code("%*s", &[Some("x"), Some("a")]), "22P02");
     }
 
     #[test]

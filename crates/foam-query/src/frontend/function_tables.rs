@@ -68,6 +68,21 @@ impl VisitorMut for Columns {
             self.error = Some(error);
             return ControlFlow::Break(());
         }
+        // `LATERAL f(...)` reading no column is `f(...)`.
+        if let TableFactor::Function { lateral: true, name, args, with_ordinality, alias } = factor {
+            *factor = TableFactor::Table {
+                name: name.clone(),
+                alias: alias.clone(),
+                args: Some(datafusion::sql::sqlparser::ast::TableFunctionArgs { args: args.clone(), settings: None }),
+                with_hints: Vec::new(),
+                version: None,
+                with_ordinality: *with_ordinality,
+                partitions: Vec::new(),
+                json_path: None,
+                sample: None,
+                index_hints: Vec::new(),
+            };
+        }
         match factor {
             TableFactor::Table { name, args: Some(_), alias: Some(alias), with_ordinality: false, .. }
                 if alias.columns.is_empty()
@@ -201,7 +216,8 @@ fn called_name(function: &datafusion::sql::sqlparser::ast::Function, name: &str)
 /// The refusal (0A000) of a function in FROM that reads a column, which
 /// only another FROM item can give it (LATERAL, which DataFusion plans
 /// for subqueries only): `FROM t, generate_series(1, t.n)` failed with
-/// "Argument #2 must be an INTEGER or NULL, got Column(...)".
+/// "Argument #2 must be an INTEGER or NULL, got Column(...)". One written
+/// `LATERAL` that reads none is planned as without the word.
 fn lateral_call(factor: &TableFactor) -> Option<FoamError> {
     let exprs: Vec<&Expr> = match factor {
         TableFactor::Table { args: Some(args), .. } => arguments(&args.args),
@@ -214,13 +230,9 @@ fn lateral_call(factor: &TableFactor) -> Option<FoamError> {
         _ => "unnest".to_string(),
     };
     let column = exprs.into_iter().find_map(column_read);
-    let lateral = matches!(factor, TableFactor::Function { lateral: true, .. });
-    if column.is_none() && !lateral {
-        return None;
-    }
-    let reads = column.map_or_else(String::new, |column| format!(" reads column {column} of another FROM item;"));
+    let column = column?;
     Some(FoamError::Query {
-        message: format!("function {name} in FROM{reads} LATERAL function calls are not supported: call it in the select list (SELECT ..., {name}(...) FROM ...)"),
+        message: format!("function {name} in FROM reads column {column} of another FROM item; LATERAL function calls are not supported: call it in the select list (SELECT ..., {name}(...) FROM ...)"),
         sqlstate: SqlState::FeatureNotSupported,
     })
 }

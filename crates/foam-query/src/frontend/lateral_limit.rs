@@ -22,10 +22,13 @@
 //! `a.x` equals it, so the first n of them are its LIMIT's (ties in the
 //! ORDER BY broken arbitrarily by both). Only this shape is rewritten: one
 //! SELECT without DISTINCT, GROUP BY, HAVING, aggregates or windows, a
-//! constant LIMIT and OFFSET, and outer references only in WHERE
-//! equalities `inner = outer`, each side reading one side's relations
-//! only (qualified; an unqualified name is the subquery's). Anything else
-//! is left to DataFusion as written.
+//! constant LIMIT and OFFSET, no item returning rows of its own, and
+//! outer references only in WHERE equalities `inner = outer` whose inner
+//! side is a column of one of the subquery's tables that compares as
+//! stored (not a float, where `0 = -0` would number two partitions, nor a
+//! CHAR), the outer side reading only the relations before it (qualified;
+//! an unqualified name is the subquery's). Anything else is left to
+//! DataFusion as written.
 
 use std::collections::HashSet;
 use std::ops::ControlFlow;
@@ -42,54 +45,68 @@ const ROWS: &str = "foam_lateral";
 const ROW_NUMBER: &str = "foam_lateral_rn";
 const KEY: &str = "foam_lateral_k";
 
+/// What the rewrite asks of the session: which functions aggregate, and
+/// whether a table's column compares as it is stored (a key rows are
+/// numbered by: not a float, where `0 = -0`, nor a CHAR, where trailing
+/// blanks do not count; `None` for no such table or column).
+pub struct Names<'a> {
+    pub is_aggregate: &'a dyn Fn(&str) -> bool,
+    pub exact_column: &'a dyn Fn(&str, &str) -> Option<bool>,
+}
+
 /// `statement` with each such LATERAL subquery rewritten (see the module
-/// documentation); `is_aggregate` names the aggregate functions.
-pub fn rewrite(statement: &mut Statement, is_aggregate: &dyn Fn(&str) -> bool) {
-    let _ = statement.visit(&mut Laterals { is_aggregate });
+/// documentation).
+pub fn rewrite(statement: &mut Statement, names: &Names) {
+    let _ = statement.visit(&mut Laterals { names });
 }
 
 struct Laterals<'a> {
-    is_aggregate: &'a dyn Fn(&str) -> bool,
+    names: &'a Names<'a>,
 }
 
 impl VisitorMut for Laterals<'_> {
     type Break = ();
 
     fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
-        from_lists(query.body.as_mut(), self.is_aggregate);
+        from_lists(query.body.as_mut(), self.names);
         ControlFlow::Continue(())
     }
 }
 
-fn from_lists(body: &mut SetExpr, is_aggregate: &dyn Fn(&str) -> bool) {
+fn from_lists(body: &mut SetExpr, names: &Names) {
     match body {
-        SetExpr::Select(select) => from_list(&mut select.from, is_aggregate),
+        SetExpr::Select(select) => from_list(&mut select.from, names),
         SetExpr::SetOperation { left, right, .. } => {
-            from_lists(left, is_aggregate);
-            from_lists(right, is_aggregate);
+            from_lists(left, names);
+            from_lists(right, names);
         }
         _ => {}
     }
 }
 
 /// Each LATERAL subquery of a FROM list, given the relations before it.
-fn from_list(from: &mut [TableWithJoins], is_aggregate: &dyn Fn(&str) -> bool) {
+fn from_list(from: &mut [TableWithJoins], names: &Names) {
     let mut before: HashSet<String> = HashSet::new();
     for item in from {
         for factor in std::iter::once(&mut item.relation).chain(item.joins.iter_mut().map(|join| &mut join.relation)) {
-            numbered(factor, &before, is_aggregate);
+            numbered(factor, &before, names);
             names_of(factor, &mut before);
         }
     }
 }
 
+/// A name as PostgreSQL reads it: lower-cased unless quoted.
+fn folded(ident: &Ident) -> String {
+    if ident.quote_style.is_some() { ident.value.clone() } else { ident.value.to_lowercase() }
+}
+
 /// The names (aliases, or table names) a FROM item's columns are qualified
-/// by, lower-cased, into `names`.
+/// by, folded, into `names`.
 fn names_of(factor: &TableFactor, names: &mut HashSet<String>) {
-    let alias_name = |alias: &Option<datafusion::sql::sqlparser::ast::TableAlias>| alias.as_ref().map(|alias| alias.name.value.to_lowercase());
+    let alias_name = |alias: &Option<datafusion::sql::sqlparser::ast::TableAlias>| alias.as_ref().map(|alias| folded(&alias.name));
     match factor {
         TableFactor::Table { name, alias, .. } => {
-            let own = name.0.last().and_then(|part| part.as_ident()).map(|ident| ident.value.to_lowercase());
+            let own = name.0.last().and_then(|part| part.as_ident()).map(folded);
             names.extend(alias_name(alias).or(own));
         }
         TableFactor::NestedJoin { table_with_joins, .. } => {
@@ -103,7 +120,7 @@ fn names_of(factor: &TableFactor, names: &mut HashSet<String>) {
     }
 }
 
-/// The lower-cased qualifiers `node` reads columns by (`a` of `a.x`), and
+/// The folded qualifiers `node` reads columns by (`a` of `a.x`), and
 /// whether it reads an unqualified name.
 fn qualifiers<V: Visit>(node: &V) -> (HashSet<String>, bool) {
     struct Reader {
@@ -115,7 +132,7 @@ fn qualifiers<V: Visit>(node: &V) -> (HashSet<String>, bool) {
         fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
             match expr {
                 Expr::CompoundIdentifier(parts) if parts.len() >= 2 => {
-                    self.qualifiers.insert(parts[parts.len() - 2].value.to_lowercase());
+                    self.qualifiers.insert(folded(&parts[parts.len() - 2]));
                 }
                 Expr::Identifier(_) => self.unqualified = true,
                 _ => {}
@@ -191,13 +208,13 @@ fn aggregates(expr: &Expr, is_aggregate: &dyn Fn(&str) -> bool) -> bool {
 
 /// `factor` rewritten when it is such a LATERAL subquery and `outer` (the
 /// relations before it) are what it reads besides its own.
-fn numbered(factor: &mut TableFactor, outer: &HashSet<String>, is_aggregate: &dyn Fn(&str) -> bool) {
+fn numbered(factor: &mut TableFactor, outer: &HashSet<String>, names: &Names) {
     let TableFactor::Derived { lateral: true, subquery, .. } = factor else { return };
-    let Some(rewritten) = rewritten(subquery, outer, is_aggregate) else { return };
+    let Some(rewritten) = rewritten(subquery, outer, names) else { return };
     **subquery = rewritten;
 }
 
-fn rewritten(query: &Query, outer: &HashSet<String>, is_aggregate: &dyn Fn(&str) -> bool) -> Option<Query> {
+fn rewritten(query: &Query, outer: &HashSet<String>, names: &Names) -> Option<Query> {
     if query.with.is_some() || query.fetch.is_some() {
         return None;
     }
@@ -216,8 +233,11 @@ fn rewritten(query: &Query, outer: &HashSet<String>, is_aggregate: &dyn Fn(&str)
         && select.named_window.is_empty()
         && select.qualify.is_none()
         && matches!(&select.group_by, GroupByExpr::Expressions(keys, modifiers) if keys.is_empty() && modifiers.is_empty());
+    // An item returning rows of its own (an unnest, a select list's
+    // generate_series) would give a row number several rows.
+    let returns_rows = |name: &str| matches!(name, "unnest" | "generate_series" | "range" | "generate_subscripts");
     let items_plain = select.projection.iter().all(|item| match item {
-        SelectItem::UnnamedExpr(expr) | SelectItem::ExprWithAlias { expr, .. } => !aggregates(expr, is_aggregate),
+        SelectItem::UnnamedExpr(expr) | SelectItem::ExprWithAlias { expr, .. } => !aggregates(expr, &|name| (names.is_aggregate)(name) || returns_rows(name)),
         SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..) => true,
         _ => false,
     });
@@ -256,7 +276,7 @@ fn rewritten(query: &Query, outer: &HashSet<String>, is_aggregate: &dyn Fn(&str)
             _ => return None,
         }
     }
-    if keys.is_empty() {
+    if keys.is_empty() || !keys.iter().all(|(inner, _)| exact_key(inner, &select.from, names)) {
         return None;
     }
     // Nothing else reads the outer rows (nor a query further out).
@@ -324,6 +344,39 @@ fn rewritten(query: &Query, outer: &HashSet<String>, is_aggregate: &dyn Fn(&str)
     Some(shell)
 }
 
+/// Whether `key` is a column of a table of `from` that compares as it is
+/// stored (`Names::exact_column`); an unqualified one must be found in
+/// exactly one of them.
+fn exact_key(key: &Expr, from: &[TableWithJoins], names: &Names) -> bool {
+    let mut tables: Vec<(String, String)> = Vec::new();
+    let mut collect = |factor: &TableFactor| {
+        if let TableFactor::Table { name, alias, args: None, .. } = factor
+            && let Some(table) = name.0.last().and_then(|part| part.as_ident())
+        {
+            let qualifier = alias.as_ref().map_or_else(|| folded(table), |alias| folded(&alias.name));
+            tables.push((qualifier, folded(table)));
+        }
+    };
+    for item in from {
+        collect(&item.relation);
+        for join in &item.joins {
+            collect(&join.relation);
+        }
+    }
+    match key {
+        Expr::CompoundIdentifier(parts) if parts.len() == 2 => {
+            let qualifier = folded(&parts[0]);
+            tables.iter().any(|(q, table)| *q == qualifier && (names.exact_column)(table, &folded(&parts[1])) == Some(true))
+        }
+        Expr::Identifier(column) => {
+            let found: Vec<Option<bool>> = tables.iter().map(|(_, table)| (names.exact_column)(table, &folded(column))).filter(Option::is_some).collect();
+            found == [Some(true)]
+        }
+        Expr::Nested(inner) => exact_key(inner, from, names),
+        _ => false,
+    }
+}
+
 /// An ORDER BY item of a subquery as an expression of its FROM: an item's
 /// alias or position read as the item.
 fn order_item(item: &OrderByExpr, projection: &[SelectItem]) -> Option<OrderByExpr> {
@@ -333,10 +386,13 @@ fn order_item(item: &OrderByExpr, projection: &[SelectItem]) -> Option<OrderByEx
     }
     let aliased = match &item.expr {
         Expr::Identifier(name) => projection.iter().find_map(|select_item| match select_item {
-            SelectItem::ExprWithAlias { expr, alias } if alias.value.eq_ignore_ascii_case(&name.value) => Some(expr.clone()),
+            SelectItem::ExprWithAlias { expr, alias } if folded(alias) == folded(name) => Some(expr.clone()),
             _ => None,
         }),
         other => match constant(other) {
+            // A wildcard's columns are not known here: its items' positions
+            // are not theirs.
+            Some(_) if projection.iter().any(|i| matches!(i, SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..))) => return None,
             Some(position) => match projection.get(usize::try_from(position).ok()?.checked_sub(1)?)? {
                 SelectItem::UnnamedExpr(expr) | SelectItem::ExprWithAlias { expr, .. } => Some(expr.clone()),
                 _ => return None,
@@ -358,7 +414,13 @@ mod tests {
 
     fn rewritten(sql: &str) -> String {
         let mut statement = Parser::parse_sql(&PostgreSqlDialect {}, sql).unwrap().pop().unwrap();
-        rewrite(&mut statement, &|name| matches!(name, "count" | "max" | "sum"));
+        // Table b: id INT, v INT, f DOUBLE PRECISION.
+        let exact = |table: &str, column: &str| match (table, column) {
+            ("b", "id" | "v") => Some(true),
+            ("b", "f") => Some(false),
+            _ => None,
+        };
+        rewrite(&mut statement, &Names { is_aggregate: &|name| matches!(name, "count" | "max" | "sum"), exact_column: &exact });
         statement.to_string()
     }
 
@@ -383,6 +445,12 @@ mod tests {
             "SELECT * FROM a, LATERAL (SELECT b.v FROM b WHERE b.id < a.id LIMIT 1) AS s",
             "SELECT * FROM a, LATERAL (SELECT b.v FROM b ORDER BY b.v LIMIT 1) AS s",
             "SELECT * FROM a, LATERAL (SELECT b.v FROM b WHERE b.id = a.id ORDER BY b.v LIMIT $1) AS s",
+            // A float key, an expression key, an item returning rows, a
+            // position after a wildcard.
+            "SELECT * FROM a, LATERAL (SELECT b.v FROM b WHERE b.f = a.f ORDER BY b.v LIMIT 1) AS s",
+            "SELECT * FROM a, LATERAL (SELECT b.v FROM b WHERE b.id + 1 = a.id ORDER BY b.v LIMIT 1) AS s",
+            "SELECT * FROM a, LATERAL (SELECT unnest(ARRAY[b.v]) FROM b WHERE b.id = a.id ORDER BY b.v LIMIT 1) AS s",
+            "SELECT * FROM a, LATERAL (SELECT *, b.v AS w FROM b WHERE b.id = a.id ORDER BY 2 LIMIT 1) AS s",
         ] {
             assert_eq!(rewritten(sql), Parser::parse_sql(&PostgreSqlDialect {}, sql).unwrap().pop().unwrap().to_string(), "{sql}");
         }

@@ -753,7 +753,14 @@ impl FoamSession {
             // Read in place: `state()` would copy the whole session state.
             let state = self.ctx.state_ref();
             let state = state.read();
-            crate::frontend::lateral_limit::rewrite(&mut statement, &|name| state.aggregate_functions().contains_key(name));
+            let catalog = self.node.catalog.current();
+            let exact_column = |table: &str, column: &str| -> Option<bool> {
+                let def = catalog.tables.get(table)?;
+                let column = def.columns.iter().find(|c| c.name == column)?;
+                Some(!matches!(column.sql_type, foam_catalog::SqlType::Real | foam_catalog::SqlType::Double | foam_catalog::SqlType::Char { .. }))
+            };
+            let names = crate::frontend::lateral_limit::Names { is_aggregate: &|name| state.aggregate_functions().contains_key(name), exact_column: &exact_column };
+            crate::frontend::lateral_limit::rewrite(&mut statement, &names);
             crate::frontend::scalar_subquery::rewrite(&mut statement, &|name| state.aggregate_functions().contains_key(name));
         }
         check_not_node_setting(&statement)?;

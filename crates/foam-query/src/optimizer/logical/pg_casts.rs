@@ -69,7 +69,13 @@ fn integral(expr: Expr, schema: &DFSchema) -> Result<Result<Expr, Expr>> {
         return Ok(Err(expr));
     }
     if let Some(places) = places {
-        let digits = (i16::from(precision) - i16::from(scale) + i16::from(places)).clamp(1, 38) as u8;
+        // Past Decimal128's 38 digits the cast would fail: Arrow's answer
+        // (the argument as it is) stays.
+        let digits = i16::from(precision) - i16::from(scale) + i16::from(places);
+        if digits > 38 {
+            return Ok(Err(expr));
+        }
+        let digits = digits.max(1) as u8;
         let field = Arc::new(arrow::datatypes::Field::new("", DataType::Decimal128(digits.max(places as u8), places), true));
         return Ok(Ok(Expr::Cast(Cast { expr: Box::new(expr), field })));
     }
