@@ -175,35 +175,9 @@ fn and_all(exprs: Vec<Expr>) -> Option<Expr> {
 /// Whether `expr` calls an aggregate or a window function, outside its
 /// subqueries.
 fn aggregates(expr: &Expr, is_aggregate: &dyn Fn(&str) -> bool) -> bool {
-    struct Finder<'a> {
-        is_aggregate: &'a dyn Fn(&str) -> bool,
-        depth: usize,
-        found: bool,
-    }
-    impl Visitor for Finder<'_> {
-        type Break = ();
-        fn pre_visit_query(&mut self, _query: &Query) -> ControlFlow<()> {
-            self.depth += 1;
-            ControlFlow::Continue(())
-        }
-        fn post_visit_query(&mut self, _query: &Query) -> ControlFlow<()> {
-            self.depth -= 1;
-            ControlFlow::Continue(())
-        }
-        fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
-            if self.depth == 0
-                && let Expr::Function(function) = expr
-                && (function.over.is_some() || function.name.0.last().and_then(|part| part.as_ident()).is_some_and(|name| (self.is_aggregate)(&name.value.to_lowercase())))
-            {
-                self.found = true;
-                return ControlFlow::Break(());
-            }
-            ControlFlow::Continue(())
-        }
-    }
-    let mut finder = Finder { is_aggregate, depth: 0, found: false };
-    let _ = expr.visit(&mut finder);
-    finder.found
+    crate::frontend::scalar_subquery::calls(expr, &|function| {
+        function.over.is_some() || function.name.0.last().and_then(|part| part.as_ident()).is_some_and(|name| is_aggregate(&name.value.to_lowercase()))
+    })
 }
 
 /// `factor` rewritten when it is such a LATERAL subquery and `outer` (the

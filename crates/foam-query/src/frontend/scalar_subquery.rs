@@ -338,7 +338,7 @@ fn returns_rows(expr: &Expr) -> bool {
 
 /// Whether `expr`, not counting its subqueries, calls a function `wanted`
 /// takes.
-fn calls(expr: &Expr, wanted: &dyn Fn(&Function) -> bool) -> bool {
+pub(crate) fn calls(expr: &Expr, wanted: &dyn Fn(&Function) -> bool) -> bool {
     struct Finder<'a> {
         wanted: &'a dyn Fn(&Function) -> bool,
         /// How deep in subqueries of `expr` the visit is.
