@@ -175,6 +175,23 @@ fn psql_describes_tables_views_roles_and_schemas() {
     psql_ok(&cluster, &[], &format!("\\copy described FROM '{}' WITH (FORMAT csv)\n", file.display()));
     let counted = psql_ok(&cluster, &["-At"], "SELECT count(*), sum(price) FROM described;\n");
     assert_eq!(counted, "3|3.75\n");
+    // NOTICEs and WARNINGs reach psql as PostgreSQL 15 words them.
+    let noticed = psql(
+        &cluster,
+        &[],
+        "DROP TABLE IF EXISTS never_made;\nCREATE TABLE IF NOT EXISTS described (id INT);\nDROP SEQUENCE IF EXISTS never_seq;\nCOMMIT;\nBEGIN;\nBEGIN;\nROLLBACK;\n",
+    );
+    let said = String::from_utf8_lossy(&noticed.stderr);
+    for line in [
+        "NOTICE:  table \"never_made\" does not exist, skipping",
+        "NOTICE:  relation \"described\" already exists, skipping",
+        "NOTICE:  sequence \"never_seq\" does not exist, skipping",
+        "WARNING:  there is no transaction in progress",
+        "WARNING:  there is already a transaction in progress",
+    ] {
+        assert!(said.contains(line), "psql's stderr lacks {line:?}:\n{said}");
+    }
+    assert!(noticed.status.success(), "{}", text(&noticed));
 }
 
 #[test]

@@ -331,6 +331,9 @@ impl SimpleQueryHandler for FoamPgHandler {
         let mut responses = Vec::new();
         let results = std::panic::AssertUnwindSafe(session.execute_all(query, cancel)).catch_unwind().await;
         let results = results.unwrap_or_else(|payload| vec![Err(statement_panicked(payload.as_ref()))]);
+        // Before the statements' answers (PostgreSQL sends each before its
+        // own; the statements of one query string have all run here).
+        send_notices(client, &session).await?;
         for result in results {
             self.record(&result, query);
             let response = result.map_err(|e| user_error(&e)).and_then(|output| {
@@ -349,6 +352,20 @@ impl SimpleQueryHandler for FoamPgHandler {
         report_changes(client, &session).await?;
         Ok(responses)
     }
+}
+
+/// A NoticeResponse for each NOTICE or WARNING the session's statements
+/// raised (`DROP TABLE IF EXISTS` of no table, `BEGIN` in a block).
+async fn send_notices<C>(client: &mut C, session: &FoamSession) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    for notice in session.take_notices() {
+        let info = ErrorInfo::new(notice.severity.to_string(), notice.sqlstate.code().to_string(), notice.message);
+        client.send(PgWireBackendMessage::NoticeResponse(info.into())).await?;
+    }
+    Ok(())
 }
 
 /// A ParameterStatus for each reported setting a statement changed
@@ -534,6 +551,7 @@ impl ExtendedQueryHandler for FoamPgHandler {
             .await
             .unwrap_or_else(|payload| Err(statement_panicked(payload.as_ref())));
         self.record(&output, &prepared.text);
+        send_notices(client, &session).await?;
         let output = output.map_err(|e| user_error(&e))?;
         forget_statements(client, &output);
         report_changes(client, &session).await?;

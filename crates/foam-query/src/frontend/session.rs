@@ -75,6 +75,17 @@ pub enum StatementOutput {
     Returned { tag: &'static str, schema: SchemaRef, stream: SendableRecordBatchStream },
 }
 
+/// A message a statement sends the client besides its answer, as
+/// PostgreSQL's NoticeResponse: `DROP TABLE IF EXISTS` of no table, `BEGIN`
+/// in a block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    /// `NOTICE` or `WARNING`.
+    pub severity: &'static str,
+    pub sqlstate: foam_common::SqlState,
+    pub message: String,
+}
+
 pub struct CopyInTarget {
     pub table: foam_catalog::TableDef,
     pub options: CopyOptions,
@@ -426,6 +437,9 @@ pub struct FoamSession {
     settings: Mutex<BTreeMap<String, String>>,
     /// The TimeZone the client was last told of (ParameterStatus).
     reported_zone: Mutex<String>,
+    /// NOTICEs and WARNINGs statements raised, for the protocol layer to
+    /// send (`take_notices`).
+    notices: Mutex<Vec<Notice>>,
     /// Whether the session is inside `BEGIN ... COMMIT` (transaction_block.rs).
     block: Mutex<Block>,
     /// The block's transaction (`write/transaction.rs`); also in the
@@ -598,6 +612,7 @@ impl FoamSession {
             cursors: Default::default(),
             settings: Mutex::new(settings),
             reported_zone: Mutex::new(crate::frontend::time_zone::DEFAULT_ZONE.to_string()),
+            notices: Mutex::new(Vec::new()),
             block: Mutex::new(Block::Idle),
             open,
             read_only: Default::default(),
@@ -740,13 +755,13 @@ impl FoamSession {
         if crate::frontend::column_defaults::fill(&mut statement, &self.node.catalog.current())? {
             crate::frontend::sequence_ddl::names_as_text(&mut statement);
         }
+        crate::frontend::spellings::rewrite(&mut statement)?;
         crate::frontend::numeric_literals::rewrite(&mut statement);
         crate::frontend::datetime_literals::rewrite(&mut statement)?;
         crate::frontend::char_casts::rewrite(&mut statement);
         crate::frontend::array_subquery::rewrite(&mut statement)?;
         crate::frontend::subscripts::rewrite(&mut statement)?;
         crate::frontend::function_tables::rewrite(&mut statement)?;
-        crate::frontend::spellings::rewrite(&mut statement)?;
         crate::frontend::at_time_zone::rewrite(&mut statement);
         crate::optimizer::logical::quoted_literals::typed_by_planner(&mut statement);
         {
@@ -984,6 +999,9 @@ impl FoamSession {
                     self.statement_failed();
                     return Err(error);
                 }
+                if *self.block() == Block::Idle {
+                    self.notice("WARNING", foam_common::SqlState::NoActiveSqlTransaction, "there is no transaction in progress".into());
+                }
                 let result = self.end_transaction(class == StatementClass::Commit).await;
                 // The block ends however the end went.
                 let tag = self.block().after(class, result.is_ok());
@@ -1034,6 +1052,9 @@ impl FoamSession {
             return Err(FoamError::internal("BEGIN is not a START TRANSACTION"));
         };
         let modes = crate::frontend::transaction_block::modes(modes)?;
+        if *self.block() != Block::Idle {
+            self.notice("WARNING", foam_common::SqlState::ActiveSqlTransaction, "there is already a transaction in progress".into());
+        }
         if *self.block() == Block::Idle {
             *self.block_settings.lock().unwrap_or_else(|p| p.into_inner()) = BlockSettings { at_begin: Some(self.settings_now()), ..BlockSettings::default() };
             self.read_only.store(modes.read_only.unwrap_or(false), std::sync::atomic::Ordering::Relaxed);
@@ -1802,7 +1823,9 @@ impl FoamSession {
                     _ => String::new(),
                 };
                 let (_, outcome) = self.node.catalog.apply(create).await?;
-                if self.open.get().is_some() && !matches!(outcome, CommandOutcome::Skipped) {
+                if matches!(outcome, CommandOutcome::Skipped) {
+                    self.notice("NOTICE", foam_common::SqlState::DuplicateTable, format!("relation \"{name}\" already exists, skipping"));
+                } else if self.open.get().is_some() {
                     self.block_ddl().created(name);
                 }
                 command("CREATE TABLE")
@@ -1865,7 +1888,17 @@ impl FoamSession {
                         _ => (None, None),
                     };
                     let (_, outcome) = self.node.catalog.apply(command).await?;
-                    if in_block && !matches!(outcome, CommandOutcome::Skipped) {
+                    if matches!(outcome, CommandOutcome::Skipped) {
+                        let message = match (&created, &dropped) {
+                            (Some(name), _) => format!("relation \"{name}\" already exists, skipping"),
+                            (_, Some(name)) => format!("sequence \"{name}\" does not exist, skipping"),
+                            _ => String::new(),
+                        };
+                        let sqlstate = if created.is_some() { foam_common::SqlState::DuplicateTable } else { foam_common::SqlState::SuccessfulCompletion };
+                        if !message.is_empty() {
+                            self.notice("NOTICE", sqlstate, message);
+                        }
+                    } else if in_block {
                         match (created, dropped) {
                             (Some(name), _) => self.block_ddl().created(name),
                             (_, Some(name)) => {
@@ -1890,6 +1923,9 @@ impl FoamSession {
                 let exists = |name: &String| if is_table { catalog.tables.contains_key(name) } else { catalog.views.contains_key(name) };
                 if let Some(missing) = names.iter().find(|n| !exists(n)).filter(|_| !*if_exists) {
                     return Err(FoamError::Query { message: format!("{kind} \"{missing}\" does not exist"), sqlstate: foam_common::SqlState::UndefinedTable });
+                }
+                for missing in names.iter().filter(|n| !exists(n)) {
+                    self.notice("NOTICE", foam_common::SqlState::SuccessfulCompletion, format!("{kind} \"{missing}\" does not exist, skipping"));
                 }
                 let names: Vec<String> = names.into_iter().filter(exists).collect();
                 let dependents = ddl::dependent_views(&catalog, &names);
@@ -2044,6 +2080,15 @@ impl FoamSession {
         self.initial_options = self.ctx.state().config().options().as_ref().clone();
         *self.reported_zone.lock().unwrap_or_else(|p| p.into_inner()) = shown;
         Ok(())
+    }
+
+    /// The notices statements raised since the last call, oldest first.
+    pub fn take_notices(&self) -> Vec<Notice> {
+        std::mem::take(&mut *self.notices.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn notice(&self, severity: &'static str, sqlstate: foam_common::SqlState, message: String) {
+        self.notices.lock().unwrap_or_else(|p| p.into_inner()).push(Notice { severity, sqlstate, message });
     }
 
     /// The reported settings (PostgreSQL's `GUC_REPORT` ones FoamDB changes:
