@@ -1,13 +1,16 @@
 //! SQL that PostgreSQL takes in a spelling DataFusion refuses or lacks,
 //! written as the spelling DataFusion plans: the standard's `FETCH FIRST n
 //! ROWS ONLY` ("FETCH clause is not supported yet"), `mod(a, b)`,
-//! `json_agg(x)` and `json_object_agg(k, v)` ("Invalid function").
+//! `json_agg(x)` and `json_object_agg(k, v)` ("Invalid function"),
+//! `LOCALTIMESTAMP`, and `make_interval`'s named arguments.
 //!
 //! ```text
 //!   ... OFFSET m FETCH FIRST n ROWS ONLY   ─▶  ... LIMIT n OFFSET m     (FETCH FIRST ROW ONLY: LIMIT 1)
 //!   mod(a, b)                               ─▶  (a) % (b)                (the remainder has a's sign in both)
 //!   json_agg(x ...)                         ─▶  foam_json_array(array_agg(x ...))   (exec/json_build.rs)
 //!   json_object_agg(k, v ...)               ─▶  foam_json_object(array_agg(struct(k, v) ...))
+//!   LOCALTIMESTAMP, LOCALTIME               ─▶  CAST(now() AS TIMESTAMP), CAST(now() AS TIME)
+//!   make_interval(days => 10)               ─▶  make_interval(0, 0, 0, 10, 0, 0, 0.0)   (exec/interval_functions.rs)
 //! ```
 //!
 //! `FETCH ... WITH TIES` is refused (0A000), a FETCH beside a LIMIT is
@@ -16,7 +19,9 @@
 
 use std::ops::ControlFlow;
 
-use datafusion::sql::sqlparser::ast::{BinaryOperator, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, LimitClause, ObjectName, Query, Statement, Value, VisitMut, VisitorMut};
+use datafusion::sql::sqlparser::ast::{
+    BinaryOperator, CastKind, DataType, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, LimitClause, ObjectName, Query, Statement, TimezoneInfo, Value, VisitMut, VisitorMut,
+};
 use foam_common::{FoamError, FoamResult, SqlState};
 
 use crate::frontend::array_subquery::call;
@@ -47,6 +52,17 @@ impl VisitorMut for Spellings {
     }
 
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        if let Some(local) = local_time(expr) {
+            *expr = local;
+            return ControlFlow::Continue(());
+        }
+        match make_interval_positional(expr) {
+            Ok(()) => {}
+            Err(error) => {
+                self.error = Some(error);
+                return ControlFlow::Break(());
+            }
+        }
         if let Some([dividend, divisor]) = arguments_of(expr, "mod").as_deref() {
             let nested = |e: &Expr| Box::new(Expr::Nested(Box::new(e.clone())));
             *expr = Expr::Nested(Box::new(Expr::BinaryOp { left: nested(dividend), op: BinaryOperator::Modulo, right: nested(divisor) }));
@@ -71,6 +87,52 @@ impl VisitorMut for Spellings {
         }
         ControlFlow::Continue(())
     }
+}
+
+/// `LOCALTIMESTAMP` and `LOCALTIME` (without a precision) as the
+/// session's local time now.
+fn local_time(expr: &Expr) -> Option<Expr> {
+    let Expr::Function(function) = expr else { return None };
+    let [part] = function.name.0.as_slice() else { return None };
+    let name = part.as_ident()?.value.to_lowercase();
+    let data_type = match name.as_str() {
+        "localtimestamp" => DataType::Timestamp(None, TimezoneInfo::None),
+        "localtime" => DataType::Time(None, TimezoneInfo::None),
+        _ => return None,
+    };
+    if !matches!(function.args, FunctionArguments::None) {
+        return None;
+    }
+    Some(Expr::Cast { kind: CastKind::Cast, expr: Box::new(call("now", Vec::new(), Vec::new())), data_type, array: false, format: None })
+}
+
+/// `make_interval(days => 10)` as its seven arguments in place, the ones
+/// not given 0 (PostgreSQL's defaults); a name it does not have is 42883.
+fn make_interval_positional(expr: &mut Expr) -> FoamResult<()> {
+    use crate::exec::interval_functions::MAKE_INTERVAL_ARGUMENTS;
+    let Expr::Function(function) = expr else { return Ok(()) };
+    let named = matches!(function.name.0.as_slice(), [part] if part.as_ident().is_some_and(|f| f.value.eq_ignore_ascii_case("make_interval")));
+    let FunctionArguments::List(list) = &mut function.args else { return Ok(()) };
+    if !named || list.args.len() == MAKE_INTERVAL_ARGUMENTS.len() && list.args.iter().all(|a| matches!(a, FunctionArg::Unnamed(_))) {
+        return Ok(());
+    }
+    let zero = |at: usize| Expr::value(Value::Number(if at == MAKE_INTERVAL_ARGUMENTS.len() - 1 { "0.0" } else { "0" }.into(), false));
+    let mut placed: Vec<Option<Expr>> = vec![None; MAKE_INTERVAL_ARGUMENTS.len()];
+    let unknown = |what: String| FoamError::Query { message: format!("function make_interval({what}) does not exist"), sqlstate: SqlState::UndefinedFunction };
+    for (position, arg) in list.args.iter().enumerate() {
+        let (at, value) = match arg {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(value)) => (position, value),
+            FunctionArg::Named { name, arg: FunctionArgExpr::Expr(value), .. } | FunctionArg::ExprNamed { name: Expr::Identifier(name), arg: FunctionArgExpr::Expr(value), .. } => {
+                let at = MAKE_INTERVAL_ARGUMENTS.iter().position(|n| n.eq_ignore_ascii_case(&name.value)).ok_or_else(|| unknown(format!("{} => ...", name.value)))?;
+                (at, value)
+            }
+            other => return Err(unknown(other.to_string())),
+        };
+        let slot = placed.get_mut(at).ok_or_else(|| unknown(format!("{} arguments", list.args.len())))?;
+        *slot = Some(value.clone());
+    }
+    list.args = placed.into_iter().enumerate().map(|(at, value)| FunctionArg::Unnamed(FunctionArgExpr::Expr(value.unwrap_or_else(|| zero(at))))).collect();
+    Ok(())
 }
 
 /// `query`'s `FETCH FIRST n ROWS ONLY` as its LIMIT.
@@ -124,6 +186,8 @@ mod tests {
         assert_eq!(rewritten("SELECT a FROM t FETCH NEXT ROW ONLY").unwrap(), "SELECT a FROM t LIMIT 1");
         assert_eq!(rewritten("SELECT mod(a, 4) FROM (SELECT mod(-7, 3) AS a) s").unwrap(), "SELECT ((a) % (4)) FROM (SELECT ((-7) % (3)) AS a) s");
         assert_eq!(rewritten("SELECT a FROM t FETCH FIRST 2 ROWS WITH TIES").unwrap_err().sqlstate(), SqlState::FeatureNotSupported);
+        assert_eq!(rewritten("SELECT make_interval(days => 10, secs => 1.5), make_interval(1)").unwrap(), "SELECT make_interval(0, 0, 0, 10, 0, 0, 1.5), make_interval(1, 0, 0, 0, 0, 0, 0.0)");
+        assert_eq!(rewritten("SELECT make_interval(hour => 1)").unwrap_err().sqlstate(), SqlState::UndefinedFunction);
         assert_eq!(
             rewritten("SELECT json_agg(DISTINCT a ORDER BY a) FILTER (WHERE a > 1) FROM t").unwrap(),
             "SELECT foam_json_array(array_agg(DISTINCT a ORDER BY a) FILTER (WHERE a > 1)) FROM t"

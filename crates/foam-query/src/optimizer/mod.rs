@@ -191,6 +191,7 @@ pub fn worker_udfs() -> Vec<ScalarUDF> {
     ];
     udfs.extend(crate::exec::json_build::json_udfs());
     udfs.extend(crate::exec::format::udfs());
+    udfs.extend(crate::exec::interval_functions::udfs());
     udfs.extend(crate::exec::datetime_format::udfs());
     udfs.extend(crate::frontend::char_casts::udfs());
     udfs
