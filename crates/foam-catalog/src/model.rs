@@ -148,9 +148,34 @@ pub struct TableDef {
     /// key, checked where a partition's rows are (foam-storage `unique.rs`).
     #[serde(default)]
     pub unique_keys: Vec<UniqueKeyDef>,
+    /// CHECK constraints, checked on every row a statement writes
+    /// (foam-query `write/checks.rs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<CheckDef>,
+    /// The catalog version that last added a CHECK to the table (0: none
+    /// added since it was made). Writes route with it as a placement version
+    /// ([`TableDef::placement_version`]), so copies fenced at it refuse the
+    /// writes planned before it, which did not check the constraint.
+    #[serde(default)]
+    pub checks_changed_at: u64,
     /// Its owner and grants (`privileges.rs`).
     #[serde(default)]
     pub acl: Acl,
+}
+
+/// A CHECK constraint: a row for which `expr` is false is refused (23514);
+/// true or NULL passes, as in PostgreSQL.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckDef {
+    /// The constraint's name, as PostgreSQL would make it (`t_a_check`).
+    pub name: String,
+    /// The boolean expression, as SQL text over the table's columns.
+    pub expr: String,
+    /// Added by `ALTER TABLE ... ADD` and not yet found to hold for the rows
+    /// already stored: writes are checked against it, but it is not reported
+    /// as valid (it stays so if the statement adding it died half-way).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub validating: bool,
 }
 
 /// A PRIMARY KEY or UNIQUE constraint.
@@ -224,9 +249,12 @@ impl TableDef {
         Ok(targets)
     }
 
-    /// The placement version a writer saw for `partition` (0 without placement).
+    /// The placement version a writer saw for `partition` (0 without
+    /// placement): when its copies last changed, or when a CHECK was last
+    /// added, whichever is later; a copy refuses writes routed with less
+    /// than its fence.
     pub fn placement_version(&self, partition: PartitionId) -> u64 {
-        self.placement.get(partition as usize).map(|p| p.changed_at).unwrap_or(0)
+        self.placement.get(partition as usize).map(|p| p.changed_at).unwrap_or(0).max(self.checks_changed_at)
     }
 
     /// Re-derives the nodes queries read from after placement or node states changed.
@@ -291,6 +319,18 @@ fn check_unique_keys(table: &str, columns: &[ColumnDef], distribution: &Distribu
         }
     }
     Ok(())
+}
+
+/// A table's constraints have names of their own, as in PostgreSQL (42710).
+fn check_constraint_names(table: &str, keys: &[UniqueKeyDef], checks: &[CheckDef]) -> FoamResult<()> {
+    let names: Vec<&str> = keys.iter().map(|k| k.name.as_str()).chain(checks.iter().map(|c| c.name.as_str())).collect();
+    match names.iter().enumerate().find(|(at, name)| names[..*at].contains(name)) {
+        Some((_, name)) => Err(FoamError::Query {
+            message: format!("constraint \"{name}\" for relation \"{table}\" already exists"),
+            sqlstate: SqlState::DuplicateObject,
+        }),
+        None => Ok(()),
+    }
 }
 
 fn undefined_role(name: &str) -> FoamError {
@@ -370,6 +410,8 @@ pub enum CatalogCommand {
         /// created with it and dropped with it.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         sequences: Vec<crate::sequences::SequenceDef>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        checks: Vec<CheckDef>,
     },
     DropTable { name: String, if_exists: bool },
     CreateSequence { sequence: crate::sequences::SequenceDef, if_not_exists: bool },
@@ -448,6 +490,15 @@ pub enum CatalogCommand {
     /// Step 2: the rows stored before were checked: the key is kept as valid
     /// (`keep`), or dropped again.
     FinishUniqueKey { table: String, name: String, keep: bool },
+    /// `ALTER TABLE t ADD CHECK`, step 1: every write prepared from now on
+    /// is checked against `check` (applied with `validating` set).
+    AddCheck { table: String, check: CheckDef },
+    /// Step 2: the rows stored before were checked: the constraint is kept
+    /// as valid (`keep`), or dropped again.
+    FinishCheck { table: String, name: String, keep: bool },
+    /// `ALTER TABLE t DROP CONSTRAINT name` of a CHECK, PRIMARY KEY or
+    /// UNIQUE constraint.
+    DropConstraint { table: String, name: String, if_exists: bool },
     /// The leader's timestamp oracle may hand out timestamps below `upper`
     /// (the reservation only grows).
     ReserveTimestamps { upper: u64 },
@@ -549,7 +600,7 @@ impl Catalog {
 
     fn apply_in_place(&mut self, command: &CatalogCommand) -> FoamResult<CommandOutcome> {
         match command {
-            CatalogCommand::CreateTable { name, columns, distribution, if_not_exists, unique_keys, owner, sequences } => {
+            CatalogCommand::CreateTable { name, columns, distribution, if_not_exists, unique_keys, owner, sequences, checks } => {
                 check_identifier(name)?;
                 if self.relation_exists(name) {
                     if *if_not_exists {
@@ -577,6 +628,7 @@ impl Catalog {
                 }
                 let (distribution, placement) = self.place(name, columns, &spec)?;
                 check_unique_keys(name, columns, &distribution, unique_keys)?;
+                check_constraint_names(name, unique_keys, checks)?;
                 let id = self.next_table_id.max(1);
                 self.next_table_id = id + 1;
                 self.tables.insert(
@@ -589,6 +641,8 @@ impl Catalog {
                         distribution,
                         placement,
                         unique_keys: unique_keys.clone(),
+                        checks: checks.clone(),
+                        checks_changed_at: 0,
                         acl: Acl { owner: owner.clone(), ..Acl::default() },
                     },
                 );
@@ -889,6 +943,7 @@ impl Catalog {
                 let mut keys = def.unique_keys.clone();
                 keys.push(UniqueKeyDef { validating: true, ..key.clone() });
                 check_unique_keys(table, &def.columns, &def.distribution, &keys)?;
+                check_constraint_names(table, &keys, &def.checks)?;
                 def.unique_keys = keys;
                 Ok(CommandOutcome::Applied)
             }
@@ -900,6 +955,39 @@ impl Catalog {
                     def.unique_keys.retain(|k| &k.name != name);
                 }
                 Ok(CommandOutcome::Applied)
+            }
+            CatalogCommand::AddCheck { table, check } => {
+                let version = self.version + 1;
+                let def = self.tables.get_mut(table).ok_or_else(|| FoamError::UndefinedTable { name: table.clone() })?;
+                let mut checks = def.checks.clone();
+                checks.push(CheckDef { validating: true, ..check.clone() });
+                check_constraint_names(table, &def.unique_keys, &checks)?;
+                def.checks = checks;
+                def.checks_changed_at = version;
+                Ok(CommandOutcome::Applied)
+            }
+            CatalogCommand::FinishCheck { table, name, keep } => {
+                let Some(def) = self.tables.get_mut(table) else { return Ok(CommandOutcome::Skipped) };
+                if *keep {
+                    def.checks.iter_mut().filter(|c| &c.name == name).for_each(|c| c.validating = false);
+                } else {
+                    def.checks.retain(|c| &c.name != name);
+                }
+                Ok(CommandOutcome::Applied)
+            }
+            CatalogCommand::DropConstraint { table, name, if_exists } => {
+                let def = self.tables.get_mut(table).ok_or_else(|| FoamError::UndefinedTable { name: table.clone() })?;
+                let (checks, keys) = (def.checks.len(), def.unique_keys.len());
+                def.checks.retain(|c| &c.name != name);
+                def.unique_keys.retain(|k| &k.name != name);
+                match (checks + keys) - (def.checks.len() + def.unique_keys.len()) {
+                    0 if *if_exists => Ok(CommandOutcome::Skipped),
+                    0 => Err(FoamError::Query {
+                        message: format!("constraint \"{name}\" of relation \"{table}\" does not exist"),
+                        sqlstate: SqlState::UndefinedObject,
+                    }),
+                    _ => Ok(CommandOutcome::Applied),
+                }
             }
             CatalogCommand::Grant { object, grantees, revoke } => {
                 if let Some(missing) = grantees.iter().find(|g| g.as_str() != crate::privileges::PUBLIC && !self.roles.contains_key(*g)) {
@@ -1211,6 +1299,7 @@ mod tests {
             unique_keys: Vec::new(),
             owner: None,
             sequences: Vec::new(),
+            checks: Vec::new(),
         }
     }
 
@@ -1362,6 +1451,32 @@ mod tests {
         assert!(dropped.tables["t"].unique_keys.is_empty());
         // A valid key is saved as before keys could be added.
         assert!(!serde_json::to_string(&kept.tables["t"].unique_keys[0]).unwrap().contains("validating"));
+    }
+
+    #[test]
+    fn an_added_check_moves_the_placement_version_and_names_stay_unique() {
+        let check = |name: &str| CheckDef { name: name.into(), expr: "a > 0".into(), validating: false };
+        let spec = DistributionSpec::Hash { key_columns: vec!["a".into()], partitions: Some(2), replicas: None };
+        let (catalog, _) = cluster(1).apply(&create("t", spec)).unwrap();
+        let before = catalog.tables["t"].placement_version(1);
+        let add = |name: &str| CatalogCommand::AddCheck { table: "t".into(), check: check(name) };
+        let (catalog, _) = catalog.apply(&add("t_a_check")).unwrap();
+        let table = &catalog.tables["t"];
+        assert!(table.checks[0].validating, "checked, not yet valid");
+        // Writes planned before the constraint route with an older version.
+        assert_eq!((table.checks_changed_at, table.placement_version(1)), (catalog.version, catalog.version));
+        assert!(before < catalog.version);
+        assert_eq!(catalog.apply(&add("t_a_check")).unwrap_err().sqlstate(), "42710");
+        let key = UniqueKeyDef { name: "t_a_check".into(), columns: vec!["a".into()], primary: false, validating: false };
+        assert_eq!(catalog.apply(&CatalogCommand::AddUniqueKey { table: "t".into(), key }).unwrap_err().sqlstate(), "42710");
+        let finish = |keep| CatalogCommand::FinishCheck { table: "t".into(), name: "t_a_check".into(), keep };
+        let (kept, _) = catalog.apply(&finish(true)).unwrap();
+        assert!(!kept.tables["t"].checks[0].validating);
+        assert!(catalog.apply(&finish(false)).unwrap().0.tables["t"].checks.is_empty());
+        let drop = |name: &str, if_exists| CatalogCommand::DropConstraint { table: "t".into(), name: name.into(), if_exists };
+        assert!(kept.apply(&drop("t_a_check", false)).unwrap().0.tables["t"].checks.is_empty());
+        assert_eq!(kept.apply(&drop("nope", false)).unwrap_err().sqlstate(), "42704");
+        assert_eq!(kept.apply(&drop("nope", true)).unwrap().1, CommandOutcome::Skipped);
     }
 
     #[test]

@@ -290,15 +290,15 @@ fn pg_dump_with_data_restores_rows_sequences_and_identity_columns() {
     assert!(!refused.status.success() && message.contains("cannot insert a non-DEFAULT value into column \"b\""), "{}", text(&refused));
 }
 
-// pg_dump 15: the schema of tables (declared types, NOT NULL, keys) and
-// views, restored by psql into the same cluster.
+// pg_dump 15: the schema of tables (declared types, NOT NULL, keys, CHECK
+// constraints) and views, restored by psql into the same cluster.
 #[test]
 fn pg_dump_schema_only_recreates_the_tables_and_views() {
     let cluster = Cluster::start(NODES);
     psql_ok(
         &cluster,
         &[],
-        "CREATE TABLE dumped (id INT PRIMARY KEY, name VARCHAR(20) NOT NULL, price NUMERIC(12,2), code CHAR(3), added DATE, \
+        "CREATE TABLE dumped (id INT PRIMARY KEY, name VARCHAR(20) NOT NULL, price NUMERIC(12,2) CHECK (price >= 0), code CHAR(3), added DATE, \
          ok BOOLEAN, big BIGINT, f DOUBLE PRECISION, note TEXT) DISTRIBUTED BY (id);\n\
          CREATE TABLE dumped_pair (a INT, b TEXT, UNIQUE (a)) DISTRIBUTED BY (a);\n\
          CREATE VIEW dumped_view AS SELECT id, name FROM dumped WHERE ok;\n\
@@ -313,6 +313,7 @@ fn pg_dump_schema_only_recreates_the_tables_and_views() {
         "    name character varying(20) NOT NULL,",
         "    price numeric(12,2),",
         "    code character(3),",
+        "    CONSTRAINT dumped_price_check CHECK ((price >= 0))",
         "    big bigint,",
         "    f double precision,",
         "CREATE TABLE public.dumped_pair (",
@@ -327,7 +328,14 @@ fn pg_dump_schema_only_recreates_the_tables_and_views() {
     psql_ok(&cluster, &[], "DROP VIEW dumped_view;\nDROP TABLE dumped, dumped_pair;\n");
     psql_ok(&cluster, &[], &schema);
     let d = psql_ok(&cluster, &[], "\\d dumped\n");
-    for line in ["character varying(20)", "numeric(12,2)", "character(3)", "not null", "\"dumped_pkey\" PRIMARY KEY, btree (id)"] {
+    for line in [
+        "character varying(20)",
+        "numeric(12,2)",
+        "character(3)",
+        "not null",
+        "\"dumped_pkey\" PRIMARY KEY, btree (id)",
+        "\"dumped_price_check\" CHECK ((price >= 0))",
+    ] {
         assert!(d.contains(line), "\\d dumped after the restore lacks {line:?}:\n{d}");
     }
     let rows = psql_ok(
@@ -340,4 +348,8 @@ fn pg_dump_schema_only_recreates_the_tables_and_views() {
     // The restored key is enforced.
     let duplicate = psql(&cluster, &[], "INSERT INTO dumped VALUES (2, 'again', NULL, NULL, NULL, NULL, NULL, NULL, NULL);\n");
     assert!(!duplicate.status.success() && String::from_utf8_lossy(&duplicate.stderr).contains("duplicate key"), "{}", text(&duplicate));
+    // And so is the restored CHECK.
+    let negative = psql(&cluster, &[], "INSERT INTO dumped VALUES (4, 'four', -1, NULL, NULL, NULL, NULL, NULL, NULL);\n");
+    let refused = String::from_utf8_lossy(&negative.stderr).contains("violates check constraint \"dumped_price_check\"");
+    assert!(!negative.status.success() && refused, "{}", text(&negative));
 }

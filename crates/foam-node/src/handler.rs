@@ -70,6 +70,10 @@ impl NodeHandler for FoamNodeHandler {
                 foam_query::write::keys::validate_unique_key(node, table_id, partition, key_name, catalog_version).await?;
                 NodeResponse::Ok
             }
+            NodeRequest::FenceForConstraint { table_id, partition, catalog_version } => {
+                foam_query::write::checks::fence_for_constraint(node, table_id, partition, catalog_version).await?;
+                NodeResponse::Ok
+            }
             NodeRequest::TxnOutcome { txn } => NodeResponse::Outcome { outcome: node.decisions.outcome(txn) },
             NodeRequest::PartitionStats { table_id, partitions } => NodeResponse::Stats {
                 stats: partitions.into_iter().map(|p| (p, node.storage.stats(table_id, p))).collect(),

@@ -72,8 +72,9 @@ impl Replication {
     pub fn init_fences(&self, catalog: &Catalog) {
         for table in catalog.tables.values() {
             for (partition, placement) in table.placement.iter().enumerate() {
-                if placement.replicas.iter().any(|r| r.node == self.node.node_id) && placement.changed_at > 0 {
-                    self.node.storage.set_write_fence(table.id, partition as PartitionId, placement.changed_at);
+                let version = table.placement_version(partition as PartitionId);
+                if placement.replicas.iter().any(|r| r.node == self.node.node_id) && version > 0 {
+                    self.node.storage.set_write_fence(table.id, partition as PartitionId, version);
                 }
             }
         }

@@ -185,7 +185,7 @@ mod tests {
     }
 
     fn csv() -> CopyOptions {
-        CopyOptions { format: CopyFormat::Csv, header: false, delimiter: b',', quote: b'"', escape: None, null: None, columns: None, defaults: Vec::new(), time_zone: None }
+        CopyOptions { format: CopyFormat::Csv, header: false, delimiter: b',', quote: b'"', escape: None, null: None, columns: None, defaults: Vec::new(), time_zone: None, checks: None }
     }
 
     #[test]

@@ -101,6 +101,11 @@ pub enum NodeRequest {
     /// transactions prepared on its copy of the partition before then, and
     /// check the copy's rows for a repeated key.
     ValidateUniqueKey { table_id: TableId, partition: PartitionId, key_name: String, catalog_version: u64 },
+    /// `ALTER TABLE ... ADD CHECK` on a node holding a copy of a partition:
+    /// once its catalog is at `catalog_version` (which holds the constraint),
+    /// refuse writes planned before it and wait for the transactions
+    /// prepared on the copy before then to be decided.
+    FenceForConstraint { table_id: TableId, partition: PartitionId, catalog_version: u64 },
     /// Deletes this node's data of a dropped table.
     DropTableData { table_id: TableId },
     /// `CHECKPOINT`: writes every memtable of this node to segments and
@@ -149,7 +154,7 @@ impl NodeRequest {
             // Coordinating a bulk load's commit finishes its staged files everywhere.
             NodeRequest::CommitTransaction { .. } => RPC_REQUEST_TIMEOUT_MS * 60,
             // Waits for undecided writes, then reads the partition's keys.
-            NodeRequest::ValidateUniqueKey { .. } => RPC_REQUEST_TIMEOUT_MS * 10,
+            NodeRequest::ValidateUniqueKey { .. } | NodeRequest::FenceForConstraint { .. } => RPC_REQUEST_TIMEOUT_MS * 10,
             _ => RPC_REQUEST_TIMEOUT_MS,
         };
         std::time::Duration::from_millis(ms)

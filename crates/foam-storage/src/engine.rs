@@ -63,6 +63,12 @@ pub struct StorageEngine {
     /// in). Checked at prepare under the WAL lock, which is also taken to
     /// raise a fence, so no prepare slips past one.
     fences: Mutex<HashMap<PartitionKey, u64>>,
+    /// Per partition, the oldest placement version a writer may have planned
+    /// with whatever the fence says: raised when a CHECK constraint is added
+    /// (`raise_write_fence`), never lowered, so a catch-up that restores its
+    /// fence to an older version cannot let writes planned before the
+    /// constraint through.
+    fence_floors: Mutex<HashMap<PartitionKey, u64>>,
     /// Prepared transactions that reads and commits wait for (MVCC order).
     gate: VisibilityGate,
 }
@@ -296,6 +302,7 @@ impl StorageEngine {
             prepared: Mutex::new(HashMap::new()),
             dropped_tables: Mutex::new(HashSet::new()),
             fences: Mutex::new(HashMap::new()),
+            fence_floors: Mutex::new(HashMap::new()),
             gate: VisibilityGate::default(),
         };
         engine.load_partitions()?;
@@ -962,7 +969,15 @@ impl StorageEngine {
 
     fn check_fences(&self, routed_with: &[(PartitionKey, u64)]) -> StorageResult<()> {
         let fences = lock(&self.fences);
+        let floors = lock(&self.fence_floors);
         for ((table_id, partition), version) in routed_with {
+            if let Some(floor) = floors.get(&(*table_id, *partition)).filter(|floor| version < *floor) {
+                return Err(StorageError::PlacementChanged {
+                    message: format!(
+                        "partition {partition} of table {table_id} gained a constraint (placement {floor}) after the statement was planned (placement {version})"
+                    ),
+                });
+            }
             match fences.get(&(*table_id, *partition)) {
                 Some(&WRITES_FENCED) => {
                     return Err(StorageError::PlacementChanged {
@@ -986,6 +1001,31 @@ impl StorageEngine {
     pub fn set_write_fence(&self, table_id: TableId, partition: PartitionId, version: u64) {
         let _wal = lock(&self.wal);
         lock(&self.fences).insert((table_id, partition), version);
+    }
+
+    /// Raises a partition's fence floor to at least `version` (a fence for
+    /// a catch-up stays as it is), then waits (up to `timeout`) until the transactions
+    /// prepared on it before are decided: afterwards every transaction that
+    /// writes to it was routed with `version` or later.
+    pub fn raise_write_fence(&self, table_id: TableId, partition: PartitionId, version: u64, timeout: Duration) -> StorageResult<()> {
+        let before = {
+            let _wal = lock(&self.wal);
+            let mut floors = lock(&self.fence_floors);
+            let floor = floors.entry((table_id, partition)).or_insert(0);
+            *floor = (*floor).max(version);
+            drop(floors);
+            self.prepared_on(table_id, partition)
+        };
+        let deadline = Instant::now() + timeout;
+        while before.iter().any(|txn| lock(&self.prepared).contains_key(txn)) {
+            if Instant::now() >= deadline {
+                return Err(StorageError::PlacementChanged {
+                    message: format!("partition {partition} of table {table_id} still has undecided writes from before the constraint was added"),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(())
     }
 
     /// Refuses every new write to a partition, then waits (up to `timeout`)
@@ -2505,6 +2545,29 @@ mod tests {
         assert_eq!(engine.prepare(3, 10, 0, &no_keys).unwrap_err().sqlstate(), "40001", "a raised fence refuses every write");
         engine.set_write_fence(16, 0, 6);
         assert_eq!(rows_in(&engine, 16, 0), 10);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_constraint_fence_waits_for_earlier_prepares_and_outlasts_a_lowered_fence() {
+        let dir = temp_dir("floor");
+        let engine = StorageEngine::open(&dir).unwrap();
+        engine.stage(1, 1, 16, 0, 4, vec![batch(0, 10)]).unwrap();
+        engine.prepare(1, 10, 0, &no_keys).unwrap();
+        // Prepared before the constraint: waited for, and the wait gives up in time.
+        assert_eq!(engine.raise_write_fence(16, 0, 7, Duration::from_millis(50)).unwrap_err().sqlstate(), "40001");
+        engine.commit(1, 0).unwrap();
+        engine.raise_write_fence(16, 0, 7, Duration::from_millis(50)).unwrap();
+        engine.stage(2, 1, 16, 0, 6, vec![batch(0, 10)]).unwrap();
+        assert_eq!(engine.prepare(2, 10, 0, &no_keys).unwrap_err().sqlstate(), "40001", "planned with placement 6 < 7");
+        // A catch-up restoring an older fence does not lower the floor.
+        engine.set_write_fence(16, 0, 3);
+        engine.stage(3, 1, 16, 0, 6, vec![batch(0, 10)]).unwrap();
+        assert_eq!(engine.prepare(3, 10, 0, &no_keys).unwrap_err().sqlstate(), "40001");
+        engine.stage(4, 1, 16, 0, 7, vec![batch(0, 10)]).unwrap();
+        engine.prepare(4, 10, 0, &no_keys).unwrap();
+        engine.commit(4, 0).unwrap();
+        assert_eq!(rows_in(&engine, 16, 0), 20);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -12,6 +12,10 @@
 //! its table's id and its place among the table's keys, so the functions
 //! can find the key again from the OID alone ([`key_of_oid`]).
 //!
+//! CHECK constraints are rows of `pg_constraint` too (contype `c`, conkey
+//! the columns they read, no index), placed after the keys, so psql's `\d`
+//! lists them and pg_dump writes them from `pg_get_constraintdef`.
+//!
 //! `conkey` and `confkey` are `smallint[]` in PostgreSQL; datafusion-pg-
 //! catalog holds them as text (`[1, 2]`), on which `unnest(conkey)` and
 //! `attnum = ANY(conkey)` fail, so [`WithKeys`] gives them as lists of
@@ -33,7 +37,7 @@ use datafusion::datasource::TableType;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::{ColumnarValue, Expr, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature, Volatility};
 use datafusion::physical_plan::ExecutionPlan;
-use foam_catalog::model::{TableDef, UniqueKeyDef};
+use foam_catalog::model::{CheckDef, TableDef, UniqueKeyDef};
 use foam_common::TableId;
 
 use crate::catalog::pg_columns::{oid_column, relations, rows};
@@ -43,9 +47,10 @@ use super::Handle;
 /// Key OIDs start here, above the OIDs datafusion-pg-catalog hands out
 /// (from 16384, one per schema object) and PostgreSQL's own.
 const KEY_OID_BASE: i64 = 1 << 30;
-/// Keys of one table that get OIDs (two each: the index, the constraint);
-/// a table with more shows the first ones.
-const KEYS_PER_TABLE_MAX: usize = 8;
+/// Keys and CHECK constraints of one table that get OIDs (two each: the
+/// index, the constraint, the index OID of a CHECK unused); a table with
+/// more shows the first ones.
+const KEYS_PER_TABLE_MAX: usize = 64;
 /// PostgreSQL's btree access method, `pg_am.oid`.
 const BTREE_AM_OID: i32 = 403;
 
@@ -130,6 +135,15 @@ struct WithKeys {
     node: Arc<NodeContext>,
 }
 
+/// One CHECK of a FoamDB table, as its pg_constraint row needs it.
+struct Check<'a> {
+    table_oid: i64,
+    def: &'a CheckDef,
+    constraint_oid: i32,
+    /// The attnums of the columns it reads.
+    columns: Vec<i16>,
+}
+
 /// One key of a FoamDB table, as the catalog rows need it.
 struct Key<'a> {
     table_oid: i64,
@@ -156,24 +170,33 @@ impl TableProvider for WithKeys {
         let catalog = self.node.catalog.current();
         let by_name: HashMap<&str, i64> = relations.iter().map(|(oid, name)| (name.as_str(), *oid)).collect();
         let mut keys = Vec::new();
+        let mut checks = Vec::new();
+        let attnums = |table: &TableDef, names: &[String]| -> Vec<i16> {
+            names.iter().filter_map(|c| table.columns.iter().position(|d| &d.name == c)).map(|at| at as i16 + 1).collect()
+        };
         for table in catalog.tables.values() {
             let Some(&table_oid) = by_name.get(table.name.as_str()) else { continue };
             for (at, def) in table.unique_keys.iter().enumerate() {
                 let (Some(index_oid), Some(constraint_oid)) = (key_oid(table.id, at, false), key_oid(table.id, at, true)) else { continue };
-                let columns = def.columns.iter().filter_map(|c| table.columns.iter().position(|d| &d.name == c)).map(|at| at as i16 + 1).collect();
+                let columns = attnums(table, &def.columns);
                 keys.push(Key { table_oid, def, index_oid, constraint_oid, columns });
+            }
+            for (at, def) in table.checks.iter().enumerate() {
+                let Some(constraint_oid) = key_oid(table.id, table.unique_keys.len() + at, true) else { continue };
+                let columns = attnums(table, &crate::frontend::check_constraints::columns_of(def, &table.columns));
+                checks.push(Check { table_oid, def, constraint_oid, columns });
             }
         }
         let mut batches = Vec::new();
         for batch in rows(&self.inner).await? {
             batches.push(match self.catalog {
                 Catalog::Constraint => with_int2_lists(&batch, &self.schema)?,
-                Catalog::Class => with_indexes_flagged(&batch, &keys)?,
+                Catalog::Class => with_indexes_flagged(&batch, &keys, &checks)?,
                 Catalog::Index => with_vectors(&batch, &self.schema)?,
             });
         }
         let added = match self.catalog {
-            Catalog::Constraint => constraint_rows(&self.schema, &keys, namespace)?,
+            Catalog::Constraint => constraint_rows(&self.schema, &keys, &checks, namespace)?,
             Catalog::Index => index_rows(&self.schema, &keys)?,
             Catalog::Class => index_class_rows(&self.schema, &batches, &keys)?,
         };
@@ -223,8 +246,10 @@ fn with_vectors(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> 
     Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
-/// `batch` of pg_class with `relhasindex` set for FoamDB tables with keys.
-fn with_indexes_flagged(batch: &RecordBatch, keys: &[Key]) -> Result<RecordBatch> {
+/// `batch` of pg_class with `relhasindex` set for FoamDB tables with keys,
+/// and `relchecks` counting their CHECK constraints (psql's `\d` and
+/// pg_dump read a table's checks only when it is above 0).
+fn with_indexes_flagged(batch: &RecordBatch, keys: &[Key], checks: &[Check]) -> Result<RecordBatch> {
     let oids = oid_column(batch, "oid")?;
     let at = batch.schema().index_of("relhasindex")?;
     let flags = batch.column(at).as_boolean();
@@ -232,6 +257,12 @@ fn with_indexes_flagged(batch: &RecordBatch, keys: &[Key]) -> Result<RecordBatch
         (0..batch.num_rows()).map(|i| Some(flags.value(i) || oids[i].is_some_and(|oid| keys.iter().any(|k| k.table_oid == oid)))).collect();
     let mut columns = batch.columns().to_vec();
     columns[at] = Arc::new(flagged);
+    if let Ok(at) = batch.schema().index_of("relchecks") {
+        let counts: arrow::array::Int64Array = (0..batch.num_rows())
+            .map(|i| Some(oids[i].map_or(0, |oid| checks.iter().filter(|c| c.table_oid == oid).count() as i64)))
+            .collect();
+        columns[at] = arrow::compute::cast(&counts, batch.schema().field(at).data_type())?;
+    }
     Ok(RecordBatch::try_new(batch.schema(), columns)?)
 }
 
@@ -285,8 +316,26 @@ fn int2_list_value(values: &[i16]) -> ScalarValue {
     ScalarValue::List(Arc::new(list))
 }
 
-fn constraint_rows(schema: &SchemaRef, keys: &[Key], namespace: Option<i64>) -> Result<Vec<RecordBatch>> {
+fn constraint_rows(schema: &SchemaRef, keys: &[Key], checks: &[Check], namespace: Option<i64>) -> Result<Vec<RecordBatch>> {
     let namespace = namespace.and_then(|n| i32::try_from(n).ok()).unwrap_or(0);
+    let check_rows = checks.iter().map(|check| {
+        let row = HashMap::from([
+            ("oid", ScalarValue::Int32(Some(check.constraint_oid))),
+            ("conname", text(&check.def.name)),
+            ("connamespace", ScalarValue::Int32(Some(namespace))),
+            ("contype", text("c")),
+            ("convalidated", ScalarValue::Boolean(Some(!check.def.validating))),
+            ("conrelid", ScalarValue::Int32(i32::try_from(check.table_oid).ok())),
+            ("conindid", ScalarValue::Int32(Some(0))),
+            ("confupdtype", text(" ")),
+            ("confdeltype", text(" ")),
+            ("confmatchtype", text(" ")),
+            ("conislocal", ScalarValue::Boolean(Some(true))),
+            ("connoinherit", ScalarValue::Boolean(Some(false))),
+            ("conkey", int2_list_value(&check.columns)),
+        ]);
+        (row, None)
+    });
     let rows = keys
         .iter()
         .map(|key| {
@@ -307,6 +356,7 @@ fn constraint_rows(schema: &SchemaRef, keys: &[Key], namespace: Option<i64>) -> 
             ]);
             (row, None)
         })
+        .chain(check_rows)
         .collect();
     rows_of(schema, rows)
 }
@@ -424,15 +474,15 @@ impl ScalarUDFImpl for Definition {
             .map(|i| {
                 let oid = oids.is_valid(i).then(|| oids.value(i))?;
                 let column = columns.as_ref().and_then(|c| c.as_primitive_opt::<arrow::datatypes::Int64Type>().filter(|c| c.is_valid(i)).map(|c| c.value(i)));
-                let found = key_of_oid(oid).and_then(|(table_id, at, _)| {
-                    let table = catalog.table_by_id(table_id)?;
-                    Some((table, table.unique_keys.get(at)?))
-                });
-                match found {
-                    Some((table, key)) if self.index => Some(index_definition(table, key, column.unwrap_or(0))),
-                    Some((_, key)) => Some(constraint_definition(key)),
-                    None if self.index => None,
-                    None => Some(String::new()),
+                let table = key_of_oid(oid).and_then(|(table_id, at, constraint)| Some((catalog.table_by_id(table_id)?, at, constraint)));
+                let check = table.and_then(|(table, at, constraint)| table.checks.get(at.checked_sub(table.unique_keys.len())?).filter(|_| constraint));
+                let key = table.and_then(|(table, at, _)| Some((table, table.unique_keys.get(at)?)));
+                match (key, check) {
+                    (Some((table, key)), _) if self.index => Some(index_definition(table, key, column.unwrap_or(0))),
+                    (Some((_, key)), _) => Some(constraint_definition(key)),
+                    (None, Some(check)) if !self.index => Some(crate::frontend::check_constraints::constraint_def(check)),
+                    _ if self.index => None,
+                    _ => Some(String::new()),
                 }
             })
             .collect();

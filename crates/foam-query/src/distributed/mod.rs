@@ -463,6 +463,11 @@ fn worker_template(runtime: Arc<RuntimeEnv>) -> Result<datafusion::execution::Se
 pub fn worker(node: Arc<NodeContext>, runtime: Arc<RuntimeEnv>) -> Result<Worker> {
     let mut template = worker_template(runtime.clone())?;
     datafusion::execution::FunctionRegistry::register_udf(&mut template, Arc::new(crate::exec::sequences::worker_udf(node.clone())))?;
+    // A catalog query spread over nodes (a UNION of pg_catalog tables) may
+    // show constraint definitions in a task: each node reads its catalog.
+    for udf in crate::catalog::pg_keys::definition_udfs(node.clone()) {
+        datafusion::execution::FunctionRegistry::register_udf(&mut template, Arc::new(udf))?;
+    }
     let template = Arc::new(template);
     Ok(Worker::from_session_builder(move |mut ctx: WorkerQueryContext| {
         let (node, template) = (node.clone(), template.clone());

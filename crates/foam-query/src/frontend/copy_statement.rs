@@ -75,7 +75,7 @@ pub fn copy_options(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> Foam
         }
     }
     if format == CopyFormat::Csv {
-        result = CopyOptions { format, header: false, delimiter: b',', quote: b'"', escape: None, null: None, columns: None, defaults: Vec::new(), time_zone: None };
+        result = CopyOptions { format, header: false, delimiter: b',', quote: b'"', escape: None, null: None, columns: None, defaults: Vec::new(), time_zone: None, checks: None };
     }
     result.format = format;
     for option in options {

@@ -195,8 +195,10 @@ fn check_storage_parameters(options: &datafusion::sql::sqlparser::ast::CreateTab
     Ok(())
 }
 
-/// Turns a parsed CREATE TABLE into a catalog command.
-pub fn create_table_command(statement: &Statement, distribution: Option<DistributionSpec>) -> FoamResult<CatalogCommand> {
+/// Turns a parsed CREATE TABLE into a catalog command; a CHECK it does
+/// not name gets a name no constraint in `names_in_use` has, as
+/// PostgreSQL avoids every constraint name of the schema.
+pub fn create_table_command(statement: &Statement, distribution: Option<DistributionSpec>, names_in_use: &[String]) -> FoamResult<CatalogCommand> {
     let Statement::CreateTable(create) = statement else {
         return Err(FoamError::internal("create_table_command needs CREATE TABLE"));
     };
@@ -223,6 +225,9 @@ pub fn create_table_command(statement: &Statement, distribution: Option<Distribu
     let mut columns = Vec::with_capacity(create.columns.len());
     let mut unique_keys = Vec::new();
     let mut sequences = Vec::new();
+    // CHECK constraints, named once every column is known, in the order
+    // they are written (as PostgreSQL names them).
+    let mut checks: Vec<(Option<String>, &Expr)> = Vec::new();
     for column in &create.columns {
         let column_name = normalize_ident(&column.name.value, column.name.quote_style);
         let serial = sequence_ddl::serial_type(&column.data_type);
@@ -274,12 +279,22 @@ pub fn create_table_command(statement: &Statement, distribution: Option<Distribu
                     nullable = false;
                     identity = Some(if matches!(as_, GeneratedAs::Always) { Identity::Always } else { Identity::ByDefault });
                 }
+                ColumnOption::Check(check) if check.enforced != Some(false) => {
+                    let own = check.name.as_ref().map(|n| normalize_ident(&n.value, n.quote_style));
+                    checks.push((named.or(own), &check.expr));
+                }
                 other => return Err(FoamError::FeatureNotSupported { feature: not_enforced(&format!("column option {other}")) }),
             }
         }
         columns.push(ColumnDef { name: column_name, sql_type, nullable, default, identity });
     }
     for constraint in &create.constraints {
+        if let TableConstraint::Check(check) = constraint
+            && check.enforced != Some(false)
+        {
+            checks.push((check.name.as_ref().map(|n| normalize_ident(&n.value, n.quote_style)), &check.expr));
+            continue;
+        }
         let key = key_of_constraint(&name, constraint)?;
         if key.primary {
             for column in columns.iter_mut().filter(|c| key.columns.contains(&c.name)) {
@@ -288,8 +303,28 @@ pub fn create_table_command(statement: &Statement, distribution: Option<Distribu
         }
         unique_keys.push(key);
     }
+    checks.sort_by_key(|(_, expr)| {
+        let start = datafusion::sql::sqlparser::ast::Spanned::span(*expr).start;
+        (start.line, start.column)
+    });
+    let mut taken: Vec<String> = unique_keys.iter().map(|k| k.name.clone()).chain(names_in_use.iter().cloned()).collect();
+    let mut check_defs = Vec::with_capacity(checks.len());
+    for (named, expr) in checks {
+        let check = crate::frontend::check_constraints::check_def(&name, &columns, named, expr, &taken)?;
+        taken.push(check.name.clone());
+        check_defs.push(check);
+    }
     let distribution = distribution.unwrap_or(DistributionSpec::Hash { key_columns: vec![], partitions: None, replicas: None });
-    Ok(CatalogCommand::CreateTable { name, columns, distribution, if_not_exists: create.if_not_exists, unique_keys, owner: None, sequences })
+    Ok(CatalogCommand::CreateTable {
+        name,
+        columns,
+        distribution,
+        if_not_exists: create.if_not_exists,
+        unique_keys,
+        owner: None,
+        sequences,
+        checks: check_defs,
+    })
 }
 
 /// 42601 for a column given two defaults (`SERIAL ... DEFAULT 1`).
@@ -414,9 +449,10 @@ pub(crate) fn owner_named(owner: &datafusion::sql::sqlparser::ast::Owner, curren
 }
 
 /// What FoamDB refuses rather than accept and ignore: a constraint it does
-/// not check (a foreign key, CHECK) would let rows break it unnoticed.
+/// not check (a foreign key, an exclusion constraint) would let rows break
+/// it unnoticed.
 fn not_enforced(what: &str) -> String {
-    format!("{what} (FoamDB enforces NOT NULL, PRIMARY KEY and UNIQUE only, and does not accept a constraint it would not check)")
+    format!("{what} (FoamDB enforces NOT NULL, PRIMARY KEY, UNIQUE and CHECK only, and does not accept a constraint it would not check)")
 }
 
 /// Parses a SQL type as the SQL parser prints it, e.g. `DECIMAL(15,2)`.

@@ -37,11 +37,13 @@ const SCHEMA: &str = "information_schema";
 /// written out for the types FoamDB has, no privilege filter, no domains.
 /// `table_constraints` lists each NOT NULL column as a CHECK constraint
 /// named `<namespace oid>_<table oid>_<column number>_not_null`, as
-/// PostgreSQL 15 does; FoamDB has no foreign keys, so
+/// PostgreSQL 15 does, and `check_constraints` gives it the clause
+/// `a IS NOT NULL`; FoamDB has no foreign keys, so
 /// `referential_constraints` is empty.
-const VIEWS: [(&str, &str); 4] = [
+const VIEWS: [(&str, &str); 5] = [
     ("columns", COLUMNS),
     ("table_constraints", TABLE_CONSTRAINTS),
+    ("check_constraints", CHECK_CONSTRAINTS),
     ("key_column_usage", KEY_COLUMN_USAGE),
     ("referential_constraints", REFERENTIAL_CONSTRAINTS),
 ];
@@ -125,6 +127,24 @@ SELECT CAST(current_database() AS TEXT), CAST(nr.nspname AS TEXT),
 FROM pg_catalog.pg_attribute a
   JOIN pg_catalog.pg_class r ON r.oid = a.attrelid
   JOIN pg_catalog.pg_namespace nr ON nr.oid = r.relnamespace
+WHERE a.attnotnull AND a.attnum > 0 AND NOT a.attisdropped AND r.relkind IN ('r', 'p')";
+
+const CHECK_CONSTRAINTS: &str = "
+SELECT CAST(current_database() AS TEXT) AS constraint_catalog,
+  CAST(rs.nspname AS TEXT) AS constraint_schema,
+  CAST(con.conname AS TEXT) AS constraint_name,
+  CAST(substr(pg_get_constraintdef(con.oid), 7) AS TEXT) AS check_clause
+FROM pg_catalog.pg_constraint con
+  JOIN pg_catalog.pg_namespace rs ON rs.oid = con.connamespace
+  JOIN pg_catalog.pg_class c ON c.oid = con.conrelid
+WHERE con.contype = 'c'
+UNION ALL
+SELECT CAST(current_database() AS TEXT), CAST(n.nspname AS TEXT),
+  CAST(n.oid AS TEXT) || '_' || CAST(r.oid AS TEXT) || '_' || CAST(a.attnum AS TEXT) || '_not_null',
+  CAST(a.attname AS TEXT) || ' IS NOT NULL'
+FROM pg_catalog.pg_namespace n
+  JOIN pg_catalog.pg_class r ON r.relnamespace = n.oid
+  JOIN pg_catalog.pg_attribute a ON a.attrelid = r.oid
 WHERE a.attnotnull AND a.attnum > 0 AND NOT a.attisdropped AND r.relkind IN ('r', 'p')";
 
 const KEY_COLUMN_USAGE: &str = "

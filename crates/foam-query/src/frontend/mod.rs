@@ -8,6 +8,7 @@ pub mod block_ddl;
 pub mod bpchar_operands;
 pub mod char_casts;
 pub mod char_columns;
+pub mod check_constraints;
 pub mod column_defaults;
 pub mod copy_statement;
 pub mod cursors;

@@ -309,7 +309,7 @@ mod tests {
     fn ddl_command(sql: &str) -> foam_catalog::model::CatalogCommand {
         let tokens = crate::frontend::statement::split(sql).unwrap().remove(0);
         let crate::frontend::statement::FoamStatement::Sql { statement, distribution } = tokens.parse(64).unwrap() else { panic!() };
-        ddl::create_table_command(&statement, distribution).unwrap()
+        ddl::create_table_command(&statement, distribution, &[]).unwrap()
     }
 
     fn query_of(sql: &str) -> FoamResult<Option<(Statement, Modify)>> {

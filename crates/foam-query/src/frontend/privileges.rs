@@ -325,7 +325,11 @@ pub fn command_needs(command: &CatalogCommand) -> Vec<Need> {
             std::iter::once(name).chain(owned_by.as_ref().map(|(table, _)| table)).cloned().map(Need::Owner).collect()
         }
         CatalogCommand::AlterSequence { name, .. } => vec![Need::Owner(name.clone())],
-        CatalogCommand::SetColumnDefault { table, .. } | CatalogCommand::AddIdentity { table, .. } => vec![Need::Owner(table.clone())],
+        CatalogCommand::SetColumnDefault { table, .. }
+        | CatalogCommand::AddIdentity { table, .. }
+        | CatalogCommand::DropConstraint { table, .. }
+        | CatalogCommand::AddCheck { table, .. }
+        | CatalogCommand::FinishCheck { table, .. } => vec![Need::Owner(table.clone())],
         CatalogCommand::AlterRole { name, password: Some(_), login: None, superuser: None } => vec![Need::OwnRole(name.clone())],
         CatalogCommand::CreateRole { .. } | CatalogCommand::AlterRole { .. } | CatalogCommand::DropRole { .. } => {
             vec![Need::Superuser("create, alter or drop roles")]
@@ -693,6 +697,7 @@ mod tests {
                     unique_keys: Vec::new(),
                     owner: Some(owner.into()),
                     sequences: Vec::new(),
+                    checks: Vec::new(),
                 },
             );
         }

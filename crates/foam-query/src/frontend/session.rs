@@ -150,6 +150,9 @@ enum Kind {
     /// `ALTER TABLE [IF EXISTS] table ADD PRIMARY KEY | UNIQUE`: the key is
     /// checked against the stored rows (`write/keys.rs`).
     AddKey { table: String, if_exists: bool, key: foam_catalog::model::UniqueKeyDef },
+    /// `ALTER TABLE [IF EXISTS] table ADD [CONSTRAINT name] CHECK (expr)`:
+    /// the constraint is checked against the stored rows (`add_check`).
+    AddCheck(Box<crate::frontend::check_constraints::AddCheck>),
     /// `CHECKPOINT`: every up node writes its memtables to segments.
     Checkpoint,
     /// VACUUM or ANALYZE: deleted rows are folded away by flushes and by
@@ -173,7 +176,7 @@ impl PreparedStatement {
             Kind::Plan { .. } | Kind::Empty => StatementClass::Read,
             Kind::Catalog { command, .. } if changed_relation(command).is_some_and(created) => StatementClass::Write,
             Kind::Catalog { tag, .. } => StatementClass::NotTransactional(tag),
-            Kind::AddKey { .. } => StatementClass::NotTransactional("ALTER TABLE"),
+            Kind::AddKey { .. } | Kind::AddCheck(_) => StatementClass::NotTransactional("ALTER TABLE"),
             Kind::CopyOut { .. } => StatementClass::Read,
             Kind::Checkpoint => StatementClass::NotTransactional("CHECKPOINT"),
             Kind::Maintenance { tag: "VACUUM", .. } => StatementClass::NotTransactional("VACUUM"),
@@ -365,6 +368,20 @@ const NAME_RESOLUTION_SETTINGS: [&str; 2] = ["datafusion.sql_parser.enable_ident
 /// Refuses a `SET` or `RESET` of a node's setting with 42501, and of a
 /// name-resolution setting with 0A000.
 /// Whether any node of `plan` is one `test` accepts.
+/// The rewrites of a query's expressions into what DataFusion plans as
+/// PostgreSQL would (`spellings.rs`, literals, casts, subscripts, AT TIME
+/// ZONE), for a query FoamDB writes itself over a constraint's expression.
+fn rewrite_expressions(query: &mut Statement) -> FoamResult<()> {
+    crate::frontend::spellings::rewrite(query)?;
+    crate::frontend::numeric_literals::rewrite(query);
+    crate::frontend::datetime_literals::rewrite(query)?;
+    crate::frontend::char_casts::rewrite(query);
+    crate::frontend::subscripts::rewrite(query)?;
+    crate::frontend::at_time_zone::rewrite(query);
+    crate::optimizer::logical::quoted_literals::typed_by_planner(query);
+    Ok(())
+}
+
 fn plan_holds(plan: &LogicalPlan, test: impl Fn(&LogicalPlan) -> bool) -> FoamResult<bool> {
     let mut found = false;
     datafusion::common::tree_node::TreeNode::apply(plan, |node| {
@@ -450,6 +467,9 @@ pub struct FoamSession {
     /// The running statement's snapshot; also in the session's config,
     /// where table scans find it.
     snapshot: Arc<ReadSnapshot>,
+    /// The CHECK constraints planned for the table the running statement
+    /// writes; also in the session's config, where the INSERT sink finds them.
+    checks: Arc<crate::write::checks::StatementChecks>,
     /// The role the client authenticated as.
     session_user: String,
     /// `SET ROLE`: the role statements run as instead, until `RESET ROLE`.
@@ -542,6 +562,8 @@ impl FoamSession {
         ctx.state_ref().write().config_mut().set_extension(open.clone());
         let snapshot = Arc::new(ReadSnapshot::default());
         ctx.state_ref().write().config_mut().set_extension(snapshot.clone());
+        let checks = Arc::new(crate::write::checks::StatementChecks::default());
+        ctx.state_ref().write().config_mut().set_extension(checks.clone());
         ctx.register_udf(crate::catalog::system_tables::ClusterStatsReset::udf(node.clone()));
         // Per-task metrics travel back only for EXPLAIN ANALYZE: collecting
         // them for every query cost 5-10% of small distributed queries.
@@ -617,6 +639,7 @@ impl FoamSession {
             open,
             read_only: Default::default(),
             snapshot,
+            checks,
             session_user: user.to_string(),
             role,
             insecure,
@@ -842,6 +865,16 @@ impl FoamSession {
         }
         if let Some(kind) = self.alter_column(&statement, None).await? {
             return prepared(kind);
+        }
+        if let Some(add) = crate::frontend::check_constraints::alter_add_check(&statement)? {
+            return prepared(Kind::AddCheck(Box::new(add)));
+        }
+        if let Some((table, if_exists, name, constraint_if_exists)) = crate::frontend::check_constraints::alter_drop_constraint(&statement)? {
+            if if_exists && !catalog.tables.contains_key(&table) {
+                return prepared(Kind::Maintenance { tag: "ALTER TABLE", tables: Vec::new() });
+            }
+            let command = CatalogCommand::DropConstraint { table, name, if_exists: constraint_if_exists };
+            return prepared(Kind::Catalog { command, tag: "ALTER TABLE" });
         }
         if let Statement::AlterTable(_) = *statement {
             let (table, if_exists, key) = crate::frontend::ddl::alter_table_key(&statement)?;
@@ -1245,6 +1278,16 @@ impl FoamSession {
                 }
                 Ok(StatementOutput::Command { tag: "ALTER TABLE".into(), rows: None })
             }
+            Kind::AddCheck(add) => {
+                let Some(def) = self.node.catalog.current().tables.get(&add.table).cloned() else {
+                    return match add.if_exists {
+                        true => Ok(StatementOutput::Command { tag: "ALTER TABLE".into(), rows: None }),
+                        false => Err(FoamError::UndefinedTable { name: add.table.clone() }),
+                    };
+                };
+                self.add_check(def, add.name.clone(), &add.expr, add.not_valid).await?;
+                Ok(StatementOutput::Command { tag: "ALTER TABLE".into(), rows: None })
+            }
             Kind::Maintenance { tag, tables } => {
                 let catalog = self.node.catalog.current();
                 for table in tables {
@@ -1353,7 +1396,11 @@ impl FoamSession {
         let width = table.columns.len();
         let frame = self.ctx.execute_logical_plan(plan).await.map_err(FoamError::from)?;
         let mut rows = crate::exec::panic_safe::panic_safe(frame.execute_stream().await.map_err(FoamError::from)?);
-        let mut writer = TableWriter::begin_in(self.node.clone(), table.clone(), transaction)?;
+        let checks = match modify {
+            Modify::Update { .. } | Modify::Upsert(_) => self.table_checks(&table).await?,
+            _ => None,
+        };
+        let mut writer = TableWriter::begin_in(self.node.clone(), table.clone(), transaction, checks.clone())?;
         if let crate::frontend::modify::Modify::Upsert(upsert) = modify {
             // Proposed rows are decided in order: all of them first.
             let written = async {
@@ -1361,7 +1408,7 @@ impl FoamSession {
                 while let Some(batch) = rows.next().await {
                     batches.push(batch.map_err(FoamError::from)?);
                 }
-                let changes = crate::frontend::upsert::changes(upsert, &table, &batches)?;
+                let changes = crate::frontend::upsert::changes(upsert, &table, &batches, checks.as_deref())?;
                 if let Some(deletes) = changes.deletes {
                     writer.write_deletes(deletes).await?;
                 }
@@ -1428,7 +1475,8 @@ impl FoamSession {
         let schema = table.arrow_schema();
         let frame = self.ctx.execute_logical_plan(Arc::unwrap_or_clone(insert.input)).await.map_err(FoamError::from)?;
         let mut rows = crate::exec::panic_safe::panic_safe(frame.execute_stream().await.map_err(FoamError::from)?);
-        let mut writer = TableWriter::begin_in(self.node.clone(), table, self.open.get())?;
+        let checks = self.table_checks(&table).await?;
+        let mut writer = TableWriter::begin_in(self.node.clone(), table, self.open.get(), checks)?;
         let mut inserted = Vec::new();
         let written = async {
             while let Some(batch) = rows.next().await {
@@ -1508,6 +1556,7 @@ impl FoamSession {
     }
 
     async fn run_insert(&self, plan: LogicalPlan) -> FoamResult<StatementOutput> {
+        self.plan_sink_checks(&plan).await?;
         let frame = self.ctx.execute_logical_plan(plan).await.map_err(FoamError::from)?;
         let batches = frame.collect().await.map_err(FoamError::from)?;
         let rows = batches
@@ -1738,6 +1787,116 @@ impl FoamSession {
         self.plan(&probe).await
     }
 
+    /// `ALTER TABLE ... ADD CHECK`, as ADD PRIMARY KEY (`write/keys.rs`):
+    /// the constraint goes into the catalog first, marked validating, so
+    /// every write planned from then on checks it; the copies then refuse
+    /// the writes planned before and wait for those already prepared
+    /// (`checks::fence_every_copy`); then the stored rows are read. The
+    /// constraint is kept when none breaks it, else dropped again (23514).
+    async fn add_check(&self, table: foam_catalog::TableDef, name: Option<String>, expr: &Expr, not_valid: bool) -> FoamResult<()> {
+        use crate::frontend::check_constraints;
+        if not_valid {
+            return Err(FoamError::FeatureNotSupported { feature: "ADD CONSTRAINT ... NOT VALID".into() });
+        }
+        // A generated name avoids every constraint name of the schema, as in PostgreSQL.
+        let names_in_use: Vec<String> = self.node.catalog.current().tables.values().flat_map(check_constraints::taken_names).collect();
+        let check = check_constraints::check_def(&table.name, &table.columns, name, expr, &names_in_use)?;
+        // Refused now (a type, a column) before the catalog changes.
+        self.plan_checks(&table.name, &table.columns, vec![check.clone()], true).await?;
+        let add = CatalogCommand::AddCheck { table: table.name.clone(), check: check.clone() };
+        let (catalog, _) = self.node.catalog.apply(add).await?;
+        let checked = async {
+            crate::write::checks::fence_every_copy(&self.node, &catalog, &table.name).await?;
+            self.take_snapshot().await?;
+            let broken = self.rows_breaking(&table.name, &check.expr).await;
+            self.snapshot.set(None);
+            match broken? {
+                false => Ok(()),
+                true => Err(FoamError::Query {
+                    message: format!("check constraint \"{}\" of relation \"{}\" is violated by some row", check.name, table.name),
+                    sqlstate: foam_common::SqlState::CheckViolation,
+                }),
+            }
+        }
+        .await;
+        let finish = CatalogCommand::FinishCheck { table: table.name.clone(), name: check.name.clone(), keep: checked.is_ok() };
+        let finished = self.node.catalog.apply(finish).await;
+        checked?;
+        finished.map(|_| ())
+    }
+
+    /// Whether a stored row of `table` makes `expr` false.
+    async fn rows_breaking(&self, table: &str, expr: &str) -> FoamResult<bool> {
+        let quoted = format!("\"{}\"", table.replace('"', "\"\""));
+        let mut query = crate::frontend::modify::parse_query(&format!("SELECT 1 FROM {quoted} WHERE NOT ({expr}) LIMIT 1"))?;
+        rewrite_expressions(&mut query)?;
+        let plan = self.plan(&query).await?;
+        let batches = self.ctx.execute_logical_plan(plan).await.map_err(FoamError::from)?.collect().await.map_err(FoamError::from)?;
+        Ok(batches.iter().any(|b| b.num_rows() > 0))
+    }
+
+    /// The CHECK constraints of the table an INSERT in `plan` writes, for
+    /// the INSERT sink, which finds them in the session's config (any
+    /// planned for an earlier statement are forgotten).
+    async fn plan_sink_checks(&self, plan: &LogicalPlan) -> FoamResult<()> {
+        let mut target = None;
+        datafusion::common::tree_node::TreeNode::apply(plan, |node| {
+            if let LogicalPlan::Dml(dml) = node
+                && matches!(dml.op, datafusion::logical_expr::WriteOp::Insert(_))
+            {
+                target = Some(dml.table_name.table().to_string());
+                return Ok(datafusion::common::tree_node::TreeNodeRecursion::Stop);
+            }
+            Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+        })?;
+        let Some(name) = target else { return Ok(()) };
+        let Ok(table) = self.node.catalog.current().table(&name).cloned() else { return Ok(()) };
+        let checks = self.table_checks(&table).await?;
+        self.checks.set(&table, checks);
+        Ok(())
+    }
+
+    /// `table`'s CHECK constraints planned for a statement writing it;
+    /// `None` for a table without any.
+    async fn table_checks(&self, table: &foam_catalog::TableDef) -> FoamResult<Option<Arc<crate::write::checks::TableChecks>>> {
+        if table.checks.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Arc::new(self.plan_checks(&table.name, &table.columns, table.checks.clone(), true).await?)))
+    }
+
+    /// The constraints `checks` of a table `name` with `columns`, planned as
+    /// a query's select list over the table (`over_table`), or over a row of
+    /// the columns' types for a table still being created, with the
+    /// rewrites of any query; refused where PostgreSQL refuses them: not
+    /// boolean (42804), an aggregate (42803), a window (42P20), a
+    /// set-returning function (0A000), an unknown column (42703).
+    async fn plan_checks(
+        &self,
+        name: &str,
+        columns: &[foam_catalog::ColumnDef],
+        checks: Vec<foam_catalog::model::CheckDef>,
+        over_table: bool,
+    ) -> FoamResult<crate::write::checks::TableChecks> {
+        use crate::frontend::check_constraints::{probe_query, table_query};
+        let exprs: Vec<&str> = checks.iter().map(|c| c.expr.as_str()).collect();
+        let sql = if over_table { table_query(name, &exprs) } else { probe_query(name, columns, &exprs) };
+        let mut probe = crate::frontend::modify::parse_query(&sql)?;
+        rewrite_expressions(&mut probe)?;
+        let plan = self.plan(&probe).await?;
+        let refused = [
+            (plan_holds(&plan, |node| matches!(node, LogicalPlan::Aggregate(_)))?, "aggregate functions are", foam_common::SqlState::GroupingError),
+            (plan_holds(&plan, |node| matches!(node, LogicalPlan::Window(_)))?, "window functions are", foam_common::SqlState::WindowingError),
+            (plan_holds(&plan, |node| matches!(node, LogicalPlan::Unnest(_)))?, "set-returning functions are", foam_common::SqlState::FeatureNotSupported),
+        ];
+        if let Some((_, what, sqlstate)) = refused.into_iter().find(|(found, _, _)| *found) {
+            return Err(FoamError::Query { message: format!("{what} not allowed in check constraints (table \"{name}\")"), sqlstate });
+        }
+        let state = self.ctx.state_ref();
+        let state = state.read();
+        crate::write::checks::TableChecks::from_plan(name, columns.len(), checks, plan, &state)
+    }
+
     /// A column's default is a value the column can take: it plans as a
     /// cast to the column's type, without aggregates or windows (42804 or
     /// 42803 where PostgreSQL refuses it as well).
@@ -1801,8 +1960,9 @@ impl FoamSession {
         let command = |tag: &str| Ok(StatementOutput::Command { tag: tag.into(), rows: None });
         match statement {
             Statement::CreateTable(_) => {
-                let mut create = ddl::create_table_command(statement, distribution.clone())?;
                 let catalog = self.node.catalog.current();
+                let names_in_use: Vec<String> = catalog.tables.values().flat_map(crate::frontend::check_constraints::taken_names).collect();
+                let mut create = ddl::create_table_command(statement, distribution.clone(), &names_in_use)?;
                 crate::frontend::sequence_ddl::choose_names(&mut create, |name| catalog.relation_exists(name));
                 if let CatalogCommand::CreateTable { name, owner, columns, sequences, .. } = &mut create {
                     check_not_system_table(name)?;
@@ -1812,6 +1972,11 @@ impl FoamSession {
                     for column in columns.iter_mut() {
                         *column = self.checked_default(&catalog, column.clone(), sequences).await?;
                     }
+                }
+                if let CatalogCommand::CreateTable { name, columns, checks, .. } = &create
+                    && !checks.is_empty()
+                {
+                    self.plan_checks(name, columns, checks.clone(), false).await?;
                 }
                 // The default partition count depends on this node's worker threads.
                 if let CatalogCommand::CreateTable { distribution: foam_catalog::model::DistributionSpec::Hash { partitions: partitions @ None, .. }, .. } = &mut create {
@@ -2405,6 +2570,7 @@ impl FoamSession {
             options.columns = Some(positions);
         }
         options.time_zone = self.session_zone();
+        options.checks = self.table_checks(&table).await?;
         let path = match target {
             CopyTarget::File { filename } => crate::write::copy::server_file(self.node.copy_dir.as_deref(), filename)?.display().to_string(),
             CopyTarget::Stdin => return Ok(StatementOutput::CopyIn(CopyInTarget { table, options })),
@@ -2425,6 +2591,7 @@ impl FoamSession {
         let planned = async {
             let plan = self.plan(statement).await?;
             self.check_privileges(&self.explained_needs(statement, &plan))?;
+            self.plan_sink_checks(&plan).await?;
             let frame = self.ctx.execute_logical_plan(plan).await?;
             let task_ctx = frame.task_ctx();
             Ok::<_, FoamError>((task_ctx, frame.create_physical_plan().await?))
@@ -2507,6 +2674,7 @@ fn changed_relation(command: &CatalogCommand) -> Option<&str> {
         CatalogCommand::SetSequenceOwnedBy { name, .. } | CatalogCommand::AlterSequence { name, .. } => Some(name),
         CatalogCommand::SetColumnDefault { table, .. } | CatalogCommand::AddIdentity { table, .. } => Some(table),
         CatalogCommand::AlterOwner { relation, .. } => Some(relation),
+        CatalogCommand::DropConstraint { table, .. } => Some(table),
         _ => None,
     }
 }
@@ -2534,6 +2702,7 @@ fn needs_of(kind: &Kind, reads: &[Need]) -> Vec<Need> {
         Kind::Catalog { command, .. } => privileges::command_needs(command),
         Kind::CopyOut { query, .. } => query.needs.clone(),
         Kind::AddKey { table, .. } => vec![Need::Owner(table.clone())],
+        Kind::AddCheck(add) => vec![Need::Owner(add.table.clone())],
         Kind::Checkpoint => vec![Need::Superuser("CHECKPOINT")],
         Kind::Maintenance { .. } | Kind::Empty => Vec::new(),
     }

@@ -269,8 +269,10 @@ pub struct Changes {
     pub count: u64,
 }
 
-/// Walks the proposed rows in order and decides each one's fate.
-pub fn changes(upsert: &Upsert, table: &TableDef, batches: &[RecordBatch]) -> FoamResult<Changes> {
+/// Walks the proposed rows in order and decides each one's fate. Every
+/// proposed row must pass the table's CHECK constraints (`checks`), as its
+/// NOT NULL columns, whether it is inserted or not.
+pub fn changes(upsert: &Upsert, table: &TableDef, batches: &[RecordBatch], checks: Option<&crate::write::checks::TableChecks>) -> FoamResult<Changes> {
     let schema = table.arrow_schema();
     let internal = |e: datafusion::arrow::error::ArrowError| FoamError::internal(format!("rows of an INSERT ... ON CONFLICT: {e}"));
     let width = schema.fields().len();
@@ -284,7 +286,12 @@ pub fn changes(upsert: &Upsert, table: &TableDef, batches: &[RecordBatch]) -> Fo
     let proposed = project(proposed_at)?;
     // Every proposed row must be one the table could hold, conflicting or
     // not, as PostgreSQL checks a row's constraints before its arbiters.
-    crate::write::check_rows(table, &crate::write::store_strings(table, crate::write::cast_to(&schema, proposed.clone())?))?;
+    let stored = crate::write::store_strings(table, crate::write::cast_to(&schema, proposed.clone())?);
+    crate::write::check_rows(table, &stored)?;
+    crate::write::checks::ensure_planned(table, checks)?;
+    if let Some(checks) = checks {
+        checks.check(&stored)?;
+    }
     let order = all.column(0).as_primitive::<UInt64Type>();
     let mut rows: Vec<usize> = (0..all.num_rows()).collect();
     rows.sort_by_key(|&row| order.value(row));

@@ -60,6 +60,8 @@ pub struct CopyOptions {
     /// value written without a zone is local time there, as PostgreSQL
     /// reads it; `None` reads it as UTC.
     pub time_zone: Option<String>,
+    /// The table's CHECK constraints, as the session planned them.
+    pub checks: Option<Arc<crate::write::checks::TableChecks>>,
 }
 
 /// A default COPY gives a column its data leaves out.
@@ -87,7 +89,7 @@ impl ColumnFill {
 
 impl Default for CopyOptions {
     fn default() -> Self {
-        CopyOptions { format: CopyFormat::Text, header: false, delimiter: b'\t', quote: b'"', escape: None, null: Some("\\N".into()), columns: None, defaults: Vec::new(), time_zone: None }
+        CopyOptions { format: CopyFormat::Text, header: false, delimiter: b'\t', quote: b'"', escape: None, null: Some("\\N".into()), columns: None, defaults: Vec::new(), time_zone: None, checks: None }
     }
 }
 
@@ -148,6 +150,7 @@ pub async fn copy_from_file(
     let schema = table.arrow_schema();
     let reader_table = table.clone();
     let reader_path = path.clone();
+    let checks = options.checks.clone();
     let reader = tokio::task::spawn_blocking(move || {
         let result = match options.format {
             CopyFormat::Parquet if options.columns.is_some() => {
@@ -161,7 +164,7 @@ pub async fn copy_from_file(
             let _ = sender.blocking_send(Err(error));
         }
     });
-    let mut writer = TableWriter::begin_in(node, table, transaction)?;
+    let mut writer = TableWriter::begin_in(node, table, transaction, checks)?;
     while let Some(batch) = receiver.recv().await {
         let written = match batch {
             Ok(batch) => writer.write(batch).await,

@@ -42,39 +42,81 @@ pub async fn add_unique_key(node: &Arc<NodeContext>, table: String, key: UniqueK
 }
 
 async fn check_every_copy(node: &Arc<NodeContext>, catalog: &Catalog, table: &str, key_name: &str) -> FoamResult<()> {
+    let key = key_name.to_string();
+    let request = |table_id, partition, catalog_version| NodeRequest::ValidateUniqueKey { table_id, partition, key_name: key.clone(), catalog_version };
+    let local = |node: Arc<NodeContext>, request: NodeRequest| async move {
+        let NodeRequest::ValidateUniqueKey { table_id, partition, key_name, catalog_version } = request else { unreachable!("a key's request") };
+        validate_unique_key(&node, table_id, partition, key_name, catalog_version).await
+    };
+    let errors = on_every_copy(node, catalog, table, "check the key on", request, local).await?;
+    // A repeated key says more than a copy that could not check.
+    let repeated = |e: &FoamError| e.sqlstate() == SqlState::UniqueViolation;
+    let mut failure: Option<FoamError> = None;
+    for error in errors {
+        if failure.as_ref().is_none_or(|f| !repeated(f) && repeated(&error)) {
+            failure = Some(error);
+        }
+    }
+    failure.map_or(Ok(()), Err)
+}
+
+/// Sends `request(table, partition, catalog version)` to every live copy
+/// of every partition of `table` (as `catalog` places them) at once, this
+/// node's own copies handled by `local` without a call; the errors they
+/// answered. A partition without a live copy fails at once (`purpose`
+/// says what the copy was wanted for).
+pub(crate) async fn on_every_copy<F>(
+    node: &Arc<NodeContext>,
+    catalog: &Catalog,
+    table: &str,
+    purpose: &str,
+    request: impl Fn(TableId, PartitionId, u64) -> NodeRequest,
+    local: impl Fn(Arc<NodeContext>, NodeRequest) -> F,
+) -> FoamResult<Vec<FoamError>>
+where
+    F: std::future::Future<Output = FoamResult<()>> + Send + 'static,
+{
     let def = catalog.table(table)?;
     let mut calls = JoinSet::new();
     for (partition, placement) in def.placement.iter().enumerate() {
         let copies: Vec<NodeId> = placement.live_nodes(&catalog.nodes).collect();
         if copies.is_empty() {
             return Err(FoamError::PartitionUnavailable {
-                message: format!("partition {partition} of \"{table}\" has no live copy on a running node to check the key on"),
+                message: format!("partition {partition} of \"{table}\" has no live copy on a running node to {purpose}"),
             });
         }
         for copy in copies {
-            let (node, partition, key_name) = (node.clone(), partition as PartitionId, key_name.to_string());
-            let (table_id, catalog_version) = (def.id, catalog.version);
-            calls.spawn(async move {
-                if copy == node.node_id {
-                    return validate_unique_key(&node, table_id, partition, key_name, catalog_version).await;
-                }
-                let request = NodeRequest::ValidateUniqueKey { table_id, partition, key_name, catalog_version };
-                node.client_for(copy)?.call(&request, &[]).await.map(|_| ())
-            });
-        }
-    }
-    let mut failure: Option<FoamError> = None;
-    while let Some(joined) = calls.join_next().await {
-        let result = joined.map_err(|e| FoamError::internal(e.to_string())).and_then(|r| r);
-        if let Err(error) = result {
-            // A repeated key says more than a copy that could not check.
-            let repeated = |e: &FoamError| e.sqlstate() == SqlState::UniqueViolation;
-            if failure.as_ref().is_none_or(|f| !repeated(f) && repeated(&error)) {
-                failure = Some(error);
+            let call = request(def.id, partition as PartitionId, catalog.version);
+            if copy == node.node_id {
+                calls.spawn(local(node.clone(), call));
+                continue;
             }
+            let node = node.clone();
+            calls.spawn(async move { node.client_for(copy)?.call(&call, &[]).await.map(|_| ()) });
         }
     }
-    failure.map_or(Ok(()), Err)
+    let mut errors = Vec::new();
+    while let Some(joined) = calls.join_next().await {
+        if let Err(error) = joined.map_err(|e| FoamError::internal(e.to_string())).and_then(|r| r) {
+            errors.push(error);
+        }
+    }
+    Ok(errors)
+}
+
+/// This node's catalog at `catalog_version` or later (refreshed from the
+/// meta nodes if need be); 40001 if they do not have it yet.
+pub(crate) async fn catalog_at(node: &Arc<NodeContext>, catalog_version: u64) -> FoamResult<Arc<Catalog>> {
+    let mut catalog = node.catalog.current();
+    if catalog.version < catalog_version {
+        catalog = node.catalog.refresh().await?;
+    }
+    if catalog.version < catalog_version {
+        return Err(FoamError::PlacementChanged {
+            message: format!("node {} has catalog version {}, not yet {catalog_version}", node.node_id, catalog.version),
+        });
+    }
+    Ok(catalog)
 }
 
 /// On a node holding a copy: brings its catalog to `catalog_version` (so
@@ -86,15 +128,7 @@ pub async fn validate_unique_key(
     key_name: String,
     catalog_version: u64,
 ) -> FoamResult<()> {
-    let mut catalog = node.catalog.current();
-    if catalog.version < catalog_version {
-        catalog = node.catalog.refresh().await?;
-    }
-    if catalog.version < catalog_version {
-        return Err(FoamError::PlacementChanged {
-            message: format!("node {} has catalog version {}, not yet {catalog_version}", node.node_id, catalog.version),
-        });
-    }
+    let catalog = catalog_at(node, catalog_version).await?;
     let key = super::unique_keys(&catalog, table_id)
         .into_iter()
         .find(|k| k.name == key_name)

@@ -17,6 +17,7 @@
 //! In a transaction block, a statement's rows stay staged and the block's
 //! COMMIT runs the protocol once for all of them (`transaction.rs`).
 
+pub mod checks;
 pub mod copy;
 pub mod copy_binary;
 pub mod copy_format;
@@ -178,6 +179,8 @@ pub struct RowRouter {
     in_flight: JoinSet<FoamResult<()>>,
     rows: u64,
     deleted: u64,
+    /// The table's CHECK constraints (`checks.rs`), needed when it has any.
+    checks: Option<Arc<checks::TableChecks>>,
 }
 
 impl RowRouter {
@@ -197,7 +200,15 @@ impl RowRouter {
             in_flight: JoinSet::new(),
             rows: 0,
             deleted: 0,
+            checks: None,
         }
+    }
+
+    /// Checks every row written against `checks`, the table's CHECK
+    /// constraints as the statement planned them.
+    pub fn with_checks(mut self, checks: Option<Arc<checks::TableChecks>>) -> Self {
+        self.checks = checks;
+        self
     }
 
     /// Tags the rows as written by `statement` of a transaction block.
@@ -225,6 +236,10 @@ impl RowRouter {
             return Ok(());
         }
         let batch = conform_rows(&self.table, &self.schema, batch)?;
+        checks::ensure_planned(&self.table, self.checks.as_deref())?;
+        if let Some(checks) = &self.checks {
+            checks.check(&batch)?;
+        }
         self.rows += batch.num_rows() as u64;
         for (partition, part) in split_by_partition(&self.table, &batch)? {
             self.buffer((partition, false), owning_text(part)?).await?;
@@ -484,12 +499,18 @@ impl TableWriter {
     /// Starts a statement's write; refused at once (57P03) on a node that
     /// seems cut off from the majority, before any row is shipped.
     pub fn begin(node: Arc<NodeContext>, table: TableDef) -> FoamResult<Self> {
-        Self::begin_in(node, table, None)
+        Self::begin_in(node, table, None, None)
     }
 
     /// Starts a statement's write, as a statement of `transaction` when the
-    /// session is in a transaction block.
-    pub fn begin_in(node: Arc<NodeContext>, table: TableDef, transaction: Option<Arc<transaction::Transaction>>) -> FoamResult<Self> {
+    /// session is in a transaction block, checking each row against the
+    /// table's CHECK constraints `checks` (`checks.rs`).
+    pub fn begin_in(
+        node: Arc<NodeContext>,
+        table: TableDef,
+        transaction: Option<Arc<transaction::Transaction>>,
+        checks: Option<Arc<checks::TableChecks>>,
+    ) -> FoamResult<Self> {
         node.catalog.refuse_if_cut_off()?;
         // The decision log hears of the transaction when its commit protocol
         // starts (participants can only be in doubt after Prepare), so a
@@ -499,7 +520,7 @@ impl TableWriter {
             None => (uuid::Uuid::new_v4().as_u128(), 0),
         };
         let nodes = node.catalog.current().nodes.clone();
-        let router = RowRouter::new(Arc::new(NodeStageTarget(node.clone())), table, nodes, txn).with_statement(statement);
+        let router = RowRouter::new(Arc::new(NodeStageTarget(node.clone())), table, nodes, txn).with_statement(statement).with_checks(checks);
         Ok(TableWriter { node, router, transaction })
     }
 
@@ -875,7 +896,8 @@ impl DataSink for FoamSink {
 
     async fn write_all(&self, mut data: SendableRecordBatchStream, context: &Arc<TaskContext>) -> DfResult<u64> {
         let open = transaction::OpenTransaction::of(context.session_config());
-        let mut writer = TableWriter::begin_in(self.node.clone(), self.table.clone(), open)?;
+        let checks = checks::StatementChecks::of(context.session_config(), &self.table);
+        let mut writer = TableWriter::begin_in(self.node.clone(), self.table.clone(), open, checks)?;
         while let Some(batch) = data.next().await {
             // DataFusion 55 may plan an INSERT's SELECT with a column wider
             // than the table's (a CASE of INT and BIGINT, typed before
