@@ -212,7 +212,7 @@ impl FoamPgHandler {
                     // pgwire 0.41 cannot report a failed block resumed by
                     // ROLLBACK TO as in progress again: its ReadyForQuery
                     // says failed until the block ends, while FoamDB runs
-                    // the block's statements (docs/ARCHITECTURE.md).
+                    // the block's statements (docs/LIMITS.md).
                     (foam_query::frontend::session::ROLLBACK_TO_TAG, _) => Response::Execution(Tag::new("ROLLBACK")),
                     ("INSERT", Some(rows)) => Response::Execution(Tag::new("INSERT").with_oid(0).with_rows(rows as usize)),
                     (name, Some(rows)) => Response::Execution(Tag::new(name).with_rows(rows as usize)),

@@ -19,7 +19,7 @@
 //!
 //! Other sessions see a created table (empty, its rows are the block's
 //! until COMMIT) and miss a dropped one before the block ends; a node that
-//! crashes with the block open leaves its DDL done. docs/ARCHITECTURE.md
+//! crashes with the block open leaves its DDL done. docs/LIMITS.md
 //! says so.
 
 use std::sync::Arc;
