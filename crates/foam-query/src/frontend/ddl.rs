@@ -482,7 +482,14 @@ pub fn parse_sql_type(text: &str) -> Result<SqlType, String> {
         "int" | "integer" | "int4" => SqlType::Int,
         "bigint" | "int8" => SqlType::BigInt,
         "real" | "float4" => SqlType::Real,
-        "double" | "double precision" | "float8" | "float" => SqlType::Double,
+        // FLOAT(p) as PostgreSQL reads it: REAL up to 24 binary digits.
+        "float" => match args.as_slice() {
+            [] => SqlType::Double,
+            [1..=24] => SqlType::Real,
+            [25..=53] => SqlType::Double,
+            _ => return Err("FLOAT's precision must be 1 to 53 bits".into()),
+        },
+        "double" | "double precision" | "float8" => SqlType::Double,
         "decimal" | "numeric" | "dec" => {
             let (precision, scale) = match args.as_slice() {
                 [] => (DECIMAL_PRECISION_MAX as i64, 10),
@@ -515,6 +522,8 @@ mod tests {
         assert_eq!(parse_sql_type("CHARACTER VARYING(25)"), Ok(SqlType::Varchar { length_max: Some(25) }));
         assert_eq!(parse_sql_type("char(10)"), Ok(SqlType::Char { length: 10 }));
         assert_eq!(parse_sql_type("DOUBLE PRECISION"), Ok(SqlType::Double));
+        assert_eq!((parse_sql_type("FLOAT"), parse_sql_type("float(24)"), parse_sql_type("FLOAT(25)")), (Ok(SqlType::Double), Ok(SqlType::Real), Ok(SqlType::Double)));
+        assert!(parse_sql_type("FLOAT(54)").is_err());
         assert!(parse_sql_type("DECIMAL(50,2)").is_err());
         assert!(parse_sql_type("INTERVAL").is_err());
     }

@@ -245,7 +245,10 @@ fn postgres_type_name(sql: &str) -> String {
     let zoned = lower.ends_with("with time zone");
     let base = lower.split(['(', '[']).next().unwrap_or_default().trim();
     let base = base.strip_suffix(" with time zone").or_else(|| base.strip_suffix(" without time zone")).unwrap_or(base).trim();
+    // FLOAT(p) is REAL for p up to 24 binary digits (`spellings.rs`).
+    let float_bits = lower.strip_prefix("float(").and_then(|rest| rest.split(')').next()).and_then(|p| p.trim().parse::<u32>().ok());
     match base {
+        "float" if float_bits.is_some_and(|bits| bits <= 24) => "float4",
         "timestamp" if zoned => "timestamptz",
         "time" if zoned => "timetz",
         "int" | "integer" | "int4" => "int4",

@@ -2,7 +2,8 @@
 //! written as the spelling DataFusion plans: the standard's `FETCH FIRST n
 //! ROWS ONLY` ("FETCH clause is not supported yet"), `mod(a, b)`,
 //! `json_agg(x)` and `json_object_agg(k, v)` ("Invalid function"),
-//! `LOCALTIMESTAMP`, and `make_interval`'s named arguments.
+//! `LOCALTIMESTAMP`, `make_interval`'s named arguments, and the type
+//! `FLOAT`, which DataFusion reads as REAL.
 //!
 //! ```text
 //!   ... OFFSET m FETCH FIRST n ROWS ONLY   ─▶  ... LIMIT n OFFSET m     (FETCH FIRST ROW ONLY: LIMIT 1)
@@ -11,6 +12,7 @@
 //!   json_object_agg(k, v ...)               ─▶  foam_json_object(array_agg(struct(k, v) ...))
 //!   LOCALTIMESTAMP, LOCALTIME               ─▶  CAST(now() AS TIMESTAMP), CAST(now() AS TIME)
 //!   make_interval(days => 10)               ─▶  make_interval(0, 0, 0, 10, 0, 0, 0.0)   (exec/interval_functions.rs)
+//!   CAST(x AS FLOAT), x::float, FLOAT(25..53) ─▶  DOUBLE PRECISION   (FLOAT(1..24): REAL, as in PostgreSQL)
 //! ```
 //!
 //! `FETCH ... WITH TIES` is refused (0A000), a FETCH beside a LIMIT is
@@ -25,6 +27,33 @@ use datafusion::sql::sqlparser::ast::{
 use foam_common::{FoamError, FoamResult, SqlState};
 
 use crate::frontend::array_subquery::call;
+
+/// PostgreSQL's `FLOAT` is DOUBLE PRECISION, and `FLOAT(p)` REAL for up to
+/// 24 binary digits of precision, DOUBLE PRECISION for up to 53 (22023
+/// past that); DataFusion reads every FLOAT as REAL, so `1::float / 3`
+/// lost half its digits. Array element types too.
+fn float_as_postgres(data_type: &mut DataType) -> FoamResult<()> {
+    use datafusion::sql::sqlparser::ast::{ArrayElemTypeDef, ExactNumberInfo};
+    match data_type {
+        DataType::Float(info) => {
+            let bits = match info {
+                ExactNumberInfo::None => 53,
+                ExactNumberInfo::Precision(p) | ExactNumberInfo::PrecisionAndScale(p, _) => *p,
+            };
+            *data_type = match bits {
+                1..=24 => DataType::Real,
+                25..=53 => DataType::DoublePrecision,
+                0 => return Err(FoamError::Query { message: "precision for type float must be at least 1 bit".into(), sqlstate: SqlState::InvalidParameterValue }),
+                _ => return Err(FoamError::Query { message: "precision for type float must be less than 54 bits".into(), sqlstate: SqlState::InvalidParameterValue }),
+            };
+        }
+        DataType::Array(ArrayElemTypeDef::AngleBracket(inner) | ArrayElemTypeDef::SquareBracket(inner, _) | ArrayElemTypeDef::Parenthesis(inner)) => {
+            float_as_postgres(inner)?;
+        }
+        _ => {}
+    }
+    Ok(())
+}
 
 /// `statement` in the spellings DataFusion plans (see the module
 /// documentation).
@@ -52,6 +81,17 @@ impl VisitorMut for Spellings {
     }
 
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        let cast_to = match expr {
+            Expr::Cast { data_type, .. } => Some(data_type),
+            Expr::TypedString(typed) => Some(&mut typed.data_type),
+            _ => None,
+        };
+        if let Some(data_type) = cast_to
+            && let Err(error) = float_as_postgres(data_type)
+        {
+            self.error = Some(error);
+            return ControlFlow::Break(());
+        }
         if let Some(local) = local_time(expr) {
             *expr = local;
             return ControlFlow::Continue(());
@@ -192,5 +232,14 @@ mod tests {
             rewritten("SELECT json_agg(DISTINCT a ORDER BY a) FILTER (WHERE a > 1) FROM t").unwrap(),
             "SELECT foam_json_array(array_agg(DISTINCT a ORDER BY a) FILTER (WHERE a > 1)) FROM t"
         );
+    }
+
+    #[test]
+    fn float_is_double_precision_as_in_postgresql() {
+        assert_eq!(
+            rewritten("SELECT 1::float, CAST(2 AS FLOAT(24)), 3::float(25), FLOAT '4', ARRAY[5]::float[], 6::real").unwrap(),
+            "SELECT 1::DOUBLE PRECISION, CAST(2 AS REAL), 3::DOUBLE PRECISION, DOUBLE PRECISION '4', ARRAY[5]::DOUBLE PRECISION[], 6::REAL"
+        );
+        assert_eq!(rewritten("SELECT 1::float(54)").unwrap_err().sqlstate(), SqlState::InvalidParameterValue);
     }
 }

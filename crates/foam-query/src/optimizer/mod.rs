@@ -157,6 +157,8 @@ pub fn register_statement_functions(ctx: &datafusion::prelude::SessionContext) {
     ctx.register_udaf(var_samp_udaf().as_ref().clone().with_aliases(["variance"]));
     ctx.register_udf(datafusion::functions::math::signum().as_ref().clone().with_aliases(["sign"]));
     ctx.register_udf(datafusion::functions::math::ceil().as_ref().clone().with_aliases(["ceiling"]));
+    // A version-4 UUID as text (FoamDB has no uuid type).
+    ctx.register_udf(datafusion::functions::string::uuid().as_ref().clone().with_aliases(["gen_random_uuid"]));
     ctx.register_udaf(crate::frontend::scalar_subquery::SingleValue::udaf());
     ctx.register_udf(crate::frontend::scalar_subquery::OneValue::udf());
     for (name, function) in crate::exec::series::table_functions() {

@@ -39,6 +39,12 @@
 //! 1e300: numeric field overflow). PostgreSQL compares the two as floats;
 //! the same rule casts the NUMERIC side to `double precision`.
 //!
+//! REAL beside another number: PostgreSQL has no operator of `real` and an
+//! integer or NUMERIC, so `+`, `-`, `*`, `/` and `%` of the two are done in
+//! `double precision` (`1::real / 3` is `0.3333333333333333`); DataFusion
+//! kept REAL (`0.33333334`). The REAL side is cast to `double precision`;
+//! two REALs stay REAL, as in PostgreSQL.
+//!
 //! Intervals: DataFusion refuses an interval times or divided by a number
 //! (`3 * INTERVAL '1 day'`) as it plans the SQL, before any analyzer rule;
 //! a SQL-planner hook ([`IntervalArithmeticPlanner`]) writes those as
@@ -109,6 +115,13 @@ fn values_typed_as_built(values: &datafusion::logical_expr::Values) -> bool {
 fn numeric_operator(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     use Operator::*;
     match expr {
+        Expr::BinaryExpr(BinaryExpr { left, op: op @ (Plus | Minus | Multiply | Divide | Modulo), right }) if real_beside_other(&left, &right, schema) => {
+            let widen = |side: Box<Expr>| match side.get_type(schema) {
+                Ok(DataType::Float32) => Box::new(Expr::Cast(datafusion::logical_expr::expr::Cast::new(side, DataType::Float64))),
+                _ => side,
+            };
+            Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr { left: widen(left), op, right: widen(right) })))
+        }
         Expr::BinaryExpr(BinaryExpr { left, op: op @ (Divide | Multiply), right }) => numeric_arithmetic(left, op, right, schema),
         Expr::BinaryExpr(BinaryExpr { left, op: op @ (Eq | NotEq | Lt | LtEq | Gt | GtEq | IsDistinctFrom | IsNotDistinctFrom), right }) => {
             let (left, right, floats) = floats_beside(*left, vec![*right], schema);
@@ -134,6 +147,14 @@ fn numeric_operator(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> 
             Ok(if changed { Transformed::yes(in_list) } else { Transformed::no(in_list) })
         }
         other => Ok(Transformed::no(other)),
+    }
+}
+
+/// Whether one side is REAL and the other a number of another type.
+fn real_beside_other(left: &Expr, right: &Expr, schema: &DFSchema) -> bool {
+    match (left.get_type(schema), right.get_type(schema)) {
+        (Ok(DataType::Float32), Ok(other)) | (Ok(other), Ok(DataType::Float32)) => other != DataType::Float32 && other.is_numeric(),
+        _ => false,
     }
 }
 
