@@ -7,6 +7,7 @@ pub mod age;
 pub mod at_time_zone;
 pub mod datetime_format;
 pub mod datetime_input;
+pub mod extract;
 pub mod interval_functions;
 pub mod interval_input;
 pub mod format;

@@ -2,8 +2,9 @@
 //! written as the spelling DataFusion plans: the standard's `FETCH FIRST n
 //! ROWS ONLY` ("FETCH clause is not supported yet"), `mod(a, b)`,
 //! `json_agg(x)` and `json_object_agg(k, v)` ("Invalid function"),
-//! `LOCALTIMESTAMP`, `make_interval`'s named arguments, and the type
-//! `FLOAT`, which DataFusion reads as REAL.
+//! `LOCALTIMESTAMP`, `make_interval`'s named arguments, the type `FLOAT`,
+//! which DataFusion reads as REAL, and EXTRACT and `date_part` of the fields
+//! DataFusion answers otherwise (`exec/extract.rs`).
 //!
 //! ```text
 //!   ... OFFSET m FETCH FIRST n ROWS ONLY   ─▶  ... LIMIT n OFFSET m     (FETCH FIRST ROW ONLY: LIMIT 1)
@@ -13,6 +14,8 @@
 //!   LOCALTIMESTAMP, LOCALTIME               ─▶  CAST(now() AS TIMESTAMP), CAST(now() AS TIME)
 //!   make_interval(days => 10)               ─▶  make_interval(0, 0, 0, 10, 0, 0, 0.0)   (exec/interval_functions.rs)
 //!   CAST(x AS FLOAT), x::float, FLOAT(25..53) ─▶  DOUBLE PRECISION   (FLOAT(1..24): REAL, as in PostgreSQL)
+//!   EXTRACT(field FROM x)                   ─▶  foam_extract('field', x)   (NUMERIC)
+//!   date_part('second', x)                  ─▶  foam_date_part('second', x)   (double precision)
 //! ```
 //!
 //! `FETCH ... WITH TIES` is refused (0A000), a FETCH beside a LIMIT is
@@ -94,6 +97,18 @@ impl VisitorMut for Spellings {
         }
         if let Some(local) = local_time(expr) {
             *expr = local;
+            return ControlFlow::Continue(());
+        }
+        if let Expr::Extract { field, expr: source, .. } = expr {
+            let field = Expr::Value(Value::SingleQuotedString(field.to_string().to_lowercase()).into());
+            *expr = call(crate::exec::extract::EXTRACT, vec![field, (**source).clone()], Vec::new());
+            return ControlFlow::Continue(());
+        }
+        if let Some([field, source]) = arguments_of(expr, "date_part").as_deref()
+            && let Expr::Value(value) = field
+            && let Value::SingleQuotedString(_) = &value.value
+        {
+            *expr = call(crate::exec::extract::DATE_PART, vec![(*field).clone(), (*source).clone()], Vec::new());
             return ControlFlow::Continue(());
         }
         match make_interval_positional(expr) {
@@ -241,5 +256,13 @@ mod tests {
             "SELECT 1::DOUBLE PRECISION, CAST(2 AS REAL), 3::DOUBLE PRECISION, DOUBLE PRECISION '4', ARRAY[5]::DOUBLE PRECISION[], 6::REAL"
         );
         assert_eq!(rewritten("SELECT 1::float(54)").unwrap_err().sqlstate(), SqlState::InvalidParameterValue);
+    }
+
+    #[test]
+    fn extract_and_date_part_are_foams() {
+        assert_eq!(
+            rewritten("SELECT EXTRACT(EPOCH FROM t), extract(second FROM t), date_part('seconds', t), date_part('year', t) FROM x").unwrap(),
+            "SELECT foam_extract('epoch', t), foam_extract('second', t), foam_date_part('seconds', t), foam_date_part('year', t) FROM x"
+        );
     }
 }

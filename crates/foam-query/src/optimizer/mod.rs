@@ -195,6 +195,7 @@ pub fn worker_udfs() -> Vec<ScalarUDF> {
     udfs.extend(crate::exec::format::udfs());
     udfs.extend(crate::exec::interval_functions::udfs());
     udfs.extend(crate::exec::datetime_format::udfs());
+    udfs.extend(crate::exec::extract::udfs());
     udfs.extend(crate::frontend::char_casts::udfs());
     udfs
 }
