@@ -17,9 +17,12 @@
 //!   microsecond(s), the rest     0: DataFusion's value               DataFusion's value
 //! ```
 //!
-//! An interval's epoch is PostgreSQL's: 365.25 days a year, 30 a month.
-//! Other fields (and any field on a timestamptz, in its zone) are
-//! DataFusion's `date_part`, whose values agree with PostgreSQL's.
+//! An interval's epoch is PostgreSQL's: 365.25 days a year, 30 a month; a
+//! difference of timestamps (a duration to DataFusion) is read as the
+//! interval of days and time PostgreSQL's difference is. A BC year is
+//! PostgreSQL's (1 BC is -1, DataFusion's 0). Other fields (and any field
+//! on a timestamptz, in its zone) are DataFusion's `date_part`, whose
+//! values agree with PostgreSQL's.
 
 use std::sync::Arc;
 
@@ -66,6 +69,8 @@ enum Part {
     Decade,
     Century,
     Millennium,
+    /// `year` and `isoyear`, which count BC years as PostgreSQL does.
+    Year,
     Other,
 }
 
@@ -74,8 +79,9 @@ impl Part {
         match name.trim().to_lowercase().as_str() {
             "epoch" => Part::Epoch,
             "second" | "seconds" | "sec" | "secs" | "s" => Part::Second,
-            "millisecond" | "milliseconds" | "ms" | "msec" | "msecs" | "millisecon" => Part::Millisecond,
-            "microsecond" | "microseconds" | "us" | "usec" | "usecs" => Part::Microsecond,
+            "millisecond" | "milliseconds" | "ms" | "msec" | "msecs" | "msecond" | "mseconds" | "millisecon" => Part::Millisecond,
+            "microsecond" | "microseconds" | "us" | "usec" | "usecs" | "usecond" | "useconds" => Part::Microsecond,
+            "year" | "years" | "isoyear" => Part::Year,
             "decade" | "decades" => Part::Decade,
             "century" | "centuries" => Part::Century,
             "millennium" | "millennia" | "millenniums" => Part::Millennium,
@@ -89,7 +95,7 @@ impl Part {
             Part::Epoch if matches!(source, DataType::Date32 | DataType::Date64) => 0,
             Part::Epoch | Part::Second => 6,
             Part::Millisecond => 3,
-            Part::Microsecond | Part::Decade | Part::Century | Part::Millennium | Part::Other => 0,
+            Part::Microsecond | Part::Decade | Part::Century | Part::Millennium | Part::Year | Part::Other => 0,
         }
     }
 }
@@ -137,15 +143,31 @@ impl ScalarUDFImpl for Extract {
         let rows = if scalar { 1 } else { args.number_rows };
         let source = args.args[1].to_array(rows)?;
         let scale = field.scale(source.data_type());
-        let unscaled: Vec<Option<i128>> = match field {
-            Part::Epoch => epoch(&source, &args)?,
+        let unscaled: Vec<Option<i128>> = match (field, source.data_type()) {
+            // A difference of timestamps (DataFusion's duration) read as
+            // PostgreSQL's interval of days and time.
+            (_, DataType::Duration(unit)) => of_duration(field, &name, &source, *unit)?,
+            (Part::Epoch, _) => epoch(&source, &args)?,
             // `microsecond` counts the seconds too (12.5 s: 12500000),
             // which is each field at its own scale.
-            Part::Second | Part::Millisecond | Part::Microsecond => rounded(&date_part("microsecond", &source, &args)?),
-            Part::Decade | Part::Century | Part::Millennium => {
+            (Part::Second | Part::Millisecond | Part::Microsecond, _) => rounded(&date_part("microsecond", &source, &args)?),
+            // An interval's years are a count: truncated.
+            (Part::Decade | Part::Century | Part::Millennium, DataType::Interval(_)) => {
+                let per = match field {
+                    Part::Decade => 10,
+                    Part::Century => 100,
+                    _ => 1000,
+                };
+                rounded(&date_part("year", &source, &args)?).into_iter().map(|year| year.map(|year| year / per)).collect()
+            }
+            (Part::Decade | Part::Century | Part::Millennium, _) => {
                 rounded(&date_part("year", &source, &args)?).into_iter().map(|year| year.map(|year| of_year(field, year))).collect()
             }
-            Part::Other => rounded(&date_part(&name, &source, &args)?),
+            // DataFusion counts years astronomically (1 BC is 0);
+            // PostgreSQL's year of 1 BC is -1.
+            (Part::Year, DataType::Interval(_)) => rounded(&date_part(&name, &source, &args)?),
+            (Part::Year, _) => rounded(&date_part(&name, &source, &args)?).into_iter().map(|year| year.map(|y| if y <= 0 { y - 1 } else { y })).collect(),
+            (Part::Other, _) => rounded(&date_part(&name, &source, &args)?),
         };
         let result: ArrayRef = match self.numeric {
             true => Arc::new(Decimal128Array::from(unscaled).with_precision_and_scale(INTEGER_DIGITS + scale as u8, scale)?),
@@ -159,6 +181,42 @@ impl ScalarUDFImpl for Extract {
             false => ColumnarValue::Array(result),
         })
     }
+}
+
+/// A field of durations (differences of timestamps) as PostgreSQL reads the
+/// interval such a difference is: whole days, then the time of day, its
+/// sign the duration's. Months and what is counted from them are 0.
+fn of_duration(part: Part, name: &str, source: &ArrayRef, unit: TimeUnit) -> Result<Vec<Option<i128>>> {
+    let per_second: i128 = match unit {
+        TimeUnit::Second => 1,
+        TimeUnit::Millisecond => 1_000,
+        TimeUnit::Microsecond => 1_000_000,
+        TimeUnit::Nanosecond => 1_000_000_000,
+    };
+    const MICROS_PER_DAY: i128 = SECONDS_PER_DAY * MICROS_PER_SECOND;
+    let name = name.trim().to_lowercase();
+    let values = arrow::compute::cast(source, &DataType::Int64)?;
+    let field = |micros: i128| -> Result<i128> {
+        let time = micros % MICROS_PER_DAY;
+        Ok(match part {
+            Part::Epoch => micros,
+            Part::Second | Part::Millisecond | Part::Microsecond => time % (60 * MICROS_PER_SECOND),
+            Part::Decade | Part::Century | Part::Millennium | Part::Year => 0,
+            Part::Other => match name.as_str() {
+                "day" | "days" => micros / MICROS_PER_DAY,
+                "hour" | "hours" => time / (3600 * MICROS_PER_SECOND),
+                "minute" | "minutes" | "min" | "mins" => time / (60 * MICROS_PER_SECOND) % 60,
+                "month" | "months" | "quarter" => 0,
+                other => return Err(DataFusionError::Execution(format!("unit \"{other}\" not supported for type interval"))),
+            },
+        })
+    };
+    values
+        .as_primitive::<arrow::datatypes::Int64Type>()
+        .iter()
+        // PostgreSQL's intervals hold microseconds: a nanosecond rest is dropped.
+        .map(|v| v.map(|v| field(i128::from(v) * MICROS_PER_SECOND / per_second)).transpose())
+        .collect()
 }
 
 /// The decade, century or millennium of a year as PostgreSQL counts them

@@ -73,6 +73,17 @@ struct Spellings {
 impl VisitorMut for Spellings {
     type Break = ();
 
+    fn pre_visit_statement(&mut self, statement: &mut Statement) -> ControlFlow<()> {
+        // `PREPARE p(float) AS ...`: its parameters' types too.
+        if let Statement::Prepare { data_types, .. } = statement
+            && let Err(error) = data_types.iter_mut().try_for_each(float_as_postgres)
+        {
+            self.error = Some(error);
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    }
+
     fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
         match fetch_as_limit(query) {
             Ok(()) => ControlFlow::Continue(()),
@@ -100,7 +111,12 @@ impl VisitorMut for Spellings {
             return ControlFlow::Continue(());
         }
         if let Expr::Extract { field, expr: source, .. } = expr {
-            let field = Expr::Value(Value::SingleQuotedString(field.to_string().to_lowercase()).into());
+            // `EXTRACT('epoch' FROM x)` names its field in quotes.
+            let name = match field {
+                datafusion::sql::sqlparser::ast::DateTimeField::Custom(ident) => ident.value.clone(),
+                other => other.to_string(),
+            };
+            let field = Expr::Value(Value::SingleQuotedString(name.to_lowercase()).into());
             *expr = call(crate::exec::extract::EXTRACT, vec![field, (**source).clone()], Vec::new());
             return ControlFlow::Continue(());
         }
@@ -255,14 +271,15 @@ mod tests {
             rewritten("SELECT 1::float, CAST(2 AS FLOAT(24)), 3::float(25), FLOAT '4', ARRAY[5]::float[], 6::real").unwrap(),
             "SELECT 1::DOUBLE PRECISION, CAST(2 AS REAL), 3::DOUBLE PRECISION, DOUBLE PRECISION '4', ARRAY[5]::DOUBLE PRECISION[], 6::REAL"
         );
+        assert_eq!(rewritten("PREPARE p(float, int) AS SELECT $1 / 3").unwrap(), "PREPARE p (DOUBLE PRECISION, INT) AS SELECT $1 / 3");
         assert_eq!(rewritten("SELECT 1::float(54)").unwrap_err().sqlstate(), SqlState::InvalidParameterValue);
     }
 
     #[test]
     fn extract_and_date_part_are_foams() {
         assert_eq!(
-            rewritten("SELECT EXTRACT(EPOCH FROM t), extract(second FROM t), date_part('seconds', t), date_part('year', t) FROM x").unwrap(),
-            "SELECT foam_extract('epoch', t), foam_extract('second', t), foam_date_part('seconds', t), foam_date_part('year', t) FROM x"
+            rewritten("SELECT EXTRACT(EPOCH FROM t), extract(second FROM t), date_part('seconds', t), date_part('year', t), extract('Epoch' FROM t) FROM x").unwrap(),
+            "SELECT foam_extract('epoch', t), foam_extract('second', t), foam_date_part('seconds', t), foam_date_part('year', t), foam_extract('epoch', t) FROM x"
         );
     }
 }

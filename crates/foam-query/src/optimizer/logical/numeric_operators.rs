@@ -43,7 +43,8 @@
 //! integer or NUMERIC, so `+`, `-`, `*`, `/` and `%` of the two are done in
 //! `double precision` (`1::real / 3` is `0.3333333333333333`); DataFusion
 //! kept REAL (`0.33333334`). The REAL side is cast to `double precision`;
-//! two REALs stay REAL, as in PostgreSQL.
+//! two REALs stay REAL, as in PostgreSQL. Comparisons of a REAL with
+//! another number are of doubles too (`16777217::real = 16777217` is false).
 //!
 //! Intervals: DataFusion refuses an interval times or divided by a number
 //! (`3 * INTERVAL '1 day'`) as it plans the SQL, before any analyzer rule;
@@ -124,7 +125,9 @@ fn numeric_operator(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> 
         }
         Expr::BinaryExpr(BinaryExpr { left, op: op @ (Divide | Multiply), right }) => numeric_arithmetic(left, op, right, schema),
         Expr::BinaryExpr(BinaryExpr { left, op: op @ (Eq | NotEq | Lt | LtEq | Gt | GtEq | IsDistinctFrom | IsNotDistinctFrom), right }) => {
-            let (left, right, floats) = floats_beside(*left, vec![*right], schema);
+            let (left, right, reals) = reals_beside(*left, vec![*right], schema);
+            let (left, right, floats) = floats_beside(left, right, schema);
+            let floats = floats || reals;
             let (left, mut right, dates) = dates_beside(left, right, schema);
             let changed = floats || dates;
             let right = right.pop().unwrap_or(Expr::Literal(ScalarValue::Null, None));
@@ -132,7 +135,9 @@ fn numeric_operator(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> 
             Ok(if changed { Transformed::yes(expr) } else { Transformed::no(expr) })
         }
         Expr::Between(between) => {
-            let (expr, bounds, floats) = floats_beside(*between.expr, vec![*between.low, *between.high], schema);
+            let (expr, bounds, reals) = reals_beside(*between.expr, vec![*between.low, *between.high], schema);
+            let (expr, bounds, floats) = floats_beside(expr, bounds, schema);
+            let floats = floats || reals;
             let (expr, bounds, dates) = dates_beside(expr, bounds, schema);
             let changed = floats || dates;
             let [low, high]: [Expr; 2] = bounds.try_into().map_err(|_| DataFusionError::Internal("BETWEEN has two bounds".into()))?;
@@ -140,7 +145,9 @@ fn numeric_operator(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> 
             Ok(if changed { Transformed::yes(between) } else { Transformed::no(between) })
         }
         Expr::InList(in_list) => {
-            let (expr, list, floats) = floats_beside(*in_list.expr, in_list.list, schema);
+            let (expr, list, reals) = reals_beside(*in_list.expr, in_list.list, schema);
+            let (expr, list, floats) = floats_beside(expr, list, schema);
+            let floats = floats || reals;
             let (expr, list, dates) = dates_beside(expr, list, schema);
             let changed = floats || dates;
             let in_list = Expr::InList(datafusion::logical_expr::expr::InList::new(Box::new(expr), list, in_list.negated));
@@ -156,6 +163,20 @@ fn real_beside_other(left: &Expr, right: &Expr, schema: &DFSchema) -> bool {
         (Ok(DataType::Float32), Ok(other)) | (Ok(other), Ok(DataType::Float32)) => other != DataType::Float32 && other.is_numeric(),
         _ => false,
     }
+}
+
+/// `value` and `others` compared with it, each REAL among them cast to
+/// `double precision` when a number of another type is among them (as
+/// PostgreSQL compares `real` and `integer`); whether any was.
+fn reals_beside(value: Expr, others: Vec<Expr>, schema: &DFSchema) -> (Expr, Vec<Expr>, bool) {
+    let real = |expr: &Expr| matches!(expr.get_type(schema), Ok(DataType::Float32));
+    let other = |expr: &Expr| matches!(expr.get_type(schema), Ok(t) if t != DataType::Float32 && t.is_numeric());
+    let mixed = (real(&value) || others.iter().any(real)) && (other(&value) || others.iter().any(other));
+    if !mixed {
+        return (value, others, false);
+    }
+    let widen = |expr: Expr| if real(&expr) { Expr::Cast(datafusion::logical_expr::expr::Cast::new(Box::new(expr), DataType::Float64)) } else { expr };
+    (widen(value), others.into_iter().map(widen).collect(), true)
 }
 
 /// `value` and `others` compared with it, each NUMERIC among them cast to
