@@ -59,6 +59,7 @@ sqlstates! {
     InvalidEscapeSequence = "22025",
     SequenceGeneratorLimitExceeded = "2200H",
     InvalidParameterValue = "22023",
+    InvalidArgumentForWidthBucket = "2201G",
     InvalidTextRepresentation = "22P02",
     BadCopyFileFormat = "22P04",
     NotNullViolation = "23502",

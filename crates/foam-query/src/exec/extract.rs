@@ -17,6 +17,7 @@
 //!   microsecond(s), the rest     0: DataFusion's value               DataFusion's value
 //! ```
 //!
+//! EXTRACT of a time of day from a date is 0A000, as in PostgreSQL.
 //! An interval's epoch is PostgreSQL's: 365.25 days a year, 30 a month; a
 //! difference of timestamps (a duration to DataFusion) is read as the
 //! interval of days and time PostgreSQL's difference is. A BC year is
@@ -143,6 +144,14 @@ impl ScalarUDFImpl for Extract {
         let rows = if scalar { 1 } else { args.number_rows };
         let source = args.args[1].to_array(rows)?;
         let scale = field.scale(source.data_type());
+        // PostgreSQL's EXTRACT from a date has no time of day (date_part
+        // reads the date as a timestamp at midnight).
+        let time_of_day = matches!(field, Part::Second | Part::Millisecond | Part::Microsecond)
+            || matches!(name.trim().to_lowercase().as_str(), "hour" | "hours" | "minute" | "minutes" | "min" | "mins" | "timezone" | "timezone_hour" | "timezone_minute");
+        if self.numeric && time_of_day && matches!(source.data_type(), DataType::Date32 | DataType::Date64) {
+            let message = format!("unit \"{}\" not supported for type date", name.trim().to_lowercase());
+            return Err(foam_common::FoamError::Query { message, sqlstate: foam_common::SqlState::FeatureNotSupported }.into());
+        }
         let unscaled: Vec<Option<i128>> = match (field, source.data_type()) {
             // A difference of timestamps (DataFusion's duration) read as
             // PostgreSQL's interval of days and time.

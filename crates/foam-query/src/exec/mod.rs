@@ -22,3 +22,4 @@ pub mod scan;
 pub mod series;
 pub mod sequences;
 pub mod timestamp_text;
+pub mod width_bucket;

@@ -196,6 +196,7 @@ pub fn worker_udfs() -> Vec<ScalarUDF> {
     udfs.extend(crate::exec::interval_functions::udfs());
     udfs.extend(crate::exec::datetime_format::udfs());
     udfs.extend(crate::exec::extract::udfs());
+    udfs.push(crate::exec::width_bucket::udf());
     udfs.extend(crate::frontend::char_casts::udfs());
     udfs
 }
