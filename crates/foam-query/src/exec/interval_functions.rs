@@ -43,19 +43,32 @@ fn out_of_range() -> DataFusionError {
     DataFusionError::from(FoamError::Query { message: "interval out of range".into(), sqlstate: SqlState::DatetimeFieldOverflow })
 }
 
+/// Whole `per` of `low` carried into `high` (truncating, so `low` keeps
+/// its sign).
+fn carry(high: &mut i64, low: &mut i64, per: i64) {
+    *high += *low / per;
+    *low %= per;
+}
+
+/// One `per` borrowed from `high` into `low` where `high` and the sign of
+/// what is below it (`below`) differ, so the two end of one sign.
+fn one_sign(high: &mut i64, low: &mut i64, per: i64, below: i64) {
+    if *high > 0 && below < 0 {
+        *low += per;
+        *high -= 1;
+    } else if *high < 0 && below > 0 {
+        *low -= per;
+        *high += 1;
+    }
+}
+
 /// PostgreSQL's `justify_hours`: whole days of the time into days, the two
 /// of one sign.
 pub fn justify_hours(value: IntervalMonthDayNano) -> Option<IntervalMonthDayNano> {
     let (mut days, mut time) = (i64::from(value.days), value.nanoseconds);
-    days += time / DAY_NANOS;
-    time %= DAY_NANOS;
-    if days > 0 && time < 0 {
-        time += DAY_NANOS;
-        days -= 1;
-    } else if days < 0 && time > 0 {
-        time -= DAY_NANOS;
-        days += 1;
-    }
+    carry(&mut days, &mut time, DAY_NANOS);
+    let below = time.signum();
+    one_sign(&mut days, &mut time, DAY_NANOS, below);
     Some(IntervalMonthDayNano::new(value.months, i32::try_from(days).ok()?, time))
 }
 
@@ -63,15 +76,9 @@ pub fn justify_hours(value: IntervalMonthDayNano) -> Option<IntervalMonthDayNano
 /// sign.
 pub fn justify_days(value: IntervalMonthDayNano) -> Option<IntervalMonthDayNano> {
     let (mut months, mut days) = (i64::from(value.months), i64::from(value.days));
-    months += days / DAYS_PER_MONTH;
-    days %= DAYS_PER_MONTH;
-    if months > 0 && days < 0 {
-        days += DAYS_PER_MONTH;
-        months -= 1;
-    } else if months < 0 && days > 0 {
-        days -= DAYS_PER_MONTH;
-        months += 1;
-    }
+    carry(&mut months, &mut days, DAYS_PER_MONTH);
+    let below = days.signum();
+    one_sign(&mut months, &mut days, DAYS_PER_MONTH, below);
     Some(IntervalMonthDayNano::new(i32::try_from(months).ok()?, i32::try_from(days).ok()?, value.nanoseconds))
 }
 
@@ -80,27 +87,15 @@ pub fn justify_days(value: IntervalMonthDayNano) -> Option<IntervalMonthDayNano>
 pub fn justify_interval(value: IntervalMonthDayNano) -> Option<IntervalMonthDayNano> {
     let (mut months, mut days, mut time) = (i64::from(value.months), i64::from(value.days), value.nanoseconds);
     if (days > 0 && time > 0) || (days < 0 && time < 0) {
-        months += days / DAYS_PER_MONTH;
-        days %= DAYS_PER_MONTH;
+        carry(&mut months, &mut days, DAYS_PER_MONTH);
     }
-    days += time / DAY_NANOS;
-    time %= DAY_NANOS;
-    months += days / DAYS_PER_MONTH;
-    days %= DAYS_PER_MONTH;
-    if months > 0 && (days < 0 || (days == 0 && time < 0)) {
-        days += DAYS_PER_MONTH;
-        months -= 1;
-    } else if months < 0 && (days > 0 || (days == 0 && time > 0)) {
-        days -= DAYS_PER_MONTH;
-        months += 1;
-    }
-    if days > 0 && time < 0 {
-        time += DAY_NANOS;
-        days -= 1;
-    } else if days < 0 && time > 0 {
-        time -= DAY_NANOS;
-        days += 1;
-    }
+    carry(&mut days, &mut time, DAY_NANOS);
+    carry(&mut months, &mut days, DAYS_PER_MONTH);
+    // The sign below the months: the days', or the time's without days.
+    let below = if days != 0 { days.signum() } else { time.signum() };
+    one_sign(&mut months, &mut days, DAYS_PER_MONTH, below);
+    let below = time.signum();
+    one_sign(&mut days, &mut time, DAY_NANOS, below);
     Some(IntervalMonthDayNano::new(i32::try_from(months).ok()?, i32::try_from(days).ok()?, time))
 }
 

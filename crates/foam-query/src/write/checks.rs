@@ -11,7 +11,6 @@
 //! none, or ones planned for another version of the table, fails the write:
 //! a row is never stored unchecked.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -134,24 +133,21 @@ pub fn ensure_planned(table: &TableDef, checks: Option<&TableChecks>) -> FoamRes
 /// write, by table: a session config extension, where the INSERT sink
 /// (which DataFusion runs without the session) finds them.
 #[derive(Default)]
-pub struct StatementChecks(Mutex<HashMap<TableId, Arc<TableChecks>>>);
+/// One table's at a time: a session writes one table per statement.
+pub struct StatementChecks(Mutex<Option<(TableId, Arc<TableChecks>)>>);
 
 impl StatementChecks {
     /// The constraints planned for `table` in the session `config` belongs to.
     pub fn of(config: &SessionConfig, table: &TableDef) -> Option<Arc<TableChecks>> {
         let checks = config.get_extension::<StatementChecks>()?;
-        checks.0.lock().unwrap_or_else(|p| p.into_inner()).get(&table.id).cloned()
+        let planned = checks.0.lock().unwrap_or_else(|p| p.into_inner());
+        planned.as_ref().filter(|(id, _)| *id == table.id).map(|(_, checks)| checks.clone())
     }
 
     /// Keeps `checks`, planned for `table` (`None`: it has none), for the
     /// statement about to run, and forgets any planned before.
     pub fn set(&self, table: &TableDef, checks: Option<Arc<TableChecks>>) {
-        let mut planned = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        // One table's constraints at a time: a session writes one table per statement.
-        planned.clear();
-        if let Some(checks) = checks {
-            planned.insert(table.id, checks);
-        }
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = checks.map(|checks| (table.id, checks));
     }
 }
 
